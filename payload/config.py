@@ -1,0 +1,328 @@
+"""The run config (`tpuctl.yaml`): typed, frozen, validated before anything runs.
+
+    config = load_config("tpuctl.yaml")
+    config.data.seq_len, config.cluster.provider
+
+Unknown keys, wrong types and out-of-range values become one `UserError` naming the key and what
+is allowed. Relative local paths are resolved against the config file's folder, so a run behaves
+the same from any working directory; the resolved config is what gets written next to outputs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from payload.errors import UserError
+from payload.families import FAMILIES, t5_expanded_length
+
+MIN_SEQ_LEN = 16
+# Byte-level BPE starts from all 256 byte symbols before it learns any merge.
+BYTE_ALPHABET = 256
+# The smallest useful vocabulary for the other kinds, on top of the special tokens.
+MIN_LEARNED_PIECES = 64
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class _ClusterBase(_Section):
+    # An environment already on the workers (custom image, shared venv), used as it is.
+    python: str | None = None
+    # A folder of wheels to install from, for workers with no package index.
+    wheelhouse: str | None = None
+
+    @model_validator(mode="after")
+    def _one_environment_source(self):
+        if self.python and self.wheelhouse:
+            raise ValueError("set at most one of cluster.python and cluster.wheelhouse")
+        return self
+
+
+class LocalCluster(_ClusterBase):
+    provider: Literal["local"]
+    workers: int = Field(2, ge=1, le=64)
+
+
+class SshCluster(_ClusterBase):
+    provider: Literal["ssh"]
+    hosts: list[str] = Field(min_length=1)
+    user: str
+    identity_file: str | None = None
+    known_hosts: str
+    port: int = Field(22, ge=1, le=65535)
+
+
+_ACCELERATOR = re.compile(r"^v(\d+[a-z]*)(litepod|pod)?-(\d+)$")
+
+
+class GcpCluster(_ClusterBase):
+    provider: Literal["gcp"]
+    project: str
+    zone: str
+    accelerator_type: str
+    runtime_version: str
+    spot: bool = False
+    queued: bool = False
+    bucket: str | None = None
+    tpu_name: str | None = None
+
+    @field_validator("accelerator_type")
+    @classmethod
+    def _accelerator(cls, value: str) -> str:
+        if not _ACCELERATOR.match(value):
+            raise ValueError(
+                f"'{value}' is not a TPU accelerator type (examples: v4-8, v4-32, v5litepod-16)"
+            )
+        return value
+
+
+Cluster = Annotated[LocalCluster | SshCluster | GcpCluster, Field(discriminator="provider")]
+
+
+class DataConfig(_Section):
+    corpus: list[str] = Field(min_length=1)
+    text_column: str = "text"
+    # How plain-text files hold documents: one per line, or separated by blank lines.
+    document_split: Literal["line", "blank_line"] = "line"
+    seq_len: int = Field(128, ge=MIN_SEQ_LEN)
+    validation_fraction: float = Field(0.01, ge=0.0, lt=1.0)
+    records_per_shard: int = Field(10_000, gt=0)
+    # A longer document almost always means a file in the wrong format (a whole book on one line).
+    max_document_mb: float = Field(4.0, gt=0)
+    # For `hf:NAME` corpora.
+    hf_config: str | None = None
+    hf_split: str = "train"
+
+    @field_validator("corpus", mode="before")
+    @classmethod
+    def _listify(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+
+class TokenizerConfig(_Section):
+    kind: Literal["unigram", "bpe", "wordpiece", "sentencepiece"] = "unigram"
+    vocab_size: int = Field(32_000, gt=0, le=1_000_000)
+    # Reuse an existing Hugging Face tokenizer folder instead of training one.
+    path: str | None = None
+    # Train on the first megabytes of each input (proportionally); null trains on everything.
+    sample_mb: float | None = Field(256.0, gt=0)
+    min_frequency: int = Field(2, ge=1)
+
+
+class ModelConfig(_Section):
+    family: Literal["bert", "roberta", "gpt2", "t5"]
+    hidden_size: int = Field(256, gt=0)
+    num_layers: int = Field(4, gt=0)
+    num_heads: int = Field(4, gt=0)
+    intermediate_size: int = Field(1024, gt=0)
+    dropout: float = Field(0.1, ge=0.0, lt=1.0)
+    # A transformers config.json to take the architecture from (sizes above are then ignored).
+    config: str | None = None
+    mlm_probability: float = Field(0.15, gt=0.0, lt=1.0)
+    noise_density: float = Field(0.15, gt=0.0, lt=1.0)
+    mean_noise_span_length: float = Field(3.0, ge=1.0)
+
+    @model_validator(mode="after")
+    def _heads_divide_hidden(self):
+        if self.config is None and self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"model.num_heads={self.num_heads} does not divide model.hidden_size="
+                f"{self.hidden_size}; pick a hidden size that is a multiple of the head count"
+            )
+        return self
+
+
+class TrainConfig(_Section):
+    steps: int = Field(gt=0)
+    batch_size: int = Field(gt=0)
+    learning_rate: float = Field(gt=0.0)
+    warmup_steps: int = Field(0, ge=0)
+    weight_decay: float = Field(0.01, ge=0.0)
+    max_grad_norm: float = Field(1.0, gt=0.0)
+    optimizer: Literal["adamw", "adafactor"] = "adamw"
+    bf16: bool = False
+    checkpoint_every: int = Field(500, gt=0)
+    keep_checkpoints: int = Field(3, gt=0)
+    eval_every: int = Field(500, gt=0)
+    eval_batches: int = Field(20, gt=0)
+    seed: int = 0
+
+
+_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+class RunConfig(_Section):
+    name: str
+    output_dir: str
+    cluster: Cluster = Field(default_factory=lambda: LocalCluster(provider="local"))
+    data: DataConfig
+    tokenizer: TokenizerConfig = Field(default_factory=lambda: TokenizerConfig())
+    model: ModelConfig
+    train: TrainConfig
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError(
+                f"name: '{value}' must be 1-63 lowercase letters, digits and dashes, starting "
+                "and ending with a letter or digit (it names the job, the TPU and bucket paths)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _cross_checks(self):
+        family = FAMILIES[self.model.family]
+        if self.data.seq_len > family.max_positions:
+            raise ValueError(
+                f"data.seq_len={self.data.seq_len} is over what {family.name} allows "
+                f"({family.max_positions}); lower data.seq_len"
+            )
+        if self.tokenizer.path is None:
+            minimum = len(family.special_tokens) + (
+                BYTE_ALPHABET if self.tokenizer.kind == "bpe" else MIN_LEARNED_PIECES
+            )
+            if self.tokenizer.vocab_size < minimum:
+                raise ValueError(
+                    f"tokenizer.vocab_size={self.tokenizer.vocab_size} is too small for "
+                    f"{self.tokenizer.kind} with {family.name}'s {len(family.special_tokens)} "
+                    f"special tokens; use at least {minimum}"
+                )
+        if self.train.warmup_steps > self.train.steps:
+            raise ValueError(
+                f"train.warmup_steps={self.train.warmup_steps} is more than train.steps="
+                f"{self.train.steps}"
+            )
+        return self
+
+    @property
+    def record_len(self) -> int:
+        """Tokens per stored record: `seq_len`, or T5's longer pre-corruption row."""
+        if self.model.family == "t5":
+            return t5_expanded_length(
+                self.data.seq_len, self.model.noise_density, self.model.mean_noise_span_length
+            )
+        return self.data.seq_len
+
+
+def _field_name(loc: tuple) -> str:
+    # Drop pydantic's union tags (e.g. "local", "function-after[...]") from the location.
+    parts = [str(p) for p in loc if not (isinstance(p, str) and ("[" in p or p in
+             ("local", "ssh", "gcp")))]
+    return ".".join(parts)
+
+
+def _describe(error: dict, model: type[BaseModel]) -> str:
+    where = _field_name(error["loc"])
+    kind = error["type"]
+    message = error["msg"].removeprefix("Value error, ")
+    if kind == "extra_forbidden":
+        section = _section_for(model, error["loc"][:-1])
+        allowed = ", ".join(section.model_fields) if section else ""
+        return f"unknown key '{where}'" + (f" (allowed here: {allowed})" if allowed else "")
+    if kind == "missing":
+        return f"missing required key '{where}'"
+    if kind == "union_tag_invalid" or kind == "union_tag_not_found":
+        return f"'{where or 'cluster'}.provider' must be one of: local, ssh, gcp"
+    if where and not message.startswith(where.split(".")[0] + "."):
+        got = error.get("input")
+        shown = f" (got {got!r})" if got is not None and not isinstance(got, dict | list) else ""
+        return f"{where}: {message}{shown}"
+    return message
+
+
+def _section_for(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if isinstance(part, str) and part in ("local", "ssh", "gcp"):
+            current = {"local": LocalCluster, "ssh": SshCluster, "gcp": GcpCluster}[part]
+            continue
+        fields = getattr(current, "model_fields", {})
+        if part not in fields:
+            return current if isinstance(current, type) else None
+        annotation = fields[part].annotation
+        current = next((a for a in getattr(annotation, "__args__", (annotation,))
+                        if isinstance(a, type) and issubclass(a, BaseModel)), annotation)
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+_LOCAL_PATH_KEYS = {
+    ("tokenizer", "path"), ("model", "config"), ("cluster", "identity_file"),
+    ("cluster", "known_hosts"), ("cluster", "wheelhouse"),
+}
+
+
+def _is_remote(path: str) -> bool:
+    return "://" in path or path.startswith("hf:")
+
+
+def _resolve_paths(raw: dict, base: Path) -> dict:
+    """Make relative local paths absolute against the config file's folder."""
+
+    def resolve(value: Any) -> Any:
+        if not isinstance(value, str) or _is_remote(value):
+            return value
+        expanded = os.path.expanduser(value)
+        return expanded if os.path.isabs(expanded) else str(base / expanded)
+
+    out = dict(raw)
+    if isinstance(out.get("output_dir"), str):
+        out["output_dir"] = resolve(out["output_dir"])
+    data = out.get("data")
+    if isinstance(data, dict) and "corpus" in data:
+        corpus = data["corpus"]
+        data = dict(data)
+        data["corpus"] = ([resolve(c) for c in corpus] if isinstance(corpus, list)
+                          else resolve(corpus))
+        out["data"] = data
+    for section, key in _LOCAL_PATH_KEYS:
+        block = out.get(section)
+        if isinstance(block, dict) and isinstance(block.get(key), str):
+            out[section] = {**block, key: resolve(block[key])}
+    return out
+
+
+def parse_config(raw: Any, *, base_dir: Path | None = None, source: str = "config") -> RunConfig:
+    """Validate a parsed YAML mapping; the first problem becomes a one-line `UserError`."""
+    if raw is None:
+        raise UserError(f"{source} is empty", hint="run `tpuctl init` for a starting point")
+    if not isinstance(raw, dict):
+        raise UserError(f"{source} must be a mapping of sections (name, cluster, data, ...)")
+    if base_dir is not None:
+        raw = _resolve_paths(raw, base_dir)
+    try:
+        return RunConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise UserError(f"{source}: {_describe(exc.errors()[0], RunConfig)}") from None
+
+
+def load_config(path: str | os.PathLike) -> RunConfig:
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(
+            f"no config file at {path}", hint="pass -c PATH, or run `tpuctl init` to write one"
+        )
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "not valid YAML"
+        raise UserError(f"{path}{where}: {problem}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is not UTF-8 text") from None
+    return parse_config(raw, base_dir=path.resolve().parent, source=str(path))
+
+
+def dump_config(config: RunConfig) -> str:
+    """The resolved config as YAML, defaults included: what actually ran."""
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,27 @@
+"""The one error type a user sees: what is wrong and what to do, on one line, exit status 2.
+
+    raise UserError("data.corpus: no file matches 'texts/*.txt'", hint="check the path")
+"""
+
+from __future__ import annotations
+
+EXIT_USER_ERROR = 2
+
+
+class UserError(Exception):
+    """A mistake the user can fix (config, inputs, environment). Never shown with a traceback."""
+
+    exit_code = EXIT_USER_ERROR
+
+    def __init__(self, message: str, *, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.message}; {self.hint}" if self.hint else self.message
+
+
+def one_line(text: str) -> str:
+    """Collapse a multi-line message so it stays a single line on the terminal."""
+    return " ".join(text.split())

@@ -1,0 +1,278 @@
+"""Files under `output_dir` and corpus paths, local or `gs://`, behind one small interface.
+
+    write_bytes(join(out, "data", "manifest.json"), payload)   # atomic on both
+    for path in glob("gs://bucket/texts/*.txt"): ...
+
+Local writes go to a temporary name in the same folder and are renamed into place; a GCS object
+only becomes visible when its upload completes, so both give readers all or nothing. Only this
+module talks to Cloud Storage.
+"""
+
+from __future__ import annotations
+
+import errno
+import fnmatch
+import glob as _glob
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from typing import IO
+
+from payload.errors import UserError
+
+GCS = "gs://"
+
+
+def is_gcs(path: str) -> bool:
+    return path.startswith(GCS)
+
+
+def join(base: str, *parts: str) -> str:
+    if is_gcs(base):
+        return "/".join([base.rstrip("/"), *(p.strip("/") for p in parts)])
+    return os.path.join(base, *parts)
+
+
+def _split_gcs(path: str) -> tuple[str, str]:
+    bucket, _, name = path[len(GCS):].partition("/")
+    if not bucket:
+        raise UserError(f"'{path}' has no bucket name", hint="write gs://BUCKET/PATH")
+    return bucket, name
+
+
+_client = None
+
+
+def _gcs():
+    """A Cloud Storage client (anonymous against STORAGE_EMULATOR_HOST, as the library does)."""
+    global _client
+    if _client is None:
+        try:
+            from google.auth.exceptions import DefaultCredentialsError
+            from google.cloud import storage
+        except ImportError:
+            raise UserError(
+                "gs:// paths need google-cloud-storage", hint="pip install 'tpuctl[worker]'"
+            ) from None
+        try:
+            _client = storage.Client()
+        except DefaultCredentialsError:
+            raise UserError(
+                "no Google Cloud credentials for gs:// paths",
+                hint="run `gcloud auth application-default login` or set "
+                "GOOGLE_APPLICATION_CREDENTIALS",
+            ) from None
+    return _client
+
+
+def _blob(path: str):
+    bucket, name = _split_gcs(path)
+    return _gcs().bucket(bucket).blob(name)
+
+
+def exists(path: str) -> bool:
+    if is_gcs(path):
+        return _blob(path).exists()
+    return os.path.exists(path)
+
+
+def size(path: str) -> int:
+    if is_gcs(path):
+        blob = _blob(path)
+        blob.reload()
+        return int(blob.size or 0)
+    return os.path.getsize(path)
+
+
+def open_read(path: str) -> IO[bytes]:
+    if is_gcs(path):
+        return _blob(path).open("rb", chunk_size=8 << 20)
+    return open(path, "rb")  # noqa: SIM115 - the caller closes it
+
+
+def read_bytes(path: str) -> bytes:
+    if is_gcs(path):
+        return _blob(path).download_as_bytes()
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def read_text(path: str) -> str:
+    return read_bytes(path).decode("utf-8")
+
+
+def _raise_disk_error(exc: OSError, path: str) -> None:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        raise UserError(
+            f"no space left writing {path}",
+            hint="free space or point output_dir somewhere larger, then rerun (finished work is kept)",
+        ) from None
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        raise UserError(
+            f"cannot write {path}: {exc.strerror}", hint="choose a writable output_dir"
+        ) from None
+    raise exc
+
+
+def makedirs(path: str) -> None:
+    if is_gcs(path):
+        return  # GCS has no folders; objects carry the full path.
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        _raise_disk_error(exc, path)
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Write all of `data` to `path` or nothing: readers never see a partial file."""
+    if is_gcs(path):
+        _blob(path).upload_from_string(data)
+        return
+    parent = os.path.dirname(path) or "."
+    makedirs(parent)
+    fd, tmp = tempfile.mkstemp(dir=parent, prefix=".tmp-", suffix="-" + os.path.basename(path))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        _remove_quietly(tmp)
+        _raise_disk_error(exc, path)
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
+
+
+def write_text(path: str, text: str) -> None:
+    write_bytes(path, text.encode("utf-8"))
+
+
+def publish_file(local_tmp: str, path: str) -> None:
+    """Move a finished local file to `path` atomically (rename locally, upload for GCS)."""
+    if is_gcs(path):
+        try:
+            _blob(path).upload_from_filename(local_tmp)
+        finally:
+            _remove_quietly(local_tmp)
+        return
+    makedirs(os.path.dirname(path) or ".")
+    try:
+        os.replace(local_tmp, path)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            _remove_quietly(local_tmp)
+            _raise_disk_error(exc, path)
+        # Different filesystems: copy next to the target, then rename there.
+        fd, staged = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+        os.close(fd)
+        try:
+            shutil.copyfile(local_tmp, staged)
+            os.replace(staged, path)
+        except OSError as copy_exc:
+            _remove_quietly(staged)
+            _raise_disk_error(copy_exc, path)
+        finally:
+            _remove_quietly(local_tmp)
+
+
+def staging_file(path: str) -> tuple[IO[bytes], str]:
+    """An open temporary file to build `path` in; hand its name to `publish_file` when done."""
+    folder = tempfile.gettempdir() if is_gcs(path) else (os.path.dirname(path) or ".")
+    makedirs(folder)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix="-" + os.path.basename(path))
+    except OSError as exc:
+        _raise_disk_error(exc, path)
+    return os.fdopen(fd, "wb"), tmp
+
+
+def remove(path: str) -> None:
+    if is_gcs(path):
+        blob = _blob(path)
+        if blob.exists():
+            blob.delete()
+        return
+    _remove_quietly(path)
+
+
+def remove_tree(path: str) -> None:
+    if is_gcs(path):
+        bucket, prefix = _split_gcs(path)
+        for blob in _gcs().list_blobs(bucket, prefix=prefix.rstrip("/") + "/"):
+            blob.delete()
+        return
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+def listdir(path: str) -> list[str]:
+    """Full paths of the files directly under `path` (sorted); empty if it does not exist."""
+    if is_gcs(path):
+        bucket, prefix = _split_gcs(path)
+        prefix = prefix.rstrip("/") + "/" if prefix else ""
+        blobs = _gcs().list_blobs(bucket, prefix=prefix, delimiter="/")
+        return sorted(f"{GCS}{bucket}/{b.name}" for b in blobs)
+    if not os.path.isdir(path):
+        return []
+    return sorted(
+        os.path.join(path, name) for name in os.listdir(path)
+        if os.path.isfile(os.path.join(path, name)) and not name.startswith(".tmp-")
+    )
+
+
+def glob(pattern: str) -> list[str]:
+    """Files matching a glob, sorted; `**` recurses."""
+    if is_gcs(pattern):
+        bucket, name = _split_gcs(pattern)
+        literal = name.split("*")[0].split("?")[0].split("[")[0]
+        return sorted(
+            f"{GCS}{bucket}/{b.name}" for b in _gcs().list_blobs(bucket, prefix=literal)
+            if fnmatch.fnmatchcase(b.name, name) and not b.name.endswith("/")
+        )
+    return sorted(p for p in _glob.glob(pattern, recursive=True) if os.path.isfile(p))
+
+
+def has_magic(path: str) -> bool:
+    return any(c in path for c in "*?[")
+
+
+def walk_files(path: str) -> Iterator[str]:
+    """Every file under a folder, sorted, hidden files skipped."""
+    if is_gcs(path):
+        bucket, prefix = _split_gcs(path)
+        prefix = prefix.rstrip("/") + "/"
+        for b in _gcs().list_blobs(bucket, prefix=prefix):
+            if not b.name.endswith("/"):
+                yield f"{GCS}{bucket}/{b.name}"
+        return
+    for root, dirs, files in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(files):
+            if not name.startswith("."):
+                yield os.path.join(root, name)
+
+
+def is_dir(path: str) -> bool:
+    if is_gcs(path):
+        bucket, prefix = _split_gcs(path)
+        return any(True for _ in _gcs().list_blobs(bucket, prefix=prefix.rstrip("/") + "/",
+                                                   max_results=1))
+    return os.path.isdir(path)
+
+
+def check_writable(path: str) -> None:
+    """Fail early, with a clear message, if `path` cannot take output."""
+    probe = join(path, f".tpuctl-write-probe-{os.getpid()}")
+    if not is_gcs(path):
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise UserError(f"output_dir {path} is a file, not a folder",
+                            hint="choose a folder path for output_dir")
+    write_bytes(probe, b"probe")
+    remove(probe)

@@ -1,0 +1,42 @@
+# Two commands on a fresh clone: `make demo` and `make test`. Each sets up .venv first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+CONFIG ?= tpuctl.yaml
+export TF_CPP_MIN_LOG_LEVEL ?= 2
+export TF_USE_LEGACY_KERAS := 1
+export PYTHONDONTWRITEBYTECODE := 1
+
+.PHONY: setup demo test test-all lint bench up train down clean
+
+setup: $(STAMP)
+
+# Reinstall only when the dependency list changes.
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
+	$(BIN)/python -m pip install --quiet -e '.[all]'
+	@touch $(STAMP)
+
+demo: setup
+	$(BIN)/python scripts/demo.py examples/demo.yaml
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+test-all: setup
+	$(BIN)/python -m pytest -q -m "slow or not slow"
+
+lint: setup
+	$(BIN)/ruff check launcher payload tests bench scripts
+	$(BIN)/ruff format --check launcher payload tests bench scripts
+
+bench: setup
+	$(BIN)/python -m bench
+
+up train down: setup
+	$(BIN)/tpuctl $@ -c $(CONFIG)
+
+clean:
+	rm -rf runs bench/.work .pytest_cache

@@ -1,0 +1,106 @@
+"""Training checkpoints under `output_dir/checkpoints/`, local or `gs://`, and the resume guard.
+
+    check_resume(output_dir, identity, resume=True, overwrite=False)  # refuses a changed model
+    ckpts = Checkpoints(output_dir, model=model, optimizer=optimizer, keep=3, is_chief=True)
+    ckpts.restore_latest(); ...; ckpts.save(step)
+
+TensorFlow's CheckpointManager writes a checkpoint's files first and only then replaces the
+small `checkpoint` index file (atomically): a crash mid-save leaves the index pointing at the
+previous checkpoint, which stays intact. The step is the optimizer's own update counter, saved
+with it, so the learning-rate schedule resumes exactly where it stopped. Under several workers
+every worker takes part in a save (the variables may need a collective read) but only the chief
+writes to the shared folder; the others write to a scratch folder and delete it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+
+from payload import storage
+from payload.errors import UserError
+
+IDENTITY = "run.json"
+
+
+def checkpoint_dir(output_dir: str) -> str:
+    return storage.join(output_dir, "checkpoints")
+
+
+def latest_checkpoint(output_dir: str) -> str | None:
+    import tensorflow as tf
+
+    directory = checkpoint_dir(output_dir)
+    if not storage.exists(storage.join(directory, "checkpoint")):
+        return None
+    return tf.train.latest_checkpoint(directory)
+
+
+def check_resume(output_dir: str, identity: dict, *, resume: bool, overwrite: bool) -> None:
+    """Refuse to mix runs: a resume needs a checkpoint made from the same model and tokenizer,
+    and a fresh start must not silently bury an earlier run's checkpoints."""
+    directory = checkpoint_dir(output_dir)
+    latest = latest_checkpoint(output_dir)
+    if not resume:
+        if latest is not None and not overwrite:
+            raise UserError(
+                f"{directory} already holds checkpoints of an earlier run",
+                hint="pass --resume to continue it, or --overwrite to start again",
+            )
+        return
+    if latest is None:
+        raise UserError(
+            f"--resume: no checkpoint in {directory}", hint="run without --resume to start fresh"
+        )
+    path = storage.join(directory, IDENTITY)
+    if storage.exists(path):
+        saved = json.loads(storage.read_text(path))
+        changed = [key for key in identity if saved.get(key) != identity[key]]
+        if changed:
+            raise UserError(
+                f"--resume: the {' and '.join(changed)} changed since the checkpoints in "
+                f"{directory} were written",
+                hint="restore the original settings, or start again with --overwrite",
+            )
+
+
+def start_fresh(output_dir: str, identity: dict) -> None:
+    """Clear an earlier run's checkpoints and record what this run's are made from."""
+    directory = checkpoint_dir(output_dir)
+    storage.remove_tree(directory)
+    storage.write_text(storage.join(directory, IDENTITY), json.dumps(identity, indent=1) + "\n")
+
+
+def read_identity(output_dir: str) -> dict | None:
+    path = storage.join(checkpoint_dir(output_dir), IDENTITY)
+    return json.loads(storage.read_text(path)) if storage.exists(path) else None
+
+
+class Checkpoints:
+    def __init__(self, output_dir: str, *, model, optimizer, keep: int, is_chief: bool):
+        import tensorflow as tf
+
+        self.directory = checkpoint_dir(output_dir)
+        self._scratch = None if is_chief else tempfile.mkdtemp(prefix="tpuctl-ckpt-")
+        self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+        self.manager = tf.train.CheckpointManager(
+            self.checkpoint,
+            self._scratch or self.directory,
+            max_to_keep=keep,
+            checkpoint_name="ckpt",
+        )
+        self.latest = latest_checkpoint(output_dir)
+
+    def restore_latest(self) -> bool:
+        if self.latest is None:
+            return False
+        self.checkpoint.restore(self.latest).assert_existing_objects_matched()
+        return True
+
+    def save(self, step: int) -> None:
+        self.manager.save(checkpoint_number=step)
+
+    def close(self) -> None:
+        if self._scratch:
+            shutil.rmtree(self._scratch, ignore_errors=True)

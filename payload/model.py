@@ -1,0 +1,277 @@
+"""The transformers TensorFlow model for a run, and the forward pass each objective trains.
+
+    hf_config = model_config(config.model, vocab=TokenIds(...), seq_len=128)
+    model = build_model(hf_config)            # inside strategy.scope()
+    logits, labels, weights = forward(model, batch, family="roberta", training=True)
+
+The model is the stock `TF*For*` class, so `save_pretrained` and the Hugging Face loaders see
+exactly what they expect. Training a masked LM runs the encoder over every position but the
+vocabulary projection only at the masked positions (a fixed number per row, as the original
+BERT code does): on a small model that projection is most of the step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from payload.errors import UserError
+from payload.families import FAMILIES
+
+MODEL_TYPES = {"bert": "bert", "roberta": "roberta", "gpt2": "gpt2", "t5": "t5"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenIds:
+    """The ids the model config and the objectives need, read from the tokenizer."""
+
+    vocab_size: int
+    num_special: int
+    pad: int
+    unk: int
+    mask: int | None = None
+    bos: int | None = None
+    eos: int | None = None
+    cls: int | None = None
+    sep: int | None = None
+    first_sentinel: int | None = None
+
+
+def token_ids(tokenizer, family: str) -> TokenIds:
+    """Look the family's special tokens up in a loaded `PreTrainedTokenizerFast`."""
+    spec = FAMILIES[family]
+    specials = spec.special_tokens
+
+    def lookup(token: str | None) -> int | None:
+        if token is None:
+            return None
+        found = tokenizer.convert_tokens_to_ids(token)
+        if found is None or (found == tokenizer.unk_token_id and token != spec.unk):
+            raise UserError(
+                f"the tokenizer has no {token} token, which {family} needs",
+                hint="retrain the tokenizer for this model family",
+            )
+        return found
+
+    ids = [lookup(t) for t in specials]
+    if sorted(ids) != list(range(len(specials))):
+        raise UserError(
+            f"the tokenizer's special tokens do not have ids 0..{len(specials) - 1}",
+            hint="retrain the tokenizer with the tokenizer stage",
+        )
+    sentinel = lookup(spec.extra[0]) if spec.extra else None
+    return TokenIds(
+        vocab_size=len(tokenizer),
+        num_special=len(specials),
+        pad=lookup(spec.pad),
+        unk=lookup(spec.unk),
+        mask=lookup(spec.mask),
+        bos=lookup(spec.bos),
+        eos=lookup(spec.eos or spec.separator),
+        cls=lookup(spec.cls),
+        sep=lookup(spec.sep),
+        first_sentinel=sentinel,
+    )
+
+
+def model_config(model_cfg, *, vocab: TokenIds, seq_len: int):
+    """A transformers config from the run config's `model` section (or its config file)."""
+    import transformers
+
+    family = model_cfg.family
+    if model_cfg.config:
+        try:
+            hf = transformers.AutoConfig.from_pretrained(model_cfg.config)
+        except (OSError, ValueError) as exc:
+            raise UserError(
+                f"model.config: cannot read {model_cfg.config} ({exc})".split("\n")[0],
+                hint="point it at a transformers config.json",
+            ) from None
+        if hf.model_type != MODEL_TYPES[family]:
+            raise UserError(
+                f"model.config is a {hf.model_type} config but model.family is {family}",
+                hint="make them agree",
+            )
+        hidden = getattr(hf, "hidden_size", None) or getattr(hf, "d_model", None)
+        heads = getattr(hf, "num_attention_heads", None) or getattr(hf, "num_heads", None)
+        if family != "t5" and hidden % heads:
+            raise UserError(
+                f"{model_cfg.config}: {heads} heads do not divide hidden size {hidden}",
+                hint="pick a hidden size that is a multiple of the head count",
+            )
+        hf.vocab_size = vocab.vocab_size
+    else:
+        hf = _sized_config(model_cfg, vocab=vocab, seq_len=seq_len)
+    hf.pad_token_id = vocab.pad
+    if vocab.bos is not None:
+        hf.bos_token_id = vocab.bos
+    if vocab.eos is not None:
+        hf.eos_token_id = vocab.eos
+    if family == "t5":
+        hf.decoder_start_token_id = vocab.pad
+    positions = getattr(hf, "max_position_embeddings", None) or getattr(hf, "n_positions", None)
+    # RoBERTa numbers positions from pad_id + 1.
+    needed = seq_len + (vocab.pad + 1 if family == "roberta" else 0)
+    if positions is not None and positions < needed:
+        raise UserError(
+            f"the model has {positions} positions but data.seq_len is {seq_len}",
+            hint="lower data.seq_len or raise the model's position count",
+        )
+    return hf
+
+
+def _sized_config(m, *, vocab: TokenIds, seq_len: int):
+    import transformers
+
+    if m.family == "bert":
+        return transformers.BertConfig(
+            vocab_size=vocab.vocab_size,
+            hidden_size=m.hidden_size,
+            num_hidden_layers=m.num_layers,
+            num_attention_heads=m.num_heads,
+            intermediate_size=m.intermediate_size,
+            hidden_dropout_prob=m.dropout,
+            attention_probs_dropout_prob=m.dropout,
+            max_position_embeddings=max(512, seq_len),
+        )
+    if m.family == "roberta":
+        return transformers.RobertaConfig(
+            vocab_size=vocab.vocab_size,
+            hidden_size=m.hidden_size,
+            num_hidden_layers=m.num_layers,
+            num_attention_heads=m.num_heads,
+            intermediate_size=m.intermediate_size,
+            hidden_dropout_prob=m.dropout,
+            attention_probs_dropout_prob=m.dropout,
+            max_position_embeddings=max(512, seq_len) + vocab.pad + 1,
+            type_vocab_size=1,
+        )
+    if m.family == "gpt2":
+        return transformers.GPT2Config(
+            vocab_size=vocab.vocab_size,
+            n_embd=m.hidden_size,
+            n_layer=m.num_layers,
+            n_head=m.num_heads,
+            n_inner=m.intermediate_size,
+            n_positions=max(1024, seq_len),
+            resid_pdrop=m.dropout,
+            embd_pdrop=m.dropout,
+            attn_pdrop=m.dropout,
+        )
+    return transformers.T5Config(
+        vocab_size=vocab.vocab_size,
+        d_model=m.hidden_size,
+        d_kv=m.hidden_size // m.num_heads,
+        d_ff=m.intermediate_size,
+        num_layers=m.num_layers,
+        num_heads=m.num_heads,
+        dropout_rate=m.dropout,
+    )
+
+
+def model_class(family: str):
+    import transformers
+
+    return {
+        "bert": transformers.TFBertForMaskedLM,
+        "roberta": transformers.TFRobertaForMaskedLM,
+        "gpt2": transformers.TFGPT2LMHeadModel,
+        "t5": transformers.TFT5ForConditionalGeneration,
+    }[family]
+
+
+def build_model(hf_config):
+    """The TF model with all its weights created (call inside the strategy's scope)."""
+    family = {v: k for k, v in MODEL_TYPES.items()}[hf_config.model_type]
+    model = model_class(family)(hf_config)
+    model(model.dummy_inputs, training=False)
+    return model
+
+
+def config_fingerprint(hf_config) -> str:
+    """What must not change between a checkpoint and a resumed run."""
+    raw = hf_config.to_dict()
+    for volatile in ("transformers_version", "_name_or_path", "torch_dtype", "dtype"):
+        raw.pop(volatile, None)
+    return hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest()
+
+
+def forward(model, batch, *, family: str, training: bool):
+    """(logits [B, T, V] float32, labels [B, T] with -100 = ignore) for one batch.
+
+    Masked LMs return T = the number of masked slots per row, not the sequence length."""
+    import tensorflow as tf
+
+    if family in ("bert", "roberta"):
+        encoder = model.bert if family == "bert" else model.roberta
+        head = model.mlm if family == "bert" else model.lm_head
+        hidden = encoder(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], training=training
+        )[0]
+        picked = tf.gather(hidden, batch["masked_positions"], batch_dims=1)
+        logits = head(picked)
+        labels = tf.where(batch["masked_weights"] > 0, batch["masked_ids"], -100)
+        return tf.cast(logits, tf.float32), labels
+    if family == "gpt2":
+        logits = model(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], training=training
+        ).logits
+        return tf.cast(logits[:, :-1], tf.float32), batch["labels"][:, 1:]
+    logits = model(
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        decoder_input_ids=batch["decoder_input_ids"],
+        training=training,
+    ).logits
+    return tf.cast(logits, tf.float32), batch["labels"]
+
+
+def loss_sums(logits, labels):
+    """(summed cross-entropy, number of predicted tokens, number predicted correctly)."""
+    import tensorflow as tf
+
+    valid = labels != -100
+    safe = tf.where(valid, labels, 0)
+    xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=safe, logits=logits)
+    weight = tf.cast(valid, tf.float32)
+    correct = (
+        tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), safe), tf.float32)
+        * weight
+    )
+    return tf.reduce_sum(xent * weight), tf.reduce_sum(weight), tf.reduce_sum(correct)
+
+
+def load_tokenizer(output_dir: str):
+    """The run's tokenizer (`output_dir/tokenizer/`, copied down first if it is on GCS)."""
+    import os
+    import tempfile
+
+    from transformers import PreTrainedTokenizerFast
+
+    from payload import storage
+
+    folder = storage.join(output_dir, "tokenizer")
+    if not storage.exists(storage.join(folder, "tokenizer.json")):
+        raise UserError(f"no tokenizer at {folder}", hint="run the tokenizer stage first")
+    if storage.is_gcs(folder):
+        local = tempfile.mkdtemp(prefix="tpuctl-tokenizer-")
+        for path in storage.listdir(folder):
+            with open(os.path.join(local, path.rsplit("/", 1)[-1]), "wb") as f:
+                f.write(storage.read_bytes(path))
+        folder = local
+    return PreTrainedTokenizerFast.from_pretrained(folder)
+
+
+def tokenizer_fingerprint(output_dir: str) -> str:
+    """The fingerprint prepare records in the manifest for the tokenizer it used."""
+    try:  # the tokenizer stage owns the definition when it is present
+        from payload.tokenizer import tokenizer_fingerprint as owner
+    except ImportError:
+        owner = None
+    if owner is not None:
+        return owner(output_dir)
+    from payload import storage
+
+    data = storage.read_bytes(storage.join(output_dir, "tokenizer", "tokenizer.json"))
+    return hashlib.sha256(data).hexdigest()

@@ -1,0 +1,154 @@
+"""The one place that decides how training is distributed; nothing else branches on hardware.
+
+    plan = plan_strategy(cluster_facts(config, worker_index=0, num_workers=4))
+    plan.kind, plan.tpu, plan.env, training_workers(config.cluster, 4)   # pure, unit-tested
+    strategy = build_strategy(plan)                                       # the side effect
+
+Four kinds of run:
+- a single-host TPU VM: `TPUClusterResolver(tpu="local")`;
+- a multi-host pod slice: TensorFlow drives the whole slice from worker 0 by the TPU's name, with
+  `TPU_LOAD_LIBRARY=0` so the driver does not grab the local chips; the other hosts only serve
+  the TPU runtime (`"local"` is wrong there, Google's own CI runs TF pod jobs this way);
+- one CPU process: the default strategy;
+- N CPU processes: MultiWorkerMirroredStrategy from `TF_CONFIG`, which the caller (the launcher's
+  local mode, or an SSH cluster) sets with every worker's address.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+from dataclasses import dataclass, field
+
+from payload.errors import UserError
+
+# On a TPU one host call runs this many steps: the host loop is not the bottleneck. It is capped
+# by the events (eval, checkpoint, log) the loop has to stop for.
+TPU_STEPS_PER_EXECUTION = 100
+
+
+class StrategyKind(enum.Enum):
+    TPU_HOST = "tpu-host"  # single-host TPU VM
+    TPU_POD = "tpu-pod"  # multi-host pod slice, driven from worker 0
+    CPU = "cpu"  # one process, default strategy
+    CPU_MULTI_WORKER = "cpu-multi-worker"  # MultiWorkerMirroredStrategy over TF_CONFIG
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterFacts:
+    """What the plan depends on, gathered once from the config and the environment."""
+
+    provider: str  # local | ssh | gcp
+    num_workers: int
+    worker_index: int = 0
+    tpu_name: str | None = None  # gcp: the TPU node's name
+    tf_config: str | None = None  # the TF_CONFIG environment variable, if set
+
+
+@dataclass(frozen=True, kw_only=True)
+class StrategyPlan:
+    kind: StrategyKind
+    runs_training: bool  # False: this host only serves the TPU runtime for worker 0
+    tpu: str | None = None  # TPUClusterResolver's `tpu` argument
+    env: dict[str, str] = field(default_factory=dict)  # set before TensorFlow starts
+    steps_per_execution: int = 1
+    is_chief: bool = True  # writes checkpoints, logs, metrics and the export
+
+
+def plan_strategy(facts: ClusterFacts) -> StrategyPlan:
+    if facts.num_workers < 1 or not 0 <= facts.worker_index < facts.num_workers:
+        raise UserError(
+            f"--worker-index {facts.worker_index} is not in 0..{facts.num_workers - 1}",
+            hint="pass --worker-index I --num-workers N with 0 <= I < N",
+        )
+    if facts.provider == "gcp":
+        if facts.num_workers == 1:
+            return StrategyPlan(
+                kind=StrategyKind.TPU_HOST,
+                runs_training=True,
+                tpu="local",
+                steps_per_execution=TPU_STEPS_PER_EXECUTION,
+            )
+        if not facts.tpu_name:
+            raise UserError(
+                "a multi-host TPU run needs the TPU's name",
+                hint="set cluster.tpu_name (the launcher fills it in)",
+            )
+        chief = facts.worker_index == 0
+        return StrategyPlan(
+            kind=StrategyKind.TPU_POD,
+            runs_training=chief,
+            tpu=facts.tpu_name,
+            env={"TPU_LOAD_LIBRARY": "0"} if chief else {},
+            steps_per_execution=TPU_STEPS_PER_EXECUTION,
+            is_chief=chief,
+        )
+    if facts.num_workers == 1:
+        return StrategyPlan(kind=StrategyKind.CPU, runs_training=True)
+    task = _tf_config_task(facts.tf_config, facts.num_workers)
+    return StrategyPlan(kind=StrategyKind.CPU_MULTI_WORKER, runs_training=True, is_chief=task == 0)
+
+
+def _tf_config_task(tf_config: str | None, num_workers: int) -> int:
+    if not tf_config:
+        raise UserError(
+            f"{num_workers} CPU workers need TF_CONFIG with every worker's address",
+            hint="run through `tpuctl train --local`, or set TF_CONFIG as TensorFlow documents",
+        )
+    try:
+        raw = json.loads(tf_config)
+        workers = raw["cluster"]["worker"]
+        index = int(raw["task"]["index"])
+    except (ValueError, KeyError, TypeError):
+        raise UserError(
+            "TF_CONFIG is not valid JSON with cluster.worker and task.index",
+            hint='e.g. {"cluster": {"worker": ["h0:p", "h1:p"]}, '
+            '"task": {"type": "worker", "index": 0}}',
+        ) from None
+    if len(workers) != num_workers:
+        raise UserError(
+            f"TF_CONFIG lists {len(workers)} workers but --num-workers is {num_workers}",
+            hint="make them agree",
+        )
+    return index
+
+
+def training_workers(cluster, num_workers: int) -> list[int]:
+    """Which workers run the train stage (the launcher waits on these, not on TPU servers)."""
+    if getattr(cluster, "provider", None) == "gcp" and num_workers > 1:
+        return [0]
+    return list(range(num_workers))
+
+
+def cluster_facts(
+    config, *, worker_index: int, num_workers: int, environ: dict[str, str] | None = None
+) -> ClusterFacts:
+    environ = os.environ if environ is None else environ
+    cluster = config.cluster
+    tpu_name = None
+    if cluster.provider == "gcp":
+        tpu_name = cluster.tpu_name or config.name
+    return ClusterFacts(
+        provider=cluster.provider,
+        num_workers=num_workers,
+        worker_index=worker_index,
+        tpu_name=tpu_name,
+        tf_config=environ.get("TF_CONFIG"),
+    )
+
+
+def build_strategy(plan: StrategyPlan):
+    """Make the tf.distribute strategy the plan describes (TensorFlow is imported here)."""
+    for key, value in plan.env.items():
+        os.environ[key] = value
+    import tensorflow as tf
+
+    if plan.kind in (StrategyKind.TPU_HOST, StrategyKind.TPU_POD):
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=plan.tpu)
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        return tf.distribute.TPUStrategy(resolver)
+    if plan.kind is StrategyKind.CPU_MULTI_WORKER:
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    return tf.distribute.get_strategy()

@@ -1,0 +1,439 @@
+"""The train stage: shards in, checkpoints, TensorBoard events and metrics.json out.
+
+    python -m payload train --config run.yaml [--worker-index I --num-workers N] [--resume]
+    run_train(config, worker_index=0, num_workers=1, resume=False)
+
+Parse and check everything first (manifest, shards, tokenizer, sizes: a mistake is one line and
+nothing is written), then build the strategy, model and optimizer, then a custom loop whose step
+count is the optimizer's own counter, so a resumed run continues the schedule and ends at
+`train.steps` total.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+import json
+import math
+import time
+from dataclasses import dataclass
+
+from payload import checkpoints, records, storage
+from payload.errors import UserError
+from payload.families import FAMILIES
+from payload.strategy import build_strategy, cluster_facts, plan_strategy
+
+
+def log(message: str) -> None:
+    print(message, flush=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunInputs:
+    """Everything checked before training starts."""
+
+    manifest: records.Manifest
+    train_files: list[str]
+    validation_files: list[str]
+    vocab: object  # model.TokenIds
+    hf_config: object
+    identity: dict
+
+
+def check_inputs(config) -> RunInputs:
+    """The manifest, the shards and the tokenizer agree with the config; nothing is written."""
+    from payload import model as model_lib
+
+    out = config.output_dir
+    manifest = records.load_manifest(out)
+    family = config.model.family
+    if manifest.family != family:
+        raise UserError(
+            f"the shards were prepared for {manifest.family}, not {family}",
+            hint="rerun prepare with --overwrite for this model family",
+        )
+    if manifest.seq_len != config.data.seq_len or manifest.record_len != config.record_len:
+        raise UserError(
+            f"the shards hold rows of {manifest.seq_len} tokens but data.seq_len is "
+            f"{config.data.seq_len}",
+            hint=f"rerun prepare with --overwrite, or set data.seq_len back to {manifest.seq_len}",
+        )
+    fingerprint = model_lib.tokenizer_fingerprint(out)
+    if manifest.tokenizer_fingerprint != fingerprint:
+        raise UserError(
+            "the shards were made with a different tokenizer than the one in "
+            f"{storage.join(out, 'tokenizer')}",
+            hint="rerun prepare with --overwrite after changing the tokenizer",
+        )
+    if manifest.splits["train"].records == 0:
+        raise UserError("the training split has no records", hint="add text to data.corpus")
+    records.verify_shards(out, manifest)
+    tokenizer = model_lib.load_tokenizer(out)
+    vocab = model_lib.token_ids(tokenizer, family)
+    if vocab.vocab_size != manifest.vocab_size:
+        raise UserError(
+            f"the tokenizer has {vocab.vocab_size} tokens but the manifest says "
+            f"{manifest.vocab_size}",
+            hint="rerun prepare with --overwrite",
+        )
+    hf_config = model_lib.model_config(config.model, vocab=vocab, seq_len=config.data.seq_len)
+
+    def files(split: str) -> list[str]:
+        return [
+            storage.join(out, "data", s.name) for s in manifest.splits[split].shards if s.records
+        ]
+
+    identity = {
+        "model": model_lib.config_fingerprint(hf_config),
+        "tokenizer": fingerprint,
+        "family": family,
+    }
+    return RunInputs(
+        manifest=manifest,
+        train_files=files("train"),
+        validation_files=files("validation"),
+        vocab=vocab,
+        hf_config=hf_config,
+        identity=identity,
+    )
+
+
+def objective_for(config, vocab):
+    from payload import objectives
+
+    family = FAMILIES[config.model.family]
+    if family.objective == "mlm":
+        return objectives.MaskedLM(
+            seq_len=config.data.seq_len,
+            vocab_size=vocab.vocab_size,
+            num_special=vocab.num_special,
+            mask_id=vocab.mask,
+            pad_id=vocab.pad,
+            mlm_probability=config.model.mlm_probability,
+        )
+    if family.objective == "clm":
+        return objectives.CausalLM(pad_id=vocab.pad)
+    return objectives.SpanCorruption(
+        expanded_len=config.record_len,
+        seq_len=config.data.seq_len,
+        noise_density=config.model.noise_density,
+        mean_noise_span_length=config.model.mean_noise_span_length,
+        eos_id=vocab.eos,
+        pad_id=vocab.pad,
+        first_sentinel_id=vocab.first_sentinel,
+        decoder_start_id=vocab.pad,
+    )
+
+
+def run_train(
+    config,
+    *,
+    worker_index: int = 0,
+    num_workers: int = 1,
+    resume: bool = False,
+    overwrite: bool = False,
+) -> None:
+    plan = plan_strategy(cluster_facts(config, worker_index=worker_index, num_workers=num_workers))
+    if not plan.runs_training:
+        log(f"worker {worker_index}: this host serves the TPU runtime; worker 0 drives training")
+        return
+    inputs = check_inputs(config)
+    strategy = build_strategy(plan)
+    replicas = strategy.num_replicas_in_sync
+    if config.train.batch_size % replicas:
+        raise UserError(
+            f"train.batch_size={config.train.batch_size} is not divisible by the "
+            f"{replicas} replicas",
+            hint=f"use a multiple of {replicas}",
+        )
+    checkpoints.check_resume(config.output_dir, inputs.identity, resume=resume, overwrite=overwrite)
+    Trainer(config, inputs, strategy, plan).train(resume=resume)
+
+
+class Trainer:
+    def __init__(self, config, inputs: RunInputs, strategy, plan):
+        import tensorflow as tf
+        import tf_keras
+
+        from payload import model as model_lib
+        from payload.optimization import build_optimizer
+
+        self.config, self.inputs, self.strategy, self.plan = config, inputs, strategy, plan
+        self.family = config.model.family
+        self.objective = objective_for(config, inputs.vocab)
+        tf_keras.mixed_precision.set_global_policy(
+            "mixed_bfloat16" if config.train.bf16 else "float32"
+        )
+        with strategy.scope():
+            self.model = model_lib.build_model(inputs.hf_config)
+            self.optimizer, self.schedule = build_optimizer(config.train)
+            self.optimizer.build(self.model.trainable_variables)
+        self.tokens_per_step = config.train.batch_size * config.data.seq_len
+        out = config.output_dir
+        self.metrics_path = storage.join(out, "metrics.json")
+        self.writer = (
+            tf.summary.create_file_writer(storage.join(out, "logs", "tensorboard"))
+            if plan.is_chief
+            else tf.summary.create_noop_writer()
+        )
+
+    # --- data --------------------------------------------------------------------------
+
+    def _dataset(self, files, *, shuffle: bool, start_batch: int):
+        import tensorflow as tf
+
+        from payload.data import input_pipeline
+
+        config, manifest = self.config, self.inputs.manifest
+
+        def make(context: tf.distribute.InputContext):
+            return input_pipeline(
+                files,
+                record_len=config.record_len,
+                dtype=manifest.dtype,
+                batch_size=context.get_per_replica_batch_size(config.train.batch_size),
+                objective=self.objective,
+                seed=config.train.seed,
+                shuffle=shuffle,
+                pipeline_id=context.input_pipeline_id,
+                num_pipelines=context.num_input_pipelines,
+                start_batch=start_batch,
+            )
+
+        return self.strategy.distribute_datasets_from_function(make)
+
+    # --- compiled steps ----------------------------------------------------------------
+
+    def _build_steps(self):
+        import tensorflow as tf
+
+        from payload.model import forward, loss_sums
+
+        model, optimizer, family = self.model, self.optimizer, self.family
+        strategy, max_norm = self.strategy, self.config.train.max_grad_norm
+        variables = model.trainable_variables
+        total = tf.distribute.ReduceOp.SUM
+
+        def train_step(batch):
+            context = tf.distribute.get_replica_context()
+            with tf.GradientTape() as tape:
+                logits, labels = forward(model, batch, family=family, training=True)
+                xent, count, _ = loss_sums(logits, labels)
+                # Normalise by the count over all replicas: the summed gradients are then the
+                # gradient of the global mean loss, whatever the split.
+                loss = xent / tf.maximum(context.all_reduce(total, count), 1.0)
+            grads = tape.gradient(loss, variables)
+            pairs = [(g, v) for g, v in zip(grads, variables, strict=True) if g is not None]
+            summed = context.all_reduce(total, [g for g, _ in pairs])
+            clipped, _ = tf.clip_by_global_norm(summed, max_norm)
+            optimizer.apply_gradients(
+                zip(clipped, [v for _, v in pairs], strict=True), skip_gradients_aggregation=True
+            )
+            return loss
+
+        @tf.function
+        def train_chunk(iterator, num_steps):
+            loss_sum = tf.constant(0.0)
+            first_bad = tf.constant(-1)
+            for i in tf.range(num_steps):
+                loss = strategy.reduce(
+                    total, strategy.run(train_step, (next(iterator),)), axis=None
+                )
+                finite = tf.math.is_finite(loss)
+                first_bad = tf.where((first_bad < 0) & ~finite, i, first_bad)
+                loss_sum += tf.where(finite, loss, 0.0)
+            return loss_sum, first_bad
+
+        def eval_step(batch):
+            logits, labels = forward(model, batch, family=family, training=False)
+            return tf.stack(loss_sums(logits, labels))
+
+        @tf.function
+        def eval_chunk(iterator, num_steps):
+            sums = tf.zeros([3])
+            for _ in tf.range(num_steps):
+                sums += strategy.reduce(
+                    total, strategy.run(eval_step, (next(iterator),)), axis=None
+                )
+            return sums
+
+        return train_chunk, eval_chunk
+
+    # --- the loop ----------------------------------------------------------------------
+
+    def train(self, *, resume: bool) -> None:
+        config, out = self.config, self.config.output_dir
+        steps = config.train.steps
+        if self.plan.is_chief and not resume:
+            checkpoints.start_fresh(out, self.inputs.identity)
+        ckpts = checkpoints.Checkpoints(
+            out,
+            model=self.model,
+            optimizer=self.optimizer,
+            keep=config.train.keep_checkpoints,
+            is_chief=self.plan.is_chief,
+        )
+        try:
+            if resume:
+                ckpts.restore_latest()
+            start = int(self.optimizer.iterations.numpy())
+            history = self._load_history(start) if resume else {"evals": [], "train": []}
+            if resume:
+                log(f"resuming from {ckpts.latest} at step {start} of {steps}")
+            if start >= steps:
+                log(f"already at step {start} of {steps}; nothing to train")
+                return
+            self._loop(ckpts, start, history)
+        finally:
+            ckpts.close()
+            self.writer.flush()
+
+    def _loop(self, ckpts, start: int, history: dict) -> None:
+        import tensorflow as tf
+
+        config = self.config
+        steps, every = config.train.steps, config.train
+        log_every = max(1, min(every.eval_every, every.checkpoint_every, 100))
+        train_chunk, eval_chunk = self._build_steps()
+        iterator = iter(self._dataset(self.inputs.train_files, shuffle=True, start_batch=start))
+        evaluate = self._evaluator(eval_chunk)
+        step, window_loss, window_steps = start, 0.0, 0
+        window_start = time.monotonic()
+        rate_steps, rate_time = 0, 0.0  # steady-state rate, first (compiling) chunk excluded
+        first_chunk = True
+        if evaluate and start == 0:
+            history["evals"].append(evaluate(0))  # the untrained baseline to compare against
+        while step < steps:
+            stop = min(
+                _next_multiple(step, log_every),
+                _next_multiple(step, every.eval_every),
+                _next_multiple(step, every.checkpoint_every),
+                steps,
+                step + self.plan.steps_per_execution,
+            )
+            began = time.monotonic()
+            loss_sum, first_bad = train_chunk(iterator, tf.constant(stop - step))
+            loss_sum, first_bad = float(loss_sum), int(first_bad)
+            if first_bad >= 0:
+                raise UserError(
+                    f"training diverged: the loss is not finite at step {step + first_bad + 1}",
+                    hint="lower train.learning_rate or raise train.warmup_steps; the last good "
+                    f"checkpoint ({ckpts.latest or 'none yet'}) is kept, continue with --resume",
+                )
+            elapsed = time.monotonic() - began
+            if not first_chunk:
+                rate_steps, rate_time = rate_steps + stop - step, rate_time + elapsed
+            first_chunk = False
+            window_loss += loss_sum
+            window_steps += stop - step
+            step = stop
+            if step % log_every == 0 or step == steps:
+                loss = window_loss / window_steps
+                lr = float(self.schedule(step - 1))
+                wall = time.monotonic() - window_start
+                tokens_per_s = self.tokens_per_step * window_steps / max(wall, 1e-9)
+                steady = rate_steps / rate_time if rate_time else window_steps / max(wall, 1e-9)
+                eta = (steps - step) / max(steady, 1e-9)
+                log(
+                    f"step {step}/{steps}  loss {loss:.4f}  lr {lr:.3g}  "
+                    f"tokens/s {tokens_per_s:,.0f}  eta {_duration(eta)}"
+                )
+                history["train"].append(
+                    {"step": step, "loss": loss, "learning_rate": lr, "tokens_per_s": tokens_per_s}
+                )
+                with self.writer.as_default(step=step):
+                    tf.summary.scalar("train/loss", loss)
+                    tf.summary.scalar("train/learning_rate", lr)
+                    tf.summary.scalar("train/tokens_per_s", tokens_per_s)
+                window_loss, window_steps, window_start = 0.0, 0, time.monotonic()
+            if evaluate and (step % every.eval_every == 0 or step == steps):
+                result = evaluate(step)
+                history["evals"].append(result)
+            if step % every.checkpoint_every == 0 or step == steps:
+                ckpts.save(step)
+                ckpts.latest = ckpts.manager.latest_checkpoint
+            if step % every.eval_every == 0 or step == steps:
+                self._write_metrics(history, step)
+        self._write_metrics(history, step, final=True, rate=(rate_steps, rate_time))
+
+    def _evaluator(self, eval_chunk):
+        import math as _math
+
+        import tensorflow as tf
+
+        manifest, config = self.inputs.manifest, self.config
+        available = manifest.splits["validation"].records // config.train.batch_size
+        if not self.inputs.validation_files or available == 0:
+            log("no evaluation: the validation split has fewer records than one batch")
+            return None
+        num_batches = min(config.train.eval_batches, available)
+        dataset = self._dataset(self.inputs.validation_files, shuffle=False, start_batch=0)
+        objective = FAMILIES[self.family].objective
+
+        def evaluate(step: int) -> dict:
+            xent, count, correct = (
+                float(x) for x in eval_chunk(iter(dataset), tf.constant(num_batches))
+            )
+            loss = xent / max(count, 1.0)
+            result = {"step": step, "loss": loss, "accuracy": correct / max(count, 1.0)}
+            if objective != "mlm":
+                result["perplexity"] = _math.exp(min(loss, 50.0))
+            shown = "  ".join(f"{k} {v:.4f}" for k, v in result.items() if k != "step")
+            log(f"eval at step {step}: {shown}")
+            with self.writer.as_default(step=step):
+                for key, value in result.items():
+                    if key != "step":
+                        tf.summary.scalar(f"eval/{key}", value)
+            return result
+
+        return evaluate
+
+    def _load_history(self, start: int) -> dict:
+        if not storage.exists(self.metrics_path):
+            return {"evals": [], "train": []}
+        old = json.loads(storage.read_text(self.metrics_path))
+        return {
+            key: [e for e in old.get(key, []) if e["step"] <= start] for key in ("evals", "train")
+        }
+
+    def _write_metrics(self, history: dict, step: int, *, final: bool = False, rate=None) -> None:
+        if not self.plan.is_chief:
+            return
+        config = self.config
+        payload = {
+            "family": self.family,
+            "step": step,
+            "steps": config.train.steps,
+            "global_batch_size": config.train.batch_size,
+            "seq_len": config.data.seq_len,
+            "replicas": self.strategy.num_replicas_in_sync,
+            "strategy": self.plan.kind.value,
+            **history,
+        }
+        if final:
+            steady_steps, steady_time = rate or (0, 0.0)
+            payload["final"] = {
+                "step": step,
+                "train_loss": history["train"][-1]["loss"] if history["train"] else None,
+                "eval": history["evals"][-1] if history["evals"] else None,
+                "steps_per_s": steady_steps / steady_time if steady_time else None,
+                "tokens_per_s": (
+                    self.tokens_per_step * steady_steps / steady_time if steady_time else None
+                ),
+            }
+        storage.write_text(self.metrics_path, json.dumps(payload, indent=1) + "\n")
+
+
+def _next_multiple(step: int, every: int) -> int:
+    return (step // every + 1) * every
+
+
+def _duration(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"

@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from payload.errors import UserError
 from payload.families import FAMILIES
 
+# transformers' TF RoBERTa embeddings fix their padding index at 1 whatever the config says.
+ROBERTA_POSITION_PADDING = 1
+
 MODEL_TYPES = {"bert": "bert", "roberta": "roberta", "gpt2": "gpt2", "t5": "t5"}
 
 
@@ -104,6 +107,12 @@ def model_config(model_cfg, *, vocab: TokenIds, seq_len: int):
     else:
         hf = _sized_config(model_cfg, vocab=vocab, seq_len=seq_len)
     hf.pad_token_id = vocab.pad
+    if family == "roberta":
+        # TF RoBERTa numbers positions from a hard-coded padding index of 1, PyTorch's from
+        # config.pad_token_id: say 1 so both frameworks give the same positions (and so the
+        # same outputs). Ids equal to 1 then restart no position count in either; the pipeline
+        # pads with the tokenizer's own pad id and masks it.
+        hf.pad_token_id = ROBERTA_POSITION_PADDING
     if vocab.bos is not None:
         hf.bos_token_id = vocab.bos
     if vocab.eos is not None:
@@ -111,8 +120,7 @@ def model_config(model_cfg, *, vocab: TokenIds, seq_len: int):
     if family == "t5":
         hf.decoder_start_token_id = vocab.pad
     positions = getattr(hf, "max_position_embeddings", None) or getattr(hf, "n_positions", None)
-    # RoBERTa numbers positions from pad_id + 1.
-    needed = seq_len + (vocab.pad + 1 if family == "roberta" else 0)
+    needed = seq_len + (ROBERTA_POSITION_PADDING + 1 if family == "roberta" else 0)
     if positions is not None and positions < needed:
         raise UserError(
             f"the model has {positions} positions but data.seq_len is {seq_len}",
@@ -144,7 +152,7 @@ def _sized_config(m, *, vocab: TokenIds, seq_len: int):
             intermediate_size=m.intermediate_size,
             hidden_dropout_prob=m.dropout,
             attention_probs_dropout_prob=m.dropout,
-            max_position_embeddings=max(512, seq_len) + vocab.pad + 1,
+            max_position_embeddings=max(512, seq_len) + ROBERTA_POSITION_PADDING + 1,
             type_vocab_size=1,
         )
     if m.family == "gpt2":

@@ -78,7 +78,9 @@ def read_identity(output_dir: str) -> dict | None:
 
 
 class Checkpoints:
-    def __init__(self, output_dir: str, *, model, optimizer, keep: int, is_chief: bool):
+    def __init__(
+        self, output_dir: str, *, model, optimizer, keep: int, is_chief: bool, resume: bool
+    ):
         import tensorflow as tf
 
         self.directory = checkpoint_dir(output_dir)
@@ -90,7 +92,8 @@ class Checkpoints:
             max_to_keep=keep,
             checkpoint_name="ckpt",
         )
-        self.latest = latest_checkpoint(output_dir)
+        # A fresh run's chief may be clearing the folder right now: only a resume looks.
+        self.latest = latest_checkpoint(output_dir) if resume else None
 
     def restore_latest(self) -> bool:
         if self.latest is None:

@@ -140,16 +140,18 @@ def run_train(
         log(f"worker {worker_index}: this host serves the TPU runtime; worker 0 drives training")
         return
     inputs = check_inputs(config)
+    checkpoints.check_resume(config.output_dir, inputs.identity, resume=resume, overwrite=overwrite)
     strategy = build_strategy(plan)
-    replicas = strategy.num_replicas_in_sync
-    if config.train.batch_size % replicas:
+    check_batch_size(config.train.batch_size, strategy.num_replicas_in_sync)
+    Trainer(config, inputs, strategy, plan).train(resume=resume)
+
+
+def check_batch_size(batch_size: int, replicas: int) -> None:
+    if batch_size % replicas:
         raise UserError(
-            f"train.batch_size={config.train.batch_size} is not divisible by the "
-            f"{replicas} replicas",
+            f"train.batch_size={batch_size} is not divisible by the {replicas} replicas",
             hint=f"use a multiple of {replicas}",
         )
-    checkpoints.check_resume(config.output_dir, inputs.identity, resume=resume, overwrite=overwrite)
-    Trainer(config, inputs, strategy, plan).train(resume=resume)
 
 
 class Trainer:
@@ -274,6 +276,7 @@ class Trainer:
             optimizer=self.optimizer,
             keep=config.train.keep_checkpoints,
             is_chief=self.plan.is_chief,
+            resume=resume,
         )
         try:
             if resume:
@@ -317,10 +320,15 @@ class Trainer:
             loss_sum, first_bad = train_chunk(iterator, tf.constant(stop - step))
             loss_sum, first_bad = float(loss_sum), int(first_bad)
             if first_bad >= 0:
+                kept = (
+                    f"the last good checkpoint, {ckpts.latest}, is kept: continue from it with "
+                    "--resume"
+                    if ckpts.latest
+                    else "no checkpoint was written yet"
+                )
                 raise UserError(
                     f"training diverged: the loss is not finite at step {step + first_bad + 1}",
-                    hint="lower train.learning_rate or raise train.warmup_steps; the last good "
-                    f"checkpoint ({ckpts.latest or 'none yet'}) is kept, continue with --resume",
+                    hint=f"lower train.learning_rate or raise train.warmup_steps; {kept}",
                 )
             elapsed = time.monotonic() - began
             if not first_chunk:
@@ -357,6 +365,8 @@ class Trainer:
             if step % every.eval_every == 0 or step == steps:
                 self._write_metrics(history, step)
         self._write_metrics(history, step, final=True, rate=(rate_steps, rate_time))
+        # Every worker prints it: in a multi-worker run the lines must agree (replicas in sync).
+        log(f"finished at step {step}; weights sha256 {weights_digest(self.model)}")
 
     def _evaluator(self, eval_chunk):
         import math as _math
@@ -424,6 +434,15 @@ class Trainer:
                 ),
             }
         storage.write_text(self.metrics_path, json.dumps(payload, indent=1) + "\n")
+
+
+def weights_digest(model) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    for weight in sorted(model.weights, key=lambda w: w.name):
+        digest.update(weight.numpy().tobytes())
+    return digest.hexdigest()[:16]
 
 
 def _next_multiple(step: int, every: int) -> int:

@@ -186,7 +186,11 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 
 def stage_command(stage: str, config: Path, *args: str) -> list[str]:
     """The payload's command line for a stage, as the launcher runs it."""
-    return [sys.executable, "-m", "payload", stage, "--config", str(config), *args]
+    if (REPO / "payload" / "__main__.py").exists():
+        entry = ["-m", "payload"]
+    else:
+        entry = [str(REPO / "tests" / "stage_runner.py")]
+    return [sys.executable, *entry, stage, "--config", str(config), *args]
 
 
 def run_stage(stage: str, config: Path, *args: str, env=None, timeout: float = 300):

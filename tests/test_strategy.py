@@ -1,0 +1,122 @@
+"""The strategy plan for each kind of cluster (TPU paths by their plan: no TPU here)."""
+
+import json
+
+import pytest
+
+from payload.config import parse_config
+from payload.errors import UserError
+from payload.strategy import (
+    TPU_STEPS_PER_EXECUTION,
+    ClusterFacts,
+    StrategyKind,
+    cluster_facts,
+    plan_strategy,
+    training_workers,
+)
+
+
+def tf_config(index: int, workers: int = 2) -> str:
+    hosts = [f"localhost:{2000 + i}" for i in range(workers)]
+    return json.dumps({"cluster": {"worker": hosts}, "task": {"type": "worker", "index": index}})
+
+
+def gcp_config(accelerator: str = "v4-8", **extra):
+    return parse_config(
+        {
+            "name": "pod-run",
+            "output_dir": "gs://bucket/run",
+            "cluster": {
+                "provider": "gcp",
+                "project": "p",
+                "zone": "us-central2-b",
+                "accelerator_type": accelerator,
+                "runtime_version": "tpu-vm-tf-2.20.0",
+                **extra,
+            },
+            "data": {"corpus": ["gs://bucket/text.txt"]},
+            "model": {"family": "roberta"},
+            "train": {"steps": 10, "batch_size": 8, "learning_rate": 1e-3},
+        }
+    )
+
+
+def test_single_host_tpu_uses_the_local_tpu():
+    plan = plan_strategy(cluster_facts(gcp_config(), worker_index=0, num_workers=1, environ={}))
+    assert plan.kind is StrategyKind.TPU_HOST and plan.tpu == "local"
+    assert plan.runs_training and plan.is_chief and plan.env == {}
+    assert plan.steps_per_execution == TPU_STEPS_PER_EXECUTION
+
+
+def test_pod_slice_is_driven_from_worker_zero_by_the_tpu_name():
+    config = gcp_config("v4-32")
+    chief = plan_strategy(cluster_facts(config, worker_index=0, num_workers=4, environ={}))
+    assert chief.kind is StrategyKind.TPU_POD and chief.tpu == "pod-run"
+    assert chief.env == {"TPU_LOAD_LIBRARY": "0"} and chief.runs_training
+    for index in (1, 2, 3):
+        other = plan_strategy(cluster_facts(config, worker_index=index, num_workers=4, environ={}))
+        assert not other.runs_training and other.env == {} and not other.is_chief
+    assert training_workers(config.cluster, 4) == [0]
+
+
+def test_pod_slice_uses_an_explicit_tpu_name():
+    config = gcp_config("v4-32", tpu_name="my-tpu")
+    assert (
+        plan_strategy(cluster_facts(config, worker_index=0, num_workers=4, environ={})).tpu
+        == "my-tpu"
+    )
+
+
+def test_cpu_single_process_uses_the_default_strategy():
+    plan = plan_strategy(ClusterFacts(provider="local", num_workers=1))
+    assert plan.kind is StrategyKind.CPU and plan.steps_per_execution == 1 and plan.is_chief
+
+
+def test_cpu_workers_use_multi_worker_mirrored_from_tf_config():
+    for index in (0, 1):
+        plan = plan_strategy(
+            ClusterFacts(
+                provider="local", num_workers=2, worker_index=index, tf_config=tf_config(index)
+            )
+        )
+        assert plan.kind is StrategyKind.CPU_MULTI_WORKER and plan.runs_training
+        assert plan.is_chief == (index == 0)
+    assert training_workers(parse_config_local().cluster, 3) == [0, 1, 2]
+
+
+def parse_config_local():
+    return parse_config(
+        {
+            "name": "x",
+            "output_dir": "/tmp/x",
+            "data": {"corpus": ["a.txt"]},
+            "model": {"family": "gpt2"},
+            "train": {"steps": 10, "batch_size": 8, "learning_rate": 1e-3},
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("tf_conf", "message"),
+    [
+        (None, "need TF_CONFIG"),
+        ("{not json", "not valid JSON"),
+        (tf_config(0, workers=3), "lists 3 workers"),
+    ],
+)
+def test_cpu_workers_without_a_usable_tf_config_are_refused(tf_conf, message):
+    with pytest.raises(UserError, match=message):
+        plan_strategy(ClusterFacts(provider="ssh", num_workers=2, tf_config=tf_conf))
+
+
+def test_worker_index_out_of_range_is_refused():
+    with pytest.raises(UserError, match="--worker-index 2"):
+        plan_strategy(ClusterFacts(provider="local", num_workers=2, worker_index=2))
+
+
+def test_cpu_plan_builds_the_default_strategy():
+    tf = pytest.importorskip("tensorflow")
+    from payload.strategy import build_strategy
+
+    strategy = build_strategy(plan_strategy(ClusterFacts(provider="local", num_workers=1)))
+    assert strategy is tf.distribute.get_strategy()

@@ -1,0 +1,144 @@
+"""The train stage in this process: every family learns; bad inputs are one clear error."""
+
+import json
+import re
+
+import pytest
+
+pytest.importorskip("tensorflow")
+
+from train_helpers import make_run_dir, run_config
+
+from payload import records
+from payload.config import parse_config
+from payload.errors import UserError
+from payload.train import check_batch_size, run_train
+
+
+def written(out) -> set[str]:
+    """What the train stage may write into output_dir."""
+    return {p.name for p in out.iterdir()} & {"checkpoints", "logs", "metrics.json"}
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "gpt2", "t5"])
+def test_each_family_learns_on_the_bundled_corpus(tmp_path, family):
+    out = make_run_dir(tmp_path, family)
+    run_train(run_config(out, family, steps=60))
+    metrics = json.loads((out / "metrics.json").read_text())
+    evals = metrics["evals"]
+    assert [e["step"] for e in evals] == [0, 20, 40, 60]
+    assert evals[-1]["loss"] < evals[0]["loss"] - 0.5, evals
+    key = "accuracy" if family in ("bert", "roberta") else "perplexity"
+    assert key in evals[-1]
+    assert metrics["final"]["step"] == 60 and metrics["final"]["tokens_per_s"] > 0
+    names = {p.name for p in (out / "checkpoints").iterdir()}
+    assert {"checkpoint", "ckpt-60.index", "ckpt-40.index", "run.json"} <= names
+    assert list((out / "logs" / "tensorboard").iterdir())
+
+
+@pytest.fixture(scope="module")
+def roberta_dir(tmp_path_factory):
+    return make_run_dir(tmp_path_factory.mktemp("bad"), "roberta")
+
+
+def fresh_copy(src, tmp_path):
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(src, out)
+    return out
+
+
+def test_no_manifest(tmp_path, roberta_dir):
+    out = fresh_copy(roberta_dir, tmp_path)
+    (out / "data" / "manifest.json").unlink()
+    with pytest.raises(UserError, match="no shard manifest"):
+        run_train(run_config(out, "roberta"))
+    assert not written(out)
+
+
+def test_corrupt_shard_is_named(tmp_path, roberta_dir):
+    out = fresh_copy(roberta_dir, tmp_path)
+    shard = out / "data" / records.shard_name("train", 0, 1, 1)
+    data = bytearray(shard.read_bytes())
+    data[100] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    with pytest.raises(UserError, match=r"train-w00000of00001-00001\.tfrecord does not match"):
+        run_train(run_config(out, "roberta"))
+    assert not written(out)
+
+
+def test_seq_len_differs_from_the_shards(tmp_path, roberta_dir):
+    out = fresh_copy(roberta_dir, tmp_path)
+    raw = run_config(out, "roberta").model_dump(mode="json")
+    raw["data"]["seq_len"] = 48
+    with pytest.raises(UserError, match=r"rows of 32 tokens but data\.seq_len is 48"):
+        run_train(parse_config(raw))
+    assert not written(out)
+
+
+def test_tokenizer_changed_since_prepare(tmp_path, roberta_dir):
+    out = fresh_copy(roberta_dir, tmp_path)
+    path = out / "tokenizer" / "tokenizer.json"
+    path.write_text(path.read_text().replace('"<mask>"', '"<MASK>"', 1))
+    with pytest.raises(UserError, match="different tokenizer"):
+        run_train(run_config(out, "roberta"))
+    assert not written(out)
+
+
+def test_resume_without_a_checkpoint_says_so(tmp_path, roberta_dir):
+    out = fresh_copy(roberta_dir, tmp_path)
+    with pytest.raises(UserError, match=r"--resume: no checkpoint.*run without --resume"):
+        run_train(run_config(out, "roberta"), resume=True)
+    assert not written(out)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("steps", 0, "train.steps"),
+        ("learning_rate", 0.0, "train.learning_rate"),
+    ],
+)
+def test_non_positive_steps_or_learning_rate(tmp_path, key, value, message):
+    with pytest.raises(UserError, match=message):
+        run_config(tmp_path, "roberta", **{key: value})
+
+
+def test_heads_must_divide_hidden_size(tmp_path):
+    raw = run_config(tmp_path, "roberta").model_dump(mode="json")
+    raw["model"].update(hidden_size=30, num_heads=4, config=None)
+    with pytest.raises(UserError, match=r"num_heads=4 does not divide model\.hidden_size=30"):
+        parse_config(raw)
+
+
+def test_batch_size_must_divide_over_replicas():
+    check_batch_size(16, 8)
+    with pytest.raises(UserError, match="batch_size=10 is not divisible by the 4 replicas"):
+        check_batch_size(10, 4)
+
+
+def test_resume_refuses_a_changed_model_and_a_diverged_run_names_its_step(tmp_path, roberta_dir):
+    out = fresh_copy(roberta_dir, tmp_path)
+    run_train(run_config(out, "roberta", steps=4, checkpoint_every=2, eval_every=2))
+    raw = run_config(out, "roberta", steps=8).model_dump(mode="json")
+    raw["model"]["num_layers"] = 3
+    with pytest.raises(UserError, match="--resume: the model changed"):
+        run_train(parse_config(raw), resume=True)
+    with pytest.raises(UserError, match="already holds checkpoints"):
+        run_train(run_config(out, "roberta", steps=8))
+    # Learning rate 1e6: the loss overflows within a few steps; the good checkpoint stays.
+    diverging = run_config(
+        out,
+        "roberta",
+        steps=40,
+        learning_rate=1e6,
+        warmup_steps=0,
+        checkpoint_every=1,
+        eval_every=40,
+    )
+    with pytest.raises(UserError, match=r"not finite at step (\d+)") as info:
+        run_train(diverging, overwrite=True)
+    bad_step = int(re.search(r"step (\d+)", str(info.value)).group(1))
+    kept = sorted(int(p.stem.split("-")[1]) for p in (out / "checkpoints").glob("ckpt-*.index"))
+    assert kept and max(kept) == bad_step - 1

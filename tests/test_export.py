@@ -1,0 +1,87 @@
+"""The export stage: a model folder that loads back in TensorFlow, and in PyTorch
+transformers 5.x, with the trained model's outputs."""
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tensorflow")
+
+from train_helpers import REPO, make_run_dir, run_config
+
+from payload.errors import UserError
+from payload.export import run_export, trained_model
+from payload.train import run_train
+
+TORCH_PYTHON = REPO / ".venv-torch" / "bin" / "python"
+TEXT = ["The interpreter reads the module and runs it.", "A list of numbers, then a dict."]
+
+
+@pytest.fixture(scope="module", params=["bert", "roberta", "gpt2", "t5"])
+def exported(request, tmp_path_factory):
+    family = request.param
+    out = make_run_dir(tmp_path_factory.mktemp("export"), family)
+    config = run_config(out, family, steps=6, checkpoint_every=3, eval_every=6)
+    run_train(config)
+    run_export(config)
+    model, tokenizer, _ = trained_model(config)
+    ids = np.array(tokenizer(TEXT, padding="longest")["input_ids"], dtype=np.int64)[:, :12]
+    extra = {"decoder_input_ids": ids[:, :5]} if family == "t5" else {}
+    logits = model(ids, **extra, training=False).logits.numpy()
+    return family, out / "model", ids, extra, logits
+
+
+def test_model_folder_loads_back_in_tensorflow_with_the_same_logits(exported):
+    import transformers
+
+    family, folder, ids, extra, logits = exported
+    names = {p.name for p in folder.iterdir()}
+    assert {"config.json", "model.safetensors", "tf_model.h5", "tokenizer.json"} <= names
+    auto = {
+        "bert": transformers.TFAutoModelForMaskedLM,
+        "roberta": transformers.TFAutoModelForMaskedLM,
+        "gpt2": transformers.TFAutoModelForCausalLM,
+        "t5": transformers.TFAutoModelForSeq2SeqLM,
+    }[family]
+    loaded = auto.from_pretrained(str(folder), use_safetensors=False)
+    np.testing.assert_allclose(loaded(ids, **extra).logits.numpy(), logits, atol=1e-5)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder))
+    assert tokenizer(TEXT[0])["input_ids"]
+
+
+@pytest.mark.torch
+def test_model_folder_loads_in_pytorch_transformers_5_with_the_same_logits(exported, tmp_path):
+    if not TORCH_PYTHON.exists():
+        pytest.skip("no PyTorch environment at .venv-torch (make setup-torch builds it)")
+    family, folder, ids, _, logits = exported
+    np.save(tmp_path / "ids.npy", ids)
+    result = subprocess.run(
+        [
+            str(TORCH_PYTHON),
+            str(Path(__file__).with_name("torch_logits.py")),
+            str(folder),
+            family,
+            str(tmp_path / "ids.npy"),
+            str(tmp_path / "logits.npy"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["transformers"].startswith("5.") and not report["problems"]
+    torch_logits = np.load(tmp_path / "logits.npy")
+    np.testing.assert_allclose(torch_logits, logits, atol=1e-4)
+    assert (torch_logits.argmax(-1) == logits.argmax(-1)).mean() > 0.99
+
+
+def test_export_without_a_checkpoint_says_so(tmp_path):
+    out = make_run_dir(tmp_path, "gpt2")
+    with pytest.raises(UserError, match="nothing to export"):
+        run_export(run_config(out, "gpt2"))
+    assert not (out / "model").exists()

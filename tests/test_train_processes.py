@@ -1,0 +1,111 @@
+"""The train stage as real processes: two CPU workers in sync, and a SIGKILLed run resumed."""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+pytest.importorskip("tensorflow")
+
+from train_helpers import make_run_dir, run_stage, stage_command, subprocess_env, write_config
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def weights_digest(log: str) -> str:
+    found = re.findall(r"finished at step (\d+); weights sha256 (\w+)", log)
+    assert found, log[-2000:]
+    return found[-1]
+
+
+def test_two_cpu_workers_end_with_identical_weights(tmp_path):
+    out = make_run_dir(tmp_path, "roberta")
+    config = write_config(out, "roberta", steps=12, checkpoint_every=6, eval_every=6)
+    hosts = [f"localhost:{port}" for port in free_ports(2)]
+    procs = []
+    for index in range(2):
+        tf_config = json.dumps(
+            {"cluster": {"worker": hosts}, "task": {"type": "worker", "index": index}}
+        )
+        procs.append(
+            subprocess.Popen(
+                stage_command("train", config, "--worker-index", str(index), "--num-workers", "2"),
+                env=subprocess_env(TF_CONFIG=tf_config),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    logs = []
+    try:
+        for proc in procs:
+            logs.append(proc.communicate(timeout=240)[0])
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    assert [p.returncode for p in procs] == [0, 0], logs[0][-3000:] + logs[1][-3000:]
+    first, second = (weights_digest(log) for log in logs)
+    assert first == second and first[0] == "12"
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["replicas"] == 2 and metrics["strategy"] == "cpu-multi-worker"
+    assert (out / "checkpoints" / "ckpt-12.index").exists()
+
+
+def test_a_killed_run_resumes_and_ends_at_exactly_train_steps(tmp_path):
+    out = make_run_dir(tmp_path, "gpt2")
+    steps, every = 300, 25
+    config = write_config(out, "gpt2", steps=steps, checkpoint_every=every, eval_every=100)
+    proc = subprocess.Popen(
+        stage_command("train", config),
+        env=subprocess_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    index = out / "checkpoints" / "checkpoint"
+    deadline = time.monotonic() + 180
+    try:
+        while not index.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    saved = int(re.search(r'model_checkpoint_path: "ckpt-(\d+)"', index.read_text()).group(1))
+    assert saved < steps
+
+    resumed = run_stage("train", config, "--resume", timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming from" in resumed.stdout and f"at step {saved} of {steps}" in resumed.stdout
+    assert weights_digest(resumed.stdout)[0] == str(steps)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["final"]["step"] == steps
+    # The schedule continued: the last logged learning rate is the end of the linear decay.
+    assert metrics["train"][-1]["learning_rate"] < 1e-4
+    assert (out / "checkpoints" / f"ckpt-{steps}.index").exists()
+
+    again = run_stage("train", config, "--resume")
+    assert again.returncode == 0 and f"already at step {steps}" in again.stdout
+
+
+def test_a_user_error_is_one_line_and_exit_status_two(tmp_path):
+    out = make_run_dir(tmp_path, "gpt2")
+    config = write_config(out, "gpt2")
+    result = run_stage("train", config, "--resume")
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if "no checkpoint" in line]
+    assert len(lines) == 1 and "Traceback" not in result.stderr

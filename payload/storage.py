@@ -18,7 +18,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
-from typing import IO
+from typing import IO, NoReturn
 
 from payload.errors import UserError
 
@@ -103,17 +103,15 @@ def read_text(path: str) -> str:
     return read_bytes(path).decode("utf-8")
 
 
-def raise_disk_error(exc: OSError, path: str) -> None:
+def raise_disk_error(exc: OSError, path: str) -> NoReturn:
     if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
         raise UserError(
             f"no space left writing {path}",
             hint="free space or point output_dir somewhere larger, then rerun (finished work is kept)",
         ) from None
-    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        raise UserError(
-            f"cannot write {path}: {exc.strerror}", hint="choose a writable output_dir"
-        ) from None
-    raise exc
+    raise UserError(
+        f"cannot write {path}: {exc.strerror}", hint="choose a writable output_dir"
+    ) from None
 
 
 def makedirs(path: str) -> None:

@@ -432,6 +432,9 @@ def run_prepare(config: RunConfig, *, worker_index: int = 0, num_workers: int = 
     shards = {}
     totals = (0, 0)
     for split in records.SPLITS:
+        if split == "validation" and config.data.validation_fraction == 0:
+            shards[split] = []  # nothing to hold out: no second pass over the input
+            continue
         shards[split], split_totals = _prepare_split(ctx, split)
         if split == "train":
             totals = split_totals

@@ -35,7 +35,14 @@ _SPM_MAX_SENTENCE_BYTES = 1 << 16
 
 
 def tokenizer_dir(config: RunConfig) -> str:
+    """Where the tokenizer stage writes: output_dir/tokenizer."""
     return storage.join(config.output_dir, TOKENIZER_DIR)
+
+
+def tokenizer_source(config: RunConfig) -> str:
+    """Where later stages read the tokenizer: `tokenizer.path` when set (the tokenizer stage
+    may be skipped then), else what the tokenizer stage wrote."""
+    return config.tokenizer.path or tokenizer_dir(config)
 
 
 def fingerprint(tokenizer_json: bytes) -> str:
@@ -193,9 +200,12 @@ def load_tokenizer(config: RunConfig):
     """The `tokenizers.Tokenizer` prepare encodes with, and its fingerprint."""
     from tokenizers import Tokenizer
 
-    folder = tokenizer_dir(config)
+    folder = tokenizer_source(config)
     path = storage.join(folder, TOKENIZER_FILE)
     if not storage.exists(path):
+        if config.tokenizer.path:
+            raise UserError(f"tokenizer.path {folder} has no {TOKENIZER_FILE}",
+                            hint="point it at a folder saved by a Hugging Face fast tokenizer")
         raise UserError(f"no tokenizer at {folder}",
                         hint="run the tokenizer stage first, or set tokenizer.path")
     raw = storage.read_bytes(path)
@@ -262,7 +272,7 @@ def run_tokenizer(config: RunConfig) -> None:
 
 def copy_tokenizer_files(config: RunConfig, dest: str) -> None:
     """Copy the run's tokenizer files into another folder (the exported model)."""
-    for name in storage.listdir(tokenizer_dir(config)):
+    for name in storage.listdir(tokenizer_source(config)):
         target = storage.join(dest, os.path.basename(name))
         if storage.is_gcs(name) or storage.is_gcs(dest):
             storage.write_bytes(target, storage.read_bytes(name))

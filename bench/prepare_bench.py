@@ -137,11 +137,16 @@ def run(results: dict, quick: bool = False) -> dict:
     tokenizer = _train_bench_tokenizer()
     figures: dict = {"corpus_mb": small_mb, "seq_len": SEQ_LEN, "vocab": VOCAB,
                      "cores": os.cpu_count()}
-    figures["ceiling"] = _json_run(["-m", "bench.measure", "ceiling",
-                                    str(tokenizer / "tokenizer.json"), str(small)])
+    # The machine is shared and noisy: ceiling and ours alternate, best of three each.
+    ceilings, ours_runs = [], []
+    for _ in range(3):
+        ceilings.append(_json_run(["-m", "bench.measure", "ceiling",
+                                   str(tokenizer / "tokenizer.json"), str(small)]))
+        ours_runs.append(_ours(small, tokenizer, "ours-1", 1))
+    figures["ceiling"] = min(ceilings, key=lambda r: r["seconds"])
     figures["ceiling"]["tokens_per_s"] = figures["ceiling"]["tokens"] / figures["ceiling"][
         "seconds"]
-    figures["ours_1proc"] = _ours(small, tokenizer, "ours-1", 1)
+    figures["ours_1proc"] = max(ours_runs, key=lambda r: r["steady_tokens_per_s"])
     figures["ours_2proc"] = _ours(small, tokenizer, "ours-2", 2)
     figures["reference"] = _reference(small, tokenizer, num_proc=os.cpu_count() or 1)
     figures["ours_big"] = _ours(big, tokenizer, "ours-big", 1)
@@ -170,7 +175,8 @@ def _print(f: dict, small_mb: float, big_mb: float) -> None:
     row("ours, 2 worker processes, tokens/s (wall)", f"{f['ours_2proc']['tokens_per_s']:,.0f}")
     row("speed-up over the reference", f"{f['speedup_vs_reference']:.2f}x", "target >= 4x")
     row("ceiling: raw encode_batch_fast tokens/s", f"{f['ceiling']['tokens_per_s']:,.0f}")
-    row("ours steady state / ceiling", f"{f['steady_vs_ceiling']:.0%}", "target >= 70%")
+    row("ours steady state / ceiling (best of 3 each)", f"{f['steady_vs_ceiling']:.0%}",
+        "target >= 70%")
     row(f"peak memory, ours, {small_mb:g} MB", f"{f['ours_1proc']['peak_rss_mb']:.0f} MB")
     row(f"peak memory, ours, {big_mb:g} MB", f"{f['ours_big']['peak_rss_mb']:.0f} MB")
     row("  ratio", f"{f['memory_big_vs_small']:.2f}x", "target <= 1.5x")

@@ -127,20 +127,22 @@ def _train_sentencepiece(texts: Iterable[str], *, vocab_size: int, family: Famil
 
     specials = family.special_tokens
     others = [t for t in specials if t not in (family.pad, family.unk)]
-    if specials[:2] != [family.pad, family.unk]:
-        raise AssertionError("families list pad and unk first")
+    pad_id, unk_id = specials.index(family.pad), specials.index(family.unk)
     model = io.BytesIO()
+    # sentencepiece fixes pad and unk where asked and fills the free ids below them with the
+    # other specials in order, so every special lands on the family's id.
     spm.SentencePieceTrainer.train(
         sentence_iterator=_lines(texts), model_writer=model, model_type="unigram",
         vocab_size=vocab_size, hard_vocab_limit=False, character_coverage=0.9995,
-        pad_id=0, pad_piece=family.pad, unk_id=1, unk_piece=family.unk, bos_id=-1, eos_id=-1,
+        pad_id=pad_id, pad_piece=family.pad, unk_id=unk_id, unk_piece=family.unk, bos_id=-1,
+        eos_id=-1,
         user_defined_symbols=others, max_sentence_length=_SPM_MAX_SENTENCE_BYTES,
         train_extremely_large_corpus=False, minloglevel=2, num_threads=os.cpu_count() or 1,
     )
     proto = sentencepiece_model_pb2.ModelProto()
     proto.ParseFromString(model.getvalue())
     vocab = [(p.piece, p.score if p.type == 1 else 0.0) for p in proto.pieces]
-    tok = Tokenizer(models.Unigram(vocab, unk_id=1, byte_fallback=False))
+    tok = Tokenizer(models.Unigram(vocab, unk_id=unk_id, byte_fallback=False))
     steps = []
     if proto.normalizer_spec.precompiled_charsmap:
         steps.append(normalizers.Precompiled(proto.normalizer_spec.precompiled_charsmap))

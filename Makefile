@@ -31,8 +31,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[all]'
 	@touch $(STAMP)
 
+DEMO := examples/demo.yaml
+
 demo: setup
-	$(BIN)/python scripts/demo.py examples/demo.yaml
+	$(BIN)/python -m payload tokenizer --config $(DEMO)
+	$(BIN)/python -m payload prepare --config $(DEMO) --worker-index 0 --num-workers 2
+	$(BIN)/python -m payload prepare --config $(DEMO) --worker-index 1 --num-workers 2
 
 test: setup setup-torch
 	$(BIN)/python -m pytest -q

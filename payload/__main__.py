@@ -27,7 +27,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--worker-index", type=int, default=0)
     parser.add_argument("--num-workers", type=int, default=1)
     parser.add_argument("--overwrite", action="store_true",
-                        help="prepare: replace shards made with another tokenizer or layout")
+                        help="prepare: replace shards made with another tokenizer or layout; "
+                        "train: start again over an earlier run's checkpoints")
     parser.add_argument("--resume", action="store_true", help="train: continue from a checkpoint")
     return parser
 
@@ -56,7 +57,7 @@ def run_stage(args: argparse.Namespace) -> None:
         from payload.train import run_train
 
         run_train(config, worker_index=args.worker_index, num_workers=args.num_workers,
-                  resume=args.resume)
+                  resume=args.resume, overwrite=args.overwrite)
     elif args.stage == "export":
         from payload.export import run_export
 

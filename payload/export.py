@@ -112,7 +112,7 @@ def trained_model(config):
 
     from payload import model as model_lib
 
-    tokenizer = model_lib.load_tokenizer(config.output_dir)
+    tokenizer, _ = model_lib.load_tokenizer(config)
     vocab = model_lib.token_ids(tokenizer, config.model.family)
     hf_config = model_lib.model_config(config.model, vocab=vocab, seq_len=config.data.seq_len)
     identity = checkpoints.read_identity(config.output_dir)
@@ -131,7 +131,9 @@ def trained_model(config):
 def run_export(config) -> None:
     from safetensors.numpy import save_file
 
-    model, tokenizer, path = trained_model(config)
+    from payload.tokenizer import copy_tokenizer_files
+
+    model, _, path = trained_model(config)
     family = config.model.family
     staging = tempfile.mkdtemp(prefix="tpuctl-export-")
     try:
@@ -144,7 +146,7 @@ def run_export(config) -> None:
         hf_config = model.config
         hf_config.architectures = [ARCHITECTURES[family]]
         hf_config.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
+        copy_tokenizer_files(config, staging)
         _add_export_note(staging, path)
         target = storage.join(config.output_dir, "model")
         storage.remove_tree(target)

@@ -250,36 +250,26 @@ def loss_sums(logits, labels):
     return tf.reduce_sum(xent * weight), tf.reduce_sum(weight), tf.reduce_sum(correct)
 
 
-def load_tokenizer(output_dir: str):
-    """The run's tokenizer (`output_dir/tokenizer/`, copied down first if it is on GCS)."""
+def load_tokenizer(config):
+    """The run's tokenizer as a `PreTrainedTokenizerFast` (copied down first from GCS), and the
+    fingerprint prepare recorded for it."""
     import os
     import tempfile
 
     from transformers import PreTrainedTokenizerFast
 
     from payload import storage
+    from payload.tokenizer import TOKENIZER_FILE, fingerprint, tokenizer_source
 
-    folder = storage.join(output_dir, "tokenizer")
-    if not storage.exists(storage.join(folder, "tokenizer.json")):
+    folder = tokenizer_source(config)
+    path = storage.join(folder, TOKENIZER_FILE)
+    if not storage.exists(path):
         raise UserError(f"no tokenizer at {folder}", hint="run the tokenizer stage first")
+    raw = storage.read_bytes(path)
     if storage.is_gcs(folder):
         local = tempfile.mkdtemp(prefix="tpuctl-tokenizer-")
-        for path in storage.listdir(folder):
-            with open(os.path.join(local, path.rsplit("/", 1)[-1]), "wb") as f:
-                f.write(storage.read_bytes(path))
+        for name in storage.listdir(folder):
+            with open(os.path.join(local, name.rsplit("/", 1)[-1]), "wb") as f:
+                f.write(storage.read_bytes(name))
         folder = local
-    return PreTrainedTokenizerFast.from_pretrained(folder)
-
-
-def tokenizer_fingerprint(output_dir: str) -> str:
-    """The fingerprint prepare records in the manifest for the tokenizer it used."""
-    try:  # the tokenizer stage owns the definition when it is present
-        from payload.tokenizer import tokenizer_fingerprint as owner
-    except ImportError:
-        owner = None
-    if owner is not None:
-        return owner(output_dir)
-    from payload import storage
-
-    data = storage.read_bytes(storage.join(output_dir, "tokenizer", "tokenizer.json"))
-    return hashlib.sha256(data).hexdigest()
+    return PreTrainedTokenizerFast.from_pretrained(folder), fingerprint(raw)

@@ -60,17 +60,15 @@ def check_inputs(config) -> RunInputs:
             f"{config.data.seq_len}",
             hint=f"rerun prepare with --overwrite, or set data.seq_len back to {manifest.seq_len}",
         )
-    fingerprint = model_lib.tokenizer_fingerprint(out)
+    tokenizer, fingerprint = model_lib.load_tokenizer(config)
     if manifest.tokenizer_fingerprint != fingerprint:
         raise UserError(
-            "the shards were made with a different tokenizer than the one in "
-            f"{storage.join(out, 'tokenizer')}",
+            "the shards were made with a different tokenizer than the one this run now uses",
             hint="rerun prepare with --overwrite after changing the tokenizer",
         )
     if manifest.splits["train"].records == 0:
         raise UserError("the training split has no records", hint="add text to data.corpus")
     records.verify_shards(out, manifest)
-    tokenizer = model_lib.load_tokenizer(out)
     vocab = model_lib.token_ids(tokenizer, family)
     if vocab.vocab_size != manifest.vocab_size:
         raise UserError(

@@ -1,5 +1,5 @@
-"""Tiny runs for the training tests: a small tokenizer, shards and a manifest made the way the
-tokenizer and prepare stages lay them out, from the bundled corpus.
+"""Tiny runs for the training tests: the real tokenizer and prepare stages on the bundled
+corpus, once per family per session, copied for each test.
 
     out = make_run_dir(tmp_path, "roberta")        # output_dir with tokenizer/ and data/
     config = run_config(out, "roberta", steps=40)  # a validated RunConfig
@@ -7,129 +7,38 @@ tokenizer and prepare stages lay them out, from the bundled corpus.
 
 from __future__ import annotations
 
-import gzip
-import hashlib
+import atexit
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
-import numpy as np
 import yaml
 
-from payload import records
 from payload.config import parse_config
-from payload.families import FAMILIES, t5_expanded_length
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "payload" / "data" / "corpus.txt.gz"
 SEQ_LEN = 32
 VOCAB = 600
+_CACHE = Path(tempfile.mkdtemp(prefix="tpuctl-train-tests-"))
+atexit.register(shutil.rmtree, _CACHE, True)
 
 
-def corpus_lines(limit: int = 4000) -> list[str]:
-    with gzip.open(CORPUS, "rt", encoding="utf-8") as f:
-        lines = [line.strip() for line in f if line.strip()]
-    return lines[:limit]
-
-
-def save_tokenizer(folder: Path, family: str, lines: list[str], vocab_size: int = VOCAB) -> None:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    spec = FAMILIES[family]
-    tokenizer = Tokenizer(models.BPE(unk_token=spec.unk))
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size + len(spec.special_tokens),
-        special_tokens=spec.special_tokens,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tokenizer.train_from_iterator(lines, trainer)
-    named = {
-        key: getattr(spec, key)
-        for key in ("unk", "pad", "mask", "cls", "sep", "bos", "eos")
-        if getattr(spec, key)
-    }
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer,
-        **{f"{k}_token": v for k, v in named.items()},
-        additional_special_tokens=list(spec.extra) or None,
-    )
-    fast.save_pretrained(str(folder))
-
-
-def write_shards(out: Path, family: str, *, train_shards: int = 2) -> None:
-    from transformers import PreTrainedTokenizerFast
-
-    spec = FAMILIES[family]
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(out / "tokenizer"))
-    record_len = t5_expanded_length(SEQ_LEN, 0.15, 3.0) if family == "t5" else SEQ_LEN
-    separator = tokenizer.convert_tokens_to_ids(spec.separator)
-    stream: list[int] = []
-    lines = corpus_lines()
-    for ids in tokenizer(lines, add_special_tokens=False)["input_ids"]:
-        stream.extend([*ids, separator])
-    start = [tokenizer.convert_tokens_to_ids(spec.row_start)] if spec.row_start else []
-    body = record_len - len(start)
-    rows = np.array(
-        [start + stream[i : i + body] for i in range(0, len(stream) - body + 1, body)],
-        dtype=np.int64,
-    )
-    num_validation = max(len(rows) // 20, 16)
-    splits = {
-        "validation": [rows[:num_validation]],
-        "train": np.array_split(rows[num_validation:], train_shards),
-    }
-    dtype = records.dtype_for_vocab(len(tokenizer))
-    summaries = {}
-    for split, parts in splits.items():
-        summary = records.SplitSummary()
-        for index, part in enumerate(parts):
-            name = records.shard_name(split, 0, 1, index)
-            path = out / "data" / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "wb") as f:
-                writer = records.ShardWriter(f, dtype=dtype)
-                writer.write_rows(part)
-                stats = writer.finish()
-            summary.shards.append(
-                records.ShardEntry(
-                    name=name,
-                    records=stats.records,
-                    tokens=stats.tokens,
-                    bytes=stats.bytes,
-                    sha256=stats.sha256,
-                )
-            )
-            summary.records += stats.records
-            summary.tokens += stats.tokens
-        summaries[split] = summary
-    fingerprint = hashlib.sha256((out / "tokenizer" / "tokenizer.json").read_bytes()).hexdigest()
-    manifest = records.Manifest(
-        format=records.FORMAT,
-        seq_len=SEQ_LEN,
-        record_len=record_len,
-        dtype=dtype,
-        family=family,
-        vocab_size=len(tokenizer),
-        tokenizer_fingerprint=fingerprint,
-        data_fingerprint="test",
-        num_workers=1,
-        documents=len(lines),
-        invalid_utf8_lines=0,
-        splits=summaries,
-    )
-    (out / "data" / records.MANIFEST).write_text(manifest.to_json())
-
-
-def make_run_dir(root: Path, family: str, *, train_shards: int = 2) -> Path:
+def make_run_dir(root: Path, family: str) -> Path:
+    """A fresh output_dir holding a tokenizer and prepared shards for `family`."""
+    cached = _CACHE / family
+    if not (cached / "data" / "manifest.json").exists():
+        cached.mkdir(parents=True, exist_ok=True)
+        config = write_config(cached, family)
+        for stage in ("tokenizer", "prepare"):
+            result = run_stage(stage, config)
+            if result.returncode != 0:
+                raise AssertionError(f"{stage} failed:\n{result.stderr[-3000:]}")
     out = root / f"run-{family}"
-    out.mkdir(parents=True, exist_ok=True)
-    save_tokenizer(out / "tokenizer", family, corpus_lines(1500))
-    write_shards(out, family, train_shards=train_shards)
+    shutil.copytree(cached, out)
     return out
 
 
@@ -145,8 +54,15 @@ def config_dict(out: Path, family: str, **train) -> dict:
     return {
         "name": "test",
         "output_dir": str(out),
-        "data": {"corpus": [str(CORPUS)], "seq_len": SEQ_LEN},
-        "tokenizer": {"kind": "bpe", "vocab_size": VOCAB},
+        "cluster": {"provider": "local", "workers": 1},
+        "data": {
+            "corpus": [str(CORPUS)],
+            "document_split": "blank_line",
+            "seq_len": SEQ_LEN,
+            "validation_fraction": 0.05,
+            "records_per_shard": 4000,
+        },
+        "tokenizer": {"kind": "bpe", "vocab_size": VOCAB, "sample_mb": None},
         "model": model,
         "train": {
             "steps": 40,
@@ -166,6 +82,7 @@ def run_config(out: Path, family: str, **train):
 
 
 def write_config(out: Path, family: str, **train) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
     path = out / "run.yaml"
     path.write_text(yaml.safe_dump(config_dict(out, family, **train)))
     return path
@@ -186,11 +103,7 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 
 def stage_command(stage: str, config: Path, *args: str) -> list[str]:
     """The payload's command line for a stage, as the launcher runs it."""
-    if (REPO / "payload" / "__main__.py").exists():
-        entry = ["-m", "payload"]
-    else:
-        entry = [str(REPO / "tests" / "stage_runner.py")]
-    return [sys.executable, *entry, stage, "--config", str(config), *args]
+    return [sys.executable, "-m", "payload", stage, "--config", str(config), *args]
 
 
 def run_stage(stage: str, config: Path, *args: str, env=None, timeout: float = 300):

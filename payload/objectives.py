@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from payload.families import span_corruption_lengths
 
 IGNORE_INDEX = -100
@@ -29,8 +31,9 @@ class MaskedLM:
     """BERT's masking: mlm_probability of each row's non-special tokens are chosen (exactly
     round(n * p) of them, as the original BERT data code does); of those, 80% become the mask
     token, 10% a random token and 10% stay. Returns `input_ids`, `attention_mask`, the chosen
-    `masked_positions`/`masked_ids`/`masked_weights` ([B, P], padded with weight 0) and the
-    dense `labels` ([B, L], -100 where nothing is predicted)."""
+    `masked_positions`/`masked_ids`/`masked_weights` ([B, P], padded with weight 0) and, with
+    `dense_labels`, `labels` ([B, L], -100 where nothing is predicted; training does not need
+    them: the head only looks at the masked positions)."""
 
     seq_len: int
     vocab_size: int
@@ -38,6 +41,7 @@ class MaskedLM:
     mask_id: int
     pad_id: int
     mlm_probability: float = 0.15
+    dense_labels: bool = False
 
     @property
     def num_predictions(self) -> int:
@@ -46,57 +50,48 @@ class MaskedLM:
     def __call__(self, ids, seed):
         import tensorflow as tf
 
-        p = self.num_predictions
-        seeds = tf.random.experimental.stateless_split(seed, 3)
+        # Few, whole-batch ops: in tf.data the per-op overhead, not the arithmetic, is the cost.
+        p, length = self.num_predictions, self.seq_len
+        batch = ids.shape[0]
+        # One draw: [0, L) ranks the candidates, [L, L+P) picks the action, the rest the
+        # random replacement token.
+        draw = tf.random.stateless_uniform([batch, length + 2 * p], seed)
         candidate = ids >= self.num_special
         num_candidates = tf.reduce_sum(tf.cast(candidate, tf.float32), axis=1)
-        num_to_mask = tf.minimum(
-            tf.cast(tf.round(num_candidates * self.mlm_probability), tf.int32), p
+        num_to_mask = tf.clip_by_value(
+            tf.round(num_candidates * self.mlm_probability), tf.minimum(num_candidates, 1.0), p
         )
-        num_to_mask = tf.maximum(num_to_mask, tf.cast(num_candidates > 0, tf.int32))
         # A random order of the candidates, specials last: the first `num_to_mask` are chosen.
-        scores = tf.random.stateless_uniform(tf.shape(ids), seeds[0])
-        scores = tf.where(candidate, scores, -1.0)
-        _, positions = tf.math.top_k(scores, k=p, sorted=True)
-        weights = tf.cast(tf.range(p)[None, :] < num_to_mask[:, None], tf.float32)
-        # Ascending positions read better and gather the same.
-        order = tf.argsort(tf.where(weights > 0, positions, self.seq_len + positions), axis=1)
-        positions = tf.gather(positions, order, batch_dims=1)
-        weights = tf.gather(weights, order, batch_dims=1)
+        _, positions = tf.math.top_k(tf.where(candidate, draw[:, :length], -1.0), k=p)
+        chosen = tf.range(p, dtype=tf.float32)[None, :] < num_to_mask[:, None]
         original = tf.gather(ids, positions, batch_dims=1)
-
-        action = tf.random.stateless_uniform(tf.shape(positions), seeds[1])
-        random_ids = tf.random.stateless_uniform(
-            tf.shape(positions),
-            seeds[2],
-            minval=self.num_special,
-            maxval=self.vocab_size,
-            dtype=tf.int32,
+        action = draw[:, length : length + p]
+        random_ids = self.num_special + tf.cast(
+            draw[:, length + p :] * (self.vocab_size - self.num_special), tf.int32
         )
+        # top_k positions are distinct, and unused slots write their own token back, so the
+        # scatter changes only the chosen positions.
         replacement = tf.where(
-            action < 0.8, self.mask_id, tf.where(action < 0.9, random_ids, original)
+            chosen & (action < 0.8),
+            self.mask_id,
+            tf.where(chosen & (action < 0.9), random_ids, original),
         )
-        chosen = weights > 0
-        # top_k positions are distinct, and unused slots (weight 0) write their own token
-        # back, so both scatters touch only the chosen positions.
-        replacement = tf.where(chosen, replacement, original)
-        batch = tf.shape(ids)[0]
-        rows = tf.broadcast_to(tf.range(batch)[:, None], tf.shape(positions))
+        rows = tf.constant(np.repeat(np.arange(batch, dtype=np.int32)[:, None], p, axis=1))
         index = tf.stack([rows, positions], axis=-1)
-        inputs = tf.tensor_scatter_nd_update(ids, index, replacement)
-        labels = tf.tensor_scatter_nd_update(
-            tf.fill(tf.shape(ids), IGNORE_INDEX),
-            index,
-            tf.where(chosen, original, IGNORE_INDEX),
-        )
-        return {
-            "input_ids": inputs,
+        features = {
+            "input_ids": tf.tensor_scatter_nd_update(ids, index, replacement),
             "attention_mask": tf.cast(ids != self.pad_id, tf.int32),
             "masked_positions": positions,
             "masked_ids": original,
-            "masked_weights": weights,
-            "labels": labels,
+            "masked_weights": tf.cast(chosen, tf.float32),
         }
+        if self.dense_labels:
+            features["labels"] = tf.tensor_scatter_nd_update(
+                tf.fill(tf.shape(ids), IGNORE_INDEX),
+                index,
+                tf.where(chosen, original, IGNORE_INDEX),
+            )
+        return features
 
 
 @dataclass(frozen=True, kw_only=True)

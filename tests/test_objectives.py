@@ -23,7 +23,12 @@ def test_masked_lm_picks_exactly_fifteen_percent_of_ordinary_tokens_with_80_10_1
     seq_len, rows = 64, 512
     ids = batch_of_ids(rows, seq_len)
     masker = MaskedLM(
-        seq_len=seq_len, vocab_size=VOCAB, num_special=NUM_SPECIAL, mask_id=MASK, pad_id=PAD
+        seq_len=seq_len,
+        vocab_size=VOCAB,
+        num_special=NUM_SPECIAL,
+        mask_id=MASK,
+        pad_id=PAD,
+        dense_labels=True,
     )
     out = {k: v.numpy() for k, v in masker(tf.constant(ids), tf.constant([1, 2])).items()}
     p = masker.num_predictions

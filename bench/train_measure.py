@@ -68,7 +68,9 @@ def reference_dataset(config, manifest, files, vocab):
     def mask(ids):
         special_mask = tf.reduce_any(ids[..., None] == special, axis=-1)
         inputs, labels = collator.tf_mask_tokens(
-            ids, vocab_size=vocab.vocab_size, mask_token_id=vocab.mask,
+            ids,
+            vocab_size=vocab.vocab_size,
+            mask_token_id=vocab.mask,
             special_tokens_mask=special_mask,
         )
         return {"input_ids": inputs, "attention_mask": tf.ones_like(inputs), "labels": labels}
@@ -92,8 +94,11 @@ def ours_dataset(config, manifest, files, vocab):
     from payload.train import objective_for
 
     return input_pipeline(
-        files, record_len=config.record_len, dtype=manifest.dtype,
-        batch_size=config.train.batch_size, objective=objective_for(config, vocab),
+        files,
+        record_len=config.record_len,
+        dtype=manifest.dtype,
+        batch_size=config.train.batch_size,
+        objective=objective_for(config, vocab),
         seed=config.train.seed,
     )
 
@@ -121,9 +126,12 @@ def fit_reference(config_path: str, steps: int) -> dict:
     config, manifest, files, vocab = _setup(config_path)
     hf_config = model_config(config.model, vocab=vocab, seq_len=config.data.seq_len)
     model = TFRobertaForMaskedLM(hf_config)
+    # The schedule of the whole configured run, as ours uses, of which `steps` are timed.
     optimizer, _ = create_optimizer(
-        init_lr=config.train.learning_rate, num_train_steps=steps,
-        num_warmup_steps=config.train.warmup_steps, weight_decay_rate=config.train.weight_decay,
+        init_lr=config.train.learning_rate,
+        num_train_steps=config.train.steps,
+        num_warmup_steps=config.train.warmup_steps,
+        weight_decay_rate=config.train.weight_decay,
     )
     model.compile(optimizer=optimizer)  # the model's internal MLM loss, as run_mlm.py does
 
@@ -143,8 +151,10 @@ def fit_reference(config_path: str, steps: int) -> dict:
     # Steady state: from the end of the warm-up batches (graph building) to the last step.
     timed = len(timer.marks) - WARMUP_BATCHES
     seconds = timer.marks[-1] - timer.marks[WARMUP_BATCHES - 1]
-    return {"steps": timed, "seconds": seconds, "steps_per_s": timed / seconds,
-            "first_loss": timer.losses[0], "last_loss": timer.losses[-1]}
+    # Keras reports the running mean of the epoch: recover each step's own loss.
+    means = timer.losses
+    losses = [means[0]] + [(i + 1) * means[i] - i * means[i - 1] for i in range(1, len(means))]
+    return {"steps": timed, "seconds": seconds, "steps_per_s": timed / seconds, "losses": losses}
 
 
 def main() -> None:

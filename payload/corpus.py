@@ -233,25 +233,17 @@ def _too_long(path: str, offset: int, size: int, limit: int):
 def _line_blocks(f, path: str, start: int, end: int | None, limit: int):
     """Yield (offset, block) of whole lines whose first byte lies in [start, end).
 
-    The line that straddles `start` belongs to the previous range, so reading begins after the
-    first newline at or after start-1; the last line may run past `end`.
+    The line that straddles `start` belongs to the previous range, so reading begins at the
+    first line that starts at or after `start`; the last line may run past `end`. With
+    start 0 the file is read from where it stands (streams cannot seek).
     """
     pos = start
     if start > 0:
-        f.seek(start - 1)
-        skipped = 0
-        while True:
-            chunk = f.read(1 << 16)
-            if not chunk:
-                return
-            nl = chunk.find(b"\n")
-            if nl >= 0:
-                pos = start - 1 + skipped + nl + 1
-                f.seek(pos)
-                break
-            skipped += len(chunk)
-    else:
-        f.seek(0)
+        first = _first_line_start(f, start)
+        if first is None:
+            return
+        pos = first
+        f.seek(pos)
     pending = b""
     while end is None or pos < end:
         chunk = f.read(_BLOCK)
@@ -271,32 +263,10 @@ def _line_blocks(f, path: str, start: int, end: int | None, limit: int):
             # Keep only lines starting before `end`: cut after the newline that ends the line
             # containing byte end-1.
             stop = block.find(b"\n", max(end - 1 - pos, 0))
-            block = block[:stop + 1]
-            yield pos, block
+            yield pos, block[:stop + 1]
             return
         yield pos, block
         pos += len(block)
-
-
-def _stream_blocks(f, limit: int, path: str):
-    pending = b""
-    pos = 0
-    while True:
-        chunk = f.read(_BLOCK)
-        if not chunk:
-            if pending:
-                yield pos, pending
-            return
-        data = pending + chunk
-        cut = data.rfind(b"\n")
-        if cut < 0:
-            if len(data) > limit:
-                raise _too_long(path, pos, len(data), limit)
-            pending = data
-            continue
-        yield pos, data[:cut + 1]
-        pos += cut + 1
-        pending = data[cut + 1:]
 
 
 def _previous_line_blank(f, line_start: int) -> bool:
@@ -470,7 +440,7 @@ def _stream_documents(source: Source, data: DataConfig, stats: ReadStats) -> Ite
         splitter = _LineDocuments(source.path, blank=blank, limit=limit)
 
         def raw_docs() -> Iterator[Doc]:
-            for offset, block in _stream_blocks(f, limit, source.path):
+            for offset, block in _line_blocks(f, source.path, 0, None, limit):
                 body = _strip_newline(block)
                 lines, bad = decoder.lines(body, offset)
                 yield from splitter.feed(lines, _offsets(offset, body), bad)

@@ -30,6 +30,10 @@ log = logging.getLogger(__name__)
 
 TOKENIZER_DIR = "tokenizer"
 TOKENIZER_FILE = "tokenizer.json"
+# What the tokenizer was trained from. tokenizers' Unigram and WordPiece trainers do not give
+# the same vocabulary twice, so a rerun with the same settings keeps the trained tokenizer
+# (and the shards made with it) instead of training a new one.
+TRAINING_STAMP = "training.json"
 # sentencepiece skips longer "sentences"; documents are fed to it line by line.
 _SPM_MAX_SENTENCE_BYTES = 1 << 16
 
@@ -254,6 +258,14 @@ def run_tokenizer(config: RunConfig) -> None:
         return
     family = FAMILIES[config.model.family]
     sources = corpus.resolve_sources(config.data)
+    stamp = _training_stamp(config, sources)
+    stamp_path = storage.join(out, TRAINING_STAMP)
+    if storage.exists(storage.join(out, TOKENIZER_FILE)) and storage.exists(stamp_path):
+        if json.loads(storage.read_text(stamp_path)) == stamp:
+            log.info("tokenizer already trained with these settings: %s (delete it to retrain)",
+                     out)
+            return
+        log.info("tokenizer settings or corpus changed: training a new one")
     sample_bytes = None if config.tokenizer.sample_mb is None else int(
         config.tokenizer.sample_mb * 1e6)
     counter = corpus.ByteCounter()
@@ -267,14 +279,28 @@ def run_tokenizer(config: RunConfig) -> None:
     if counter.documents == 0:
         raise UserError("the corpus has no documents (only blank lines)",
                         hint="check data.corpus and data.document_split")
+    storage.remove(stamp_path)  # a new tokenizer is not the one the stamp describes
     save_tokenizer(tok, family, out, model_max_length=config.data.seq_len)
+    storage.write_text(stamp_path, json.dumps(stamp, indent=1))
     log.info("tokenizer: %d tokens from %.1f MB in %.1fs -> %s", tok.get_vocab_size(),
              counter.bytes / 1e6, time.monotonic() - started, out)
+
+
+def _training_stamp(config: RunConfig, sources: list[corpus.Source]) -> dict:
+    d, t = config.data, config.tokenizer
+    return {
+        "kind": t.kind, "vocab_size": t.vocab_size, "sample_mb": t.sample_mb,
+        "min_frequency": t.min_frequency, "family": config.model.family,
+        "seq_len": d.seq_len, "sources": [[s.path, s.size] for s in sources],
+        "data": [d.document_split, d.text_column, d.max_document_mb, d.hf_config, d.hf_split],
+    }
 
 
 def copy_tokenizer_files(config: RunConfig, dest: str) -> None:
     """Copy the run's tokenizer files into another folder (the exported model)."""
     for name in storage.listdir(tokenizer_source(config)):
+        if os.path.basename(name) == TRAINING_STAMP:
+            continue
         target = storage.join(dest, os.path.basename(name))
         if storage.is_gcs(name) or storage.is_gcs(dest):
             storage.write_bytes(target, storage.read_bytes(name))

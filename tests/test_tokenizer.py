@@ -135,6 +135,20 @@ def test_sentencepiece_conversion_matches_the_sentencepiece_model(small_corpus, 
     assert same / len(held_out) >= 0.97, f"{same}/{len(held_out)}"
 
 
+def test_a_rerun_keeps_the_trained_tokenizer(tmp_path, small_corpus):
+    config = base_config(tmp_path / "run", small_corpus,
+                         tokenizer={"kind": "unigram", "vocab_size": 700})
+    path = write_config(tmp_path / "run.yaml", config)
+    run_payload("tokenizer", "--config", str(path))
+    first = (tmp_path / "run" / "tokenizer" / "tokenizer.json").read_bytes()
+    proc = run_payload("tokenizer", "--config", str(path))
+    assert "already trained" in proc.stdout
+    assert (tmp_path / "run" / "tokenizer" / "tokenizer.json").read_bytes() == first
+    config["tokenizer"]["vocab_size"] = 800
+    run_payload("tokenizer", "--config", str(write_config(path, config)))
+    assert (tmp_path / "run" / "tokenizer" / "tokenizer.json").read_bytes() != first
+
+
 def test_special_tokens_are_single_tokens_in_text():
     tok = train_tokenizer("unigram", ["some words here"] * 50 + ["other words there"] * 50,
                           vocab_size=200, family=FAMILIES["roberta"])

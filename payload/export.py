@@ -22,6 +22,7 @@ import os
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 import json
+import logging
 import shutil
 import tempfile
 
@@ -154,7 +155,7 @@ def run_export(config) -> None:
             storage.publish_file(os.path.join(staging, name), storage.join(target, name))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    print(f"exported {path} to {target}", flush=True)
+    logging.getLogger(__name__).info("exported %s to %s", path, target)
 
 
 def _add_export_note(folder: str, checkpoint: str) -> None:

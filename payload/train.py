@@ -16,6 +16,7 @@ import os
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 import json
+import logging
 import math
 import time
 from dataclasses import dataclass
@@ -25,9 +26,11 @@ from payload.errors import UserError
 from payload.families import FAMILIES
 from payload.strategy import build_strategy, cluster_facts, plan_strategy
 
+logger = logging.getLogger(__name__)
+
 
 def log(message: str) -> None:
-    print(message, flush=True)
+    logger.info(message)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,6 +137,8 @@ def run_train(
     overwrite: bool = False,
 ) -> None:
     plan = plan_strategy(cluster_facts(config, worker_index=worker_index, num_workers=num_workers))
+    # TensorFlow's own INFO chatter (sharding callbacks, collectives) would drown the step lines.
+    logging.getLogger("tensorflow").setLevel(logging.WARNING)
     if not plan.runs_training:
         log(f"worker {worker_index}: this host serves the TPU runtime; worker 0 drives training")
         return

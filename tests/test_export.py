@@ -17,6 +17,7 @@ from payload.export import run_export, trained_model
 from payload.train import run_train
 
 TORCH_PYTHON = REPO / ".venv-torch" / "bin" / "python"
+TORCH_READY = REPO / ".venv-torch" / ".installed"
 TEXT = ["The interpreter reads the module and runs it.", "A list of numbers, then a dict."]
 
 
@@ -54,8 +55,8 @@ def test_model_folder_loads_back_in_tensorflow_with_the_same_logits(exported):
 
 @pytest.mark.torch
 def test_model_folder_loads_in_pytorch_transformers_5_with_the_same_logits(exported, tmp_path):
-    if not TORCH_PYTHON.exists():
-        pytest.skip("no PyTorch environment at .venv-torch (make setup-torch builds it)")
+    if not TORCH_READY.exists():
+        pytest.skip("no transformers 5.x environment (.venv-torch; `make setup-torch`)")
     family, folder, ids, _, logits = exported
     np.save(tmp_path / "ids.npy", ids)
     result = subprocess.run(

@@ -142,3 +142,16 @@ def test_resume_refuses_a_changed_model_and_a_diverged_run_names_its_step(tmp_pa
     bad_step = int(re.search(r"step (\d+)", str(info.value)).group(1))
     kept = sorted(int(p.stem.split("-")[1]) for p in (out / "checkpoints").glob("ckpt-*.index"))
     assert kept and max(kept) == bad_step - 1
+
+
+def test_bf16_and_adafactor_train_and_keep_float32_weights(tmp_path):
+    out = make_run_dir(tmp_path, "t5")
+    run_train(run_config(out, "t5", steps=40, bf16=True, optimizer="adafactor", learning_rate=1e-2))
+    evals = json.loads((out / "metrics.json").read_text())["evals"]
+    assert evals[-1]["loss"] < evals[0]["loss"] - 0.3, evals
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(str(out / "checkpoints"))
+    dtypes = reader.get_variable_to_dtype_map()
+    weights = [name for name in dtypes if name.startswith("model/") and "OPTIMIZER" not in name]
+    assert weights and all(dtypes[name] == tf.float32 for name in weights)

@@ -341,23 +341,11 @@ class Trainer:
             window_steps += stop - step
             step = stop
             if step % log_every == 0 or step == steps:
-                loss = window_loss / window_steps
-                lr = float(self.schedule(step - 1))
                 wall = time.monotonic() - window_start
-                tokens_per_s = self.tokens_per_step * window_steps / max(wall, 1e-9)
                 steady = rate_steps / rate_time if rate_time else window_steps / max(wall, 1e-9)
-                eta = (steps - step) / max(steady, 1e-9)
-                log(
-                    f"step {step}/{steps}  loss {loss:.4f}  lr {lr:.3g}  "
-                    f"tokens/s {tokens_per_s:,.0f}  eta {_duration(eta)}"
-                )
                 history["train"].append(
-                    {"step": step, "loss": loss, "learning_rate": lr, "tokens_per_s": tokens_per_s}
+                    self._report(step, window_loss / window_steps, window_steps / wall, steady)
                 )
-                with self.writer.as_default(step=step):
-                    tf.summary.scalar("train/loss", loss)
-                    tf.summary.scalar("train/learning_rate", lr)
-                    tf.summary.scalar("train/tokens_per_s", tokens_per_s)
                 window_loss, window_steps, window_start = 0.0, 0, time.monotonic()
             if evaluate and (step % every.eval_every == 0 or step == steps):
                 result = evaluate(step)
@@ -371,9 +359,25 @@ class Trainer:
         # Every worker prints it: in a multi-worker run the lines must agree (replicas in sync).
         log(f"finished at step {step}; weights sha256 {weights_digest(self.model)}")
 
-    def _evaluator(self, eval_chunk):
-        import math as _math
+    def _report(self, step: int, loss: float, steps_per_s: float, steady: float) -> dict:
+        """One readable line and TensorBoard scalars for the steps since the last report."""
+        import tensorflow as tf
 
+        steps = self.config.train.steps
+        lr = float(self.schedule(step - 1))
+        tokens_per_s = self.tokens_per_step * steps_per_s
+        eta = (steps - step) / max(steady, 1e-9)
+        log(
+            f"step {step}/{steps}  loss {loss:.4f}  lr {lr:.3g}  "
+            f"tokens/s {tokens_per_s:,.0f}  eta {_duration(eta)}"
+        )
+        with self.writer.as_default(step=step):
+            tf.summary.scalar("train/loss", loss)
+            tf.summary.scalar("train/learning_rate", lr)
+            tf.summary.scalar("train/tokens_per_s", tokens_per_s)
+        return {"step": step, "loss": loss, "learning_rate": lr, "tokens_per_s": tokens_per_s}
+
+    def _evaluator(self, eval_chunk):
         import tensorflow as tf
 
         manifest, config = self.inputs.manifest, self.config
@@ -392,7 +396,7 @@ class Trainer:
             loss = xent / max(count, 1.0)
             result = {"step": step, "loss": loss, "accuracy": correct / max(count, 1.0)}
             if objective != "mlm":
-                result["perplexity"] = _math.exp(min(loss, 50.0))
+                result["perplexity"] = math.exp(min(loss, 50.0))
             shown = "  ".join(f"{k} {v:.4f}" for k, v in result.items() if k != "step")
             log(f"eval at step {step}: {shown}")
             with self.writer.as_default(step=step):

@@ -96,7 +96,8 @@ def test_a_killed_run_resumes_and_ends_at_exactly_train_steps(tmp_path):
     assert metrics["final"]["step"] == steps
     # The schedule continued: the last logged learning rate is the end of the linear decay.
     assert metrics["train"][-1]["learning_rate"] < 1e-4
-    assert (out / "checkpoints" / f"ckpt-{steps}.index").exists()
+    kept = sorted(int(p.stem.split("-")[1]) for p in (out / "checkpoints").glob("ckpt-*.index"))
+    assert kept == [steps - 2 * every, steps - every, steps]  # the last keep_checkpoints=3
 
     again = run_stage("train", config, "--resume")
     assert again.returncode == 0 and f"already at step {steps}" in again.stdout

@@ -114,6 +114,14 @@ def _tf_config_task(tf_config: str | None, num_workers: int) -> int:
     return index
 
 
+def tf_config(addresses: list[str], index: int) -> str:
+    """The `TF_CONFIG` value for worker `index` of a CPU multi-worker run (the launcher sets it;
+    `addresses` are every worker's host:port for TensorFlow's collectives, in worker order)."""
+    return json.dumps(
+        {"cluster": {"worker": list(addresses)}, "task": {"type": "worker", "index": index}}
+    )
+
+
 def training_workers(cluster, num_workers: int) -> list[int]:
     """Which workers run the train stage (the launcher waits on these, not on TPU servers)."""
     if getattr(cluster, "provider", None) == "gcp" and num_workers > 1:

@@ -1,9 +1,8 @@
 """The strategy plan for each kind of cluster (TPU paths by their plan: no TPU here)."""
 
-import json
-
 import pytest
 
+from payload import strategy
 from payload.config import parse_config
 from payload.errors import UserError
 from payload.strategy import (
@@ -17,8 +16,7 @@ from payload.strategy import (
 
 
 def tf_config(index: int, workers: int = 2) -> str:
-    hosts = [f"localhost:{2000 + i}" for i in range(workers)]
-    return json.dumps({"cluster": {"worker": hosts}, "task": {"type": "worker", "index": index}})
+    return strategy.tf_config([f"localhost:{2000 + i}" for i in range(workers)], index)
 
 
 def gcp_config(accelerator: str = "v4-8", **extra):

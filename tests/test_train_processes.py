@@ -14,6 +14,8 @@ pytest.importorskip("tensorflow")
 
 from train_helpers import make_run_dir, run_stage, stage_command, subprocess_env, write_config
 
+from payload import strategy
+
 
 def free_ports(count: int) -> list[int]:
     sockets = [socket.socket() for _ in range(count)]
@@ -37,9 +39,7 @@ def test_two_cpu_workers_end_with_identical_weights(tmp_path):
     hosts = [f"localhost:{port}" for port in free_ports(2)]
     procs = []
     for index in range(2):
-        tf_config = json.dumps(
-            {"cluster": {"worker": hosts}, "task": {"type": "worker", "index": index}}
-        )
+        tf_config = strategy.tf_config(hosts, index)
         procs.append(
             subprocess.Popen(
                 stage_command("train", config, "--worker-index", str(index), "--num-workers", "2"),

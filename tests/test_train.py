@@ -155,3 +155,23 @@ def test_bf16_and_adafactor_train_and_keep_float32_weights(tmp_path):
     dtypes = reader.get_variable_to_dtype_map()
     weights = [name for name in dtypes if name.startswith("model/") and "OPTIMIZER" not in name]
     assert weights and all(dtypes[name] == tf.float32 for name in weights)
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "gpt2", "t5"])
+def test_every_feature_has_a_static_shape(tmp_path, family):
+    # A TPU compiles the step once only if no dimension is left to the data.
+    from payload.data import input_pipeline
+    from payload.train import check_inputs, objective_for
+
+    config = run_config(make_run_dir(tmp_path, family), family)
+    inputs = check_inputs(config)
+    ds = input_pipeline(
+        inputs.train_files,
+        record_len=config.record_len,
+        dtype=inputs.manifest.dtype,
+        batch_size=8,
+        objective=objective_for(config, inputs.vocab),
+        seed=0,
+    )
+    for name, spec in ds.element_spec.items():
+        assert spec.shape.is_fully_defined() and spec.shape[0] == 8, (name, spec.shape)

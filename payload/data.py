@@ -52,12 +52,13 @@ def input_pipeline(
     files_ds = files_ds.repeat()
     # Parallel reads hide Cloud Storage's latency; on a local disk their per-record cost is
     # higher than what they gain (one reader thread was 2-3x faster here).
+    parallel = (
+        {"num_parallel_calls": tf.data.AUTOTUNE, "deterministic": True}
+        if storage.is_gcs(files[0])
+        else {}
+    )
     rows = files_ds.interleave(
-        tf.data.TFRecordDataset,
-        cycle_length=min(len(files), 8),
-        block_length=1,
-        num_parallel_calls=tf.data.AUTOTUNE if storage.is_gcs(files[0]) else None,
-        deterministic=True,
+        tf.data.TFRecordDataset, cycle_length=min(len(files), 8), block_length=1, **parallel
     )
     if shard_records:
         rows = rows.shard(num_pipelines, pipeline_id)

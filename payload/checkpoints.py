@@ -1,7 +1,8 @@
 """Training checkpoints under `output_dir/checkpoints/`, local or `gs://`, and the resume guard.
 
     check_resume(output_dir, identity, resume=True, overwrite=False)  # refuses a changed model
-    ckpts = Checkpoints(output_dir, model=model, optimizer=optimizer, keep=3, is_chief=True)
+    ckpts = Checkpoints(output_dir, model=model, optimizer=optimizer, keep=3, is_chief=True,
+                        resume=True)
     ckpts.restore_latest(); ...; ckpts.save(step)
 
 TensorFlow's CheckpointManager writes a checkpoint's files first and only then replaces the

@@ -2,7 +2,7 @@
 
     hf_config = model_config(config.model, vocab=TokenIds(...), seq_len=128)
     model = build_model(hf_config)            # inside strategy.scope()
-    logits, labels, weights = forward(model, batch, family="roberta", training=True)
+    logits, labels = forward(model, batch, family="roberta", training=True)
 
 The model is the stock `TF*For*` class, so `save_pretrained` and the Hugging Face loaders see
 exactly what they expect. Training a masked LM runs the encoder over every position but the

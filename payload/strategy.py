@@ -51,7 +51,7 @@ class StrategyPlan:
     kind: StrategyKind
     runs_training: bool  # False: this host only serves the TPU runtime for worker 0
     tpu: str | None = None  # TPUClusterResolver's `tpu` argument
-    env: dict[str, str] = field(default_factory=dict)  # set before TensorFlow starts
+    env: dict[str, str] = field(default_factory=dict)  # set before TensorFlow is imported
     steps_per_execution: int = 1
     is_chief: bool = True  # writes checkpoints, logs, metrics and the export
 

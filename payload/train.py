@@ -137,6 +137,8 @@ def run_train(
     overwrite: bool = False,
 ) -> None:
     plan = plan_strategy(cluster_facts(config, worker_index=worker_index, num_workers=num_workers))
+    # Before anything imports TensorFlow: TPU_LOAD_LIBRARY is read when it loads.
+    os.environ.update(plan.env)
     # TensorFlow's own INFO chatter (sharding callbacks, collectives) would drown the step lines.
     logging.getLogger("tensorflow").setLevel(logging.WARNING)
     if not plan.runs_training:

@@ -118,3 +118,13 @@ def test_cpu_plan_builds_the_default_strategy():
 
     strategy = build_strategy(plan_strategy(ClusterFacts(provider="local", num_workers=1)))
     assert strategy is tf.distribute.get_strategy()
+
+
+def test_pod_hosts_other_than_worker_zero_do_not_train(caplog):
+    import logging
+
+    from payload.train import run_train
+
+    caplog.set_level(logging.INFO)
+    run_train(gcp_config("v4-32"), worker_index=2, num_workers=4)  # no data, no TPU: returns
+    assert "worker 0 drives training" in caplog.text

@@ -63,7 +63,7 @@ def reference_dataset(config, manifest, files, vocab):
         mlm_probability=0.15,
         return_tensors="tf",
     )
-    special = tf.range(vocab.num_special)
+    special = tf.constant(vocab.special)
 
     def mask(ids):
         special_mask = tf.reduce_any(ids[..., None] == special, axis=-1)

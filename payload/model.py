@@ -30,21 +30,19 @@ class TokenIds:
     """The ids the model config and the objectives need, read from the tokenizer."""
 
     vocab_size: int
-    num_special: int
+    special: tuple[int, ...]  # never masked, never a random replacement
     pad: int
     unk: int
     mask: int | None = None
     bos: int | None = None
     eos: int | None = None
-    cls: int | None = None
-    sep: int | None = None
-    first_sentinel: int | None = None
+    sentinels: tuple[int, ...] = ()  # T5's <extra_id_0>, <extra_id_1>, ...
 
 
 def token_ids(tokenizer, family: str) -> TokenIds:
-    """Look the family's special tokens up in a loaded `PreTrainedTokenizerFast`."""
+    """Look the family's special tokens up in a loaded `PreTrainedTokenizerFast` (trained here,
+    with them at ids 0..n-1, or reused through tokenizer.path, wherever they are)."""
     spec = FAMILIES[family]
-    specials = spec.special_tokens
 
     def lookup(token: str | None) -> int | None:
         if token is None:
@@ -57,24 +55,16 @@ def token_ids(tokenizer, family: str) -> TokenIds:
             )
         return found
 
-    ids = [lookup(t) for t in specials]
-    if sorted(ids) != list(range(len(specials))):
-        raise UserError(
-            f"the tokenizer's special tokens do not have ids 0..{len(specials) - 1}",
-            hint="retrain the tokenizer with the tokenizer stage",
-        )
-    sentinel = lookup(spec.extra[0]) if spec.extra else None
+    special = {lookup(t) for t in spec.special_tokens} | set(tokenizer.all_special_ids)
     return TokenIds(
         vocab_size=len(tokenizer),
-        num_special=len(specials),
+        special=tuple(sorted(special)),
         pad=lookup(spec.pad),
         unk=lookup(spec.unk),
         mask=lookup(spec.mask),
         bos=lookup(spec.bos),
         eos=lookup(spec.eos or spec.separator),
-        cls=lookup(spec.cls),
-        sep=lookup(spec.sep),
-        first_sentinel=sentinel,
+        sentinels=tuple(lookup(t) for t in spec.extra),
     )
 
 

@@ -1,12 +1,13 @@
 """Training objectives as vectorized tf.data transforms on whole batches, with static shapes.
 
-    masker = MaskedLM(spec, seq_len=128, vocab_size=8000, num_special=5, mask_id=4)
+    masker = MaskedLM(seq_len=128, vocab_size=8000, special_ids=(0, 1, 2, 3, 4), mask_id=4,
+                      pad_id=1)
     ds = ds.map(lambda ids, seed: masker(ids, seed))   # [B, 128] int32 -> features dict
 
 Every function takes a `[B, L]` int32 batch of token ids and a stateless seed (shape [2]) and
 returns tensors whose shapes depend only on the config, never on the data or the random draw: a
-TPU compiles the step once. Special tokens have ids 0..n-1 (the tokenizer stage puts them
-first), so "is special" is one comparison.
+TPU compiles the step once. Special tokens are looked up in a vocabulary-sized table: the
+tokenizer stage gives them ids 0..n-1, but a reused tokenizer may have them anywhere.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class MaskedLM:
 
     seq_len: int
     vocab_size: int
-    num_special: int
+    special_ids: tuple[int, ...]
     mask_id: int
     pad_id: int
     mlm_probability: float = 0.15
@@ -56,7 +57,10 @@ class MaskedLM:
         # One draw: [0, L) ranks the candidates, [L, L+P) picks the action, the rest the
         # random replacement token.
         draw = tf.random.stateless_uniform([batch, length + 2 * p], seed)
-        candidate = ids >= self.num_special
+        is_special = np.zeros(self.vocab_size, dtype=bool)
+        is_special[list(self.special_ids)] = True
+        ordinary = np.flatnonzero(~is_special).astype(np.int32)
+        candidate = ~tf.gather(tf.constant(is_special), ids)
         num_candidates = tf.reduce_sum(tf.cast(candidate, tf.float32), axis=1)
         num_to_mask = tf.clip_by_value(
             tf.round(num_candidates * self.mlm_probability), tf.minimum(num_candidates, 1.0), p
@@ -66,8 +70,8 @@ class MaskedLM:
         chosen = tf.range(p, dtype=tf.float32)[None, :] < num_to_mask[:, None]
         original = tf.gather(ids, positions, batch_dims=1)
         action = draw[:, length : length + p]
-        random_ids = self.num_special + tf.cast(
-            draw[:, length + p :] * (self.vocab_size - self.num_special), tf.int32
+        random_ids = tf.gather(
+            tf.constant(ordinary), tf.cast(draw[:, length + p :] * len(ordinary), tf.int32)
         )
         # top_k positions are distinct, and unused slots write their own token back, so the
         # scatter changes only the chosen positions.
@@ -129,7 +133,7 @@ class SpanCorruption:
     mean_noise_span_length: float
     eos_id: int
     pad_id: int
-    first_sentinel_id: int
+    sentinel_ids: tuple[int, ...]
     decoder_start_id: int = 0
 
     @property
@@ -198,7 +202,10 @@ class SpanCorruption:
         previous = tf.pad(dropped[:, :-1], [[0, 0], [1, 0]])
         run_start = dropped * (1 - previous)
         sentinel_index = tf.cumsum(run_start, axis=1) - 1
-        marked = tf.where(run_start > 0, self.first_sentinel_id + sentinel_index, ids)
+        sentinel = tf.gather(
+            tf.constant(self.sentinel_ids, tf.int32), tf.maximum(sentinel_index, 0)
+        )
+        marked = tf.where(run_start > 0, sentinel, ids)
         keep = (run_start > 0) | ~drop_mask
         length = tf.shape(ids)[1]
         # Stable compaction: kept tokens in order first, then the rest.

@@ -109,23 +109,30 @@ def objective_for(config, vocab):
         return objectives.MaskedLM(
             seq_len=config.data.seq_len,
             vocab_size=vocab.vocab_size,
-            num_special=vocab.num_special,
+            special_ids=vocab.special,
             mask_id=vocab.mask,
             pad_id=vocab.pad,
             mlm_probability=config.model.mlm_probability,
         )
     if family.objective == "clm":
         return objectives.CausalLM(pad_id=vocab.pad)
-    return objectives.SpanCorruption(
+    corruption = objectives.SpanCorruption(
         expanded_len=config.record_len,
         seq_len=config.data.seq_len,
         noise_density=config.model.noise_density,
         mean_noise_span_length=config.model.mean_noise_span_length,
         eos_id=vocab.eos,
         pad_id=vocab.pad,
-        first_sentinel_id=vocab.first_sentinel,
+        sentinel_ids=vocab.sentinels,
         decoder_start_id=vocab.pad,
     )
+    if corruption.num_spans > len(vocab.sentinels):
+        raise UserError(
+            f"span corruption makes {corruption.num_spans} spans per row but the tokenizer has "
+            f"{len(vocab.sentinels)} sentinel tokens",
+            hint="lower data.seq_len or model.noise_density, or raise model.mean_noise_span_length",
+        )
+    return corruption
 
 
 def run_train(

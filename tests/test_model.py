@@ -10,7 +10,7 @@ from payload.config import parse_config
 from payload.errors import UserError
 from payload.model import TokenIds, model_config
 
-VOCAB = TokenIds(vocab_size=777, num_special=5, pad=1, unk=3, mask=4, bos=0, eos=2)
+VOCAB = TokenIds(vocab_size=777, special=(0, 1, 2, 3, 4), pad=1, unk=3, mask=4, bos=0, eos=2)
 
 
 def model_section(**model):

@@ -25,7 +25,7 @@ def test_masked_lm_picks_exactly_fifteen_percent_of_ordinary_tokens_with_80_10_1
     masker = MaskedLM(
         seq_len=seq_len,
         vocab_size=VOCAB,
-        num_special=NUM_SPECIAL,
+        special_ids=tuple(range(NUM_SPECIAL)),
         mask_id=MASK,
         pad_id=PAD,
         dense_labels=True,
@@ -56,7 +56,11 @@ def test_masked_lm_picks_exactly_fifteen_percent_of_ordinary_tokens_with_80_10_1
 def test_masked_lm_is_deterministic_in_its_seed():
     ids = tf.constant(batch_of_ids(8, 32))
     masker = MaskedLM(
-        seq_len=32, vocab_size=VOCAB, num_special=NUM_SPECIAL, mask_id=MASK, pad_id=PAD
+        seq_len=32,
+        vocab_size=VOCAB,
+        special_ids=tuple(range(NUM_SPECIAL)),
+        mask_id=MASK,
+        pad_id=PAD,
     )
     a, b = masker(ids, tf.constant([3, 4])), masker(ids, tf.constant([3, 4]))
     c = masker(ids, tf.constant([3, 5]))
@@ -84,7 +88,7 @@ def test_span_corruption_keeps_every_token_once_with_fixed_lengths(seq_len, dens
         mean_noise_span_length=span,
         eos_id=2,
         pad_id=PAD,
-        first_sentinel_id=first_sentinel,
+        sentinel_ids=tuple(range(first_sentinel, first_sentinel + 100)),
     )
     ids = batch_of_ids(64, expanded, seed=1)
     out = {k: v.numpy() for k, v in corrupt(tf.constant(ids), tf.constant([7, 8])).items()}
@@ -109,3 +113,24 @@ def test_span_corruption_keeps_every_token_once_with_fixed_lengths(seq_len, dens
         assert rebuilt == list(row)
         assert sum(len(v) for v in spans.values()) == corrupt.num_noise
         assert all(len(v) >= 1 for v in spans.values()) and len(spans) == corrupt.num_spans
+
+
+def test_masked_lm_with_special_tokens_anywhere_in_the_vocabulary():
+    # A reused tokenizer (tokenizer.path) may put its mask token last, like RoBERTa's.
+    special = (0, 1, 2, 3, VOCAB - 1)
+    ids = batch_of_ids(256, 32)
+    ids[:, 5] = VOCAB - 1
+    masker = MaskedLM(
+        seq_len=32,
+        vocab_size=VOCAB,
+        special_ids=special,
+        mask_id=VOCAB - 1,
+        pad_id=1,
+        dense_labels=True,
+    )
+    out = {k: v.numpy() for k, v in masker(tf.constant(ids), tf.constant([5, 6])).items()}
+    chosen = out["labels"] != IGNORE_INDEX
+    assert not chosen[:, [0, 5, 16]].any()
+    replaced = out["input_ids"][chosen]
+    randoms = replaced[(replaced != VOCAB - 1) & (replaced != ids[chosen])]
+    assert len(randoms) and not np.isin(randoms, special).any()

@@ -112,6 +112,16 @@ def test_heads_must_divide_hidden_size(tmp_path):
         parse_config(raw)
 
 
+def test_more_spans_than_sentinels_is_refused(tmp_path):
+    from payload.model import TokenIds
+    from payload.train import objective_for
+
+    config = run_config(tmp_path, "t5")
+    vocab = TokenIds(vocab_size=600, special=(0, 1, 2, 3), pad=0, unk=1, eos=2, sentinels=(3,))
+    with pytest.raises(UserError, match="spans per row but the tokenizer has 1 sentinel"):
+        objective_for(config, vocab)
+
+
 def test_batch_size_must_divide_over_replicas():
     check_batch_size(16, 8)
     with pytest.raises(UserError, match="batch_size=10 is not divisible by the 4 replicas"):

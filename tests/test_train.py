@@ -185,3 +185,19 @@ def test_every_feature_has_a_static_shape(tmp_path, family):
     )
     for name, spec in ds.element_spec.items():
         assert spec.shape.is_fully_defined() and spec.shape[0] == 8, (name, spec.shape)
+
+
+def test_a_save_cut_short_leaves_the_previous_checkpoint_in_use(tmp_path, caplog):
+    import logging
+
+    caplog.set_level(logging.INFO)
+    out = make_run_dir(tmp_path, "gpt2")
+    run_train(run_config(out, "gpt2", steps=20, checkpoint_every=10, eval_every=10))
+    # What a save killed half-way leaves: a new checkpoint's files, the index not yet moved on.
+    ckpts = out / "checkpoints"
+    (ckpts / "ckpt-30_temp").mkdir()
+    (ckpts / "ckpt-30_temp" / "part-00000-of-00001.data-00000-of-00001").write_bytes(b"\0" * 64)
+    (ckpts / "ckpt-30.index").write_bytes(b"partial")
+    run_train(run_config(out, "gpt2", steps=40, checkpoint_every=10, eval_every=10), resume=True)
+    assert "at step 20 of 40" in caplog.text
+    assert json.loads((out / "metrics.json").read_text())["final"]["step"] == 40

@@ -135,9 +135,9 @@ def run(results: dict, quick: bool = False) -> dict:
         "cores": os.cpu_count(),
         "train_records": manifest["splits"]["train"]["records"],
     }
-    # Shared, noisy machine: the two sides alternate, best of two each.
+    # Shared, noisy machine: the two sides alternate, best of three each.
     ours_fit, ref_fit, ours_pipe, ref_pipe = [], [], [], []
-    for _ in range(2):
+    for _ in range(3):
         ours_fit.append(_ours_fit(config))
         ref_fit.append(
             _json_run(["-m", "bench.train_measure", "fit-reference", str(config), str(steps_ref)])

@@ -12,6 +12,7 @@ pytest.importorskip("tensorflow")
 
 from train_helpers import REPO, make_run_dir, run_config
 
+from payload.config import parse_config
 from payload.errors import UserError
 from payload.export import run_export, trained_model
 from payload.train import run_train
@@ -81,8 +82,13 @@ def test_model_folder_loads_in_pytorch_transformers_5_with_the_same_logits(expor
     assert (torch_logits.argmax(-1) == logits.argmax(-1)).mean() > 0.99
 
 
-def test_export_without_a_checkpoint_says_so(tmp_path):
+def test_export_without_a_checkpoint_or_with_other_model_settings_is_refused(tmp_path):
     out = make_run_dir(tmp_path, "gpt2")
     with pytest.raises(UserError, match="nothing to export"):
         run_export(run_config(out, "gpt2"))
+    run_train(run_config(out, "gpt2", steps=2))
+    raw = run_config(out, "gpt2").model_dump(mode="json")
+    raw["model"]["num_layers"] = 3
+    with pytest.raises(UserError, match="model settings changed"):
+        run_export(parse_config(raw))
     assert not (out / "model").exists()

@@ -86,7 +86,7 @@ def test_export_without_a_checkpoint_or_with_other_model_settings_is_refused(tmp
     out = make_run_dir(tmp_path, "gpt2")
     with pytest.raises(UserError, match="nothing to export"):
         run_export(run_config(out, "gpt2"))
-    run_train(run_config(out, "gpt2", steps=2))
+    run_train(run_config(out, "gpt2", steps=2, warmup_steps=0))
     raw = run_config(out, "gpt2").model_dump(mode="json")
     raw["model"]["num_layers"] = 3
     with pytest.raises(UserError, match="model settings changed"):

@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 
 POLL_S = 0.2
+# The stage a worker reports when it stopped because another worker failed.
+ABORTED = "aborted"
 
 
 def _storage():
@@ -81,6 +83,7 @@ def run(plan_path: str) -> int:
         failed = _wait_for(plan["barrier_dir"], step["name"], step["workers"])
         _copy_log(plan["log"], plan["log_copy"])
         if failed is not None:
+            (job_dir / "stage").write_text(ABORTED)
             print(f"== tpuctl: stopping, {step['name']} failed on worker-{failed} ==", flush=True)
             return 3
     (job_dir / "stage").write_text("done")

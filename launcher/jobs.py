@@ -100,9 +100,9 @@ def stop_command(paths: JobPaths, grace_s: float = 5.0) -> str:
         f"pg=$(cat {_q(paths.pid)} 2>/dev/null); "
         'case "$pg" in ""|*[!0-9]*) echo "stopped 0"; exit 0;; esac; '
         f"{_LIVE_MEMBERS}"
-        'kill -TERM -- -"$pg" 2>/dev/null; '
+        'kill -TERM -"$pg" 2>/dev/null; '
         f'i=0; while [ "$(live)" -gt 0 ] && [ $i -lt {tries} ]; do sleep 0.1; i=$((i+1)); done; '
-        'if [ "$(live)" -gt 0 ]; then kill -KILL -- -"$pg" 2>/dev/null; i=0; '
+        'if [ "$(live)" -gt 0 ]; then kill -KILL -"$pg" 2>/dev/null; i=0; '
         'while [ "$(live)" -gt 0 ] && [ $i -lt 30 ]; do sleep 0.1; i=$((i+1)); done; fi; '
         f"[ -s {_q(paths.rc)} ] || echo {STOPPED_RC} > {_q(paths.rc)}; "
         'echo "stopped $(live)"'

@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher import jobs
+from launcher.agent import ABORTED
 from launcher.executors import WorkerUnreachable
 from launcher.jobs import JobState
 from launcher.plan import Plan, Worker
 from payload.errors import UserError
 
 POLL_S = 0.5
-PEER_ABORT_RC = 3  # the agent's exit code when it stopped because another worker failed
 TAIL_LINES = 20
 
 
@@ -225,7 +225,7 @@ def _failure(plan: Plan, seen: dict[int, _Seen]) -> tuple[int, str] | None:
             found.append((0, w.index, f"{w.label}'s job vanished during {s.stage or 'start'} "
                           "(killed?)"))
         elif s.state is JobState.EXITED and s.rc not in (0, None):
-            rank = 2 if s.rc in (PEER_ABORT_RC, jobs.STOPPED_RC) else 0
+            rank = 2 if s.stage == ABORTED or s.rc == jobs.STOPPED_RC else 0
             found.append((rank, w.index, f"{w.label} failed in {s.stage or 'start'} "
                           f"(exit {s.rc})"))
     if not found:

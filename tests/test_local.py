@@ -1,0 +1,128 @@
+"""`tpuctl train --local` and friends, driven through the CLI with stand-in stages."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from launcher import run
+from launcher.cli import STAGE_ENTRY_ENV, app
+from tests.helpers import REPO, install_stub, tiny_config, wait_for
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def local_run(tmp_path, tpuctl_home, monkeypatch):
+    def make(behaviour=None, workers=2, **sections):
+        stub = install_stub(tmp_path / "stub", behaviour)
+        monkeypatch.setenv(STAGE_ENTRY_ENV, str(stub))
+        return tiny_config(tmp_path, output_dir=str(tmp_path / "out"),
+                           cluster={"provider": "local", "workers": workers}, **sections)
+    return make
+
+
+def _live(config):
+    from payload.config import load_config
+
+    plan = run.current_job(run.state_dir(), load_config(config).name).plan()
+    from launcher.executors import LocalExecutor
+
+    return run.live_processes(LocalExecutor(plan.workers), plan)
+
+
+def test_dry_run_prints_the_plan_and_touches_nothing(local_run, tpuctl_home, tmp_path):
+    config = local_run()
+    result = runner.invoke(app, ["train", "-c", str(config), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "step 2: prepare on workers 0, 1" in result.output
+    assert "--worker-index 1 --num-workers 2" in result.output
+    assert not tpuctl_home.exists() and not (tmp_path / "out").exists()
+
+
+def test_train_local_runs_every_stage_streams_and_keeps_logs(local_run, tmp_path, tpuctl_home):
+    config = local_run()
+    result = runner.invoke(app, ["train", "-c", str(config), "--local", "--workers", "2"])
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "out"
+    assert (out / "tokenizer/tokenizer.json").exists()
+    assert len(list((out / "data/train").glob("shard-*"))) == 2
+    assert (out / "checkpoints/ckpt-0").exists() and (out / "checkpoints/ckpt-1").exists()
+    assert (out / "model/config.json").exists() and (out / "metrics.json").exists()
+    assert "worker-0 | step 3 loss" in result.output
+    assert "worker-1 | prepare 1/2" in result.output
+    for i in (0, 1):
+        log = (out / f"logs/worker-{i}.log").read_text()
+        assert f"worker-{i} finished" in log
+        copies = list(tpuctl_home.glob(f"jobs/t/*/logs/worker-{i}.log"))
+        assert copies and f"worker-{i} finished" in copies[0].read_text()
+    # Each local worker has its own working directory.
+    assert (tpuctl_home / "local/t/worker-1/.tpuctl/payload").is_dir()
+    # A second run with nothing changed does no package work.
+    again = runner.invoke(app, ["train", "-c", str(config), "--local", "--stages", "export"])
+    assert again.exit_code == 0, again.output
+    assert "all cached" in again.output
+
+
+def test_failing_worker_stops_the_job_everywhere(local_run):
+    config = local_run({"fail": {"prepare": 1}, "steps": {"train": 500}})
+    result = runner.invoke(app, ["train", "-c", str(config), "--local"])
+    assert result.exit_code == 1, result.output
+    assert "worker-1 failed in prepare (exit 3)" in result.output
+    assert "boom: prepare cannot go on" in result.output  # the tail of its log
+    assert _live(config) == {0: 0, 1: 0}
+
+
+def test_detached_job_can_be_watched_stopped_and_shown(local_run):
+    config = local_run({"steps": {"train": 600}})
+    started = runner.invoke(app, ["train", "-c", str(config), "--local", "--detach"])
+    assert started.exit_code == 0, started.output
+    log = wait_for(lambda: _read_logs(config, "step 2 loss"), timeout_s=60)
+    assert "step 2" in log
+    status = runner.invoke(app, ["status", "-c", str(config)])
+    assert status.exit_code == 0 and "running" in status.output and "train" in status.output
+    snapshot = runner.invoke(app, ["logs", "-c", str(config), "--no-follow", "--worker", "1"])
+    assert snapshot.exit_code == 0, snapshot.output
+    assert "worker-1 | == tpuctl: train on worker-1 ==" in snapshot.output
+    assert "worker-0 |" not in snapshot.output
+    busy = runner.invoke(app, ["train", "-c", str(config), "--local"])
+    assert "still running" in str(busy.exception)
+    stopped = runner.invoke(app, ["stop", "-c", str(config)])
+    assert stopped.exit_code == 0, stopped.output
+    assert _live(config) == {0: 0, 1: 0}
+    final = runner.invoke(app, ["status", "-c", str(config)])
+    assert "143" in final.output
+
+
+def _read_logs(config, needle):
+    result = runner.invoke(app, ["logs", "-c", str(config), "--no-follow"])
+    return result.output if needle in result.output else ""
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--local", "--workers", "0"], "--workers 0: need at least 1 worker"),
+    (["--local", "--stages", "train,bogus"], "unknown stage 'bogus'"),
+])
+def test_bad_arguments_are_one_line(local_run, args, message):
+    config = local_run()
+    result = subprocess.run([sys.executable, "-m", "launcher.cli", "train", "-c", str(config),
+                             *args], capture_output=True, text=True, cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+
+
+def test_gcp_provider_without_cloud_is_a_clear_error(tmp_path, tpuctl_home):
+    config = tiny_config(tmp_path, output_dir="gs://b/run", cluster={
+        "provider": "gcp", "project": "p", "zone": "us-central2-b", "accelerator_type": "v4-8",
+        "runtime_version": "tpu-vm-tf-2.18.0-pjrt"})
+    result = runner.invoke(app, ["train", "-c", str(config)])
+    assert "gcp provider needs `tpuctl up`" in str(result.exception)
+
+
+def test_logs_without_a_job_is_a_user_error(local_run):
+    config = local_run()
+    result = runner.invoke(app, ["logs", "-c", str(config)])
+    assert result.exit_code != 0 and "no job of run 't'" in str(result.exception)

@@ -167,7 +167,9 @@ class SshExecutor:
 
     def run(self, worker: Worker, command: str, *, timeout_s: float | None = 120.0) -> Result:
         def action(conn):
-            res = conn.run(command, hide=True, warn=True, in_stream=False, timeout=timeout_s)
+            # sh, as on local workers, whatever the user's login shell is.
+            res = conn.run(f"sh -c {shlex.quote(command)}", hide=True, warn=True,
+                           in_stream=False, timeout=timeout_s)
             return Result(res.exited, res.stdout, res.stderr)
 
         return self._with_connection(worker, action, "running a command")

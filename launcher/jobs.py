@@ -3,7 +3,8 @@
     executor.run(worker, start_command(plan.paths, plan.environment.python))
     state, lines = parse_poll(executor.run(worker, poll_command(plan.paths, offset)).stdout)
 
-A job is the agent (launcher.agent) started with `setsid` in its own session and process group,
+A job is the agent (launcher.agent) started with `setsid -f` in its own session and process group
+(forked off, so the starting shell never waits for it),
 stdin from /dev/null and output appended to a log file, so it outlives the SSH connection (or
 the laptop) that started it. Its group id goes to a pid file and its exit code to an rc file.
 Closing an SSH channel does not stop a remote process, and the SSH signal request is refused
@@ -52,7 +53,7 @@ def start_command(paths: JobPaths, python: str) -> str:
              f"echo $? > {_q(rc_tmp)} && mv {_q(rc_tmp)} {_q(paths.rc)}")
     return (
         f"rm -f {_q(paths.pid)} {_q(paths.rc)} && "
-        f"nohup setsid sh -c {_q(inner)} < /dev/null >> {_q(paths.log)} 2>&1 & "
+        f"{{ nohup setsid -f sh -c {_q(inner)} < /dev/null >> {_q(paths.log)} 2>&1; }} && "
         f"i=0; while [ ! -s {_q(paths.pid)} ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; "
         f"cat {_q(paths.pid)}"
     )

@@ -152,6 +152,7 @@ class Fleet:
             "StrictModes no",
             "MaxStartups 100:30:200",
             "MaxSessions 100",
+            "Subsystem sftp internal-sftp",
             "LogLevel ERROR",
             "",
         ]))
@@ -198,22 +199,33 @@ class Fleet:
 
     # -- tear-down ----------------------------------------------------------------------
     def close(self) -> None:
-        for index in range(len(self.procs)):
-            with contextlib.suppress(Exception):
-                for pid in self.namespace_pids(index):
-                    with contextlib.suppress(OSError):
-                        os.kill(pid, signal.SIGKILL)
+        # sshd first (no new sessions), then everything else left in the workers' namespaces.
+        targets = {i: os.readlink(f"/proc/{p.pid}/ns/mnt") for i, p in enumerate(self.procs)
+                   if os.path.exists(f"/proc/{p.pid}/ns/mnt")}
         for proc in self.procs:
             with contextlib.suppress(OSError):
                 os.killpg(proc.pid, signal.SIGKILL)
             with contextlib.suppress(Exception):
                 proc.kill()
                 proc.wait(timeout=5)
+        for pid in _pids_in_mount_namespaces(set(targets.values())):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
         for ns in self.namespaces:
             _sh("ip", "netns", "del", ns, check=False)
         if self.use_netns:
             _sh("ip", "link", "del", self.bridge, check=False)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _pids_in_mount_namespaces(namespaces: set[str]) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.readlink(entry / "ns" / "mnt") in namespaces:
+                    found.append(int(entry.name))
+    return found
 
 
 def _state(pid: int) -> str:

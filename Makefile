@@ -8,9 +8,21 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 export TF_USE_LEGACY_KERAS := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: setup demo test test-all lint bench up train down clean
+TORCH_STAMP := .venv-torch/.installed
+
+.PHONY: setup setup-torch demo test test-all lint bench up train down clean
 
 setup: $(STAMP)
+
+# PyTorch + transformers 5.x, apart from the TensorFlow environment: the tests load exported
+# models and tokenizers there, as users will.
+setup-torch: $(TORCH_STAMP)
+
+$(TORCH_STAMP): requirements-torch.txt
+	@test -x .venv-torch/bin/python || $(PYTHON) -m venv .venv-torch
+	.venv-torch/bin/python -m pip install --quiet --upgrade pip
+	.venv-torch/bin/python -m pip install --quiet -r requirements-torch.txt
+	@touch $(TORCH_STAMP)
 
 # Reinstall only when the dependency list changes.
 $(STAMP): pyproject.toml
@@ -19,18 +31,21 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[all]'
 	@touch $(STAMP)
 
-demo: setup
-	$(BIN)/python scripts/demo.py examples/demo.yaml
+DEMO := examples/demo.yaml
 
-test: setup
+demo: setup
+	$(BIN)/python -m payload tokenizer --config $(DEMO)
+	$(BIN)/python -m payload prepare --config $(DEMO) --worker-index 0 --num-workers 2
+	$(BIN)/python -m payload prepare --config $(DEMO) --worker-index 1 --num-workers 2
+
+test: setup setup-torch
 	$(BIN)/python -m pytest -q
 
-test-all: setup
+test-all: setup setup-torch
 	$(BIN)/python -m pytest -q -m "slow or not slow"
 
 lint: setup
 	$(BIN)/ruff check launcher payload tests bench scripts
-	$(BIN)/ruff format --check launcher payload tests bench scripts
 
 bench: setup
 	$(BIN)/python -m bench

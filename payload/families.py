@@ -29,13 +29,15 @@ class FamilySpec:
     # The longest row the family's position embeddings allow; T5's relative positions have no
     # hard limit, so the cap there is a memory guard rather than a property of the model.
     max_positions: int = 512
+    # Ids 0.. for these first, where the family has a fixed layout.
+    id_order: tuple[str, ...] = ()
 
     @property
     def special_tokens(self) -> list[str]:
         """Special tokens in id order: the trainer gives them ids 0..n-1."""
         ordered: list[str] = []
-        for token in (self.pad, self.unk, self.cls, self.sep, self.bos, self.eos, self.mask,
-                      self.separator, *self.extra):
+        for token in (*self.id_order, self.pad, self.unk, self.cls, self.sep, self.bos, self.eos,
+                      self.mask, self.separator, *self.extra):
             if token is not None and token not in ordered:
                 ordered.append(token)
         return ordered
@@ -46,10 +48,11 @@ FAMILIES: dict[str, FamilySpec] = {
         name="bert", objective="mlm", unk="[UNK]", pad="[PAD]", cls="[CLS]", sep="[SEP]",
         mask="[MASK]", separator="[SEP]", row_start="[CLS]", max_positions=512,
     ),
+    # RoBERTa's own layout: TF RoBERTa numbers positions from a padding index fixed at 1.
     "roberta": FamilySpec(
         name="roberta", objective="mlm", unk="<unk>", pad="<pad>", cls="<s>", sep="</s>",
         bos="<s>", eos="</s>", mask="<mask>", separator="</s>", row_start="<s>",
-        max_positions=512,
+        max_positions=512, id_order=("<s>", "<pad>", "</s>", "<unk>", "<mask>"),
     ),
     # GPT-2 rows start mid-stream: a causal LM learns from every position, no marker needed.
     "gpt2": FamilySpec(

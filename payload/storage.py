@@ -10,6 +10,7 @@ module talks to Cloud Storage.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fnmatch
 import glob as _glob
@@ -17,7 +18,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
-from typing import IO
+from typing import IO, NoReturn
 
 from payload.errors import UserError
 
@@ -88,7 +89,7 @@ def size(path: str) -> int:
 def open_read(path: str) -> IO[bytes]:
     if is_gcs(path):
         return _blob(path).open("rb", chunk_size=8 << 20)
-    return open(path, "rb")  # noqa: SIM115 - the caller closes it
+    return open(path, "rb")
 
 
 def read_bytes(path: str) -> bytes:
@@ -102,17 +103,15 @@ def read_text(path: str) -> str:
     return read_bytes(path).decode("utf-8")
 
 
-def _raise_disk_error(exc: OSError, path: str) -> None:
+def raise_disk_error(exc: OSError, path: str) -> NoReturn:
     if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
         raise UserError(
             f"no space left writing {path}",
             hint="free space or point output_dir somewhere larger, then rerun (finished work is kept)",
         ) from None
-    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        raise UserError(
-            f"cannot write {path}: {exc.strerror}", hint="choose a writable output_dir"
-        ) from None
-    raise exc
+    raise UserError(
+        f"cannot write {path}: {exc.strerror}", hint="choose a writable output_dir"
+    ) from None
 
 
 def makedirs(path: str) -> None:
@@ -121,7 +120,7 @@ def makedirs(path: str) -> None:
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as exc:
-        _raise_disk_error(exc, path)
+        raise_disk_error(exc, path)
 
 
 def write_bytes(path: str, data: bytes) -> None:
@@ -138,7 +137,7 @@ def write_bytes(path: str, data: bytes) -> None:
         os.replace(tmp, path)
     except OSError as exc:
         _remove_quietly(tmp)
-        _raise_disk_error(exc, path)
+        raise_disk_error(exc, path)
     except BaseException:
         _remove_quietly(tmp)
         raise
@@ -162,7 +161,7 @@ def publish_file(local_tmp: str, path: str) -> None:
     except OSError as exc:
         if exc.errno != errno.EXDEV:
             _remove_quietly(local_tmp)
-            _raise_disk_error(exc, path)
+            raise_disk_error(exc, path)
         # Different filesystems: copy next to the target, then rename there.
         fd, staged = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
         os.close(fd)
@@ -171,7 +170,7 @@ def publish_file(local_tmp: str, path: str) -> None:
             os.replace(staged, path)
         except OSError as copy_exc:
             _remove_quietly(staged)
-            _raise_disk_error(copy_exc, path)
+            raise_disk_error(copy_exc, path)
         finally:
             _remove_quietly(local_tmp)
 
@@ -183,7 +182,7 @@ def staging_file(path: str) -> tuple[IO[bytes], str]:
     try:
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix="-" + os.path.basename(path))
     except OSError as exc:
-        _raise_disk_error(exc, path)
+        raise_disk_error(exc, path)
     return os.fdopen(fd, "wb"), tmp
 
 
@@ -206,10 +205,8 @@ def remove_tree(path: str) -> None:
 
 
 def _remove_quietly(path: str) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.remove(path)
-    except OSError:
-        pass
 
 
 def listdir(path: str) -> list[str]:
@@ -270,9 +267,8 @@ def is_dir(path: str) -> bool:
 def check_writable(path: str) -> None:
     """Fail early, with a clear message, if `path` cannot take output."""
     probe = join(path, f".tpuctl-write-probe-{os.getpid()}")
-    if not is_gcs(path):
-        if os.path.exists(path) and not os.path.isdir(path):
-            raise UserError(f"output_dir {path} is a file, not a folder",
-                            hint="choose a folder path for output_dir")
+    if not is_gcs(path) and os.path.exists(path) and not os.path.isdir(path):
+        raise UserError(f"output_dir {path} is a file, not a folder",
+                        hint="choose a folder path for output_dir")
     write_bytes(probe, b"probe")
     remove(probe)

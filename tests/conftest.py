@@ -1,17 +1,102 @@
+"""Shared fixtures: small corpora made from the bundled text, run configs, payload subprocesses."""
+
+from __future__ import annotations
+
+import gzip
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.fleet import Fleet, sshd_available
+REPO = Path(__file__).resolve().parent.parent
+BUNDLED = REPO / "payload" / "data" / "corpus.txt.gz"
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-HERE = Path(__file__).parent
-REPO = HERE.parent
+
+def bundled_documents() -> list[str]:
+    text = gzip.decompress(BUNDLED.read_bytes()).decode("utf-8")
+    return [d for d in text.split("\n\n") if d.strip()]
+
+
+@pytest.fixture(scope="session")
+def documents() -> list[str]:
+    return bundled_documents()
+
+
+@pytest.fixture(scope="session")
+def small_corpus(tmp_path_factory, documents) -> Path:
+    """~400 KB, one paragraph per line: fast to train on, big enough to learn from."""
+    path = tmp_path_factory.mktemp("corpus") / "small.txt"
+    lines = [" ".join(d.split()) for d in documents[:1200]]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def base_config(output_dir: Path, corpus, **sections) -> dict:
+    config = {
+        "name": "test",
+        "output_dir": str(output_dir),
+        "cluster": {"provider": "local", "workers": 1},
+        "data": {"corpus": [str(c) for c in (corpus if isinstance(corpus, list) else [corpus])],
+                 "seq_len": 32, "validation_fraction": 0.1, "records_per_shard": 200},
+        "tokenizer": {"kind": "bpe", "vocab_size": 600, "sample_mb": None},
+        "model": {"family": "roberta", "hidden_size": 32, "num_layers": 1, "num_heads": 2,
+                  "intermediate_size": 64},
+        "train": {"steps": 10, "batch_size": 8, "learning_rate": 1e-3},
+    }
+    for section, values in sections.items():
+        if isinstance(values, dict) and isinstance(config.get(section), dict):
+            config[section] = {**config[section], **values}
+        else:
+            config[section] = values
+    return config
+
+
+def write_config(path: Path, config: dict) -> Path:
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return path
+
+
+def payload_env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env["TF_USE_LEGACY_KERAS"] = "1"
+    env.pop("TPUCTL_DEBUG", None)
+    return env
+
+
+def run_payload(*args: str, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
+    """Run `python -m payload ARGS` as a user would; returns the finished process."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "payload", *args], capture_output=True, text=True,
+        env=kwargs.pop("env", payload_env()), timeout=kwargs.pop("timeout", 300), **kwargs,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"payload {args} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def assert_user_error(proc: subprocess.CompletedProcess, *needles: str) -> str:
+    """Exit status 2, one line on stderr, no traceback, mentioning every needle."""
+    err = proc.stderr.strip()
+    assert proc.returncode == 2, f"exit {proc.returncode}: {err[-2000:]}"
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, err
+    for needle in needles:
+        assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
+    return lines[0]
 
 
 @pytest.fixture(scope="session")
 def fleet():
-    """Three real sshd workers, up once for the whole session."""
+    """Three real sshd workers (tests/fleet.py), up once for the whole session."""
+    from tests.fleet import Fleet, sshd_available
+
     if not sshd_available():
         pytest.skip("needs root and openssh-server (apt-get install -y openssh-server)")
     with Fleet(3) as f:
@@ -20,12 +105,7 @@ def fleet():
 
 @pytest.fixture
 def tpuctl_home(tmp_path, monkeypatch):
+    """The launcher's own state (job records, log copies, local workers) under tmp_path."""
     home = tmp_path / "home"
     monkeypatch.setenv("TPUCTL_HOME", str(home))
     return home
-
-
-@pytest.fixture
-def subprocess_env():
-    """Environment for a `tpuctl` subprocess that imports this checkout."""
-    return {**os.environ, "PYTHONPATH": str(REPO)}

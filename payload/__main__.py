@@ -1,0 +1,83 @@
+"""Run one pipeline stage on this machine: what the launcher runs on every worker.
+
+    python -m payload tokenizer --config run.yaml
+    python -m payload prepare --config run.yaml --worker-index 1 --num-workers 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+# Transformers' TF models need tf-keras; touching Keras 3 first breaks their optimizers.
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from payload.errors import UserError, one_line
+
+STAGES = ("tokenizer", "prepare", "train", "export")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m payload", description=__doc__.splitlines()[0])
+    parser.add_argument("stage", choices=STAGES)
+    parser.add_argument("--config", "-c", required=True, help="run config (tpuctl.yaml)")
+    parser.add_argument("--worker-index", type=int, default=0)
+    parser.add_argument("--num-workers", type=int, default=1)
+    parser.add_argument("--overwrite", action="store_true",
+                        help="prepare: replace shards made with another tokenizer or layout")
+    parser.add_argument("--resume", action="store_true", help="train: continue from a checkpoint")
+    return parser
+
+
+def run_stage(args: argparse.Namespace) -> None:
+    from payload.config import load_config
+
+    if args.num_workers < 1:
+        raise UserError(f"--num-workers must be at least 1 (got {args.num_workers})")
+    if not 0 <= args.worker_index < args.num_workers:
+        raise UserError(
+            f"--worker-index {args.worker_index} is out of range for --num-workers "
+            f"{args.num_workers}", hint=f"use 0..{args.num_workers - 1}",
+        )
+    config = load_config(args.config)
+    if args.stage == "tokenizer":
+        from payload.tokenizer import run_tokenizer
+
+        run_tokenizer(config)
+    elif args.stage == "prepare":
+        from payload.prepare import run_prepare
+
+        run_prepare(config, worker_index=args.worker_index, num_workers=args.num_workers,
+                    overwrite=args.overwrite)
+    elif args.stage == "train":
+        from payload.train import run_train
+
+        run_train(config, worker_index=args.worker_index, num_workers=args.num_workers,
+                  resume=args.resume)
+    elif args.stage == "export":
+        from payload.export import run_export
+
+        run_export(config)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stdout,
+        format=f"%(asctime)s w{args.worker_index} {args.stage} %(message)s", datefmt="%H:%M:%S",
+    )
+    try:
+        run_stage(args)
+    except UserError as exc:
+        if os.environ.get("TPUCTL_DEBUG"):
+            raise
+        print(f"error: {one_line(str(exc))}", file=sys.stderr, flush=True)
+        return exc.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

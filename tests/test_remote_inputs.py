@@ -1,0 +1,123 @@
+"""gs:// corpora and outputs (against a local Cloud Storage emulator) and hf: datasets."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+
+import pytest
+
+from payload import corpus, records
+from payload.config import DataConfig
+from payload.errors import UserError
+from tests.conftest import assert_user_error, base_config, payload_env, run_payload, write_config
+
+
+@pytest.fixture(scope="module")
+def gcs():
+    """A Cloud Storage emulator on a free local port, with bucket `tpuctl-test`."""
+    server_mod = pytest.importorskip("gcp_storage_emulator.server")
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    server = server_mod.create_server("127.0.0.1", port, in_memory=True,
+                                      default_bucket="tpuctl-test")
+    server.start()
+    host = f"http://127.0.0.1:{port}"
+    saved = os.environ.get("STORAGE_EMULATOR_HOST")
+    os.environ["STORAGE_EMULATOR_HOST"] = host
+    import payload.storage
+
+    payload.storage._client = None
+    try:
+        yield host
+    finally:
+        server.stop()
+        payload.storage._client = None
+        if saved is None:
+            os.environ.pop("STORAGE_EMULATOR_HOST", None)
+        else:
+            os.environ["STORAGE_EMULATOR_HOST"] = saved
+
+
+def test_tokenizer_and_prepare_on_cloud_storage(gcs, tmp_path, small_corpus):
+    from payload import storage
+
+    text = small_corpus.read_text()
+    half = len(text) // 2
+    cut = text.index("\n", half) + 1
+    storage.write_text("gs://tpuctl-test/texts/part-0.txt", text[:cut])
+    storage.write_text("gs://tpuctl-test/texts/part-1.txt", text[cut:])
+    config = base_config("gs://tpuctl-test/runs/one", "gs://tpuctl-test/texts/*.txt",
+                         tokenizer={"kind": "wordpiece", "vocab_size": 700},
+                         model={"family": "bert"})
+    path = write_config(tmp_path / "run.yaml", config)
+    env = {**payload_env(), "STORAGE_EMULATOR_HOST": gcs}
+    run_payload("tokenizer", "--config", str(path), env=env)
+    for index in range(2):
+        run_payload("prepare", "--config", str(path), "--worker-index", str(index),
+                    "--num-workers", "2", env=env)
+    manifest = records.load_manifest("gs://tpuctl-test/runs/one")
+    records.verify_shards("gs://tpuctl-test/runs/one", manifest)
+    assert manifest.num_workers == 2 and manifest.splits["train"].records > 0
+    assert manifest.documents == len([line for line in text.splitlines() if line.strip()])
+    assert storage.exists("gs://tpuctl-test/runs/one/tokenizer/tokenizer.json")
+    assert storage.exists("gs://tpuctl-test/runs/one/config.yaml")
+    # The same run on a local disk makes the same shards, byte for byte.
+    (tmp_path / "texts").mkdir()
+    (tmp_path / "texts" / "part-0.txt").write_text(text[:cut])
+    (tmp_path / "texts" / "part-1.txt").write_text(text[cut:])
+    local = base_config(tmp_path / "local", tmp_path / "texts" / "*.txt",
+                        tokenizer={"path": str(tmp_path / "tok")}, model={"family": "bert"})
+    tok_dir = tmp_path / "tok"
+    tok_dir.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        (tok_dir / name).write_bytes(storage.read_bytes(f"gs://tpuctl-test/runs/one/tokenizer/{name}"))
+    local_path = write_config(tmp_path / "local.yaml", local)
+    for index in range(2):
+        run_payload("prepare", "--config", str(local_path), "--worker-index", str(index),
+                    "--num-workers", "2")
+    here = records.load_manifest(str(tmp_path / "local"))
+    assert here.tokenizer_fingerprint == manifest.tokenizer_fingerprint
+    for split in records.SPLITS:
+        assert [(e.name, e.sha256) for e in here.splits[split].shards] == [
+            (e.name, e.sha256) for e in manifest.splits[split].shards]
+
+
+def test_missing_cloud_inputs(gcs, tmp_path):
+    config = base_config("gs://tpuctl-test/runs/two", "gs://tpuctl-test/nothing/*.txt")
+    path = write_config(tmp_path / "run.yaml", config)
+    env = {**payload_env(), "STORAGE_EMULATOR_HOST": gcs}
+    proc = run_payload("tokenizer", "--config", str(path), env=env, check=False)
+    assert_user_error(proc, "no file matches", "gs://tpuctl-test/nothing/*.txt")
+
+
+def test_a_local_hugging_face_dataset_is_shared_by_stride(tmp_path):
+    folder = tmp_path / "dataset"
+    folder.mkdir()
+    with (folder / "train.jsonl").open("w") as f:
+        for i in range(60):
+            f.write(json.dumps({"text": f"document {i}", "n": i}) + "\n")
+    data = DataConfig(corpus=[f"hf:{folder}"])
+    sources = corpus.resolve_sources(data)
+    seen = []
+    for index in range(3):
+        pieces = corpus.share(sources, worker_index=index, num_workers=3)
+        texts = [t for b in corpus.iter_batches(sources, pieces, data) for t in b.texts]
+        assert len(texts) == 20
+        seen += texts
+    assert sorted(seen) == sorted(f"document {i}" for i in range(60))
+
+
+def test_an_unreachable_hugging_face_dataset(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    data = DataConfig(corpus=["hf:someone/not-a-dataset"])
+    sources = corpus.resolve_sources(data)
+    with pytest.raises(UserError) as info:
+        list(corpus.iter_batches(sources, corpus.share(sources, worker_index=0, num_workers=1),
+                                 data))
+    assert "cannot load Hugging Face dataset 'someone/not-a-dataset'" in str(info.value)
+    assert "\n" not in str(info.value)

@@ -204,3 +204,47 @@ def test_live_processes_counts_the_job(ssh_run, fleet):
         assert all(n >= 2 for n in run.live_processes(ex, plan).values())
         assert set(run.stop(ex, plan).values()) == {"stopped"}
         assert run.live_processes(ex, plan) == {0: 0, 1: 0, 2: 0}
+
+
+def _tiny_wheel(folder: Path) -> Path:
+    """A one-module wheel, standing in for a wheelhouse of the real dependencies."""
+    import zipfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "tinydep-1.0-py3-none-any.whl"
+    info = "tinydep-1.0.dist-info"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("tinydep/__init__.py", "VALUE = 42\n")
+        archive.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: tinydep\n"
+                         "Version: 1.0\n")
+        archive.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\n"
+                         "Root-Is-Purelib: true\nTag: py3-none-any\n")
+        archive.writestr(f"{info}/RECORD", "")
+    return path
+
+
+def test_wheelhouse_environment_is_created_once_and_cached(fleet, tmp_path):
+    from launcher import ship
+    from launcher.executors import SshExecutor, SshSettings
+    from launcher.plan import EnvMode, Worker, job_paths, plan_environment
+
+    house = tmp_path / "wheels"
+    _tiny_wheel(house)
+    digest = ship.wheelhouse_digest(str(house))
+    env = plan_environment(python=None, wheelhouse_digest=digest,
+                           requirements=("tinydep==1.0",), tpu=False)
+    assert env.mode is EnvMode.WHEELHOUSE
+    wheel, payload_digest = ship.build_wheel(tmp_path / "build")
+    paths = job_paths("wheelhouse-test", payload_digest)
+    workers = tuple(Worker(index=i, host=h, address=h, coordination_port=0, ssh_port=fleet.port)
+                    for i, h in enumerate(fleet.hosts[:2]))
+    settings = SshSettings(user="root", known_hosts=fleet.known_hosts,
+                           identity_file=fleet.identity_file)
+    with SshExecutor(workers, settings) as executor:
+        first = ship.ship(executor, workers, env, paths, wheel, wheelhouse=(str(house), digest))
+        assert first == [{"payload": True, "env": True, "wheelhouse": True}] * 2
+        check = executor.run(workers[1], f"env PYTHONPATH={paths.payload_dir} {env.python} -c "
+                             "'import tinydep, payload.errors; print(tinydep.VALUE)'")
+        assert check.stdout.strip() == "42", check.stderr
+        again = ship.ship(executor, workers, env, paths, wheel, wheelhouse=(str(house), digest))
+        assert again == [{"payload": False, "env": False, "wheelhouse": False}] * 2

@@ -176,10 +176,12 @@ class SshExecutor:
 
     def put(self, worker: Worker, local: str, remote: str) -> None:
         def action(conn):
-            parent = os.path.dirname(remote)
-            if parent:
+            try:
+                conn.put(local, remote)
+            except FileNotFoundError:  # the folder is missing: one more round trip
+                parent = os.path.dirname(remote) or "."
                 conn.run(f"mkdir -p {shlex.quote(parent)}", hide=True, in_stream=False)
-            conn.put(local, remote)
+                conn.put(local, remote)
 
         self._with_connection(worker, action, "copying a file")
 

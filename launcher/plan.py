@@ -360,6 +360,18 @@ for req in sys.argv[1:]:
 if bad:
     print("; ".join(bad)); sys.exit(1)
 """
+# Unpacks the payload wheel into its folder (a wheel is a zip; no pip needed for pure code).
+PAYLOAD_UNPACK = """\
+import os, shutil, sys, zipfile
+wheel, target = sys.argv[1], sys.argv[2]
+shutil.rmtree(target + ".tmp", ignore_errors=True)
+with zipfile.ZipFile(wheel) as archive:
+    archive.extractall(target + ".tmp")
+shutil.rmtree(target, ignore_errors=True)
+os.rename(target + ".tmp", target)
+open(os.path.join(target, ".complete"), "w").close()
+os.remove(wheel)
+"""
 TPU_WHEELS_INDEX = "https://storage.googleapis.com/libtpu-releases/index.html"
 
 

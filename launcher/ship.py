@@ -22,12 +22,22 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from launcher.plan import WORKER_ROOT, Environment, EnvMode, JobPaths, Worker
+from launcher.plan import (
+    PAYLOAD_UNPACK,
+    VERSION_CHECK,
+    WORKER_ROOT,
+    Environment,
+    EnvMode,
+    JobPaths,
+    Worker,
+)
 from payload.errors import UserError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("launcher", "payload")
-DATA_SUFFIXES = (".py", ".txt.gz", ".yaml")
+# Code and templates only: the bundled demo corpus is read from the launcher's side by path,
+# and leaving it out keeps every copy small.
+DATA_SUFFIXES = (".py", ".yaml")
 DIST = "tpuctl"
 ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 MAX_PARALLEL = 32
@@ -122,29 +132,54 @@ def _wheelhouse_dir(digest: str) -> str:
 
 
 def probe_command(environment: Environment, paths: JobPaths, wheelhouse: str | None) -> str:
-    """One round trip that says which parts are already on the worker."""
+    """One round trip that says which parts are already on the worker (and makes room)."""
     checks = [("payload", paths.payload_dir), ("env", environment.dir)]
     if wheelhouse:
         checks.append(("wheelhouse", _wheelhouse_dir(wheelhouse)))
-    return "; ".join(f"test -f {shlex.quote(d + '/' + COMPLETE)} && echo {name}"
-                     for name, d in checks) + "; true"
+    found = "; ".join(f"test -f {shlex.quote(d + '/' + COMPLETE)} && echo {name}"
+                      for name, d in checks)
+    return f"mkdir -p {shlex.quote(WORKER_ROOT + '/payload')}; {found}; true"
 
 
-def _extract_command(python: str, paths: JobPaths) -> str:
-    tmp = paths.payload_dir + ".tmp"
-    q = shlex.quote
-    return (f"rm -rf {q(tmp)} && {shlex.join([python, '-m', 'zipfile', '-e', paths.wheel, tmp])}"
-            f" && rm -rf {q(paths.payload_dir)} && mv {q(tmp)} {q(paths.payload_dir)}"
-            f" && touch {q(paths.payload_dir + '/' + COMPLETE)} && rm -f {q(paths.wheel)}")
+def _unpack_command(python: str, paths: JobPaths) -> str:
+    return shlex.join([python, "-c", PAYLOAD_UNPACK, paths.wheel, paths.payload_dir])
+
+
+def _check_and_unpack_command(environment: Environment, paths: JobPaths) -> str:
+    """An existing Python's version check and the payload unpacking in one process: on a
+    busy host every interpreter start counts."""
+    code = ("import sys\n_wheel, _target = sys.argv[1:3]\ndel sys.argv[1:3]\n" + VERSION_CHECK
+            + "sys.argv[1:] = [_wheel, _target]\n" + PAYLOAD_UNPACK)
+    marker = shlex.quote(environment.dir + "/" + COMPLETE)
+    return (shlex.join([environment.python, "-c", code, paths.wheel, paths.payload_dir,
+                        *environment.requirements])
+            + f" && mkdir -p {shlex.quote(environment.dir)} && touch {marker}")
 
 
 def _env_python_for_extract(environment: Environment) -> str:
     return environment.python if environment.mode is EnvMode.EXISTING else "python3"
 
 
+def _setup_command(environment: Environment) -> str:
+    marker = shlex.quote(environment.dir + "/" + COMPLETE)
+    return (f"{shlex.join(environment.setup)} && mkdir -p {shlex.quote(environment.dir)} && "
+            f"touch {marker}")
+
+
+def _env_error(worker: Worker, environment: Environment, output: str, rc: int) -> UserError:
+    why = output.strip().splitlines()
+    detail = why[-1] if why else f"exit {rc}"
+    if environment.mode is EnvMode.EXISTING:
+        return UserError(f"{worker.label}: {environment.python} cannot run the payload: {detail}",
+                         hint="install the pinned worker dependencies there "
+                         "(pip install 'tpuctl[worker]'), or drop cluster.python")
+    return UserError(f"{worker.label}: environment set-up failed: {detail}",
+                     hint="for workers without a package index set cluster.wheelhouse")
+
+
 def ship_one(executor, worker: Worker, environment: Environment, paths: JobPaths, wheel: Path,
              wheelhouse: tuple[str, str] | None, on_event: Callable[[Worker, str], None]) -> dict:
-    """Bring one worker up to date; returns what had to be done."""
+    """Bring one worker up to date in as few round trips as possible; what had to be done."""
     wh_digest = wheelhouse[1] if wheelhouse else None
     present = set(executor.run(worker, probe_command(environment, paths, wh_digest)).stdout.split())
     done = {"payload": "payload" not in present, "env": "env" not in present,
@@ -157,26 +192,23 @@ def ship_one(executor, worker: Worker, environment: Environment, paths: JobPaths
         for f in files:
             executor.put(worker, str(f), f"{target}/{f.name}")
         executor.run(worker, f"touch {shlex.quote(target + '/' + COMPLETE)}")
-    if done["env"]:
-        on_event(worker, f"setting up the environment ({environment.mode.value})")
-        setup = shlex.join(environment.setup)
-        res = executor.run(worker, setup, timeout_s=3600)
-        if not res.ok:
-            why = (res.stdout + res.stderr).strip().splitlines()
-            detail = why[-1] if why else f"exit {res.rc}"
-            if environment.mode is EnvMode.EXISTING:
-                raise UserError(f"{worker.label}: {environment.python} cannot run the payload: "
-                                f"{detail}", hint="install the pinned worker dependencies there "
-                                "(pip install 'tpuctl[worker]'), or drop cluster.python")
-            raise UserError(f"{worker.label}: environment set-up failed: {detail}",
-                            hint="see the pip output above; for workers without a package "
-                            "index set cluster.wheelhouse")
-        executor.run(worker, f"mkdir -p {shlex.quote(environment.dir)} && "
-                             f"touch {shlex.quote(environment.dir + '/' + COMPLETE)}")
     if done["payload"]:
         on_event(worker, "copying the payload")
         executor.put(worker, str(wheel), paths.wheel)
-        res = executor.run(worker, _extract_command(_env_python_for_extract(environment), paths))
+    if done["env"] and done["payload"] and environment.mode is EnvMode.EXISTING:
+        on_event(worker, "checking the environment")
+        res = executor.run(worker, _check_and_unpack_command(environment, paths))
+        if not res.ok:
+            raise _env_error(worker, environment, res.stdout + res.stderr, res.rc)
+        on_event(worker, "ready")
+        return done
+    if done["env"]:
+        on_event(worker, f"setting up the environment ({environment.mode.value})")
+        res = executor.run(worker, _setup_command(environment), timeout_s=3600)
+        if not res.ok:
+            raise _env_error(worker, environment, res.stdout + res.stderr, res.rc)
+    if done["payload"]:
+        res = executor.run(worker, _unpack_command(_env_python_for_extract(environment), paths))
         if not res.ok:
             raise UserError(f"{worker.label}: could not unpack the payload: "
                             f"{(res.stderr or res.stdout).strip()[-200:]}")

@@ -215,7 +215,7 @@ def test_config_values_never_change_what_runs(python, corpus, output_dir):
 def test_job_commands_parse():
     p = plan(1)
     start = jobs.start_command(p.paths, "/opt/py bin/python")
-    assert "setsid sh -c" in start and "'/opt/py bin/python'" in start
+    assert "setsid -f sh -c" in start and "'/opt/py bin/python'" in start
     poll = jobs.parse_poll("exited 3 train\nline 1\nline 2\npart")
     assert poll.state is jobs.JobState.EXITED and poll.rc == 3 and poll.stage == "train"
     assert poll.lines == ("line 1", "line 2") and poll.partial == "part"

@@ -242,7 +242,8 @@ def test_wheelhouse_environment_is_created_once_and_cached(fleet, tmp_path):
                            identity_file=fleet.identity_file)
     with SshExecutor(workers, settings) as executor:
         first = ship.ship(executor, workers, env, paths, wheel, wheelhouse=(str(house), digest))
-        assert first == [{"payload": True, "env": True, "wheelhouse": True}] * 2
+        # (The payload itself may be there from earlier tests in this session.)
+        assert all(d["env"] and d["wheelhouse"] for d in first)
         check = executor.run(workers[1], f"env PYTHONPATH={paths.payload_dir} {env.python} -c "
                              "'import tinydep, payload.errors; print(tinydep.VALUE)'")
         assert check.stdout.strip() == "42", check.stderr

@@ -126,3 +126,32 @@ def test_logs_without_a_job_is_a_user_error(local_run):
     config = local_run()
     result = runner.invoke(app, ["logs", "-c", str(config)])
     assert result.exit_code != 0 and "no job of run 't'" in str(result.exception)
+
+
+def test_ctrl_c_detaches_and_the_job_keeps_running(local_run, tmp_path, tpuctl_home):
+    import signal
+
+    config = local_run({"steps": {"train": 600}})
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    launcher = subprocess.Popen([sys.executable, "-m", "launcher.cli", "train", "-c",
+                                 str(config)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, env=env, start_new_session=True)
+    try:
+        wait_for(lambda: any("step 2 loss" in p.read_text() for p in
+                             tpuctl_home.glob("jobs/t/*/logs/worker-1.log")), timeout_s=60)
+        launcher.send_signal(signal.SIGINT)
+        output, _ = launcher.communicate(timeout=30)
+    finally:
+        launcher.kill()
+    assert launcher.returncode == 0, output
+    assert "detached" in output and "tpuctl logs -c" in output and "tpuctl stop -c" in output
+    assert all(n > 0 for n in _live(config).values())
+    assert runner.invoke(app, ["stop", "-c", str(config)]).exit_code == 0
+    assert _live(config) == {0: 0, 1: 0}
+
+
+def test_ssh_command_runs_in_each_local_workers_folder(local_run, tpuctl_home):
+    config = local_run()
+    result = runner.invoke(app, ["ssh", "-c", str(config), "--", "pwd"])
+    assert result.exit_code == 0, result.output
+    assert f"worker-1 | {tpuctl_home / 'local/t/worker-1'}" in result.output

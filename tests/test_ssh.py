@@ -249,3 +249,14 @@ def test_wheelhouse_environment_is_created_once_and_cached(fleet, tmp_path):
         assert check.stdout.strip() == "42", check.stderr
         again = ship.ship(executor, workers, env, paths, wheel, wheelhouse=(str(house), digest))
         assert again == [{"payload": False, "env": False, "wheelhouse": False}] * 2
+
+
+def test_ssh_runs_a_command_on_every_worker(ssh_run, fleet):
+    config = ssh_run()
+    result = runner.invoke(app, ["ssh", "-c", str(config), "--", "hostname"])
+    assert result.exit_code == 0, result.output
+    for i in range(fleet.size):
+        assert f"worker-{i} | worker-{i}" in result.output
+    one = runner.invoke(app, ["ssh", "-c", str(config), "--worker", "2", "--", "sh", "-c",
+                              "echo $((40 + 2)); exit 3"])
+    assert one.exit_code == 1 and "worker-2 | 42" in one.output

@@ -295,11 +295,12 @@ def build_plan(
                 for w in tpu_hosts)))
         trainers = training_workers(topology, n)
         commands = []
-        for rank, index in enumerate(trainers):
+        for index in trainers:
             extra: tuple[tuple[str, str], ...] = ()
-            if topology is Topology.CPU_WORKERS and len(trainers) > 1:
-                extra = (("TF_CONFIG", tf_config(workers, rank)),)
-            commands.append(stage(Stage.TRAIN, index, (rank, len(trainers)), extra))
+            if topology is Topology.CPU_WORKERS and n > 1:
+                extra = (("TF_CONFIG", tf_config(workers, index)),)
+            # Always the full count: on a pod slice worker 0 drives all n hosts.
+            commands.append(stage(Stage.TRAIN, index, (index, n), extra))
         steps.append(Step(name=Stage.TRAIN.value, commands=tuple(commands)))
     if Stage.EXPORT in wanted:
         steps.append(Step(name=Stage.EXPORT.value, commands=(stage(Stage.EXPORT, 0, None),)))

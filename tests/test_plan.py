@@ -89,6 +89,7 @@ def test_tpu_pod_trains_on_worker_zero_after_freeing_every_host():
     assert "/tmp/libtpu_lockfile" in script
     train = p.steps[3]
     assert train.workers == (0,)
+    assert train.commands[0].argv[-4:] == ("--worker-index", "0", "--num-workers", "4")
     assert "TF_CONFIG" not in dict(train.commands[0].env)
 
 

@@ -193,6 +193,7 @@ def train(
                                          "without streaming its logs.")] = False,
 ) -> None:
     """Ship the payload to every worker, set up its environment, run the pipeline stages."""
+    import secrets
     import time as _time
 
     from launcher import plan as planning
@@ -218,7 +219,8 @@ def train(
         python=python, wheelhouse_digest=wheelhouse[1] if wheelhouse else None,
         requirements=ship.worker_requirements(), tpu=any(w.tpu for w in workers))
     entry = os.environ.get(STAGE_ENTRY_ENV)
-    job_id = f"{config.name}-{_time.strftime('%Y%m%d-%H%M%S', _time.gmtime())}"
+    job_id = (f"{config.name}-{_time.strftime('%Y%m%d-%H%M%S', _time.gmtime())}-"
+              f"{secrets.token_hex(2)}")
     the_plan = planning.build_plan(
         config, workers, job_id=job_id, payload_digest=digest, environment=environment,
         topology=topology, stages=selected, resume=resume, overwrite=overwrite,

@@ -76,6 +76,8 @@ def poll_command(paths: JobPaths, line_offset: int, max_lines: int = POLL_MAX_LI
         'if [ -s rc ]; then echo "exited $(cat rc) $stage"; '
         'elif [ -s pid ] && pg=$(cat pid) && '
         f'{{ {_LIVE_MEMBERS}[ "$(live)" -gt 0 ]; }}; then echo "running - $stage"; '
+        # The job may have finished between the first look at rc and counting its processes.
+        'elif [ -s rc ]; then echo "exited $(cat rc) $stage"; '
         'elif [ -s pid ]; then echo "gone - $stage"; else echo "none - $stage"; fi; '
         f"tail -n +{line_offset + 1} worker.log 2>/dev/null | head -n {max_lines}"
     )

@@ -69,6 +69,7 @@ class Fleet:
         self.procs: list[subprocess.Popen] = []
         self.namespaces: list[str] = []
         self.host_keys: list[str] = []
+        self._prefixes: list[list[str]] = []
 
     # -- set-up -------------------------------------------------------------------------
     def __enter__(self) -> Fleet:
@@ -139,6 +140,13 @@ class Fleet:
         else:
             host = f"127.0.1.{10 + i}"
             prefix = []
+        self._prefixes.append(prefix)
+        self._write_sshd_config(i, host)
+        self.procs.append(self._spawn_sshd(i))
+        return host
+
+    def _write_sshd_config(self, i: int, host: str) -> None:
+        wdir = self.root / f"worker-{i}"
         config = wdir / "sshd_config"
         config.write_text("\n".join([
             f"ListenAddress {host}:{self.port}",
@@ -156,6 +164,10 @@ class Fleet:
             "LogLevel ERROR",
             "",
         ]))
+
+    def _spawn_sshd(self, i: int) -> subprocess.Popen:
+        wdir = self.root / f"worker-{i}"
+        config = wdir / "sshd_config"
         # Bring /root/.pyenv back into the worker's private /root, then hide /root and /tmp.
         setup = (
             f"mount --bind {PYENV} {wdir / 'root/.pyenv'} && "
@@ -163,12 +175,27 @@ class Fleet:
             f"mount --bind {wdir / 'tmp'} /tmp && "
             f"exec {SSHD} -D -e -f {config}"
         )
-        argv = [*prefix, "unshare", "--mount", "--propagation", "private", "--uts",
+        argv = [*self._prefixes[i], "unshare", "--mount", "--propagation", "private", "--uts",
                 "sh", "-c", f"hostname worker-{i}; {setup}"]
-        log = (wdir / "sshd.log").open("w")
-        self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                           stdin=subprocess.DEVNULL, start_new_session=True))
-        return host
+        log = (wdir / "sshd.log").open("a")
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def power_off(self, index: int) -> None:
+        """The worker's host goes away: sshd and everything it started are killed at once."""
+        sshd = self.procs[index]
+        namespace = os.readlink(f"/proc/{sshd.pid}/ns/mnt")
+        with contextlib.suppress(OSError):
+            os.killpg(sshd.pid, signal.SIGKILL)
+        for pid in _pids_in_mount_namespaces({namespace}):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        sshd.wait(timeout=5)
+
+    def power_on(self, index: int) -> None:
+        """Bring a powered-off worker back (same address, same host key, same disk)."""
+        self.procs[index] = self._spawn_sshd(index)
+        _wait_port(self.hosts[index], self.port)
 
     # -- inspection ---------------------------------------------------------------------
     def namespace_pids(self, index: int) -> list[int]:

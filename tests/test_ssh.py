@@ -41,9 +41,13 @@ def ssh_run(fleet, tmp_path, tpuctl_home, monkeypatch, request):
 
 def _assert_nothing_left(fleet):
     """No process but sshd on any worker (zombies waiting for a late reaper excepted)."""
-    leftovers = wait_for(lambda: not any(fleet.job_processes(i) for i in range(fleet.size))
-                         or None, timeout_s=15, interval_s=0.2) and {}
-    assert not leftovers
+    def leftovers():
+        return {i: fleet.job_processes(i) for i in range(fleet.size) if fleet.job_processes(i)}
+
+    deadline = time.monotonic() + 15
+    while leftovers() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not leftovers()
 
 
 def _launch(config, env_extra=None):
@@ -53,11 +57,9 @@ def _launch(config, env_extra=None):
                             env=env, cwd=REPO, start_new_session=True)
 
 
-def _log_has(fleet, config, worker, needle):
-    out = Path(config).parent / "out"
-    del fleet
-    logs = list(Path(os.environ["TPUCTL_HOME"]).glob(f"jobs/fleet/*/logs/worker-{worker}.log"))
-    del out
+def _log_has(worker, needle):
+    """Whether the launcher's copy of a worker's log has `needle` yet."""
+    logs = Path(os.environ["TPUCTL_HOME"]).glob(f"jobs/fleet/*/logs/worker-{worker}.log")
     return any(needle in p.read_text() for p in logs)
 
 
@@ -110,7 +112,7 @@ def test_worker_killed_mid_training_stops_the_others(ssh_run, fleet):
 def test_stop_and_logs_after_the_launcher_was_killed(ssh_run, fleet, tpuctl_home):
     config = ssh_run({"steps": {"train": 600}})
     launcher = _launch(config)
-    wait_for(lambda: _log_has(fleet, config, 2, "step 3 loss"), timeout_s=60)
+    wait_for(lambda: _log_has(2, "step 3 loss"), timeout_s=60)
     os.killpg(launcher.pid, signal.SIGKILL)
     launcher.wait()
     time.sleep(0.5)
@@ -260,3 +262,19 @@ def test_ssh_runs_a_command_on_every_worker(ssh_run, fleet):
     one = runner.invoke(app, ["ssh", "-c", str(config), "--worker", "2", "--", "sh", "-c",
                               "echo $((40 + 2)); exit 3"])
     assert one.exit_code == 1 and "worker-2 | 42" in one.output
+
+
+def test_worker_host_going_away_stops_the_others(ssh_run, fleet):
+    config = ssh_run({"steps": {"train": 600}})
+    launcher = _launch(config)
+    try:
+        wait_for(lambda: any("stub_stages.py train" in p for p in fleet.job_processes(2)),
+                 timeout_s=60)
+        fleet.power_off(2)
+        output, _ = launcher.communicate(timeout=90)
+    finally:
+        launcher.kill()
+        fleet.power_on(2)
+    assert launcher.returncode == 1, output
+    assert "worker-2 (" in output and "is not answering" in output, output
+    assert "the job was stopped on every worker" in output

@@ -103,11 +103,9 @@ def _load(config_path: Path):
 
 
 def _ssh_settings(config):
-    from launcher.workers import resolve_workers
+    from launcher.workers import ssh_settings
 
-    if config.cluster.provider != "ssh":
-        return None
-    return resolve_workers(config, local=False, num_workers=None, state_dir=Path("."))[1]
+    return ssh_settings(config.cluster) if config.cluster.provider == "ssh" else None
 
 
 def _open_job(config_path: Path, job: str | None):
@@ -365,7 +363,7 @@ def ssh(
 
     config = _load(config_path)
     workers, settings, _ = resolve_workers(config, local=False, num_workers=None,
-                                           state_dir=run.state_dir(), ports=[0] * 64)
+                                           state_dir=run.state_dir())
     chosen = workers if worker is None else tuple(w for w in workers if w.index == worker)
     if not chosen:
         raise UserError(f"--worker {worker}: the cluster has workers 0..{len(workers) - 1}")

@@ -180,7 +180,11 @@ class SshExecutor:
                 conn.put(local, remote)
             except FileNotFoundError:  # the folder is missing: one more round trip
                 parent = os.path.dirname(remote) or "."
-                conn.run(f"mkdir -p {shlex.quote(parent)}", hide=True, in_stream=False)
+                made = conn.run(f"mkdir -p {shlex.quote(parent)}", hide=True, warn=True,
+                                in_stream=False)
+                if made.failed:
+                    raise UserError(f"{worker.label}: cannot make {parent}: "
+                                    f"{made.stderr.strip()[-200:]}") from None
                 conn.put(local, remote)
 
         self._with_connection(worker, action, "copying a file")

@@ -28,7 +28,7 @@ from launcher.agent import ABORTED
 from launcher.executors import WorkerUnreachable
 from launcher.jobs import JobState
 from launcher.plan import Plan, Worker
-from payload.errors import UserError
+from payload.errors import UserError, one_line
 
 POLL_S = 0.5
 TAIL_LINES = 20
@@ -130,7 +130,10 @@ def submit(executor, plan: Plan, record: JobRecord) -> list[int]:
     """Copy the job's files to every worker and start the agent; the process group ids."""
 
     def start(worker: Worker) -> int:
-        executor.run(worker, f"mkdir -p {shlex.quote(plan.paths.job_dir)}")
+        made = executor.run(worker, f"mkdir -p {shlex.quote(plan.paths.job_dir)}")
+        if not made.ok:
+            raise UserError(f"{worker.label}: cannot make the job folder {plan.paths.job_dir}: "
+                            f"{one_line(made.stderr or made.stdout)[-200:]}")
         executor.put(worker, str(record.folder / "config.yaml"), plan.paths.config)
         executor.put(worker, str(record.folder / f"agent-{worker.index}.json"),
                      plan.paths.agent_plan)
@@ -141,7 +144,12 @@ def submit(executor, plan: Plan, record: JobRecord) -> list[int]:
                             f"{(res.stderr or res.stdout).strip()[-200:]}")
         return int(pid)
 
-    return on_workers(plan.workers, start)
+    try:
+        return on_workers(plan.workers, start)
+    except BaseException:
+        # Some workers may have started; alone they would wait for the others forever.
+        stop(executor, plan)
+        raise
 
 
 class LogBook:

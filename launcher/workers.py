@@ -45,6 +45,13 @@ def local_workers(name: str, count: int, state_dir: Path, ports: list[int]) -> t
     )
 
 
+def ssh_settings(cluster) -> SshSettings:
+    """How to log in to an `ssh` cluster's hosts."""
+    identity = os.path.expanduser(cluster.identity_file) if cluster.identity_file else None
+    return SshSettings(user=cluster.user, known_hosts=os.path.expanduser(cluster.known_hosts),
+                       identity_file=identity)
+
+
 def resolve_workers(
     config, *, local: bool, num_workers: int | None, state_dir: Path,
     ports: list[int] | None = None,
@@ -67,10 +74,7 @@ def resolve_workers(
                    ssh_port=cluster.port)
             for i, host in enumerate(cluster.hosts)
         )
-        identity = os.path.expanduser(cluster.identity_file) if cluster.identity_file else None
-        settings = SshSettings(user=cluster.user, known_hosts=os.path.expanduser(
-            cluster.known_hosts), identity_file=identity)
-        return workers, settings, Topology.CPU_WORKERS
+        return workers, ssh_settings(cluster), Topology.CPU_WORKERS
     raise UserError(
         f"the gcp provider needs `tpuctl up` to create the TPU in project {cluster.project}, "
         "and cloud support is not in this version yet",

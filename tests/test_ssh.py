@@ -278,3 +278,16 @@ def test_worker_host_going_away_stops_the_others(ssh_run, fleet):
     assert launcher.returncode == 1, output
     assert "worker-2 (" in output and "is not answering" in output, output
     assert "the job was stopped on every worker" in output
+
+
+def test_a_worker_failing_to_start_leaves_none_running(ssh_run, fleet):
+    config = ssh_run({"steps": {"train": 600}})
+    blocker = fleet.worker_dir(2) / ".tpuctl" / "jobs"
+    blocker.parent.mkdir(parents=True, exist_ok=True)
+    blocker.write_text("a file where the job folders go")
+    try:
+        result = runner.invoke(app, ["train", "-c", str(config)])
+    finally:
+        blocker.unlink()
+    assert "worker-2: cannot make the job folder" in str(result.exception)
+    # The fixture checks that workers 0 and 1, which did start, were stopped.

@@ -42,7 +42,8 @@ def ssh_run(fleet, tmp_path, tpuctl_home, monkeypatch, request):
 def _assert_nothing_left(fleet):
     """No process but sshd on any worker (zombies waiting for a late reaper excepted)."""
     def leftovers():
-        return {i: fleet.job_processes(i) for i in range(fleet.size) if fleet.job_processes(i)}
+        found = {i: fleet.job_processes(i) for i in range(fleet.size)}
+        return {i: procs for i, procs in found.items() if procs}
 
     deadline = time.monotonic() + 15
     while leftovers() and time.monotonic() < deadline:
@@ -283,11 +284,16 @@ def test_worker_host_going_away_stops_the_others(ssh_run, fleet):
 def test_a_worker_failing_to_start_leaves_none_running(ssh_run, fleet):
     config = ssh_run({"steps": {"train": 600}})
     blocker = fleet.worker_dir(2) / ".tpuctl" / "jobs"
+    saved = blocker.with_name("jobs.saved")
     blocker.parent.mkdir(parents=True, exist_ok=True)
+    if blocker.exists():
+        blocker.rename(saved)
     blocker.write_text("a file where the job folders go")
     try:
         result = runner.invoke(app, ["train", "-c", str(config)])
     finally:
         blocker.unlink()
+        if saved.exists():
+            saved.rename(blocker)
     assert "worker-2: cannot make the job folder" in str(result.exception)
     # The fixture checks that workers 0 and 1, which did start, were stopped.

@@ -325,8 +325,6 @@ def stop(config_path: ConfigOpt = DEFAULT_CONFIG, job: JobOpt = None) -> None:
 @app.command()
 def status(config_path: ConfigOpt = DEFAULT_CONFIG, job: JobOpt = None) -> None:
     """Show the workers, the job's stage and step, and where outputs are."""
-    import re
-
     from rich.table import Table
 
     from launcher import run
@@ -338,9 +336,8 @@ def status(config_path: ConfigOpt = DEFAULT_CONFIG, job: JobOpt = None) -> None:
     for column in ("worker", "host", "state", "stage", "step", "exit", "last line"):
         table.add_column(column, overflow="fold")
     for row in rows:
-        step = re.findall(r"\bstep[ =:]+(\d+)", row["last"])
         table.add_row(row["worker"], row["host"], row["state"], row["stage"] or "-",
-                      step[-1] if step else "-", "-" if row["rc"] is None else str(row["rc"]),
+                      row["step"] or "-", "-" if row["rc"] is None else str(row["rc"]),
                       row["last"][-80:])
     console = _console()
     console.print(table)

@@ -121,3 +121,16 @@ def live_count_command(paths: JobPaths) -> str:
 
 def tail_command(paths: JobPaths, lines: int = 30) -> str:
     return f"tail -n {lines} {_q(paths.log)} 2>/dev/null"
+
+
+def progress_command(paths: JobPaths) -> str:
+    """`step=N` (the newest training step the log mentions, or empty), then the last line."""
+    log = _q(paths.log)
+    return (f"printf 'step=%s\\n' \"$(grep -oE 'step[ =:]+[0-9]+' {log} 2>/dev/null | tail -n 1 | "
+            f"grep -oE '[0-9]+$')\"; tail -n 1 {log} 2>/dev/null")
+
+
+def parse_progress(output: str) -> tuple[str, str]:
+    """(step, last line) from progress_command's output."""
+    first, _, last = output.partition("\n")
+    return first.removeprefix("step=").strip(), last.strip()

@@ -311,17 +311,18 @@ def live_processes(executor, plan: Plan) -> dict[int, int]:
 
 
 def status(executor, plan: Plan) -> list[dict]:
-    """Per worker: job state, stage, exit code and the last log line."""
+    """Per worker: job state, stage, newest step, exit code and the last log line."""
 
     def one(worker: Worker) -> dict:
         try:
             res = executor.run(worker, jobs.poll_command(plan.paths, 10**9))
-            last = executor.run(worker, jobs.tail_command(plan.paths, 1)).stdout.strip()
+            step, last = jobs.parse_progress(
+                executor.run(worker, jobs.progress_command(plan.paths)).stdout)
         except WorkerUnreachable as exc:
             return {"worker": worker.label, "host": worker.host, "state": "unreachable",
-                    "stage": "", "rc": None, "last": str(exc)}
+                    "stage": "", "step": "", "rc": None, "last": str(exc)}
         poll = jobs.parse_poll(res.stdout)
         return {"worker": worker.label, "host": worker.host, "state": poll.state.value,
-                "stage": poll.stage, "rc": poll.rc, "last": last}
+                "stage": poll.stage, "step": step, "rc": poll.rc, "last": last}
 
     return on_workers(plan.workers, one)

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 SSHD = "/usr/sbin/sshd"
+SSHD_NAMES = ("sshd", "sshd-session", "sshd-auth")
 FLEET_ROOT = Path("/var/tmp")
 PYENV = Path("/root/.pyenv")
 
@@ -219,9 +220,11 @@ class Fleet:
         found = []
         for pid in self.namespace_pids(index):
             with contextlib.suppress(OSError):
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-                if not cmd.startswith("sshd"):
-                    found.append(f"{pid}: {cmd}")
+                # By the executable's name: sshd rewrites its command line as a title.
+                comm = Path(f"/proc/{pid}/comm").read_text().strip()
+                if comm not in SSHD_NAMES:
+                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+                    found.append(f"{pid}: {cmd.decode(errors='replace')} ({comm})")
         return found
 
     # -- tear-down ----------------------------------------------------------------------

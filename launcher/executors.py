@@ -122,6 +122,7 @@ class SshExecutor:
     def _with_connection(self, worker: Worker, action: Callable, what: str):
         """Run action(connection), reconnecting with backoff on transient failures."""
         import paramiko
+        from invoke.exceptions import CommandTimedOut
 
         last = ""
         for attempt in range(len(RETRY_DELAYS_S) + 1):
@@ -152,7 +153,7 @@ class SshExecutor:
                         hint="add its host key there after checking it; tpuctl never adds keys",
                     ) from None
                 last = str(exc) or type(exc).__name__
-            except (TimeoutError, OSError, EOFError) as exc:
+            except (TimeoutError, OSError, EOFError, CommandTimedOut) as exc:
                 last = str(exc) or type(exc).__name__
             self._drop(worker)
             if attempt < len(RETRY_DELAYS_S):

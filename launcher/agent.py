@@ -15,10 +15,15 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 POLL_S = 0.2
+STOP_GRACE_S = 10.0
+ABORT_RC = 3
+ABORT_MARK = "abort"
+DONE = "done"
 # The stage a worker reports when it stopped because another worker failed.
 ABORTED = "aborted"
 
@@ -34,21 +39,101 @@ def _mark(barrier_dir: str, step: str, worker: int, rc: int) -> None:
     storage.write_text(storage.join(barrier_dir, step, f"worker-{worker}"), str(rc))
 
 
-def _wait_for(barrier_dir: str, step: str, workers: list[int]) -> int | None:
-    """Block until every worker of the step reported; the first failing one, or None."""
+class Peers:
+    """What this worker knows of the others: failures they reported, and whether they live.
+
+    Each agent bumps a counter file every few seconds; a peer whose counter has not moved for
+    `stale_after_s` (by this worker's own clock, so hosts' clocks need not agree) is taken for
+    dead. This is what ends a job when a host dies while no launcher is watching.
+    """
+
+    def __init__(self, barrier_dir: str, me: int, workers: list[int], stale_after_s: float):
+        self._storage = _storage()
+        self.barrier_dir = barrier_dir
+        self.me = me
+        self.stale_after_s = stale_after_s
+        now = time.monotonic()
+        self._seen = {w: ("", now) for w in workers if w != me}
+        self._beats = 0
+
+    def _alive_path(self, worker: int) -> str:
+        return self._storage.join(self.barrier_dir, "alive", f"worker-{worker}")
+
+    def beat(self) -> None:
+        if self._beats >= 0:
+            self._beats += 1
+            self._storage.write_text(self._alive_path(self.me), str(self._beats))
+
+    def finish(self) -> None:
+        """This worker is done: the others must not wait for its heartbeat any more."""
+        self._beats = -1
+        self._storage.write_text(self._alive_path(self.me), DONE)
+
+    def trouble(self, step: str) -> str | None:
+        """Why this worker should stop: a peer failed this step, or stopped beating."""
+        storage = self._storage
+        for worker in self._seen:
+            marker = storage.join(self.barrier_dir, step, f"worker-{worker}")
+            if storage.exists(marker) and storage.read_text(marker).strip() != "0":
+                return f"{step} failed on worker-{worker}"
+        now = time.monotonic()
+        for worker, (value, since) in self._seen.items():
+            path = self._alive_path(worker)
+            current = storage.read_text(path) if storage.exists(path) else ""
+            if current == DONE:
+                continue
+            if current != value:
+                self._seen[worker] = (current, now)
+            elif now - since > self.stale_after_s:
+                return f"worker-{worker} stopped answering (no heartbeat for {now - since:.0f}s)"
+        return None
+
+
+def _keep_beating(peers: Peers, every_s: float) -> None:
+    while True:
+        try:
+            peers.beat()
+        except Exception as exc:  # a missed beat is not worth ending the job over
+            print(f"tpuctl: heartbeat failed: {exc}", flush=True)
+        time.sleep(every_s)
+
+
+def _run_stage(argv: list[str], env: dict, peers: Peers, step: str, check_s: float):
+    """Run a stage; stop it early if a peer fails or dies. (exit code, trouble or None)"""
+    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)
+    while True:
+        try:
+            return proc.wait(timeout=check_s), None
+        except subprocess.TimeoutExpired:
+            pass
+        reason = peers.trouble(step)
+        if reason:
+            proc.terminate()
+            try:
+                proc.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            return proc.returncode, reason
+
+
+def _wait_for(peers: Peers, step: str, workers: list[int], check_s: float) -> str | None:
+    """Block until every worker of the step reported success; else why not."""
     storage = _storage()
-    poll_s = 1.0 if storage.is_gcs(barrier_dir) else POLL_S
-    pending = set(workers)
+    pending = set(workers) - {peers.me}
     while True:
         for worker in sorted(pending):
-            path = storage.join(barrier_dir, step, f"worker-{worker}")
+            path = storage.join(peers.barrier_dir, step, f"worker-{worker}")
             if storage.exists(path):
                 if storage.read_text(path).strip() != "0":
-                    return worker
+                    return f"{step} failed on worker-{worker}"
                 pending.discard(worker)
         if not pending:
             return None
-        time.sleep(poll_s)
+        reason = peers.trouble(step)
+        if reason:
+            return reason
+        time.sleep(check_s)
 
 
 def _copy_log(log: str, log_copy: str) -> None:
@@ -60,33 +145,48 @@ def _copy_log(log: str, log_copy: str) -> None:
         print(f"tpuctl: could not copy the log to {log_copy}: {exc}", flush=True)
 
 
+def _abort(job_dir: Path, plan: dict, step: str, reason: str) -> int:
+    (job_dir / "stage").write_text(ABORTED)
+    # Tell the others too, so a chain of waiting workers ends at once.
+    _mark(plan["barrier_dir"], step, plan["worker"], ABORT_MARK)
+    print(f"== tpuctl: stopping, {reason} ==", flush=True)
+    _copy_log(plan["log"], plan["log_copy"])
+    return ABORT_RC
+
+
 def run(plan_path: str) -> int:
     plan = json.loads(Path(plan_path).read_text())
     job_dir = Path(plan_path).parent
     me = plan["worker"]
+    barrier_dir = plan["barrier_dir"]
+    check_s = 2.0 if _storage().is_gcs(barrier_dir) else POLL_S
+    peers = Peers(barrier_dir, me, plan["all_workers"], plan["stale_after_s"])
+    threading.Thread(target=_keep_beating, args=(peers, plan["heartbeat_s"]),
+                     daemon=True).start()
     for step in plan["steps"]:
-        (job_dir / "stage").write_text(step["name"])
+        name = step["name"]
+        (job_dir / "stage").write_text(name)
         command = step["command"]
         if command is not None:
-            print(f"== tpuctl: {step['name']} on worker-{me} ==", flush=True)
-            env = {**os.environ, **command["env"]}
+            print(f"== tpuctl: {name} on worker-{me} ==", flush=True)
             started = time.monotonic()
-            rc = subprocess.call(command["argv"], env=env, stdin=subprocess.DEVNULL)
-            took = time.monotonic() - started
-            _mark(plan["barrier_dir"], step["name"], me, rc)
+            rc, reason = _run_stage(command["argv"], {**os.environ, **command["env"]}, peers,
+                                    name, check_s)
+            if reason:
+                return _abort(job_dir, plan, name, reason)
+            _mark(barrier_dir, name, me, rc)
             if rc != 0:
-                print(f"== tpuctl: {step['name']} failed on worker-{me} (exit {rc}) ==",
-                      flush=True)
+                print(f"== tpuctl: {name} failed on worker-{me} (exit {rc}) ==", flush=True)
                 _copy_log(plan["log"], plan["log_copy"])
                 return rc if rc > 0 else 128 - rc
-            print(f"== tpuctl: {step['name']} done on worker-{me} in {took:.1f}s ==", flush=True)
-        failed = _wait_for(plan["barrier_dir"], step["name"], step["workers"])
+            took = time.monotonic() - started
+            print(f"== tpuctl: {name} done on worker-{me} in {took:.1f}s ==", flush=True)
+        reason = _wait_for(peers, name, step["workers"], check_s)
         _copy_log(plan["log"], plan["log_copy"])
-        if failed is not None:
-            (job_dir / "stage").write_text(ABORTED)
-            print(f"== tpuctl: stopping, {step['name']} failed on worker-{failed} ==", flush=True)
-            return 3
-    (job_dir / "stage").write_text("done")
+        if reason:
+            return _abort(job_dir, plan, name, reason)
+    (job_dir / "stage").write_text(DONE)
+    peers.finish()
     print(f"== tpuctl: worker-{me} finished ==", flush=True)
     _copy_log(plan["log"], plan["log_copy"])
     return 0

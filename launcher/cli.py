@@ -70,6 +70,8 @@ WORKER_COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "bright_red", "b
                   "bright_magenta", "bright_green", "bright_yellow", "bright_blue", "red")
 # Test hook: run stages as `PYTHON FILE STAGE ...` instead of `PYTHON -m payload STAGE ...`.
 STAGE_ENTRY_ENV = "TPUCTL_STAGE_ENTRY"
+# How long workers wait on a silent peer before ending the job themselves (default 120 s).
+PEER_TIMEOUT_ENV = "TPUCTL_PEER_TIMEOUT_S"
 
 
 def _console(stderr: bool = False):
@@ -222,7 +224,8 @@ def train(
     the_plan = planning.build_plan(
         config, workers, job_id=job_id, payload_digest=digest, environment=environment,
         topology=topology, stages=selected, resume=resume, overwrite=overwrite,
-        stage_entry=(entry,) if entry else ("-m", "payload"))
+        stage_entry=(entry,) if entry else ("-m", "payload"),
+        stale_after_s=_peer_timeout())
     if dry_run:
         typer.echo(planning.render_plan(the_plan))
         return
@@ -248,6 +251,17 @@ def train(
         finally:
             book.close()
         _report(outcome, record, the_plan, config_path)
+
+
+def _peer_timeout() -> float:
+    raw = os.environ.get(PEER_TIMEOUT_ENV, "120")
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if value <= 0:
+        raise UserError(f"{PEER_TIMEOUT_ENV}={raw!r} must be a positive number of seconds")
+    return value
 
 
 def _ship_with_progress(console, executor, the_plan, wheel, wheelhouse) -> None:

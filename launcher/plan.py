@@ -144,6 +144,9 @@ class Plan:
     # the others. It lives under output_dir, which every worker can see.
     barrier_dir: str
     log_copies: tuple[str, ...] = field(default=())  # output_dir/logs/worker-N.log per worker
+    # Workers beat a counter in barrier_dir this often; one silent for stale_after_s is dead.
+    heartbeat_s: float = 5.0
+    stale_after_s: float = 120.0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -168,7 +171,8 @@ class Plan:
                 mode=EnvMode(env["mode"]), python=env["python"], key=env["key"], dir=env["dir"],
                 requirements=tuple(env["requirements"]), setup=tuple(env["setup"])),
             payload_digest=raw["payload_digest"], barrier_dir=raw["barrier_dir"],
-            log_copies=tuple(raw["log_copies"]),
+            log_copies=tuple(raw["log_copies"]), heartbeat_s=raw["heartbeat_s"],
+            stale_after_s=raw["stale_after_s"],
         )
 
     def agent_plan(self, worker: int) -> dict:
@@ -179,6 +183,9 @@ class Plan:
             "barrier_dir": self.barrier_dir,
             "log": self.paths.log,
             "log_copy": self.log_copies[worker],
+            "all_workers": [w.index for w in self.workers],
+            "heartbeat_s": self.heartbeat_s,
+            "stale_after_s": self.stale_after_s,
             "steps": [
                 {
                     "name": step.name,
@@ -262,6 +269,7 @@ def build_plan(
     resume: bool = False,
     overwrite: bool = False,
     stage_entry: tuple[str, ...] = ("-m", "payload"),
+    stale_after_s: float = 120.0,
 ) -> Plan:
     """The whole job as data. `stage_entry` is how the interpreter starts a stage."""
     if not workers:
@@ -317,6 +325,7 @@ def build_plan(
         barrier_dir=storage.join(config.output_dir, ".tpuctl", "jobs", job_id),
         log_copies=tuple(storage.join(config.output_dir, "logs", f"worker-{w.index}.log")
                          for w in workers),
+        heartbeat_s=min(5.0, stale_after_s / 4), stale_after_s=stale_after_s,
     )
 
 

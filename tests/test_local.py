@@ -155,3 +155,40 @@ def test_ssh_command_runs_in_each_local_workers_folder(local_run, tpuctl_home):
     result = runner.invoke(app, ["ssh", "-c", str(config), "--", "pwd"])
     assert result.exit_code == 0, result.output
     assert f"worker-1 | {tpuctl_home / 'local/t/worker-1'}" in result.output
+
+
+def _job_states(config):
+    result = runner.invoke(app, ["status", "-c", str(config)])
+    return result.output
+
+
+def test_workers_stop_themselves_when_a_peer_fails_while_detached(local_run, tpuctl_home):
+    config = local_run({"fail": {"train": 1}, "steps": {"train": 600}})
+    started = runner.invoke(app, ["train", "-c", str(config), "--local", "--detach"])
+    assert started.exit_code == 0, started.output
+    # Nobody is watching: worker 0 notices worker 1's failure itself and ends its training.
+    wait_for(lambda: _job_states(config).count("exited") == 2, timeout_s=30, interval_s=0.3)
+    assert _live(config) == {0: 0, 1: 0}
+    log = next(tpuctl_home.glob("local/t/worker-0/.tpuctl/jobs/*/worker.log")).read_text()
+    assert "stopping, train failed on worker-1" in log
+
+
+def test_workers_stop_themselves_when_a_peer_dies_while_detached(local_run, tpuctl_home,
+                                                                 monkeypatch):
+    import signal
+
+    from launcher.cli import PEER_TIMEOUT_ENV
+
+    monkeypatch.setenv(PEER_TIMEOUT_ENV, "3")
+    config = local_run({"steps": {"train": 600}})
+    started = runner.invoke(app, ["train", "-c", str(config), "--local", "--detach"])
+    assert started.exit_code == 0, started.output
+    wait_for(lambda: "step 2 loss" in _read_logs(config, "step 2 loss"), timeout_s=60)
+    pid_file = next(tpuctl_home.glob("local/t/worker-1/.tpuctl/jobs/*/pid"))
+    os.killpg(int(pid_file.read_text()), signal.SIGKILL)  # worker 1's host "dies"
+    wait_for(lambda: _live(config)[0] == 0, timeout_s=30, interval_s=0.3)
+    log = next(tpuctl_home.glob("local/t/worker-0/.tpuctl/jobs/*/worker.log")).read_text()
+    assert "worker-1 stopped answering" in log
+    # A launcher re-attaching now reports the vanished worker first.
+    result = runner.invoke(app, ["logs", "-c", str(config)])
+    assert result.exit_code == 1 and "worker-1's job vanished during train" in result.output

@@ -193,61 +193,81 @@ def train(
                                          "without streaming its logs.")] = False,
 ) -> None:
     """Ship the payload to every worker, set up its environment, run the pipeline stages."""
-    import secrets
-    import time as _time
-
     from launcher import plan as planning
-    from launcher import run, ship
-    from launcher.executors import open_executor
-    from launcher.workers import resolve_workers
 
     if num_workers is not None and num_workers < 1:
         raise UserError(f"--workers {num_workers}: need at least 1 worker")
     selected = planning.parse_stages(stages)
+    config, the_plan, ssh, wheel_data, wheelhouse = _plan_train(
+        config_path, local=local, num_workers=num_workers, stages=selected, resume=resume,
+        overwrite=overwrite)
+    if dry_run:
+        typer.echo(planning.render_plan(the_plan))
+        return
+    _run_train(config, config_path, the_plan, ssh, wheel_data, wheelhouse, detach=detach)
+
+
+def _plan_train(config_path: Path, *, local: bool, num_workers: int | None, stages, resume: bool,
+                overwrite: bool):
+    """Everything `train` will do, as a plan; reads files and picks ports, writes nothing."""
+    import secrets
+    import time
+
+    from launcher import plan as planning
+    from launcher import run, ship
+    from launcher.workers import local_config, resolve_workers
+
     config = _load(config_path)
-    base = run.state_dir()
     workers, ssh, topology = resolve_workers(config, local=local, num_workers=num_workers,
-                                             state_dir=base)
+                                             state_dir=run.state_dir())
+    if ssh is None:
+        # What the stages read must say what runs: local CPU workers, not the config's cluster.
+        config = local_config(config, len(workers))
     cluster = config.cluster
     python = cluster.python or (ship.launcher_python() if ssh is None and not cluster.wheelhouse
                                 else None)
     wheelhouse = ((cluster.wheelhouse, ship.wheelhouse_digest(cluster.wheelhouse))
                   if cluster.wheelhouse else None)
     wheel_data = ship.wheel_bytes()
-    digest = ship.payload_digest(wheel_data)
     environment = planning.plan_environment(
         python=python, wheelhouse_digest=wheelhouse[1] if wheelhouse else None,
         requirements=ship.worker_requirements(), tpu=any(w.tpu for w in workers))
     entry = os.environ.get(STAGE_ENTRY_ENV)
-    job_id = (f"{config.name}-{_time.strftime('%Y%m%d-%H%M%S', _time.gmtime())}-"
+    job_id = (f"{config.name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-"
               f"{secrets.token_hex(2)}")
     the_plan = planning.build_plan(
-        config, workers, job_id=job_id, payload_digest=digest, environment=environment,
-        topology=topology, stages=selected, resume=resume, overwrite=overwrite,
-        stage_entry=(entry,) if entry else ("-m", "payload"),
+        config, workers, job_id=job_id, payload_digest=ship.payload_digest(wheel_data),
+        environment=environment, topology=topology, stages=stages, resume=resume,
+        overwrite=overwrite, stage_entry=(entry,) if entry else ("-m", "payload"),
         stale_after_s=_peer_timeout())
-    if dry_run:
-        typer.echo(planning.render_plan(the_plan))
-        return
+    return config, the_plan, ssh, wheel_data, wheelhouse
 
+
+def _run_train(config, config_path: Path, the_plan, ssh, wheel_data: bytes, wheelhouse, *,
+               detach: bool) -> None:
+    """Ship, check, start, then stream until the job ends (or Ctrl-C detaches)."""
+    from launcher import run, ship
+    from launcher.executors import open_executor
     from payload.config import dump_config
 
+    base = run.state_dir()
     console = _console()
-    with open_executor(workers, ssh) as executor:
-        _refuse_if_running(executor, base, config.name, workers)
-        wheel, _ = ship.build_wheel(base / "wheels")
+    with open_executor(the_plan.workers, ssh) as executor:
+        _refuse_if_running(executor, base, config.name, the_plan.workers)
+        wheel = ship.write_wheel(base / "wheels", wheel_data)
         _ship_with_progress(console, executor, the_plan, wheel, wheelhouse)
         run.check_shared_output(executor, the_plan)
         record = run.save_job(base, the_plan, dump_config(config))
         run.submit(executor, the_plan, record)
-        console.print(f"job {job_id} started on {len(workers)} workers "
+        console.print(f"job {the_plan.job_id} started on {len(the_plan.workers)} workers "
                       f"(stages: {', '.join(s.name for s in the_plan.steps)})")
         if detach:
             console.print(f"follow it with `tpuctl logs -c {config_path}`")
             return
-        book = run.LogBook(record, workers, from_start=True)
+        book = run.LogBook(record, the_plan.workers, from_start=True)
         try:
-            outcome = run.watch(executor, the_plan, book, _line_printer(console, len(workers)))
+            outcome = run.watch(executor, the_plan, book,
+                                _line_printer(console, len(the_plan.workers)))
         finally:
             book.close()
         _report(outcome, record, the_plan, config_path)

@@ -88,17 +88,21 @@ def payload_digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
 
-def build_wheel(out_dir: Path, root: Path = REPO_ROOT) -> tuple[Path, str]:
-    """Write the wheel under out_dir (once per content); its path and digest."""
-    data = wheel_bytes(root)
-    digest = payload_digest(data)
-    path = out_dir / digest / f"{DIST}-{_version()}-py3-none-any.whl"
+def write_wheel(out_dir: Path, data: bytes) -> Path:
+    """Keep the wheel under out_dir (once per content); its path."""
+    path = out_dir / payload_digest(data) / f"{DIST}-{_version()}-py3-none-any.whl"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         tmp.write_bytes(data)
         tmp.replace(path)
-    return path, digest
+    return path
+
+
+def build_wheel(out_dir: Path, root: Path = REPO_ROOT) -> tuple[Path, str]:
+    """Build and keep the wheel; its path and digest."""
+    data = wheel_bytes(root)
+    return write_wheel(out_dir, data), payload_digest(data)
 
 
 def worker_requirements(root: Path = REPO_ROOT) -> tuple[str, ...]:

@@ -45,6 +45,16 @@ def local_workers(name: str, count: int, state_dir: Path, ports: list[int]) -> t
     )
 
 
+def local_config(config, num_workers: int):
+    """The config as local workers see it: a `local` cluster of num_workers (whatever the file
+    says, under --local), keeping where the environment comes from."""
+    from payload.config import LocalCluster
+
+    cluster = LocalCluster(provider="local", workers=num_workers, python=config.cluster.python,
+                           wheelhouse=config.cluster.wheelhouse)
+    return config.model_copy(update={"cluster": cluster})
+
+
 def ssh_settings(cluster) -> SshSettings:
     """How to log in to an `ssh` cluster's hosts."""
     identity = os.path.expanduser(cluster.identity_file) if cluster.identity_file else None

@@ -192,3 +192,20 @@ def test_workers_stop_themselves_when_a_peer_dies_while_detached(local_run, tpuc
     # A launcher re-attaching now reports the vanished worker first.
     result = runner.invoke(app, ["logs", "-c", str(config)])
     assert result.exit_code == 1 and "worker-1's job vanished during train" in result.output
+
+
+def test_local_flag_runs_any_config_as_local_workers(tmp_path, tpuctl_home, monkeypatch):
+    import yaml
+
+    monkeypatch.setenv(STAGE_ENTRY_ENV, str(install_stub(tmp_path / "stub")))
+    config = tiny_config(tmp_path, output_dir=str(tmp_path / "out"), cluster={
+        "provider": "gcp", "project": "p", "zone": "us-central2-b", "accelerator_type": "v4-32",
+        "runtime_version": "tpu-vm-tf-2.18.0-pjrt"})
+    result = runner.invoke(app, ["train", "-c", str(config), "--local", "--workers", "3",
+                                 "--stages", "tokenizer,prepare"])
+    assert result.exit_code == 0, result.output
+    assert len(list((tmp_path / "out/data/train").glob("shard-*-of-00003*"))) == 3
+    shipped = next(tpuctl_home.glob("local/t/worker-2/.tpuctl/jobs/*/config.yaml"))
+    # The stages pick their strategy from this: local CPU workers, not the TPU of the file.
+    assert yaml.safe_load(shipped.read_text())["cluster"]["provider"] == "local"
+    assert yaml.safe_load(shipped.read_text())["cluster"]["workers"] == 3

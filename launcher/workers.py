@@ -80,8 +80,9 @@ def resolve_workers(
                         hint="an ssh cluster runs on every host in cluster.hosts")
     if cluster.provider == "ssh":
         workers = tuple(
-            Worker(index=i, host=host, address=host, coordination_port=DEFAULT_COORDINATION_PORT,
-                   ssh_port=cluster.port)
+            # A port per worker, so workers that share an address (or a host) never clash.
+            Worker(index=i, host=host, address=host,
+                   coordination_port=DEFAULT_COORDINATION_PORT + i, ssh_port=cluster.port)
             for i, host in enumerate(cluster.hosts)
         )
         return workers, ssh_settings(cluster), Topology.CPU_WORKERS

@@ -76,7 +76,7 @@ def test_train_on_three_ssh_workers(ssh_run, fleet, tpuctl_home):
     # Every worker ran on its own host, TF_CONFIG naming all three.
     for i, host in enumerate(fleet.hosts):
         assert f"worker-{i} | prepare {i}/3 on worker-{i}" in result.output
-        assert f"{host}:29477" in result.output
+        assert f"{host}:{29477 + i}" in result.output
         log = (out / f"logs/worker-{i}.log").read_text()
         assert f"worker-{i} finished" in log
         assert list(tpuctl_home.glob(f"jobs/fleet/*/logs/worker-{i}.log"))

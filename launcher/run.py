@@ -232,8 +232,11 @@ def _failure(plan: Plan, seen: dict[int, _Seen]) -> tuple[int, str] | None:
         elif s.state is JobState.GONE:
             found.append((0, w.index, f"{w.label}'s job vanished during {s.stage or 'start'} "
                           "(killed?)"))
+        elif s.state is JobState.EXITED and s.rc == jobs.STOPPED_RC:
+            found.append((3, w.index, f"{w.label}'s job was stopped (tpuctl stop) during "
+                          f"{s.stage or 'start'}"))
         elif s.state is JobState.EXITED and s.rc not in (0, None):
-            rank = 2 if s.stage == ABORTED or s.rc == jobs.STOPPED_RC else 0
+            rank = 2 if s.stage == ABORTED else 0
             found.append((rank, w.index, f"{w.label} failed in {s.stage or 'start'} "
                           f"(exit {s.rc})"))
     if not found:

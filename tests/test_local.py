@@ -209,3 +209,13 @@ def test_local_flag_runs_any_config_as_local_workers(tmp_path, tpuctl_home, monk
     # The stages pick their strategy from this: local CPU workers, not the TPU of the file.
     assert yaml.safe_load(shipped.read_text())["cluster"]["provider"] == "local"
     assert yaml.safe_load(shipped.read_text())["cluster"]["workers"] == 3
+
+
+def test_logs_of_a_stopped_job_say_so(local_run):
+    config = local_run({"steps": {"train": 600}})
+    assert runner.invoke(app, ["train", "-c", str(config), "--local", "--detach"]).exit_code == 0
+    wait_for(lambda: _read_logs(config, "step 1 loss"), timeout_s=60)
+    assert runner.invoke(app, ["stop", "-c", str(config)]).exit_code == 0
+    result = runner.invoke(app, ["logs", "-c", str(config)])
+    assert result.exit_code == 1
+    assert "job was stopped (tpuctl stop) during train" in result.output

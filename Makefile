@@ -33,10 +33,10 @@ $(STAMP): pyproject.toml
 
 DEMO := examples/demo.yaml
 
+# The whole pipeline through the launcher, as 2 local worker processes (no SSH, no cloud).
+# DEMO_STAGES runs a subset: make demo DEMO_STAGES=tokenizer,prepare
 demo: setup
-	$(BIN)/python -m payload tokenizer --config $(DEMO)
-	$(BIN)/python -m payload prepare --config $(DEMO) --worker-index 0 --num-workers 2
-	$(BIN)/python -m payload prepare --config $(DEMO) --worker-index 1 --num-workers 2
+	$(BIN)/tpuctl train --local -c $(DEMO) $(if $(DEMO_STAGES),--stages $(DEMO_STAGES))
 
 test: setup setup-torch
 	$(BIN)/python -m pytest -q

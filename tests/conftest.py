@@ -90,3 +90,23 @@ def assert_user_error(proc: subprocess.CompletedProcess, *needles: str) -> str:
     for needle in needles:
         assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
     return lines[0]
+
+
+@pytest.fixture(scope="session")
+def fleet():
+    """Three real sshd workers (tests/fleet.py), up once for the whole session."""
+    from tests.fleet import Fleet, sshd_available
+
+    if not sshd_available():
+        pytest.skip("needs root and openssh-server (apt-get install -y openssh-server)")
+    # TPUCTL_FLEET_LOOPBACK=1 tries the fallback for machines without network namespaces.
+    with Fleet(3, use_netns=False if os.environ.get("TPUCTL_FLEET_LOOPBACK") else None) as f:
+        yield f
+
+
+@pytest.fixture
+def tpuctl_home(tmp_path, monkeypatch):
+    """The launcher's own state (job records, log copies, local workers) under tmp_path."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("TPUCTL_HOME", str(home))
+    return home

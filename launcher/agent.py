@@ -1,0 +1,196 @@
+"""The job on one worker: run this worker's part of every step, meeting the others in between.
+
+    python -m launcher.agent .tpuctl/jobs/demo-20261121-010203/agent.json
+
+The launcher starts this detached (launcher.jobs) and only watches; the steps advance here, so
+a job keeps going when the launcher's connection drops. Between steps every worker writes its
+exit code under the plan's barrier folder (in output_dir, which all workers see) and waits for
+the others; a failed peer ends the wait with an error. Standard library only (plus
+payload.storage for gs://), since it runs with whatever Python the worker has.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+POLL_S = 0.2
+STOP_GRACE_S = 10.0
+ABORT_RC = 3
+ABORT_MARK = "abort"
+DONE = "done"
+# The stage a worker reports when it stopped because another worker failed.
+ABORTED = "aborted"
+
+
+def _storage():
+    from payload import storage
+
+    return storage
+
+
+def _mark(barrier_dir: str, step: str, worker: int, rc: int) -> None:
+    storage = _storage()
+    storage.write_text(storage.join(barrier_dir, step, f"worker-{worker}"), str(rc))
+
+
+class Peers:
+    """What this worker knows of the others: failures they reported, and whether they live.
+
+    Each agent bumps a counter file every few seconds; a peer whose counter has not moved for
+    `stale_after_s` (by this worker's own clock, so hosts' clocks need not agree) is taken for
+    dead. This is what ends a job when a host dies while no launcher is watching.
+    """
+
+    def __init__(self, barrier_dir: str, me: int, workers: list[int], stale_after_s: float):
+        self._storage = _storage()
+        self.barrier_dir = barrier_dir
+        self.me = me
+        self.stale_after_s = stale_after_s
+        now = time.monotonic()
+        self._seen = {w: ("", now) for w in workers if w != me}
+        self._beats = 0
+
+    def _alive_path(self, worker: int) -> str:
+        return self._storage.join(self.barrier_dir, "alive", f"worker-{worker}")
+
+    def beat(self) -> None:
+        if self._beats >= 0:
+            self._beats += 1
+            self._storage.write_text(self._alive_path(self.me), str(self._beats))
+
+    def finish(self) -> None:
+        """This worker is done: the others must not wait for its heartbeat any more."""
+        self._beats = -1
+        self._storage.write_text(self._alive_path(self.me), DONE)
+
+    def trouble(self, step: str) -> str | None:
+        """Why this worker should stop: a peer failed this step, or stopped beating."""
+        storage = self._storage
+        for worker in self._seen:
+            marker = storage.join(self.barrier_dir, step, f"worker-{worker}")
+            if storage.exists(marker) and storage.read_text(marker).strip() != "0":
+                return f"{step} failed on worker-{worker}"
+        now = time.monotonic()
+        for worker, (value, since) in self._seen.items():
+            path = self._alive_path(worker)
+            current = storage.read_text(path) if storage.exists(path) else ""
+            if current == DONE:
+                continue
+            if current != value:
+                self._seen[worker] = (current, now)
+            elif now - since > self.stale_after_s:
+                return f"worker-{worker} stopped answering (no heartbeat for {now - since:.0f}s)"
+        return None
+
+
+def _keep_beating(peers: Peers, every_s: float) -> None:
+    while True:
+        try:
+            peers.beat()
+        except Exception as exc:  # a missed beat is not worth ending the job over
+            print(f"tpuctl: heartbeat failed: {exc}", flush=True)
+        time.sleep(every_s)
+
+
+def _run_stage(argv: list[str], env: dict, peers: Peers, step: str, check_s: float):
+    """Run a stage; stop it early if a peer fails or dies. (exit code, trouble or None)"""
+    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)
+    while True:
+        try:
+            return proc.wait(timeout=check_s), None
+        except subprocess.TimeoutExpired:
+            pass
+        reason = peers.trouble(step)
+        if reason:
+            proc.terminate()
+            try:
+                proc.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            return proc.returncode, reason
+
+
+def _wait_for(peers: Peers, step: str, workers: list[int], check_s: float) -> str | None:
+    """Block until every worker of the step reported success; else why not."""
+    storage = _storage()
+    pending = set(workers) - {peers.me}
+    while True:
+        for worker in sorted(pending):
+            path = storage.join(peers.barrier_dir, step, f"worker-{worker}")
+            if storage.exists(path):
+                if storage.read_text(path).strip() != "0":
+                    return f"{step} failed on worker-{worker}"
+                pending.discard(worker)
+        if not pending:
+            return None
+        reason = peers.trouble(step)
+        if reason:
+            return reason
+        time.sleep(check_s)
+
+
+def _copy_log(log: str, log_copy: str) -> None:
+    """Keep output_dir/logs/worker-N.log up to date with this worker's log."""
+    try:
+        storage = _storage()
+        storage.write_bytes(log_copy, Path(log).read_bytes())
+    except Exception as exc:  # the run matters more than its log copy
+        print(f"tpuctl: could not copy the log to {log_copy}: {exc}", flush=True)
+
+
+def _abort(job_dir: Path, plan: dict, step: str, reason: str) -> int:
+    (job_dir / "stage").write_text(ABORTED)
+    # Tell the others too, so a chain of waiting workers ends at once.
+    _mark(plan["barrier_dir"], step, plan["worker"], ABORT_MARK)
+    print(f"== tpuctl: stopping, {reason} ==", flush=True)
+    _copy_log(plan["log"], plan["log_copy"])
+    return ABORT_RC
+
+
+def run(plan_path: str) -> int:
+    plan = json.loads(Path(plan_path).read_text())
+    job_dir = Path(plan_path).parent
+    me = plan["worker"]
+    barrier_dir = plan["barrier_dir"]
+    check_s = 2.0 if _storage().is_gcs(barrier_dir) else POLL_S
+    peers = Peers(barrier_dir, me, plan["all_workers"], plan["stale_after_s"])
+    threading.Thread(target=_keep_beating, args=(peers, plan["heartbeat_s"]),
+                     daemon=True).start()
+    for step in plan["steps"]:
+        name = step["name"]
+        (job_dir / "stage").write_text(name)
+        command = step["command"]
+        if command is not None:
+            print(f"== tpuctl: {name} on worker-{me} ==", flush=True)
+            started = time.monotonic()
+            rc, reason = _run_stage(command["argv"], {**os.environ, **command["env"]}, peers,
+                                    name, check_s)
+            if reason:
+                return _abort(job_dir, plan, name, reason)
+            _mark(barrier_dir, name, me, rc)
+            if rc != 0:
+                print(f"== tpuctl: {name} failed on worker-{me} (exit {rc}) ==", flush=True)
+                _copy_log(plan["log"], plan["log_copy"])
+                return rc if rc > 0 else 128 - rc
+            took = time.monotonic() - started
+            print(f"== tpuctl: {name} done on worker-{me} in {took:.1f}s ==", flush=True)
+        reason = _wait_for(peers, name, step["workers"], check_s)
+        _copy_log(plan["log"], plan["log_copy"])
+        if reason:
+            return _abort(job_dir, plan, name, reason)
+    (job_dir / "stage").write_text(DONE)
+    peers.finish()
+    print(f"== tpuctl: worker-{me} finished ==", flush=True)
+    _copy_log(plan["log"], plan["log_copy"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run(sys.argv[1]))

@@ -1,0 +1,440 @@
+"""Pure planning: which steps run on which workers, with which commands, environment and paths.
+
+    plan = build_plan(config, workers, job_id="demo-20261121-010203", payload=digest, env=env)
+    print(render_plan(plan))        # what `tpuctl train --dry-run` shows
+
+Nothing here touches a file, a process or the network: the executors run what this module
+describes, the same plan on local worker processes or on SSH hosts, and unit tests assert on it.
+Every command is an argv tuple; `shell_line` quotes it with shlex, so no config value (a path
+with spaces, quotes, `$(...)`, `;`) can change what runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+
+from payload.errors import UserError
+
+
+class Stage(str, Enum):
+    TOKENIZER = "tokenizer"
+    PREPARE = "prepare"
+    TRAIN = "train"
+    EXPORT = "export"
+
+
+ALL_STAGES = tuple(Stage)
+
+
+class Topology(str, Enum):
+    """How training spreads over the workers (which workers run the train stage)."""
+
+    CPU_WORKERS = "cpu-workers"  # local or SSH CPU hosts: all of them, MultiWorkerMirroredStrategy
+    TPU_HOST = "tpu-host"  # a single-host TPU VM: worker 0
+    TPU_POD = "tpu-pod"  # a multi-host pod slice: worker 0 drives the whole slice
+
+
+class EnvMode(str, Enum):
+    """Where the worker's Python environment comes from."""
+
+    CREATE = "create"  # a venv installed from the package index
+    WHEELHOUSE = "wheelhouse"  # a venv installed from a shipped folder of wheels
+    EXISTING = "existing"  # a Python already on the workers; only the payload is added
+
+
+# Where tpuctl keeps its files on a worker, relative to the folder commands start in (the SSH
+# user's home; a local worker's own working directory).
+WORKER_ROOT = ".tpuctl"
+# Where MultiWorkerMirroredStrategy workers listen for each other on SSH hosts.
+DEFAULT_COORDINATION_PORT = 29_477
+STAGE_ENV = (
+    ("PYTHONUNBUFFERED", "1"),  # lines reach the log (and the launcher) as they are printed
+    ("TF_CPP_MIN_LOG_LEVEL", "2"),
+    ("TF_USE_LEGACY_KERAS", "1"),
+)
+TPU_DEVICES = ("/dev/accel*", "/dev/vfio/*")
+LIBTPU_LOCKFILE = "/tmp/libtpu_lockfile"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Worker:
+    index: int
+    host: str  # where SSH connects ("localhost" for a local process)
+    address: str  # where the other workers reach it (TF_CONFIG)
+    coordination_port: int
+    tpu: bool = False
+    ssh_port: int = 22
+    # A local worker's own working directory; None for SSH workers (they start in $HOME).
+    base_dir: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"worker-{self.index}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Command:
+    worker: int
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+
+    def shell_line(self) -> str:
+        """One shell line: `env K=V ... argv`, every word quoted."""
+        words = [*(f"{k}={v}" for k, v in self.env), *self.argv]
+        prefix = ["env"] if self.env else []
+        return shlex.join([*prefix, *words])
+
+
+@dataclass(frozen=True, kw_only=True)
+class Step:
+    name: str
+    commands: tuple[Command, ...]
+
+    @property
+    def workers(self) -> tuple[int, ...]:
+        return tuple(c.worker for c in self.commands)
+
+    def command_for(self, worker: int) -> Command | None:
+        return next((c for c in self.commands if c.worker == worker), None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Environment:
+    """The Python every stage runs with on a worker, and what it takes to set it up."""
+
+    mode: EnvMode
+    python: str  # interpreter that runs the stages, relative to the worker root or absolute
+    key: str  # hash of what the environment contains; set-up is skipped when it exists
+    dir: str  # where the environment (or its completion marker) lives on the worker
+    requirements: tuple[str, ...]
+    setup: tuple[str, ...]  # argv of the set-up command (pure; run by ship.py)
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobPaths:
+    """A job's files on each worker, relative to the worker's starting folder."""
+
+    job_dir: str
+    config: str
+    agent_plan: str
+    log: str
+    pid: str
+    rc: str
+    payload_dir: str
+    wheel: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    job_id: str
+    name: str
+    output_dir: str
+    topology: Topology
+    workers: tuple[Worker, ...]
+    steps: tuple[Step, ...]
+    paths: JobPaths
+    environment: Environment
+    payload_digest: str
+    # Where workers meet between steps: every worker writes its exit code here and waits for
+    # the others. It lives under output_dir, which every worker can see.
+    barrier_dir: str
+    log_copies: tuple[str, ...] = field(default=())  # output_dir/logs/worker-N.log per worker
+    # Workers beat a counter in barrier_dir this often; one silent for stale_after_s is dead.
+    heartbeat_s: float = 5.0
+    stale_after_s: float = 120.0
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> Plan:
+        raw = json.loads(text)
+        steps = tuple(
+            Step(name=s["name"], commands=tuple(
+                Command(worker=c["worker"], argv=tuple(c["argv"]),
+                        env=tuple(tuple(kv) for kv in c["env"]))
+                for c in s["commands"]))
+            for s in raw["steps"]
+        )
+        env = raw["environment"]
+        return cls(
+            job_id=raw["job_id"], name=raw["name"], output_dir=raw["output_dir"],
+            topology=Topology(raw["topology"]),
+            workers=tuple(Worker(**w) for w in raw["workers"]),
+            steps=steps, paths=JobPaths(**raw["paths"]),
+            environment=Environment(
+                mode=EnvMode(env["mode"]), python=env["python"], key=env["key"], dir=env["dir"],
+                requirements=tuple(env["requirements"]), setup=tuple(env["setup"])),
+            payload_digest=raw["payload_digest"], barrier_dir=raw["barrier_dir"],
+            log_copies=tuple(raw["log_copies"]), heartbeat_s=raw["heartbeat_s"],
+            stale_after_s=raw["stale_after_s"],
+        )
+
+    def agent_plan(self, worker: int) -> dict:
+        """What the agent on one worker needs: its commands per step, who to wait for."""
+        return {
+            "job_id": self.job_id,
+            "worker": worker,
+            "barrier_dir": self.barrier_dir,
+            "log": self.paths.log,
+            "log_copy": self.log_copies[worker],
+            "all_workers": [w.index for w in self.workers],
+            "heartbeat_s": self.heartbeat_s,
+            "stale_after_s": self.stale_after_s,
+            "steps": [
+                {
+                    "name": step.name,
+                    "workers": list(step.workers),
+                    "command": (None if (c := step.command_for(worker)) is None else
+                                {"argv": list(c.argv), "env": dict(c.env)}),
+                }
+                for step in self.steps
+            ],
+        }
+
+
+def parse_stages(text: str | None) -> tuple[Stage, ...]:
+    """`--stages prepare,train` as stages in pipeline order."""
+    if not text:
+        return ALL_STAGES
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    valid = [s.value for s in ALL_STAGES]
+    unknown = [n for n in names if n not in valid]
+    if unknown or not names:
+        raise UserError(f"--stages: unknown stage '{unknown[0] if unknown else text}'",
+                        hint=f"choose from {', '.join(valid)}")
+    return tuple(s for s in ALL_STAGES if s.value in names)
+
+
+def training_workers(topology: Topology, num_workers: int) -> tuple[int, ...]:
+    """Which workers run the train stage: all CPU workers (in sync), or TPU worker 0."""
+    if topology is Topology.CPU_WORKERS:
+        return tuple(range(num_workers))
+    return (0,)
+
+
+def tf_config(workers: tuple[Worker, ...], index: int) -> str:
+    cluster = [f"{w.address}:{w.coordination_port}" for w in workers]
+    return json.dumps({"cluster": {"worker": cluster}, "task": {"type": "worker", "index": index}},
+                      separators=(",", ":"))
+
+
+def job_paths(job_id: str, payload_digest: str) -> JobPaths:
+    job_dir = f"{WORKER_ROOT}/jobs/{job_id}"
+    payload_dir = f"{WORKER_ROOT}/payload/{payload_digest}"
+    return JobPaths(
+        job_dir=job_dir, config=f"{job_dir}/config.yaml", agent_plan=f"{job_dir}/agent.json",
+        log=f"{job_dir}/worker.log", pid=f"{job_dir}/pid", rc=f"{job_dir}/rc",
+        payload_dir=payload_dir, wheel=f"{payload_dir}.whl",
+    )
+
+
+def _join(base: str, *parts: str) -> str:
+    return "/".join([base.rstrip("/"), *parts])
+
+
+def free_tpu_script(devices: tuple[str, ...] = TPU_DEVICES, lockfile: str = LIBTPU_LOCKFILE) -> str:
+    """Shell that stops this user's processes holding the TPU, then drops a stale libtpu lock.
+
+    A crashed or detached earlier run keeps the chips open and the next one fails to start.
+    """
+    patterns = "|".join(devices)
+    return (
+        'me=$(id -u); '
+        'for p in /proc/[0-9]*; do pid=${p#/proc/}; '
+        '[ "$pid" = "$$" ] && continue; '
+        '[ "$(stat -c %u "$p" 2>/dev/null)" = "$me" ] || continue; '
+        'for fd in "$p"/fd/*; do case "$(readlink "$fd" 2>/dev/null)" in '
+        f'{patterns}) echo "tpuctl: stopping stale TPU holder $pid"; '
+        'kill -9 "$pid" 2>/dev/null; break;; esac; done; done; '
+        f'if [ -e {shlex.quote(lockfile)} ]; then echo "tpuctl: removing stale {lockfile}"; '
+        f'rm -f {shlex.quote(lockfile)}; fi; true'
+    )
+
+
+def build_plan(
+    config,
+    workers: tuple[Worker, ...],
+    *,
+    job_id: str,
+    payload_digest: str,
+    environment: Environment,
+    topology: Topology,
+    stages: tuple[Stage, ...] = ALL_STAGES,
+    resume: bool = False,
+    overwrite: bool = False,
+    stage_entry: tuple[str, ...] = ("-m", "payload"),
+    stale_after_s: float = 120.0,
+) -> Plan:
+    """The whole job as data. `stage_entry` is how the interpreter starts a stage."""
+    if not workers:
+        raise UserError("no workers to run on", hint="use --workers 1 or more")
+    paths = job_paths(job_id, payload_digest)
+    n = len(workers)
+    base_env = (*STAGE_ENV, ("PYTHONPATH", paths.payload_dir))
+    flags = (*(("--resume",) if resume else ()), *(("--overwrite",) if overwrite else ()))
+
+    def stage(name: Stage, index: int, share: tuple[int, int] | None,
+              extra_env: tuple[tuple[str, str], ...] = ()) -> Command:
+        argv = [environment.python, *stage_entry, name.value, "--config", paths.config]
+        if share is not None:
+            argv += ["--worker-index", str(share[0]), "--num-workers", str(share[1])]
+        return Command(worker=index, argv=(*argv, *flags), env=(*base_env, *extra_env))
+
+    steps: list[Step] = []
+    wanted = set(stages)
+    if Stage.TOKENIZER in wanted and config.tokenizer.path is None:
+        steps.append(Step(name=Stage.TOKENIZER.value,
+                          commands=(stage(Stage.TOKENIZER, 0, None),)))
+    if Stage.PREPARE in wanted:
+        steps.append(Step(name=Stage.PREPARE.value,
+                          commands=tuple(stage(Stage.PREPARE, w.index, (w.index, n))
+                                         for w in workers)))
+    if Stage.TRAIN in wanted:
+        tpu_hosts = tuple(w for w in workers if w.tpu)
+        if tpu_hosts:
+            steps.append(Step(name="free-tpu", commands=tuple(
+                Command(worker=w.index, argv=("sh", "-c", free_tpu_script()))
+                for w in tpu_hosts)))
+        trainers = training_workers(topology, n)
+        commands = []
+        for index in trainers:
+            extra: tuple[tuple[str, str], ...] = ()
+            if topology is Topology.CPU_WORKERS and n > 1:
+                extra = (("TF_CONFIG", tf_config(workers, index)),)
+            # Always the full count: on a pod slice worker 0 drives all n hosts.
+            commands.append(stage(Stage.TRAIN, index, (index, n), extra))
+        steps.append(Step(name=Stage.TRAIN.value, commands=tuple(commands)))
+    if Stage.EXPORT in wanted:
+        steps.append(Step(name=Stage.EXPORT.value, commands=(stage(Stage.EXPORT, 0, None),)))
+    if not steps:
+        raise UserError("nothing to run: the tokenizer stage is skipped when tokenizer.path is "
+                        "set", hint="choose other --stages")
+
+    from payload import storage  # pure path joining; no I/O
+
+    return Plan(
+        job_id=job_id, name=config.name, output_dir=config.output_dir, topology=topology,
+        workers=workers, steps=tuple(steps), paths=paths, environment=environment,
+        payload_digest=payload_digest,
+        barrier_dir=storage.join(config.output_dir, ".tpuctl", "jobs", job_id),
+        log_copies=tuple(storage.join(config.output_dir, "logs", f"worker-{w.index}.log")
+                         for w in workers),
+        heartbeat_s=min(5.0, stale_after_s / 4), stale_after_s=stale_after_s,
+    )
+
+
+def render_plan(plan: Plan) -> str:
+    """The plan as `--dry-run` prints it: workers, environment, then each step's commands."""
+    lines = [f"job {plan.job_id}  ({plan.topology.value}, {len(plan.workers)} workers)",
+             f"output_dir: {plan.output_dir}", "workers:"]
+    for w in plan.workers:
+        where = w.base_dir or f"{w.host}:{w.ssh_port} (home)"
+        lines.append(f"  {w.label}: {where}  tf={w.address}:{w.coordination_port}"
+                     + ("  tpu" if w.tpu else ""))
+    env = plan.environment
+    lines += [f"environment: {env.mode.value} {env.python}  (key {env.key})",
+              f"payload: {plan.paths.payload_dir}",
+              f"job files: {plan.paths.job_dir}/ (config.yaml, worker.log, pid, rc)"]
+    if env.mode is EnvMode.EXISTING:
+        lines.append(f"  set-up: check {env.python} has {' '.join(env.requirements)}")
+    elif env.setup:
+        lines.append(f"  set-up: {shlex.join(env.setup)}")
+    for number, step in enumerate(plan.steps, 1):
+        lines.append(f"step {number}: {step.name} on workers "
+                     f"{', '.join(str(w) for w in step.workers)}; then wait for all")
+        for c in step.commands:
+            lines.append(f"  worker-{c.worker}$ {c.shell_line()}")
+    return "\n".join(lines)
+
+
+# Runs on a worker with the existing Python: are the pinned packages there, at those versions?
+VERSION_CHECK = """\
+import re, sys
+from importlib import metadata
+bad = []
+for req in sys.argv[1:]:
+    name = re.split(r"[<>=!~;\\[ ]", req, maxsplit=1)[0]
+    pin = re.search(r"==\\s*([^,; ]+)", req)
+    try:
+        have = metadata.version(name)
+    except metadata.PackageNotFoundError:
+        bad.append(name + " is missing"); continue
+    if pin and have != pin.group(1):
+        bad.append(f"{name} is {have}, needs {pin.group(1)}")
+if bad:
+    print("; ".join(bad)); sys.exit(1)
+"""
+# Unpacks the payload wheel into its folder (a wheel is a zip; no pip needed for pure code).
+PAYLOAD_UNPACK = """\
+import os, shutil, sys, zipfile
+wheel, target = sys.argv[1], sys.argv[2]
+shutil.rmtree(target + ".tmp", ignore_errors=True)
+with zipfile.ZipFile(wheel) as archive:
+    archive.extractall(target + ".tmp")
+shutil.rmtree(target, ignore_errors=True)
+os.rename(target + ".tmp", target)
+open(os.path.join(target, ".complete"), "w").close()
+os.remove(wheel)
+"""
+TPU_WHEELS_INDEX = "https://storage.googleapis.com/libtpu-releases/index.html"
+
+
+def tpu_requirements(requirements: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(normal, no-deps) requirements for a TPU VM: the TPU build of TensorFlow, and tf-keras
+    without its dependencies (they would pull the CPU TensorFlow back in)."""
+    normal, nodeps = [], []
+    for req in requirements:
+        name = re.split(r"[<>=!~;\[ ]", req, maxsplit=1)[0].lower()
+        if name == "tensorflow":
+            normal.append("tensorflow-tpu" + req[len(name):])
+        elif name == "tf-keras":
+            nodeps.append(req)
+        else:
+            normal.append(req)
+    return tuple(normal), tuple(nodeps)
+
+
+def environment_key(*parts: str) -> str:
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def plan_environment(
+    *, python: str | None, wheelhouse_digest: str | None, requirements: tuple[str, ...],
+    tpu: bool,
+) -> Environment:
+    """The worker environment: existing Python, a venv from a wheelhouse, or one from the index.
+
+    Its key hashes everything it contains, so an unchanged set-up is found and skipped.
+    """
+    requirements = tuple(sorted(requirements))
+    if python:
+        key = environment_key("existing", python, *requirements)
+        env_dir = f"{WORKER_ROOT}/env/{key}"
+        return Environment(mode=EnvMode.EXISTING, python=python, key=key, dir=env_dir,
+                           requirements=requirements,
+                           setup=(python, "-c", VERSION_CHECK, *requirements))
+    normal, nodeps = tpu_requirements(requirements) if tpu else (requirements, ())
+    if wheelhouse_digest:
+        mode = EnvMode.WHEELHOUSE
+        key = environment_key("wheelhouse", wheelhouse_digest, *normal, "--no-deps", *nodeps)
+        source = ["--no-index", "--find-links", f"{WORKER_ROOT}/wheelhouse/{wheelhouse_digest}"]
+    else:
+        mode = EnvMode.CREATE
+        key = environment_key("index", *normal, "--no-deps", *nodeps)
+        source = ["--find-links", TPU_WHEELS_INDEX] if tpu else []
+    env_dir = f"{WORKER_ROOT}/env/{key}"
+    pip = [f"{env_dir}/bin/python", "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    script = [f"rm -rf {shlex.quote(env_dir)}",
+              shlex.join(["python3", "-m", "venv", env_dir])]
+    if normal:
+        script.append(shlex.join([*pip, *source, *normal]))
+    if nodeps:
+        script.append(shlex.join([*pip, *source, "--no-deps", *nodeps]))
+    return Environment(mode=mode, python=f"{env_dir}/bin/python", key=key, dir=env_dir,
+                       requirements=requirements, setup=("sh", "-c", " && ".join(script)))

@@ -1,0 +1,61 @@
+"""Small builders shared by the launcher tests: stand-in stages, tiny configs, the CLI."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).parent
+REPO = HERE.parent
+PYTHON = str(Path(REPO / ".venv/bin/python")) if (REPO / ".venv/bin/python").exists() else None
+
+
+def install_stub(folder: Path, behaviour: dict | None = None) -> Path:
+    """Copy the stand-in stages into `folder`, with what they should do wrong."""
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / "stub_stages.py"
+    shutil.copy(HERE / "stub_stages.py", target)
+    (folder / "stub_stages.json").write_text(json.dumps(behaviour or {}))
+    return target
+
+
+def tiny_config(folder: Path, *, output_dir: str, cluster: dict, name: str = "t",
+                corpus: str | None = None, **sections) -> Path:
+    """A valid run config small enough for the real stages to finish in seconds."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if corpus is None:
+        corpus_file = folder / "corpus.txt"
+        corpus_file.write_text("".join(f"line {i} of a tiny corpus for tests\n"
+                                       for i in range(200)))
+        corpus = str(corpus_file)
+    raw = {
+        "name": name,
+        "output_dir": output_dir,
+        "cluster": cluster,
+        "data": {"corpus": corpus, "seq_len": 32, "validation_fraction": 0.1,
+                 "records_per_shard": 50},
+        "tokenizer": {"kind": "bpe", "vocab_size": 300},
+        "model": {"family": "gpt2", "hidden_size": 32, "num_layers": 1, "num_heads": 2,
+                  "intermediate_size": 64},
+        "train": {"steps": 4, "batch_size": 4, "learning_rate": 1e-3, "checkpoint_every": 2,
+                  "eval_every": 2, "eval_batches": 1},
+    }
+    for key, value in sections.items():
+        raw[key] = {**raw.get(key, {}), **value} if isinstance(value, dict) else value
+    path = folder / "tpuctl.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def wait_for(predicate, timeout_s: float = 30.0, interval_s: float = 0.1):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {predicate}")

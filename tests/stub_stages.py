@@ -1,0 +1,66 @@
+"""A stand-in for `python -m payload STAGE`, for launcher tests: same arguments, tiny outputs.
+
+    python stub_stages.py prepare --config run.yaml --worker-index 1 --num-workers 2
+
+What it does wrong on purpose comes from `stub_stages.json` next to it:
+{"fail": {"prepare": 1}} exits 3 in prepare on worker 1; {"steps": {"train": 200}} makes the
+train stage print that many steps, 0.1 s apart.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("stage")
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--worker-index", type=int, default=0)
+    parser.add_argument("--num-workers", type=int, default=1)
+    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--overwrite", action="store_true")
+    args = parser.parse_args()
+    behaviour_file = Path(__file__).with_suffix(".json")
+    behaviour = json.loads(behaviour_file.read_text()) if behaviour_file.exists() else {}
+    config = yaml.safe_load(Path(args.config).read_text())
+    out = Path(config["output_dir"])
+    me, n = args.worker_index, args.num_workers
+    print(f"{args.stage} {me}/{n} on {os.uname().nodename} tf_config={os.environ.get('TF_CONFIG', '')}",
+          flush=True)
+    if behaviour.get("fail", {}).get(args.stage) == me:
+        print(f"boom: {args.stage} cannot go on", flush=True)
+        return 3
+    if args.stage == "tokenizer":
+        _write(out / "tokenizer" / "tokenizer.json", "{}")
+    elif args.stage == "prepare":
+        if not (out / "tokenizer" / "tokenizer.json").exists():
+            print("no tokenizer", file=sys.stderr)
+            return 1
+        _write(out / "data" / "train" / f"shard-{me:05d}-of-{n:05d}.tfrecord", "x" * 10)
+    elif args.stage == "train":
+        shards = sorted((out / "data" / "train").glob("shard-*"))
+        print(f"training on {len(shards)} shards", flush=True)
+        for step in range(1, behaviour.get("steps", {}).get("train", 3) + 1):
+            print(f"step {step} loss {1.0 / step:.3f}", flush=True)
+            time.sleep(0.1)
+        _write(out / "checkpoints" / f"ckpt-{me}", "w")
+        if me == 0:
+            _write(out / "metrics.json", json.dumps({"shards": len(shards)}))
+    elif args.stage == "export":
+        _write(out / "model" / "config.json", "{}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

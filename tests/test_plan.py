@@ -1,0 +1,223 @@
+"""The pure plan: which steps run where, with which commands; quoting that nothing can break."""
+
+import json
+import shlex
+import subprocess
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from launcher import jobs, run
+from launcher.plan import (
+    ALL_STAGES,
+    EnvMode,
+    Plan,
+    Stage,
+    Topology,
+    Worker,
+    build_plan,
+    free_tpu_script,
+    parse_stages,
+    plan_environment,
+    render_plan,
+)
+from payload.config import parse_config
+from payload.errors import UserError
+
+RAW = {
+    "name": "unit",
+    "output_dir": "/shared/out",
+    "data": {"corpus": "/shared/c.txt"},
+    "tokenizer": {"kind": "bpe", "vocab_size": 300},
+    "model": {"family": "gpt2"},
+    "train": {"steps": 4, "batch_size": 4, "learning_rate": 1e-3},
+}
+
+
+def config(**over):
+    return parse_config({**RAW, **over})
+
+
+def workers(n, tpu=False):
+    return tuple(Worker(index=i, host=f"10.0.0.{i + 2}", address=f"10.0.0.{i + 2}",
+                        coordination_port=29477, tpu=tpu) for i in range(n))
+
+
+ENV = plan_environment(python="/opt/py/bin/python", wheelhouse_digest=None,
+                       requirements=("tensorflow==2.20.0", "tf-keras==2.20.1"), tpu=False)
+
+
+def plan(n=2, topology=Topology.CPU_WORKERS, tpu=False, cfg=None, **kw):
+    return build_plan(cfg or config(), workers(n, tpu), job_id="unit-1", payload_digest="abc",
+                      environment=ENV, topology=topology, **kw)
+
+
+def test_cpu_workers_run_every_stage_with_shares_and_tf_config():
+    p = plan(3)
+    assert [s.name for s in p.steps] == ["tokenizer", "prepare", "train", "export"]
+    tokenizer, prepare, train, export = p.steps
+    assert tokenizer.workers == (0,) and export.workers == (0,)
+    assert prepare.workers == (0, 1, 2)
+    argv = prepare.command_for(2).argv
+    assert argv[:3] == ("/opt/py/bin/python", "-m", "payload")
+    assert argv[3:] == ("prepare", "--config", p.paths.config, "--worker-index", "2",
+                        "--num-workers", "3")
+    assert train.workers == (0, 1, 2)
+    tf_config = json.loads(dict(train.command_for(1).env)["TF_CONFIG"])
+    assert tf_config == {"cluster": {"worker": ["10.0.0.2:29477", "10.0.0.3:29477",
+                                                "10.0.0.4:29477"]},
+                         "task": {"type": "worker", "index": 1}}
+    assert dict(prepare.command_for(0).env)["PYTHONPATH"] == p.paths.payload_dir
+    assert p.barrier_dir == "/shared/out/.tpuctl/jobs/unit-1"
+    assert p.log_copies[2] == "/shared/out/logs/worker-2.log"
+
+
+def test_single_cpu_worker_has_no_tf_config():
+    train = plan(1).steps[2]
+    assert "TF_CONFIG" not in dict(train.commands[0].env)
+
+
+def test_tpu_pod_trains_on_worker_zero_after_freeing_every_host():
+    p = plan(4, Topology.TPU_POD, tpu=True)
+    names = [s.name for s in p.steps]
+    assert names == ["tokenizer", "prepare", "free-tpu", "train", "export"]
+    free = p.steps[2]
+    assert free.workers == (0, 1, 2, 3)
+    script = free.commands[0].argv[2]
+    assert "/dev/accel*" in script and "/dev/vfio/*" in script
+    assert "/tmp/libtpu_lockfile" in script
+    train = p.steps[3]
+    assert train.workers == (0,)
+    assert train.commands[0].argv[-4:] == ("--worker-index", "0", "--num-workers", "4")
+    assert "TF_CONFIG" not in dict(train.commands[0].env)
+
+
+def test_free_tpu_script_frees_only_this_users_holders(tmp_path):
+    lock = tmp_path / "libtpu_lockfile"
+    lock.write_text("")
+    # A process of ours holding a stand-in device file is stopped; the lock file goes.
+    device = tmp_path / "accel0"
+    device.write_text("")
+    holder = subprocess.Popen(["sh", "-c", f"exec 3<{device}; sleep 30"])
+    try:
+        out = subprocess.run(["sh", "-c", free_tpu_script((f"{tmp_path}/accel*",), str(lock))],
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0
+        assert holder.wait(timeout=5) == -9
+        assert f"stale TPU holder {holder.pid}" in out.stdout
+        assert not lock.exists()
+    finally:
+        holder.kill()
+
+
+def test_cpu_workers_skip_free_tpu():
+    assert "free-tpu" not in [s.name for s in plan(2).steps]
+
+
+def test_tokenizer_path_skips_the_tokenizer_stage():
+    cfg = config(tokenizer={"path": "/shared/tok"})
+    assert [s.name for s in plan(cfg=cfg).steps] == ["prepare", "train", "export"]
+
+
+def test_stage_subset_resume_and_overwrite_flags():
+    p = plan(stages=parse_stages("train,prepare"), resume=True, overwrite=True)
+    assert [s.name for s in p.steps] == ["prepare", "train"]
+    assert p.steps[1].commands[0].argv[-2:] == ("--resume", "--overwrite")
+
+
+def test_parse_stages():
+    assert parse_stages(None) == ALL_STAGES
+    assert parse_stages("export, tokenizer") == (Stage.TOKENIZER, Stage.EXPORT)
+    with pytest.raises(UserError, match="unknown stage 'trian'"):
+        parse_stages("trian")
+
+
+def test_no_workers_and_nothing_to_run_are_user_errors():
+    with pytest.raises(UserError):
+        build_plan(config(), (), job_id="x", payload_digest="a", environment=ENV,
+                   topology=Topology.CPU_WORKERS)
+    with pytest.raises(UserError, match="nothing to run"):
+        plan(cfg=config(tokenizer={"path": "/t"}), stages=(Stage.TOKENIZER,))
+
+
+def test_environment_modes_and_keys():
+    reqs = ("tensorflow==2.20.0", "tf-keras==2.20.1", "transformers==4.57.6")
+    existing = plan_environment(python="/opt/py", wheelhouse_digest=None, requirements=reqs,
+                                tpu=False)
+    assert existing.mode is EnvMode.EXISTING and existing.python == "/opt/py"
+    assert existing.setup[:2] == ("/opt/py", "-c") and "tensorflow==2.20.0" in existing.setup
+    house = plan_environment(python=None, wheelhouse_digest="w1", requirements=reqs, tpu=False)
+    assert house.mode is EnvMode.WHEELHOUSE and house.python.endswith("/bin/python")
+    assert "--no-index" in house.setup[2] and ".tpuctl/wheelhouse/w1" in house.setup[2]
+    index = plan_environment(python=None, wheelhouse_digest=None, requirements=reqs, tpu=False)
+    tpu = plan_environment(python=None, wheelhouse_digest=None, requirements=reqs, tpu=True)
+    assert index.mode is EnvMode.CREATE
+    assert "tensorflow==2.20.0" in index.setup[2] and "tensorflow-tpu" not in index.setup[2]
+    assert "tensorflow-tpu==2.20.0" in tpu.setup[2] and "libtpu-releases" in tpu.setup[2]
+    assert "--no-deps tf-keras==2.20.1" in tpu.setup[2]
+    keys = {e.key for e in (existing, house, index, tpu)}
+    assert len(keys) == 4
+    # Same contents, same key, whatever the order; a changed pin, a new key.
+    again = plan_environment(python=None, wheelhouse_digest=None,
+                             requirements=tuple(reversed(reqs)), tpu=False)
+    assert again.key == index.key
+    bumped = plan_environment(python=None, wheelhouse_digest=None,
+                              requirements=(*reqs[:2], "transformers==4.57.7"), tpu=False)
+    assert bumped.key != index.key
+
+
+def test_plan_round_trips_through_json_and_renders():
+    p = plan(2, Topology.TPU_POD, tpu=True)
+    assert Plan.from_json(p.to_json()) == p
+    text = render_plan(p)
+    assert "step 3: free-tpu on workers 0, 1" in text
+    assert "worker-0$ env " in text
+    agent = p.agent_plan(1)
+    assert [s["command"] is None for s in agent["steps"]] == [True, False, False, True, True]
+
+
+# A config value can be anything a YAML string holds; none of it may become shell syntax.
+nasty = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"),
+                min_size=1, max_size=40) | st.sampled_from(
+    ["a path/with spaces", "it's", '"q"', "$(touch /tmp/pwned)", "`id`", "a; rm -rf /",
+     "x && y", "$HOME", "*", "-n", "\\", "\n", "a\nb"])
+
+
+def _words_from_shell(line: str) -> list[str]:
+    out = subprocess.run(["sh", "-c", "printf '%s\\0' " + line], capture_output=True,
+                         timeout=10)
+    assert out.returncode == 0
+    return out.stdout.decode("utf-8", "surrogateescape").split("\0")[:-1]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(python=nasty, corpus=nasty, output_dir=nasty)
+def test_config_values_never_change_what_runs(python, corpus, output_dir):
+    env = plan_environment(python=python, wheelhouse_digest=None, requirements=("a==1",),
+                           tpu=False)
+    cfg = config(output_dir=output_dir, data={"corpus": corpus})
+    p = build_plan(cfg, workers(2), job_id="unit-1", payload_digest="abc", environment=env,
+                   topology=Topology.CPU_WORKERS)
+    for step in p.steps:
+        for command in step.commands:
+            expected = ["env", *(f"{k}={v}" for k, v in command.env), *command.argv]
+            assert shlex.split(command.shell_line()) == expected
+            if step.name == "prepare" and command.worker == 1:
+                # Through a real shell: exactly these words reach the program, nothing runs.
+                assert _words_from_shell(command.shell_line()) == expected
+    setup_words = _words_from_shell(shlex.join(env.setup))
+    assert setup_words == list(env.setup)
+    # The shared-output check puts output_dir itself on a command line.
+    check = run._python_snippet(p, "pass", p.barrier_dir)
+    assert _words_from_shell(check)[-1] == p.barrier_dir
+
+
+def test_job_commands_parse():
+    p = plan(1)
+    start = jobs.start_command(p.paths, "/opt/py bin/python")
+    assert "setsid -f sh -c" in start and "'/opt/py bin/python'" in start
+    poll = jobs.parse_poll("exited 3 train\nline 1\nline 2\npart")
+    assert poll.state is jobs.JobState.EXITED and poll.rc == 3 and poll.stage == "train"
+    assert poll.lines == ("line 1", "line 2") and poll.partial == "part"
+    assert jobs.parse_poll("running - -\n").stage == ""

@@ -147,7 +147,8 @@ def run_train(
     # Before anything imports TensorFlow: TPU_LOAD_LIBRARY is read when it loads.
     os.environ.update(plan.env)
     # TensorFlow's own INFO chatter (sharding callbacks, collectives) would drown the step lines.
-    logging.getLogger("tensorflow").setLevel(logging.WARNING)
+    for noisy in ("tensorflow", "absl"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     if not plan.runs_training:
         log(f"worker {worker_index}: this host serves the TPU runtime; worker 0 drives training")
         return

@@ -211,19 +211,6 @@ def parse_stages(text: str | None) -> tuple[Stage, ...]:
     return tuple(s for s in ALL_STAGES if s.value in names)
 
 
-def training_workers(topology: Topology, num_workers: int) -> tuple[int, ...]:
-    """Which workers run the train stage: all CPU workers (in sync), or TPU worker 0."""
-    if topology is Topology.CPU_WORKERS:
-        return tuple(range(num_workers))
-    return (0,)
-
-
-def tf_config(workers: tuple[Worker, ...], index: int) -> str:
-    cluster = [f"{w.address}:{w.coordination_port}" for w in workers]
-    return json.dumps({"cluster": {"worker": cluster}, "task": {"type": "worker", "index": index}},
-                      separators=(",", ":"))
-
-
 def job_paths(job_id: str, payload_digest: str) -> JobPaths:
     job_dir = f"{WORKER_ROOT}/jobs/{job_id}"
     payload_dir = f"{WORKER_ROOT}/payload/{payload_digest}"
@@ -301,12 +288,16 @@ def build_plan(
             steps.append(Step(name="free-tpu", commands=tuple(
                 Command(worker=w.index, argv=("sh", "-c", free_tpu_script()))
                 for w in tpu_hosts)))
-        trainers = training_workers(topology, n)
+        # The training stage's own rule decides who trains and how CPU workers find each other.
+        from payload import strategy
+
+        trainers = strategy.training_workers(config.cluster, n)
+        addresses = [f"{w.address}:{w.coordination_port}" for w in workers]
         commands = []
         for index in trainers:
             extra: tuple[tuple[str, str], ...] = ()
             if topology is Topology.CPU_WORKERS and n > 1:
-                extra = (("TF_CONFIG", tf_config(workers, index)),)
+                extra = (("TF_CONFIG", strategy.tf_config(addresses, index)),)
             # Always the full count: on a pod slice worker 0 drives all n hosts.
             commands.append(stage(Stage.TRAIN, index, (index, n), extra))
         steps.append(Step(name=Stage.TRAIN.value, commands=tuple(commands)))

@@ -272,7 +272,7 @@ def _resolve_paths(raw: dict, base: Path) -> dict:
         if not isinstance(value, str) or _is_remote(value):
             return value
         expanded = os.path.expanduser(value)
-        return expanded if os.path.isabs(expanded) else str(base / expanded)
+        return os.path.normpath(expanded if os.path.isabs(expanded) else str(base / expanded))
 
     out = dict(raw)
     if isinstance(out.get("output_dir"), str):

@@ -48,8 +48,14 @@ ENV = plan_environment(python="/opt/py/bin/python", wheelhouse_digest=None,
                        requirements=("tensorflow==2.20.0", "tf-keras==2.20.1"), tpu=False)
 
 
+GCP = {"provider": "gcp", "project": "p", "zone": "us-central2-b", "accelerator_type": "v4-32",
+       "runtime_version": "tpu-vm-tf-2.18.0-pod-pjrt"}
+
+
 def plan(n=2, topology=Topology.CPU_WORKERS, tpu=False, cfg=None, **kw):
-    return build_plan(cfg or config(), workers(n, tpu), job_id="unit-1", payload_digest="abc",
+    if cfg is None:
+        cfg = config(cluster=GCP) if topology is not Topology.CPU_WORKERS else config()
+    return build_plan(cfg, workers(n, tpu), job_id="unit-1", payload_digest="abc",
                       environment=ENV, topology=topology, **kw)
 
 

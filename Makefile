@@ -10,7 +10,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 TORCH_STAMP := .venv-torch/.installed
 
-.PHONY: setup setup-torch demo test test-all lint bench up train down clean
+.PHONY: setup setup-torch demo test test-all lint bench train clean
 
 setup: $(STAMP)
 
@@ -50,7 +50,7 @@ lint: setup
 bench: setup
 	$(BIN)/python -m bench
 
-up train down: setup
+train: setup
 	$(BIN)/tpuctl $@ -c $(CONFIG)
 
 clean:

@@ -16,10 +16,12 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -169,11 +171,22 @@ class Fleet:
     def _spawn_sshd(self, i: int) -> subprocess.Popen:
         wdir = self.root / f"worker-{i}"
         config = wdir / "sshd_config"
-        # Bring /root/.pyenv back into the worker's private /root, then hide /root and /tmp.
+        # Bring back into the worker's private /root and /tmp what must stay visible there (this
+        # machine's Python, the checkout and its venv, wherever the checkout lives), then hide
+        # /root and /tmp.
+        binds = []
+        for keep in _kept_paths():
+            for private in ("/root", "/tmp"):
+                if keep == Path(private) or Path(private) not in keep.parents:
+                    continue
+                target = wdir / private.lstrip("/") / keep.relative_to(private)
+                target.mkdir(parents=True, exist_ok=True)
+                binds.append(f"mount --bind {shlex.quote(str(keep))} "
+                             f"{shlex.quote(str(target))} && ")
         setup = (
-            f"mount --bind {PYENV} {wdir / 'root/.pyenv'} && "
-            f"mount --rbind {wdir / 'root'} /root && "
-            f"mount --bind {wdir / 'tmp'} /tmp && "
+            "".join(binds)
+            + f"mount --rbind {wdir / 'root'} /root && "
+            f"mount --rbind {wdir / 'tmp'} /tmp && "
             f"exec {SSHD} -D -e -f {config}"
         )
         argv = [*self._prefixes[i], "unshare", "--mount", "--propagation", "private", "--uts",
@@ -246,6 +259,19 @@ class Fleet:
         if self.use_netns:
             _sh("ip", "link", "del", self.bridge, check=False)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _kept_paths() -> list[Path]:
+    """Paths the workers share with this machine even inside their private /root and /tmp:
+    the Python installation, the test's venv and the checkout under test (outermost first)."""
+    candidates = {PYENV, Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(),
+                  Path(__file__).resolve().parent.parent}
+    existing = sorted((p for p in candidates if p.exists()), key=lambda p: len(p.parts))
+    kept: list[Path] = []
+    for path in existing:
+        if not any(k == path or k in path.parents for k in kept):
+            kept.append(path)
+    return kept
 
 
 def _pids_in_mount_namespaces(namespaces: set[str]) -> list[int]:

@@ -122,26 +122,21 @@ def model_config(model_cfg, *, vocab: TokenIds, seq_len: int):
 def _sized_config(m, *, vocab: TokenIds, seq_len: int):
     import transformers
 
-    if m.family == "bert":
-        return transformers.BertConfig(
-            vocab_size=vocab.vocab_size,
-            hidden_size=m.hidden_size,
-            num_hidden_layers=m.num_layers,
-            num_attention_heads=m.num_heads,
-            intermediate_size=m.intermediate_size,
-            hidden_dropout_prob=m.dropout,
-            attention_probs_dropout_prob=m.dropout,
-            max_position_embeddings=max(512, seq_len),
-        )
-    if m.family == "roberta":
+    if m.family in ("bert", "roberta"):
+        encoder = {
+            "vocab_size": vocab.vocab_size,
+            "hidden_size": m.hidden_size,
+            "num_hidden_layers": m.num_layers,
+            "num_attention_heads": m.num_heads,
+            "intermediate_size": m.intermediate_size,
+            "hidden_dropout_prob": m.dropout,
+            "attention_probs_dropout_prob": m.dropout,
+        }
+        if m.family == "bert":
+            return transformers.BertConfig(**encoder,
+                                           max_position_embeddings=max(512, seq_len))
         return transformers.RobertaConfig(
-            vocab_size=vocab.vocab_size,
-            hidden_size=m.hidden_size,
-            num_hidden_layers=m.num_layers,
-            num_attention_heads=m.num_heads,
-            intermediate_size=m.intermediate_size,
-            hidden_dropout_prob=m.dropout,
-            attention_probs_dropout_prob=m.dropout,
+            **encoder,
             max_position_embeddings=max(512, seq_len) + ROBERTA_POSITION_PADDING + 1,
             type_vocab_size=1,
         )

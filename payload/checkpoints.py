@@ -38,6 +38,27 @@ def latest_checkpoint(output_dir: str) -> str | None:
     return tf.train.latest_checkpoint(directory)
 
 
+def _earlier_run(directory: str) -> UserError:
+    return UserError(f"{directory} already holds checkpoints of an earlier run",
+                     hint="pass --resume to continue it, or --overwrite to start again")
+
+
+def _nothing_to_resume(directory: str) -> UserError:
+    return UserError(f"--resume: no checkpoint in {directory}",
+                     hint="run without --resume to start fresh")
+
+
+def check_start(output_dir: str, *, resume: bool, overwrite: bool) -> None:
+    """The same refusals as `check_resume`, from the checkpoint index alone (no TensorFlow):
+    what the launcher checks before it starts anything."""
+    directory = checkpoint_dir(output_dir)
+    present = storage.exists(storage.join(directory, "checkpoint"))
+    if not resume and present and not overwrite:
+        raise _earlier_run(directory)
+    if resume and not present:
+        raise _nothing_to_resume(directory)
+
+
 def check_resume(output_dir: str, identity: dict, *, resume: bool, overwrite: bool) -> None:
     """Refuse to mix runs: a resume needs a checkpoint made from the same model and tokenizer,
     and a fresh start must not silently bury an earlier run's checkpoints."""
@@ -45,15 +66,10 @@ def check_resume(output_dir: str, identity: dict, *, resume: bool, overwrite: bo
     latest = latest_checkpoint(output_dir)
     if not resume:
         if latest is not None and not overwrite:
-            raise UserError(
-                f"{directory} already holds checkpoints of an earlier run",
-                hint="pass --resume to continue it, or --overwrite to start again",
-            )
+            raise _earlier_run(directory)
         return
     if latest is None:
-        raise UserError(
-            f"--resume: no checkpoint in {directory}", hint="run without --resume to start fresh"
-        )
+        raise _nothing_to_resume(directory)
     path = storage.join(directory, IDENTITY)
     if storage.exists(path):
         saved = json.loads(storage.read_text(path))

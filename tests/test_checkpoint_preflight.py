@@ -1,0 +1,31 @@
+"""The launcher's early refusal of a checkpoint clash, before anything starts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from payload.checkpoints import check_start
+from payload.errors import UserError
+from tests.conftest import REPO
+
+
+def test_check_start_refuses_a_clash_and_a_resume_without_checkpoints(tmp_path):
+    check_start(str(tmp_path), resume=False, overwrite=False)  # nothing there: a fresh start
+    with pytest.raises(UserError, match="no checkpoint in"):
+        check_start(str(tmp_path), resume=True, overwrite=False)
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "checkpoint").write_text('model_checkpoint_path: "ckpt-4"\n')
+    with pytest.raises(UserError, match=r"already holds checkpoints.*--resume.*--overwrite"):
+        check_start(str(tmp_path), resume=False, overwrite=False)
+    check_start(str(tmp_path), resume=True, overwrite=False)
+    check_start(str(tmp_path), resume=False, overwrite=True)
+
+
+def test_check_start_needs_no_tensorflow():
+    code = ("import sys, payload.checkpoints as c; c.check_start('/nonexistent', resume=False, "
+            "overwrite=False); print('tensorflow' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert out.stdout.strip() == "False", out.stderr

@@ -36,7 +36,7 @@ DEMO := examples/demo.yaml
 # The whole pipeline through the launcher, as 2 local worker processes (no SSH, no cloud).
 # DEMO_STAGES runs a subset: make demo DEMO_STAGES=tokenizer,prepare
 demo: setup
-	$(BIN)/tpuctl train --local -c $(DEMO) $(if $(DEMO_STAGES),--stages $(DEMO_STAGES))
+	$(BIN)/tpuctl train --local --overwrite -c $(DEMO) $(if $(DEMO_STAGES),--stages $(DEMO_STAGES))
 
 test: setup setup-torch
 	$(BIN)/python -m pytest -q

@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -102,6 +103,20 @@ def encode_stream(tok, texts: list[str], separator_id: int) -> np.ndarray:
     flat = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=np.int32,
                        count=int(lengths.sum()))
     return np.insert(flat, np.cumsum(lengths), separator_id)
+
+
+def _encode_ahead(tok, batches, separator_id: int):
+    """(batch, token ids) in order, encoding one batch ahead on a second thread: the tokenizer
+    releases the GIL, so reading the next batch and writing rows overlap with encoding."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="encode") as pool:
+        pending = None
+        for batch in batches:
+            future = pool.submit(encode_stream, tok, batch.texts, separator_id)
+            if pending is not None:
+                yield pending[0], pending[1].result()
+            pending = (batch, future)
+        if pending is not None:
+            yield pending[0], pending[1].result()
 
 
 @dataclass
@@ -261,8 +276,7 @@ def _prepare_split(ctx: _Context, split: str) -> tuple[list[records.ShardEntry],
         ctx.sources, ctx.pieces, ctx.config.data, stats=stats, start=start_cursor,
         keep=lambda text: in_validation(text, fraction) == want_validation,
     )
-    for batch in batches:
-        ids = encode_stream(ctx.tok, batch.texts, ctx.layout.separator_id)
+    for batch, ids in _encode_ahead(ctx.tok, batches, ctx.layout.separator_id):
         batch_offset = buffer_start + len(buffer)
         recent.append((batch.cursor, batch_offset, batch.stats_before))
         buffer = np.concatenate([buffer, ids]) if len(buffer) else ids

@@ -137,18 +137,22 @@ def run(results: dict, quick: bool = False) -> dict:
     tokenizer = _train_bench_tokenizer()
     figures: dict = {"corpus_mb": small_mb, "seq_len": SEQ_LEN, "vocab": VOCAB,
                      "cores": os.cpu_count()}
-    # The machine is shared and noisy: ceiling and ours alternate, best of three each.
-    ceilings, ours_runs = [], []
+    # The machine is shared and noisy: ceiling, ours and the reference alternate, and each
+    # figure is the best of three.
+    ceilings, ours_runs, references = [], [], []
     for _ in range(3):
         ceilings.append(_json_run(["-m", "bench.measure", "ceiling",
                                    str(tokenizer / "tokenizer.json"), str(small)]))
         ours_runs.append(_ours(small, tokenizer, "ours-1", 1))
+        references.append(_reference(small, tokenizer, num_proc=os.cpu_count() or 1))
     figures["ceiling"] = min(ceilings, key=lambda r: r["seconds"])
     figures["ceiling"]["tokens_per_s"] = figures["ceiling"]["tokens"] / figures["ceiling"][
         "seconds"]
     figures["ours_1proc"] = max(ours_runs, key=lambda r: r["steady_tokens_per_s"])
     figures["ours_2proc"] = _ours(small, tokenizer, "ours-2", 2)
-    figures["reference"] = _reference(small, tokenizer, num_proc=os.cpu_count() or 1)
+    figures["reference"] = max(references, key=lambda r: r["tokens_per_s"])
+    figures["reference_range"] = [min(r["tokens_per_s"] for r in references),
+                                  figures["reference"]["tokens_per_s"]]
     figures["ours_big"] = _ours(big, tokenizer, "ours-big", 1)
     best = max(figures["ours_1proc"]["tokens_per_s"], figures["ours_2proc"]["tokens_per_s"])
     figures["speedup_vs_reference"] = best / figures["reference"]["tokens_per_s"]
@@ -170,8 +174,8 @@ def _print(f: dict, small_mb: float, big_mb: float) -> None:
 
     print(f"\nprepare  ({small_mb:g} MB corpus, seq_len {f['seq_len']}, unigram vocab {f['vocab']},"
           f" {f['cores']} cores)")
-    row("reference approach tokens/s", f"{f['reference']['tokens_per_s']:,.0f}")
-    row("ours, 1 process, tokens/s (wall)", f"{f['ours_1proc']['tokens_per_s']:,.0f}")
+    row("reference approach tokens/s (best of 3)", f"{f['reference']['tokens_per_s']:,.0f}")
+    row("ours, 1 process, tokens/s (wall, best of 3)", f"{f['ours_1proc']['tokens_per_s']:,.0f}")
     row("ours, 2 worker processes, tokens/s (wall)", f"{f['ours_2proc']['tokens_per_s']:,.0f}")
     row("speed-up over the reference", f"{f['speedup_vs_reference']:.2f}x", "target >= 4x")
     row("ceiling: raw encode_batch_fast tokens/s", f"{f['ceiling']['tokens_per_s']:,.0f}")

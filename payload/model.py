@@ -238,23 +238,15 @@ def loss_sums(logits, labels):
 def load_tokenizer(config):
     """The run's tokenizer as a `PreTrainedTokenizerFast` (copied down first from GCS), and the
     fingerprint prepare recorded for it."""
-    import os
     import tempfile
 
     from transformers import PreTrainedTokenizerFast
 
     from payload import storage
-    from payload.tokenizer import TOKENIZER_FILE, fingerprint, tokenizer_source
+    from payload.tokenizer import copy_tokenizer_files, fingerprint, read_tokenizer_json
 
-    folder = tokenizer_source(config)
-    path = storage.join(folder, TOKENIZER_FILE)
-    if not storage.exists(path):
-        raise UserError(f"no tokenizer at {folder}", hint="run the tokenizer stage first")
-    raw = storage.read_bytes(path)
+    folder, raw = read_tokenizer_json(config)
     if storage.is_gcs(folder):
-        local = tempfile.mkdtemp(prefix="tpuctl-tokenizer-")
-        for name in storage.listdir(folder):
-            with open(os.path.join(local, name.rsplit("/", 1)[-1]), "wb") as f:
-                f.write(storage.read_bytes(name))
-        folder = local
+        folder = tempfile.mkdtemp(prefix="tpuctl-tokenizer-")
+        copy_tokenizer_files(config, folder)
     return PreTrainedTokenizerFast.from_pretrained(folder), fingerprint(raw)

@@ -151,7 +151,6 @@ class _SplitWriter:
         self.ctx = ctx
         self.split = split
         self.rows_per_shard = ctx.config.data.records_per_shard
-        self.window = ctx.layout.window
         self.shards: list[records.ShardEntry] = []
         self._file = None
         self._tmp = None
@@ -290,8 +289,9 @@ def _prepare_split(ctx: _Context, split: str) -> tuple[list[records.ShardEntry],
             taken = writer.add_rows(rows)
             buffer, buffer_start = buffer[taken * window:], buffer_start + taken * window
             if writer.full:
-                writer.close_shard(resume_point(), final=False)
-                recent = [r for r in recent if r[1] >= resume_point()["batch_offset"]]
+                point = resume_point()
+                writer.close_shard(point, final=False)
+                recent = [r for r in recent if r[1] >= point["batch_offset"]]
         if time.monotonic() - last_report > 30:
             last_report = time.monotonic()
             log.info("%s: %d documents read, %.0f tokens/s", split, stats.documents,
@@ -340,13 +340,9 @@ def _mismatch_reason(ctx: _Context, stamp: dict) -> str | None:
     return "other data settings or corpus files"
 
 
-def _owned(ctx: _Context, name: str) -> bool:
-    tag = f"w{ctx.worker_index:05d}of{ctx.num_workers:05d}"
-    return tag in name
-
-
 def _other_current_worker(ctx: _Context, name: str) -> bool:
-    return f"of{ctx.num_workers:05d}" in name and not _owned(ctx, name)
+    return records.written_for(name, ctx.num_workers) and not records.owned_by(
+        name, ctx.worker_index, ctx.num_workers)
 
 
 def _guard_existing(ctx: _Context, overwrite: bool) -> None:
@@ -373,11 +369,11 @@ def _guard_existing(ctx: _Context, overwrite: bool) -> None:
 def _clean_temporaries(ctx: _Context) -> None:
     if storage.is_gcs(ctx.data_dir):
         return
-    tag = f"w{ctx.worker_index:05d}of{ctx.num_workers:05d}"
     for folder in [ctx.path(s) for s in records.SPLITS] + [ctx.path("parts")]:
         if os.path.isdir(folder):
             for name in os.listdir(folder):
-                if name.startswith(".tmp-") and tag in name:
+                if name.startswith(".tmp-") and records.owned_by(name, ctx.worker_index,
+                                                                 ctx.num_workers):
                     storage.remove(os.path.join(folder, name))
 
 

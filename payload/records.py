@@ -34,18 +34,35 @@ def dtype_for_vocab(vocab_size: int) -> str:
     return "uint16" if vocab_size <= 1 << 16 else "int32"
 
 
+def worker_tag(worker_index: int, num_workers: int) -> str:
+    """`w00001of00003`: marks the shards and receipts one worker of one worker count writes."""
+    return f"w{worker_index:05d}of{num_workers:05d}"
+
+
 def shard_name(split: str, worker_index: int, num_workers: int, shard_index: int) -> str:
     """`train/train-w00001of00003-00042.tfrecord`, relative to `output_dir/data`."""
-    return f"{split}/{split}-w{worker_index:05d}of{num_workers:05d}-{shard_index:05d}.tfrecord"
+    return f"{split}/{split}-{worker_tag(worker_index, num_workers)}-{shard_index:05d}.tfrecord"
 
 
 def shard_receipt_name(split: str, worker_index: int, num_workers: int, shard_index: int) -> str:
     """The sentinel written after a shard is in place: its manifest entry and resume point."""
-    return f"parts/{split}-w{worker_index:05d}of{num_workers:05d}-{shard_index:05d}.json"
+    return f"parts/{split}-{worker_tag(worker_index, num_workers)}-{shard_index:05d}.json"
 
 
 def worker_part_name(worker_index: int, num_workers: int) -> str:
     return f"parts/worker-{worker_index:05d}of{num_workers:05d}.json"
+
+
+def owned_by(name: str, worker_index: int, num_workers: int) -> bool:
+    """Whether a file under data/ (shard, receipt, part, or a temporary of one) is written by
+    that worker of that worker count."""
+    part = worker_part_name(worker_index, num_workers).removeprefix("parts/")
+    return worker_tag(worker_index, num_workers) in name or name.endswith(part)
+
+
+def written_for(name: str, num_workers: int) -> bool:
+    """Whether a file under data/ belongs to a run with `num_workers` workers."""
+    return f"of{num_workers:05d}" in name
 
 
 # --- the record layout -------------------------------------------------------------------

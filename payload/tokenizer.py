@@ -16,7 +16,6 @@ import io
 import json
 import logging
 import os
-import shutil
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
@@ -202,10 +201,8 @@ def _publish_folder(local: str, out_dir: str) -> None:
             storage.write_bytes(storage.join(out_dir, name), f.read())
 
 
-def load_tokenizer(config: RunConfig):
-    """The `tokenizers.Tokenizer` prepare encodes with, and its fingerprint."""
-    from tokenizers import Tokenizer
-
+def read_tokenizer_json(config: RunConfig) -> tuple[str, bytes]:
+    """The folder later stages read the tokenizer from, and its tokenizer.json."""
     folder = tokenizer_source(config)
     path = storage.join(folder, TOKENIZER_FILE)
     if not storage.exists(path):
@@ -214,36 +211,36 @@ def load_tokenizer(config: RunConfig):
                             hint="point it at a folder saved by a Hugging Face fast tokenizer")
         raise UserError(f"no tokenizer at {folder}",
                         hint="run the tokenizer stage first, or set tokenizer.path")
-    raw = storage.read_bytes(path)
-    return Tokenizer.from_str(raw.decode("utf-8")), fingerprint(raw)
+    return folder, storage.read_bytes(path)
+
+
+def load_tokenizer(config: RunConfig):
+    """The `tokenizers.Tokenizer` prepare encodes with, and its fingerprint."""
+    from tokenizers import Tokenizer
+
+    folder, raw = read_tokenizer_json(config)
+    try:
+        tok = Tokenizer.from_str(raw.decode("utf-8"))
+    except Exception as exc:  # the Rust side raises a plain Exception for bad files
+        raise UserError(f"{storage.join(folder, TOKENIZER_FILE)} is not a valid tokenizer "
+                        f"({exc})") from None
+    return tok, fingerprint(raw)
 
 
 def _check_reused(config: RunConfig) -> None:
     """A reused tokenizer must carry the special tokens the family's objective needs."""
-    from tokenizers import Tokenizer
-
     family = FAMILIES[config.model.family]
-    src = config.tokenizer.path
-    assert src is not None
-    path = storage.join(src, TOKENIZER_FILE)
-    if not storage.exists(path):
-        raise UserError(f"tokenizer.path {src} has no {TOKENIZER_FILE}",
-                        hint="point it at a folder saved by a Hugging Face fast tokenizer")
-    try:
-        tok = Tokenizer.from_str(storage.read_text(path))
-    except Exception as exc:  # the Rust side raises a plain Exception for bad files
-        raise UserError(f"{path} is not a valid tokenizer ({exc})") from None
+    tok, _ = load_tokenizer(config)  # reads tokenizer.path
     needed = [t for t in (family.pad, family.unk, family.mask, family.separator, family.row_start,
                           *family.extra) if t]
     missing = [t for t in needed if tok.token_to_id(t) is None]
     if missing:
         raise UserError(
-            f"tokenizer.path {src} lacks {family.name}'s special tokens {', '.join(missing[:5])}",
+            f"tokenizer.path {config.tokenizer.path} lacks {family.name}'s special tokens "
+            f"{', '.join(missing[:5])}",
             hint="train one with tokenizer.kind, or use a tokenizer made for this family",
         )
-    for name in storage.listdir(src):
-        storage.write_bytes(storage.join(tokenizer_dir(config), os.path.basename(name)),
-                            storage.read_bytes(name))
+    copy_tokenizer_files(config, tokenizer_dir(config))
 
 
 def run_tokenizer(config: RunConfig) -> None:
@@ -297,12 +294,9 @@ def _training_stamp(config: RunConfig, sources: list[corpus.Source]) -> dict:
 
 
 def copy_tokenizer_files(config: RunConfig, dest: str) -> None:
-    """Copy the run's tokenizer files into another folder (the exported model)."""
+    """Copy the run's tokenizer files into another folder (local or gs://): the exported model,
+    a reused tokenizer's place in output_dir, or a local copy of one on GCS."""
     for name in storage.listdir(tokenizer_source(config)):
-        if os.path.basename(name) == TRAINING_STAMP:
-            continue
-        target = storage.join(dest, os.path.basename(name))
-        if storage.is_gcs(name) or storage.is_gcs(dest):
-            storage.write_bytes(target, storage.read_bytes(name))
-        else:
-            shutil.copyfile(name, target)
+        if os.path.basename(name) != TRAINING_STAMP:
+            storage.write_bytes(storage.join(dest, os.path.basename(name)),
+                                storage.read_bytes(name))

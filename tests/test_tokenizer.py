@@ -187,6 +187,14 @@ def test_bad_tokenizer_inputs(tmp_path, small_corpus):
     proc = run_payload("tokenizer", "--config", str(write_config(tmp_path / "c.yaml", config)),
                        check=False)
     assert_user_error(proc, "no tokenizer.json")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "tokenizer.json").write_text('{"version": "1.0", "model": 42}')
+    config = base_config(tmp_path / "out", small_corpus, tokenizer={"path": str(broken)})
+    path = write_config(tmp_path / "d.yaml", config)
+    for stage in ("tokenizer", "prepare"):
+        proc = run_payload(stage, "--config", str(path), check=False)
+        assert_user_error(proc, "is not a valid tokenizer")
 
 
 def test_cli_usage_errors(tmp_path):

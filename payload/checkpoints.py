@@ -120,6 +120,7 @@ class Checkpoints:
 
     def save(self, step: int) -> None:
         self.manager.save(checkpoint_number=step)
+        self.latest = self.manager.latest_checkpoint
 
     def close(self) -> None:
         if self._scratch:

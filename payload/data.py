@@ -65,7 +65,6 @@ def input_pipeline(
         rows = rows.shard(num_pipelines, pipeline_id)
     if shuffle:
         rows = rows.shuffle(SHUFFLE_RECORDS, seed=run_seed + 1)
-    tf_dtype = {"uint16": tf.uint16, "int32": tf.int32}[dtype]
     base = pipeline_id * PIPELINE_SEED_STRIDE + start_batch
 
     # Parse and apply the objective to several batches at once, then split them: in tf.data
@@ -73,7 +72,7 @@ def input_pipeline(
     group = max(1, ROWS_PER_MAP // batch_size)
 
     def parse(index, serialized):
-        ids = records.decode_batch(serialized, record_len=record_len, tf_dtype=tf_dtype)
+        ids = records.decode_batch(serialized, record_len=record_len, dtype=dtype)
         ids = tf.ensure_shape(ids, [group * batch_size, record_len])
         stateless = tf.stack([tf.constant(seed, tf.int64), base + index])
         features = objective(ids, stateless)

@@ -1,13 +1,14 @@
 """The shard format: file names, the record layout, its writer and its reader, the manifest.
 
-    with ShardWriter(path, dtype="uint16") as w: w.write_rows(rows)    # prepare
-    ds = read_dataset(files, record_len=128, dtype="uint16", batch_size=32)  # train
+    writer = ShardWriter(open(path, "wb"), dtype="uint16"); writer.write_rows(rows)  # prepare
+    ids = decode_batch(serialized_batch, record_len=128, dtype="uint16")  # train, in tf.data
 
 A record is a `tf.train.Example` with one bytes feature, `ids`: the row's token ids as
 little-endian uint16 (vocabularies up to 65,536) or int32. One bytes feature is ~5x faster to
 write than an int64 list and makes smaller files, and batch-then-parse reads it several times
 faster than parse-then-batch. The writer frames TFRecords itself (no TensorFlow import on
-the preparing side); the reader is tf.data. This module is the only writer and the only reader.
+the preparing side); the decoder runs in tf.data (payload/data.py reads the files). This module
+is the only writer and the only decoder.
 """
 
 from __future__ import annotations
@@ -188,32 +189,14 @@ def _payload_len(body: bytes) -> int:
     raise ValueError("record is not a tpuctl row")
 
 
-def read_dataset(files, *, record_len: int, dtype: str, batch_size: int, drop_remainder=True,
-                 num_parallel_reads=None):
-    """tf.data over shards: read, batch first, then parse and decode a whole batch at once."""
-    import tensorflow as tf
-
-    tf_dtype = {"uint16": tf.uint16, "int32": tf.int32}[dtype]
-    autotune = tf.data.AUTOTUNE
-    files_ds = files if isinstance(files, tf.data.Dataset) else tf.data.Dataset.from_tensor_slices(
-        list(files))
-    ds = files_ds.interleave(
-        tf.data.TFRecordDataset,
-        cycle_length=num_parallel_reads or autotune,
-        num_parallel_calls=autotune, deterministic=True,
-    ) if num_parallel_reads != 1 else tf.data.TFRecordDataset(files_ds)
-    return ds.batch(batch_size, drop_remainder=drop_remainder).map(
-        lambda serialized: decode_batch(serialized, record_len=record_len, tf_dtype=tf_dtype),
-        num_parallel_calls=autotune,
-    )
-
-
-def decode_batch(serialized, *, record_len: int, tf_dtype):
-    """[B] serialized Examples -> [B, record_len] int32 token ids."""
+def decode_batch(serialized, *, record_len: int, dtype: str):
+    """[B] serialized Examples -> [B, record_len] int32 token ids (`dtype` as in the manifest).
+    Read batch first, then decode: parsing a whole batch at once is several times faster."""
     import tensorflow as tf
 
     parsed = tf.io.parse_example(serialized, {FEATURE: tf.io.FixedLenFeature([], tf.string)})
-    ids = tf.io.decode_raw(parsed[FEATURE], tf_dtype, little_endian=True)
+    stored = {"uint16": tf.uint16, "int32": tf.int32}[dtype]
+    ids = tf.io.decode_raw(parsed[FEATURE], stored, little_endian=True)
     ids = tf.reshape(ids, [-1, record_len])
     return tf.cast(ids, tf.int32)
 

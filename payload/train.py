@@ -362,7 +362,6 @@ class Trainer:
                 history["evals"].append(result)
             if step % every.checkpoint_every == 0 or step == steps:
                 ckpts.save(step)
-                ckpts.latest = ckpts.manager.latest_checkpoint
             if step % every.eval_every == 0 or step == steps:
                 self._write_metrics(history, step)
         self._write_metrics(history, step, final=True, rate=(rate_steps, rate_time))

@@ -299,8 +299,9 @@ def test_records_parse_in_tensorflow(tmp_path, marked_corpus, tokenizer_dir):
     run = prepared(tmp_path, marked_corpus, tokenizer_dir, 1)
     manifest = manifest_of(run)
     files = [str(run / "data" / e.name) for e in manifest.splits["train"].shards]
-    ds = records.read_dataset(files, record_len=manifest.record_len, dtype=manifest.dtype,
-                              batch_size=16, num_parallel_reads=1)
+    ds = tf.data.TFRecordDataset(files).batch(16).map(
+        lambda serialized: records.decode_batch(serialized, record_len=manifest.record_len,
+                                                dtype=manifest.dtype))
     got = np.concatenate([b.numpy() for b in ds])
     want = rows_of(run, "train")
     assert got.dtype == np.int32 and got.shape[1] == manifest.record_len

@@ -66,17 +66,22 @@ FAMILIES: dict[str, FamilySpec] = {
 }
 
 
+def span_counts(expanded_len: int, noise_density: float, mean_span_len: float) -> tuple[int, int]:
+    """(noise tokens, noise spans) of a row: round(L * density) tokens, at least one and fewer
+    than L, in round(noise / mean_span) spans (at least one)."""
+    num_noise = min(max(round(expanded_len * noise_density), 1), expanded_len - 1)
+    return num_noise, max(round(num_noise / mean_span_len), 1)
+
+
 def span_corruption_lengths(
     expanded_len: int, noise_density: float, mean_span_len: float
 ) -> tuple[int, int]:
     """(input length, target length) that span corruption makes of `expanded_len` raw tokens.
 
-    Noise covers round(L * density) tokens in round(noise / mean_span) spans (at least one).
     Inputs keep the non-noise tokens plus one sentinel per span plus EOS; targets hold the noise
     plus one sentinel per span plus EOS.
     """
-    num_noise = min(max(round(expanded_len * noise_density), 1), expanded_len - 1)
-    num_spans = max(round(num_noise / mean_span_len), 1)
+    num_noise, num_spans = span_counts(expanded_len, noise_density, mean_span_len)
     num_nonnoise = expanded_len - num_noise
     return num_nonnoise + num_spans + 1, num_noise + num_spans + 1
 

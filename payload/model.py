@@ -22,8 +22,6 @@ from payload.families import FAMILIES
 # transformers' TF RoBERTa embeddings fix their padding index at 1 whatever the config says.
 ROBERTA_POSITION_PADDING = 1
 
-MODEL_TYPES = {"bert": "bert", "roberta": "roberta", "gpt2": "gpt2", "t5": "t5"}
-
 
 @dataclass(frozen=True, kw_only=True)
 class TokenIds:
@@ -81,7 +79,7 @@ def model_config(model_cfg, *, vocab: TokenIds, seq_len: int):
                 f"model.config: cannot read {model_cfg.config} ({exc})".split("\n")[0],
                 hint="point it at a transformers config.json",
             ) from None
-        if hf.model_type != MODEL_TYPES[family]:
+        if hf.model_type != family:  # transformers' model types are the family names
             raise UserError(
                 f"model.config is a {hf.model_type} config but model.family is {family}",
                 hint="make them agree",
@@ -176,8 +174,7 @@ def model_class(family: str):
 
 def build_model(hf_config):
     """The TF model with all its weights created (call inside the strategy's scope)."""
-    family = {v: k for k, v in MODEL_TYPES.items()}[hf_config.model_type]
-    model = model_class(family)(hf_config)
+    model = model_class(hf_config.model_type)(hf_config)
     model(model.dummy_inputs, training=False)
     return model
 

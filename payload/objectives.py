@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from payload.families import span_corruption_lengths
+from payload.families import span_corruption_lengths, span_counts
 
 IGNORE_INDEX = -100
 
@@ -148,11 +148,11 @@ class SpanCorruption:
 
     @property
     def num_noise(self) -> int:
-        return min(max(round(self.expanded_len * self.noise_density), 1), self.expanded_len - 1)
+        return span_counts(self.expanded_len, self.noise_density, self.mean_noise_span_length)[0]
 
     @property
     def num_spans(self) -> int:
-        return max(round(self.num_noise / self.mean_noise_span_length), 1)
+        return span_counts(self.expanded_len, self.noise_density, self.mean_noise_span_length)[1]
 
     def noise_mask(self, batch, seed):
         """[B, expanded_len] bool: True on noise tokens."""

@@ -34,9 +34,18 @@ def _storage():
     return storage
 
 
-def _mark(barrier_dir: str, step: str, worker: int, rc: int) -> None:
-    storage = _storage()
-    storage.write_text(storage.join(barrier_dir, step, f"worker-{worker}"), str(rc))
+def _marker(barrier_dir: str, step: str, worker: int) -> str:
+    return _storage().join(barrier_dir, step, f"worker-{worker}")
+
+
+def _mark(barrier_dir: str, step: str, worker: int, rc: int | str) -> None:
+    _storage().write_text(_marker(barrier_dir, step, worker), str(rc))
+
+
+def _reported(barrier_dir: str, step: str, worker: int) -> str | None:
+    """What a worker reported for a step ("0" for success), or None if nothing yet."""
+    storage, path = _storage(), _marker(barrier_dir, step, worker)
+    return storage.read_text(path).strip() if storage.exists(path) else None
 
 
 class Peers:
@@ -73,8 +82,7 @@ class Peers:
         """Why this worker should stop: a peer failed this step, or stopped beating."""
         storage = self._storage
         for worker in self._seen:
-            marker = storage.join(self.barrier_dir, step, f"worker-{worker}")
-            if storage.exists(marker) and storage.read_text(marker).strip() != "0":
+            if _reported(self.barrier_dir, step, worker) not in (None, "0"):
                 return f"{step} failed on worker-{worker}"
         now = time.monotonic()
         for worker, (value, since) in self._seen.items():
@@ -119,13 +127,12 @@ def _run_stage(argv: list[str], env: dict, peers: Peers, step: str, check_s: flo
 
 def _wait_for(peers: Peers, step: str, workers: list[int], check_s: float) -> str | None:
     """Block until every worker of the step reported success; else why not."""
-    storage = _storage()
     pending = set(workers) - {peers.me}
     while True:
         for worker in sorted(pending):
-            path = storage.join(peers.barrier_dir, step, f"worker-{worker}")
-            if storage.exists(path):
-                if storage.read_text(path).strip() != "0":
+            result = _reported(peers.barrier_dir, step, worker)
+            if result is not None:
+                if result != "0":
                     return f"{step} failed on worker-{worker}"
                 pending.discard(worker)
         if not pending:

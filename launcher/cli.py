@@ -21,12 +21,10 @@ from payload.errors import UserError, one_line
 
 app = typer.Typer(
     name="tpuctl",
-    help="Pretrain language models on Cloud TPUs: from raw text to a Hugging Face model.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-
 
 
 @app.callback()
@@ -123,12 +121,13 @@ def _open_job(config_path: Path, job: str | None):
     return record, plan, executor
 
 
-def _select(plan, worker: int | None):
+def _select(workers, worker: int | None, *, of: str = "the job"):
+    """All workers, or the one --worker names."""
     if worker is None:
-        return plan.workers
-    if worker >= len(plan.workers):
-        raise UserError(f"--worker {worker}: the job has workers 0..{len(plan.workers) - 1}")
-    return (plan.workers[worker],)
+        return workers
+    if worker >= len(workers):
+        raise UserError(f"--worker {worker}: {of} has workers 0..{len(workers) - 1}")
+    return (workers[worker],)
 
 
 def _report(outcome, record, plan, config_path: Path) -> None:
@@ -329,7 +328,7 @@ def logs(
     from launcher import run
 
     record, the_plan, executor = _open_job(config_path, job)
-    chosen = _select(the_plan, worker)
+    chosen = _select(the_plan.workers, worker)
     view = the_plan if worker is None else _only(the_plan, chosen)
     console = _console()
     with executor:
@@ -402,9 +401,7 @@ def ssh(
     config = _load(config_path)
     workers, settings, _ = resolve_workers(config, local=False, num_workers=None,
                                            state_dir=run.state_dir())
-    chosen = workers if worker is None else tuple(w for w in workers if w.index == worker)
-    if not chosen:
-        raise UserError(f"--worker {worker}: the cluster has workers 0..{len(workers) - 1}")
+    chosen = _select(workers, worker, of="the cluster")
     command = shlex.join(ctx.args) if ctx.args else ""
     with open_executor(workers, settings) as executor:
         if not command:

@@ -155,13 +155,13 @@ class SshExecutor:
                 last = str(exc) or type(exc).__name__
             except (TimeoutError, OSError, EOFError, CommandTimedOut) as exc:
                 last = str(exc) or type(exc).__name__
-            self._drop(worker)
+            self._drop(worker.index)
             if attempt < len(RETRY_DELAYS_S):
                 time.sleep(RETRY_DELAYS_S[attempt])
         raise WorkerUnreachable(worker, f"{what}: {last}")
 
-    def _drop(self, worker: Worker) -> None:
-        conn = self._connections.pop(worker.index, None)
+    def _drop(self, index: int) -> None:
+        conn = self._connections.pop(index, None)
         if conn is not None:
             with contextlib.suppress(Exception):
                 conn.close()
@@ -201,9 +201,7 @@ class SshExecutor:
 
     def close(self) -> None:
         for index in list(self._connections):
-            conn = self._connections.pop(index)
-            with contextlib.suppress(Exception):
-                conn.close()
+            self._drop(index)
 
     def __enter__(self):
         return self

@@ -95,15 +95,21 @@ def parse_poll(output: str) -> Poll:
     return Poll(state=state, rc=rc, lines=tuple(complete), partial=partial, stage=stage)
 
 
+def _job_group(paths: JobPaths, no_job: str) -> str:
+    """Shell that reads the job's process group into $pg and defines `live`; prints `no_job`
+    and exits when the job has no recorded group."""
+    return (f"pg=$(cat {_q(paths.pid)} 2>/dev/null); "
+            f'case "$pg" in ""|*[!0-9]*) echo {_q(no_job)}; exit 0;; esac; '
+            f"{_LIVE_MEMBERS}")
+
+
 def stop_command(paths: JobPaths, grace_s: float = 5.0) -> str:
     """SIGTERM the job's process group, SIGKILL what is left after grace_s; prints `stopped N`
     (N = processes still alive afterwards, 0 when all are gone)."""
     tries = max(1, int(grace_s / 0.1))
     return (
-        f"pg=$(cat {_q(paths.pid)} 2>/dev/null); "
-        'case "$pg" in ""|*[!0-9]*) echo "stopped 0"; exit 0;; esac; '
-        f"{_LIVE_MEMBERS}"
-        'kill -TERM -"$pg" 2>/dev/null; '
+        _job_group(paths, "stopped 0")
+        + 'kill -TERM -"$pg" 2>/dev/null; '
         f'i=0; while [ "$(live)" -gt 0 ] && [ $i -lt {tries} ]; do sleep 0.1; i=$((i+1)); done; '
         'if [ "$(live)" -gt 0 ]; then kill -KILL -"$pg" 2>/dev/null; i=0; '
         'while [ "$(live)" -gt 0 ] && [ $i -lt 30 ]; do sleep 0.1; i=$((i+1)); done; fi; '
@@ -114,13 +120,7 @@ def stop_command(paths: JobPaths, grace_s: float = 5.0) -> str:
 
 def live_count_command(paths: JobPaths) -> str:
     """How many processes of the job's group are alive (zombies excluded)."""
-    return (f"pg=$(cat {_q(paths.pid)} 2>/dev/null); "
-            'case "$pg" in ""|*[!0-9]*) echo 0; exit 0;; esac; '
-            f"{_LIVE_MEMBERS}live")
-
-
-def tail_command(paths: JobPaths, lines: int = 30) -> str:
-    return f"tail -n {lines} {_q(paths.log)} 2>/dev/null"
+    return _job_group(paths, "0") + "live"
 
 
 def progress_command(paths: JobPaths) -> str:

@@ -221,10 +221,6 @@ def job_paths(job_id: str, payload_digest: str) -> JobPaths:
     )
 
 
-def _join(base: str, *parts: str) -> str:
-    return "/".join([base.rstrip("/"), *parts])
-
-
 def free_tpu_script(devices: tuple[str, ...] = TPU_DEVICES, lockfile: str = LIBTPU_LOCKFILE) -> str:
     """Shell that stops this user's processes holding the TPU, then drops a stale libtpu lock.
 
@@ -296,7 +292,7 @@ def build_plan(
         commands = []
         for index in trainers:
             extra: tuple[tuple[str, str], ...] = ()
-            if topology is Topology.CPU_WORKERS and n > 1:
+            if len(trainers) > 1:  # several trainers: MultiWorkerMirroredStrategy
                 extra = (("TF_CONFIG", strategy.tf_config(addresses, index)),)
             # Always the full count: on a pod slice worker 0 drives all n hosts.
             commands.append(stage(Stage.TRAIN, index, (index, n), extra))

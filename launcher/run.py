@@ -245,6 +245,10 @@ def _failure(plan: Plan, seen: dict[int, _Seen]) -> tuple[int, str] | None:
     return index, reason
 
 
+def _failed(book: LogBook, index: int, reason: str) -> Outcome:
+    return Outcome(ok=False, failed_worker=index, reason=reason, tail=list(book.tails[index]))
+
+
 def watch(executor, plan: Plan, book: LogBook, sink: Callable[[int, str], None], *,
           follow: bool = True, fail_fast: bool = True) -> Outcome:
     """Stream every worker's log until the job ends. On a failure, stop the job everywhere."""
@@ -273,16 +277,12 @@ def watch(executor, plan: Plan, book: LogBook, sink: Callable[[int, str], None],
         drain = threading.Event()
         on_workers(plan.workers, lambda w: _follow_worker(
             executor, plan, w, book, sink, _Seen(), drain, False))
-        index, reason = failure
-        return Outcome(ok=False, failed_worker=index, reason=reason,
-                       tail=list(book.tails[index]))
+        return _failed(book, *failure)
     for t in threads:
         t.join()
     failure = _failure(plan, seen)
     if failure is not None:
-        index, reason = failure
-        return Outcome(ok=False, failed_worker=index, reason=reason,
-                       tail=list(book.tails[index]))
+        return _failed(book, *failure)
     running = [w.label for w in plan.workers if seen[w.index].state is JobState.RUNNING]
     if running:  # not following: a snapshot of a job still going
         return Outcome(ok=True, reason=f"still running on {', '.join(running)}")

@@ -1,8 +1,8 @@
 """Ship the payload: build this project's wheel once, copy it to every worker in parallel, set up
 the worker environment, all cached so an unchanged second run does no package work.
 
-    wheel = build_wheel(out_dir)                      # deterministic: same sources, same bytes
-    ship(executor, workers, environment, wheel, wheelhouse=None, on_event=print)
+    wheel, digest = build_wheel(out_dir)              # deterministic: same sources, same bytes
+    ship(executor, workers, environment, paths, wheel, wheelhouse=None, on_event=print)
 
 The payload goes into its own folder on each worker (`.tpuctl/payload/<digest>`, put on
 PYTHONPATH by the plan), so an existing Python (a custom image, a shared venv) is used without
@@ -19,7 +19,6 @@ import shlex
 import sys
 import zipfile
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from launcher.plan import (
@@ -40,7 +39,6 @@ PACKAGES = ("launcher", "payload")
 DATA_SUFFIXES = (".py", ".yaml")
 DIST = "tpuctl"
 ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
-MAX_PARALLEL = 32
 COMPLETE = ".complete"
 
 
@@ -145,6 +143,11 @@ def probe_command(environment: Environment, paths: JobPaths, wheelhouse: str | N
     return f"mkdir -p {shlex.quote(WORKER_ROOT + '/payload')}; {found}; true"
 
 
+def _mark_complete(folder: str) -> str:
+    """Shell that records a finished set-up of `folder` (what `probe_command` looks for)."""
+    return f"mkdir -p {shlex.quote(folder)} && touch {shlex.quote(folder + '/' + COMPLETE)}"
+
+
 def _unpack_command(python: str, paths: JobPaths) -> str:
     return shlex.join([python, "-c", PAYLOAD_UNPACK, paths.wheel, paths.payload_dir])
 
@@ -154,10 +157,9 @@ def _check_and_unpack_command(environment: Environment, paths: JobPaths) -> str:
     busy host every interpreter start counts."""
     code = ("import sys\n_wheel, _target = sys.argv[1:3]\ndel sys.argv[1:3]\n" + VERSION_CHECK
             + "sys.argv[1:] = [_wheel, _target]\n" + PAYLOAD_UNPACK)
-    marker = shlex.quote(environment.dir + "/" + COMPLETE)
     return (shlex.join([environment.python, "-c", code, paths.wheel, paths.payload_dir,
                         *environment.requirements])
-            + f" && mkdir -p {shlex.quote(environment.dir)} && touch {marker}")
+            + " && " + _mark_complete(environment.dir))
 
 
 def _env_python_for_extract(environment: Environment) -> str:
@@ -165,9 +167,7 @@ def _env_python_for_extract(environment: Environment) -> str:
 
 
 def _setup_command(environment: Environment) -> str:
-    marker = shlex.quote(environment.dir + "/" + COMPLETE)
-    return (f"{shlex.join(environment.setup)} && mkdir -p {shlex.quote(environment.dir)} && "
-            f"touch {marker}")
+    return f"{shlex.join(environment.setup)} && {_mark_complete(environment.dir)}"
 
 
 def _env_error(worker: Worker, environment: Environment, output: str, rc: int) -> UserError:
@@ -195,7 +195,7 @@ def ship_one(executor, worker: Worker, environment: Environment, paths: JobPaths
         on_event(worker, f"copying the wheelhouse ({len(files)} files)")
         for f in files:
             executor.put(worker, str(f), f"{target}/{f.name}")
-        executor.run(worker, f"touch {shlex.quote(target + '/' + COMPLETE)}")
+        executor.run(worker, _mark_complete(target))
     if done["payload"]:
         on_event(worker, "copying the payload")
         executor.put(worker, str(wheel), paths.wheel)
@@ -224,10 +224,10 @@ def ship(executor, workers: tuple[Worker, ...], environment: Environment, paths:
          wheel: Path, *, wheelhouse: tuple[str, str] | None = None,
          on_event: Callable[[Worker, str], None] = lambda w, m: None) -> list[dict]:
     """Bring every worker up to date in parallel; the first failure is raised."""
-    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(workers))) as pool:
-        futures = [pool.submit(ship_one, executor, w, environment, paths, wheel, wheelhouse,
-                               on_event) for w in workers]
-        return [f.result() for f in futures]
+    from launcher.run import on_workers
+
+    return on_workers(workers, lambda w: ship_one(executor, w, environment, paths, wheel,
+                                                  wheelhouse, on_event))
 
 
 def launcher_python() -> str:

@@ -71,8 +71,6 @@ def resolve_workers(
     if local or cluster.provider == "local":
         count = num_workers if num_workers is not None else (
             cluster.workers if cluster.provider == "local" else 2)
-        if count < 1:
-            raise UserError(f"--workers {count}: need at least 1 worker")
         ports = ports if ports is not None else free_ports(count)
         return local_workers(config.name, count, state_dir, ports), None, Topology.CPU_WORKERS
     if num_workers is not None:

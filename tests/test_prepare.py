@@ -216,12 +216,18 @@ def test_t5_rows_have_the_expanded_length(tmp_path, marked_corpus):
     assert (rows == 2).any()  # documents end with </s>
 
 
-def test_more_workers_than_documents(tmp_path, tokenizer_dir):
+def tiny_run(tmp_path: Path, text: str, tokenizer_dir: Path) -> Path:
+    """A run config over a corpus of `text`, with its tokenizer in place; the config's path."""
     tiny = tmp_path / "tiny.txt"
-    tiny.write_text("just one document here\nand a second one\n")
+    tiny.write_text(text)
     config = base_config(tmp_path / "run", tiny, tokenizer={"path": str(tokenizer_dir)})
     path = write_config(tmp_path / "run.yaml", config)
     run_payload("tokenizer", "--config", str(path))
+    return path
+
+
+def test_more_workers_than_documents(tmp_path, tokenizer_dir):
+    path = tiny_run(tmp_path, "just one document here\nand a second one\n", tokenizer_dir)
     outcomes = [run_payload("prepare", "--config", str(path), "--worker-index", str(i),
                             "--num-workers", "3", check=False) for i in range(3)]
     failed = [p for p in outcomes if p.returncode != 0]
@@ -230,11 +236,7 @@ def test_more_workers_than_documents(tmp_path, tokenizer_dir):
 
 
 def test_too_little_text_for_one_row(tmp_path, tokenizer_dir):
-    tiny = tmp_path / "tiny.txt"
-    tiny.write_text("few words\n")
-    config = base_config(tmp_path / "run", tiny, tokenizer={"path": str(tokenizer_dir)})
-    path = write_config(tmp_path / "run.yaml", config)
-    run_payload("tokenizer", "--config", str(path))
+    path = tiny_run(tmp_path, "few words\n", tokenizer_dir)
     assert_user_error(run_payload("prepare", "--config", str(path), check=False),
                       "no full training row", "seq_len")
 

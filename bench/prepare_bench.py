@@ -20,28 +20,17 @@ from pathlib import Path
 
 import yaml
 
+from bench import runner
 from bench.corpora import WORK, corpus_of_size, held_out_split
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = runner.REPO
 SEQ_LEN = 128
 RECORDS_PER_SHARD = 10_000
 VOCAB = 16_000
 
 
-def _env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    env["TF_USE_LEGACY_KERAS"] = "1"
-    return env
 
 
-def _json_run(args: list[str]) -> dict:
-    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=_env(),
-                          cwd=REPO)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{args[:3]} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def _config(out: Path, corpus: Path, tokenizer: Path) -> Path:
@@ -65,7 +54,7 @@ def _ours(corpus: Path, tokenizer: Path, name: str, num_workers: int) -> dict:
     started = time.perf_counter()
     procs = [subprocess.Popen([sys.executable, "-m", "bench.measure", "prepare", str(config),
                                str(i), str(num_workers)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=_env(), cwd=REPO)
+                              stderr=subprocess.PIPE, text=True, env=runner.env(), cwd=REPO)
              for i in range(num_workers)]
     results = []
     for proc in procs:
@@ -86,7 +75,7 @@ def _reference(corpus: Path, tokenizer: Path, num_proc: int) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     started = time.perf_counter()
-    result = _json_run([str(REPO / "bench" / "reference_prepare.py"), str(corpus), str(tokenizer),
+    result = runner.json_run([str(REPO / "bench" / "reference_prepare.py"), str(corpus), str(tokenizer),
                         str(out), str(SEQ_LEN), str(RECORDS_PER_SHARD), str(num_proc)])
     wall = time.perf_counter() - started
     shutil.rmtree(out, ignore_errors=True)
@@ -141,7 +130,7 @@ def run(results: dict, quick: bool = False) -> dict:
     # figure is the best of three.
     ceilings, ours_runs, references = [], [], []
     for _ in range(3):
-        ceilings.append(_json_run(["-m", "bench.measure", "ceiling",
+        ceilings.append(runner.json_run(["-m", "bench.measure", "ceiling",
                                    str(tokenizer / "tokenizer.json"), str(small)]))
         ours_runs.append(_ours(small, tokenizer, "ours-1", 1))
         references.append(_reference(small, tokenizer, num_proc=os.cpu_count() or 1))

@@ -15,16 +15,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import yaml
 
+from bench import runner
 from bench.corpora import WORK
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = runner.REPO
 CORPUS = REPO / "payload" / "data" / "corpus.txt.gz"
 SEQ_LEN = 128
 BATCH = 32
@@ -41,26 +40,10 @@ MODEL = {
 }
 
 
-def _env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    env["TF_USE_LEGACY_KERAS"] = "1"
-    env.pop("TF_CONFIG", None)
-    return env
 
 
-def _run(args: list[str]) -> str:
-    proc = subprocess.run(
-        [sys.executable, *args], capture_output=True, text=True, env=_env(), cwd=REPO, check=False
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"{args[:3]} failed:\n{proc.stderr[-3000:]}")
-    return proc.stdout
 
 
-def _json_run(args: list[str]) -> dict:
-    return json.loads(_run(args).strip().splitlines()[-1])
 
 
 def _config(out: Path, steps: int) -> Path:
@@ -99,7 +82,7 @@ def _prepared(steps: int) -> Path:
     config = _config(out, steps)
     if not (out / "data" / "manifest.json").exists():
         for stage in ("tokenizer", "prepare"):
-            _run(["-m", "payload", stage, "--config", str(config)])
+            runner.run_python(["-m", "payload", stage, "--config", str(config)])
     return config
 
 
@@ -107,7 +90,7 @@ def _ours_fit(config: Path) -> dict:
     out = config.parent
     shutil.rmtree(out / "checkpoints", ignore_errors=True)
     started = time.perf_counter()
-    _run(["-m", "payload", "train", "--config", str(config), "--overwrite"])
+    runner.run_python(["-m", "payload", "train", "--config", str(config), "--overwrite"])
     wall = time.perf_counter() - started
     metrics = json.loads((out / "metrics.json").read_text())
     final = metrics["final"]
@@ -140,13 +123,13 @@ def run(results: dict, quick: bool = False) -> dict:
     for _ in range(3):
         ours_fit.append(_ours_fit(config))
         ref_fit.append(
-            _json_run(["-m", "bench.train_measure", "fit-reference", str(config), str(steps_ref)])
+            runner.json_run(["-m", "bench.train_measure", "fit-reference", str(config), str(steps_ref)])
         )
         ours_pipe.append(
-            _json_run(["-m", "bench.train_measure", "pipeline-ours", str(config), str(batches)])
+            runner.json_run(["-m", "bench.train_measure", "pipeline-ours", str(config), str(batches)])
         )
         ref_pipe.append(
-            _json_run(
+            runner.json_run(
                 ["-m", "bench.train_measure", "pipeline-reference", str(config), str(batches)]
             )
         )

@@ -61,11 +61,15 @@ def write_config(path: Path, config: dict) -> Path:
     return path
 
 
-def payload_env() -> dict:
+def payload_env(**extra: str) -> dict:
+    """The environment a stage runs with in tests: this checkout first on the path, tf-keras,
+    no traceback switch and no stray TF_CONFIG; `extra` on top."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     env["TF_USE_LEGACY_KERAS"] = "1"
     env.pop("TPUCTL_DEBUG", None)
+    env.pop("TF_CONFIG", None)
+    env.update(extra)
     return env
 
 

@@ -12,9 +12,10 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from train_helpers import make_run_dir, run_stage, stage_command, subprocess_env, write_config
+from train_helpers import make_run_dir, run_stage, stage_command, write_config
 
 from payload import strategy
+from tests.conftest import payload_env
 
 
 def free_ports(count: int) -> list[int]:
@@ -43,7 +44,7 @@ def test_two_cpu_workers_end_with_identical_weights(tmp_path):
         procs.append(
             subprocess.Popen(
                 stage_command("train", config, "--worker-index", str(index), "--num-workers", "2"),
-                env=subprocess_env(TF_CONFIG=tf_config),
+                env=payload_env(TF_CONFIG=tf_config),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,
@@ -71,7 +72,7 @@ def test_a_killed_run_resumes_and_ends_at_exactly_train_steps(tmp_path):
     config = write_config(out, "gpt2", steps=steps, checkpoint_every=every, eval_every=100)
     proc = subprocess.Popen(
         stage_command("train", config),
-        env=subprocess_env(),
+        env=payload_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,

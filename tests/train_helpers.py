@@ -8,9 +8,7 @@ corpus, once per family per session, copied for each test.
 from __future__ import annotations
 
 import atexit
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -18,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from payload.config import parse_config
+from tests.conftest import payload_env, run_payload
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "payload" / "data" / "corpus.txt.gz"
@@ -88,30 +87,11 @@ def write_config(out: Path, family: str, **train) -> Path:
     return path
 
 
-def subprocess_env(**extra: str) -> dict[str, str]:
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO),
-        "TF_USE_LEGACY_KERAS": "1",
-        "TF_CPP_MIN_LOG_LEVEL": "2",
-        **extra,
-    }
-    env.pop("TF_CONFIG", None)
-    env.update(extra)
-    return env
-
-
 def stage_command(stage: str, config: Path, *args: str) -> list[str]:
     """The payload's command line for a stage, as the launcher runs it."""
     return [sys.executable, "-m", "payload", stage, "--config", str(config), *args]
 
 
 def run_stage(stage: str, config: Path, *args: str, env=None, timeout: float = 300):
-    return subprocess.run(
-        stage_command(stage, config, *args),
-        env=env or subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return run_payload(stage, "--config", str(config), *args, check=False,
+                       env=env or payload_env(), timeout=timeout)

@@ -203,13 +203,13 @@ def train(
     if dry_run:
         typer.echo(planning.render_plan(the_plan))
         return
-    if planning.Stage.TRAIN in selected and ssh is None and not config.output_dir.startswith(
-            "gs://"):
-        # Local workers see this machine's disk: refuse a clash with earlier checkpoints here,
-        # before anything is shipped or started (elsewhere the train stage refuses it).
-        from payload.checkpoints import check_start
+    if ssh is None:
+        # Local workers see this machine's disk and credentials: what the stages would refuse
+        # (missing corpus, a checkpoint clash, ...) is refused here, before anything starts.
+        from payload.preflight import check_before_start
 
-        check_start(config.output_dir, resume=resume, overwrite=overwrite)
+        check_before_start(config, stages={s.value for s in selected}, resume=resume,
+                           overwrite=overwrite)
     _run_train(config, config_path, the_plan, ssh, wheel_data, wheelhouse, detach=detach)
 
 

@@ -114,6 +114,16 @@ def test_bad_arguments_are_one_line(local_run, args, message):
     assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
 
 
+def test_a_missing_corpus_is_refused_before_anything_starts(local_run, tmp_path):
+    config = local_run(corpus=str(tmp_path / "nothere" / "*.txt"))
+    result = subprocess.run([sys.executable, "-m", "launcher.cli", "train", "-c", str(config),
+                             "--local"], capture_output=True, text=True, cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "no file matches" in result.stderr, result.stderr
+    assert not (tmp_path / "out").exists(), "nothing is written"
+
+
 def test_gcp_provider_without_cloud_is_a_clear_error(tmp_path, tpuctl_home):
     config = tiny_config(tmp_path, output_dir="gs://b/run", cluster={
         "provider": "gcp", "project": "p", "zone": "us-central2-b", "accelerator_type": "v4-8",

@@ -1,0 +1,27 @@
+"""What the stages would refuse, checked from the config before a job starts anywhere.
+
+    check_before_start(config, stages={"tokenizer", "prepare", "train"}, resume=False,
+                       overwrite=False)
+
+The stages make the same checks themselves on the workers; this runs them early where the
+launcher sees what the workers see (local workers share its disk and credentials), so a user
+mistake is one line and exit status 2 with nothing shipped, started or written. No TensorFlow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from payload import checkpoints, corpus, tokenizer
+from payload.config import RunConfig
+
+
+def check_before_start(config: RunConfig, *, stages: Collection[str], resume: bool,
+                       overwrite: bool) -> None:
+    """Raise the `UserError` the first stage to meet a problem would raise."""
+    if {"tokenizer", "prepare"} & set(stages):
+        corpus.resolve_sources(config.data)  # missing, unmatched, empty or binary inputs
+    if config.tokenizer.path:
+        tokenizer.load_tokenizer(config)  # a reused tokenizer exists and parses
+    if "train" in stages:
+        checkpoints.check_start(config.output_dir, resume=resume, overwrite=overwrite)

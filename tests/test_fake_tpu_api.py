@@ -121,13 +121,20 @@ def test_guest_attributes_publish_each_workers_host_key(api, client):
         return [[(i.namespace, i.key, i.value) for i in a.query_value.items]
                 for a in answer.guest_attributes]
 
-    assert published(query_path="hostkeys/") == [[("hostkeys", "ssh-ed25519", k)] for k in keys]
+    api.set_guest_attribute("run", 0, "guestInventory", "hostname", "w0")
+    api.set_guest_attribute("run", 0, "hostkeys", "ssh-rsa", "AAAArsa")
+    assert published(query_path="hostkeys/ssh-ed25519") == [
+        [("hostkeys", "ssh-ed25519", k)] for k in keys]
+    assert published(worker_ids=["0"]) == [[("guestInventory", "hostname", "w0"),
+                                            ("hostkeys", "ssh-ed25519", keys[0]),
+                                            ("hostkeys", "ssh-rsa", "AAAArsa")]]
+    assert len(published(query_path="hostkeys/", worker_ids=["0"])[0]) == 2
     assert published(query_path="hostkeys/ssh-ed25519", worker_ids=["2"]) == [
         [("hostkeys", "ssh-ed25519", keys[2])]]
     api.set_host_key("run", 1, "AAAAchanged")
     assert published(worker_ids=["1"]) == [[("hostkeys", "ssh-ed25519", "AAAAchanged")]]
     api.set_host_key("run", 0, None)
-    assert published(worker_ids=["0"]) == [[]]
+    assert published(query_path="hostkeys/ssh-ed25519", worker_ids=["0"]) == [[]]
     api.hide_guest_attributes()
     assert published() == [[], [], []]
     with pytest.raises(exceptions.BadRequest, match="worker"):

@@ -203,14 +203,21 @@ class _Queued:
     body: dict
     plan: dict
     nodes: list[tuple[str, str, dict]]   # (parent, node id, node spec)
-    since: float
-    deadline: float | None
+    since: float   # when it was created or last reset
     waits: int = 0
     pending: _Pending | None = None
     failure: ApiError | None = None   # why a node of it could not be provisioned
 
     def node_names(self) -> list[str]:
         return [f"{parent}/nodes/{node_id}" for parent, node_id, _ in self.nodes]
+
+    def deadline(self) -> float | None:
+        policy = self.body.get("queueingPolicy", {})
+        if "validUntilDuration" in policy:
+            return self.since + float(policy["validUntilDuration"].rstrip("s"))
+        if "validUntilTime" in policy:
+            return datetime.fromisoformat(policy["validUntilTime"].replace("Z", "+00:00")).timestamp()
+        return None
 
 
 def _as_worker(worker: Worker | dict | str) -> Worker:
@@ -231,10 +238,6 @@ def _guest(worker: Worker) -> dict[tuple[str, str], str]:
 
 def _timestamp(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _seconds(duration: str) -> float:
-    return float(duration.rstrip("s"))
 
 
 def _enum_names(value):
@@ -276,8 +279,6 @@ _ROUTES = [(verb, re.compile(rf"/v2/(?P<target>{pattern}){re.escape(suffix)}"), 
     ("GET", _LOC + "/acceleratorTypes/[^/:]+", "", "GetAcceleratorType"),
     ("GET", _LOC, "/runtimeVersions", "ListRuntimeVersions"),
     ("GET", _LOC + "/runtimeVersions/[^/:]+", "", "GetRuntimeVersion"),
-    ("POST", _LOC, ":generateServiceIdentity", "GenerateServiceIdentity"),
-    ("GET", _LOC, "/operations", "ListOperations"),
     ("GET", _LOC + "/operations/[^/:]+", "", "GetOperation"),
 ]]
 CONTROLS = ("set_workers", "set_endpoints", "set_host_key", "set_guest_attribute",
@@ -495,7 +496,9 @@ class FakeTpuApi:
             try:
                 body = json.loads(raw_body) if raw_body.strip() else {}
             except ValueError:
-                return 400, invalid_argument("the request body is not JSON").http_body()
+                body = None
+            if not isinstance(body, dict):
+                return 400, invalid_argument("the request body is not a JSON object").http_body()
             if url.path.startswith("/_fake/") and verb == "POST":
                 return self._control(url.path.removeprefix("/_fake/"), body)
             rpc, target = next(((rpc, m["target"]) for v, pattern, rpc in _ROUTES
@@ -511,6 +514,8 @@ class FakeTpuApi:
                 return 200, getattr(self, "_" + rpc)(target, query, body)
             except ApiError as error:
                 return error.http_code, error.http_body()
+            except Exception as exc:   # a bug in the fake: say so rather than drop the line
+                return 500, ApiError("INTERNAL", f"fake TPU API: {exc!r}").http_body()
 
     def _control(self, method: str, kwargs: dict) -> tuple[int, dict]:
         if method not in CONTROLS:
@@ -723,15 +728,11 @@ class FakeTpuApi:
         for node_parent, node_id, spec in nodes:
             self._check_node(node_parent, node_id, spec)
         now = self._now()
-        policy = body.get("queueingPolicy", {})
-        deadline = (now + _seconds(policy["validUntilDuration"]) if "validUntilDuration" in policy
-                    else datetime.fromisoformat(policy["validUntilTime"].replace("Z", "+00:00"))
-                    .timestamp() if "validUntilTime" in policy else None)
         kept = ("tpu", "spot", "guaranteed", "queueingPolicy", "reservationName")
         queued = self._queued[name] = _Queued(
             {**{k: copy.deepcopy(body[k]) for k in kept if k in body}, "name": name,
              "createTime": _timestamp(now)},
-            dict(self._plans.get(queued_id, self._plans[None])), nodes, now, deadline)
+            dict(self._plans.get(queued_id, self._plans[None])), nodes, now)
         self._set_queued_state(queued, "ACCEPTED", initiator="USER")
         op = self._new_op(name, "create")
         self._complete(op, _typed(copy.deepcopy(queued.body), "google.cloud.tpu.v2.QueuedResource"))
@@ -748,6 +749,7 @@ class FakeTpuApi:
                            "them first, or delete with force")
         doomed = live if force else []
         for node in doomed:
+            self._abort(self._nodes[node], "the queued resource is being deleted")
             self._nodes[node].body["state"] = "DELETING"
         self._set_queued_state(queued, "DELETING", initiator="USER")
 
@@ -783,7 +785,7 @@ class FakeTpuApi:
         plan, now = queued.plan, self._now()
         state = queued.body["state"]["state"]
         if state in ("ACCEPTED", "WAITING_FOR_RESOURCES"):
-            if queued.deadline is not None and now >= queued.deadline:
+            if queued.deadline() is not None and now >= queued.deadline():
                 self._set_queued_state(queued, "FAILED", ApiError(
                     "DEADLINE_EXCEEDED", "The queued resource was not provisioned before the "
                                          "deadline of its queueing policy"))
@@ -827,7 +829,7 @@ class FakeTpuApi:
         if error is not None:
             queued.body["state"]["failedData"] = {"error": error.rpc_status()}
 
-    # -- catalogue, service identity, operations -------------------------------------------------
+    # -- catalogue and operations -------------------------------------------------
     def _ListAcceleratorTypes(self, parent, query, body):
         types = self._accelerators.get(parent.split("/")[3], self._accelerators[None])
         return self._page([self._accelerator(parent, t) for t in types], query,
@@ -858,9 +860,6 @@ class FakeTpuApi:
             raise not_found(name)
         return {"name": name, "version": version}
 
-    def _GenerateServiceIdentity(self, parent, query, body):
-        return {"identity": {"email": f"service-{PROJECT_NUMBER}@cloud-tpu.iam.gserviceaccount.com"}}
-
     def _GetOperation(self, name, query, body):
         op = self._get(name, self._ops)
         target = op["metadata"]["target"]
@@ -869,10 +868,6 @@ class FakeTpuApi:
         elif target in self._queued:
             self._observe_queued(self._queued[target])
         return copy.deepcopy(op)
-
-    def _ListOperations(self, parent, query, body):
-        return self._page([copy.deepcopy(o) for n, o in sorted(self._ops.items())
-                           if n.startswith(parent + "/")], query, "operations")
 
     # -- transitions and plumbing --------------------------------------------------------------
     def _transition(self, resource, action: str, verb: str, finish: Callable[[], dict],

@@ -285,7 +285,7 @@ CONTROLS = ("set_workers", "set_endpoints", "set_host_key", "set_guest_attribute
             "hide_guest_attributes", "set_timing", "plan_queued_resource", "set_queued_state",
             "fail", "fail_operation", "clear_failures", "preempt", "set_state", "set_health",
             "set_symptoms", "set_accelerator_types", "set_runtime_versions", "set_max_page_size",
-            "advance_clock", "requests", "node", "queued_resource")
+            "advance_clock", "requests", "node", "node_names", "queued_resource")
 
 
 class FakeTpuApi:

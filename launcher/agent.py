@@ -28,6 +28,11 @@ DONE = "done"
 ABORTED = "aborted"
 
 
+def worker_label(index: int) -> str:
+    """How every message, log file and marker of tpuctl names a worker."""
+    return f"worker-{index}"
+
+
 def _storage():
     from payload import storage
 
@@ -35,7 +40,7 @@ def _storage():
 
 
 def _marker(barrier_dir: str, step: str, worker: int) -> str:
-    return _storage().join(barrier_dir, step, f"worker-{worker}")
+    return _storage().join(barrier_dir, step, worker_label(worker))
 
 
 def _mark(barrier_dir: str, step: str, worker: int, rc: int | str) -> None:
@@ -66,7 +71,7 @@ class Peers:
         self._beats = 0
 
     def _alive_path(self, worker: int) -> str:
-        return self._storage.join(self.barrier_dir, "alive", f"worker-{worker}")
+        return self._storage.join(self.barrier_dir, "alive", worker_label(worker))
 
     def beat(self) -> None:
         if self._beats >= 0:
@@ -83,7 +88,7 @@ class Peers:
         storage = self._storage
         for worker in self._seen:
             if _reported(self.barrier_dir, step, worker) not in (None, "0"):
-                return f"{step} failed on worker-{worker}"
+                return f"{step} failed on {worker_label(worker)}"
         now = time.monotonic()
         for worker, (value, since) in self._seen.items():
             path = self._alive_path(worker)
@@ -93,7 +98,8 @@ class Peers:
             if current != value:
                 self._seen[worker] = (current, now)
             elif now - since > self.stale_after_s:
-                return f"worker-{worker} stopped answering (no heartbeat for {now - since:.0f}s)"
+                return (f"{worker_label(worker)} stopped answering (no heartbeat for "
+                        f"{now - since:.0f}s)")
         return None
 
 
@@ -133,7 +139,7 @@ def _wait_for(peers: Peers, step: str, workers: list[int], check_s: float) -> st
             result = _reported(peers.barrier_dir, step, worker)
             if result is not None:
                 if result != "0":
-                    return f"{step} failed on worker-{worker}"
+                    return f"{step} failed on {worker_label(worker)}"
                 pending.discard(worker)
         if not pending:
             return None
@@ -175,7 +181,7 @@ def run(plan_path: str) -> int:
         (job_dir / "stage").write_text(name)
         command = step["command"]
         if command is not None:
-            print(f"== tpuctl: {name} on worker-{me} ==", flush=True)
+            print(f"== tpuctl: {name} on {worker_label(me)} ==", flush=True)
             started = time.monotonic()
             rc, reason = _run_stage(command["argv"], {**os.environ, **command["env"]}, peers,
                                     name, check_s)
@@ -183,18 +189,19 @@ def run(plan_path: str) -> int:
                 return _abort(job_dir, plan, name, reason)
             _mark(barrier_dir, name, me, rc)
             if rc != 0:
-                print(f"== tpuctl: {name} failed on worker-{me} (exit {rc}) ==", flush=True)
+                print(f"== tpuctl: {name} failed on {worker_label(me)} (exit {rc}) ==",
+                      flush=True)
                 _copy_log(plan["log"], plan["log_copy"])
                 return rc if rc > 0 else 128 - rc
             took = time.monotonic() - started
-            print(f"== tpuctl: {name} done on worker-{me} in {took:.1f}s ==", flush=True)
+            print(f"== tpuctl: {name} done on {worker_label(me)} in {took:.1f}s ==", flush=True)
         reason = _wait_for(peers, name, step["workers"], check_s)
         _copy_log(plan["log"], plan["log_copy"])
         if reason:
             return _abort(job_dir, plan, name, reason)
     (job_dir / "stage").write_text(DONE)
     peers.finish()
-    print(f"== tpuctl: worker-{me} finished ==", flush=True)
+    print(f"== tpuctl: {worker_label(me)} finished ==", flush=True)
     _copy_log(plan["log"], plan["log_copy"])
     return 0
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -22,6 +22,8 @@ from payload.errors import UserError
 from payload.families import FAMILIES, t5_expanded_length
 
 MIN_SEQ_LEN = 16
+# Local worker processes share this machine's cores; more than this is a typo.
+MAX_LOCAL_WORKERS = 64
 # Byte-level BPE starts from all 256 byte symbols before it learns any merge.
 BYTE_ALPHABET = 256
 # The smallest useful vocabulary for the other kinds, on top of the special tokens.
@@ -47,7 +49,7 @@ class _ClusterBase(_Section):
 
 class LocalCluster(_ClusterBase):
     provider: Literal["local"]
-    workers: int = Field(2, ge=1, le=64)
+    workers: int = Field(2, ge=1, le=MAX_LOCAL_WORKERS)
 
 
 class SshCluster(_ClusterBase):
@@ -84,6 +86,11 @@ class GcpCluster(_ClusterBase):
 
 
 Cluster = Annotated[LocalCluster | SshCluster | GcpCluster, Field(discriminator="provider")]
+# `cluster.provider` -> its section, read off the union above (the one list of providers).
+CLUSTERS: dict[str, type[_ClusterBase]] = {
+    get_args(kind.model_fields["provider"].annotation)[0]: kind
+    for kind in get_args(get_args(Cluster)[0])
+}
 
 
 class DataConfig(_Section):
@@ -214,8 +221,7 @@ class RunConfig(_Section):
 
 def _field_name(loc: tuple) -> str:
     # Drop pydantic's union tags (e.g. "local", "function-after[...]") from the location.
-    parts = [str(p) for p in loc if not (isinstance(p, str) and ("[" in p or p in
-             ("local", "ssh", "gcp")))]
+    parts = [str(p) for p in loc if not (isinstance(p, str) and ("[" in p or p in CLUSTERS))]
     return ".".join(parts)
 
 
@@ -230,7 +236,7 @@ def _describe(error: dict, model: type[BaseModel]) -> str:
     if kind == "missing":
         return f"missing required key '{where}'"
     if kind == "union_tag_invalid" or kind == "union_tag_not_found":
-        return f"'{where or 'cluster'}.provider' must be one of: local, ssh, gcp"
+        return f"'{where or 'cluster'}.provider' must be one of: {', '.join(CLUSTERS)}"
     if where and not message.startswith(where.split(".")[0] + "."):
         got = error.get("input")
         shown = f" (got {got!r})" if got is not None and not isinstance(got, dict | list) else ""
@@ -243,8 +249,8 @@ def _section_for(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
     for part in loc:
         if isinstance(part, int):
             continue
-        if isinstance(part, str) and part in ("local", "ssh", "gcp"):
-            current = {"local": LocalCluster, "ssh": SshCluster, "gcp": GcpCluster}[part]
+        if isinstance(part, str) and part in CLUSTERS:
+            current = CLUSTERS[part]
             continue
         fields = getattr(current, "model_fields", {})
         if part not in fields:

@@ -1,7 +1,7 @@
 """What the stages would refuse, checked from the config before a job starts anywhere.
 
-    check_before_start(config, stages={"tokenizer", "prepare", "train"}, resume=False,
-                       overwrite=False)
+    check_before_start(config, stages={Stage.TOKENIZER, Stage.PREPARE, Stage.TRAIN},
+                       resume=False, overwrite=False)
 
 The stages make the same checks themselves on the workers; this runs them early where the
 launcher sees what the workers see (local workers share its disk and credentials), so a user
@@ -14,14 +14,15 @@ from collections.abc import Collection
 
 from payload import checkpoints, corpus, tokenizer
 from payload.config import RunConfig
+from payload.stages import Stage
 
 
-def check_before_start(config: RunConfig, *, stages: Collection[str], resume: bool,
+def check_before_start(config: RunConfig, *, stages: Collection[Stage], resume: bool,
                        overwrite: bool) -> None:
     """Raise the `UserError` the first stage to meet a problem would raise."""
-    if {"tokenizer", "prepare"} & set(stages):
+    if {Stage.TOKENIZER, Stage.PREPARE} & set(stages):
         corpus.resolve_sources(config.data)  # missing, unmatched, empty or binary inputs
     if config.tokenizer.path:
         tokenizer.load_tokenizer(config)  # a reused tokenizer exists and parses
-    if "train" in stages:
+    if Stage.TRAIN in stages:
         checkpoints.check_start(config.output_dir, resume=resume, overwrite=overwrite)

@@ -1,5 +1,6 @@
 """What a TPU slice costs per hour, from a versioned price table; prices change, the date shows.
 
+    from payload.accelerators import accelerator
     price = hourly_price(accelerator("v4-8"), "us-central2-b", "on_demand")
     price.usd_per_hour      # 12.88 (4 chips x 3.22)
     price.describe()        # "$12.88/h (4 chips x $3.2200, on-demand, us-central2; prices of ...)"

@@ -1,7 +1,7 @@
 """The train stage: shards in, checkpoints, TensorBoard events and metrics.json out.
 
     python -m payload train --config run.yaml [--worker-index I --num-workers N] [--resume]
-    run_train(config, worker_index=0, num_workers=1, resume=False)
+    run_train(config, worker_index=0, num_workers=1, resume=False, hardware=CPU)
 
 Parse and check everything first (manifest, shards, tokenizer, sizes: a mistake is one line and
 nothing is written), then build the strategy, model and optimizer, then a custom loop whose step
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from payload import checkpoints, records, storage
 from payload.errors import UserError
 from payload.families import FAMILIES
-from payload.strategy import build_strategy, cluster_facts, plan_strategy
+from payload.strategy import CPU, Hardware, build_strategy, cluster_facts, plan_strategy
 
 logger = logging.getLogger(__name__)
 
@@ -142,8 +142,10 @@ def run_train(
     num_workers: int = 1,
     resume: bool = False,
     overwrite: bool = False,
+    hardware: Hardware = CPU,
 ) -> None:
-    plan = plan_strategy(cluster_facts(config, worker_index=worker_index, num_workers=num_workers))
+    plan = plan_strategy(cluster_facts(hardware, worker_index=worker_index,
+                                       num_workers=num_workers))
     # Before anything imports TensorFlow: TPU_LOAD_LIBRARY is read when it loads.
     os.environ.update(plan.env)
     # TensorFlow's own INFO chatter (sharding callbacks, collectives) would drown the step lines.

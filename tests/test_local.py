@@ -7,8 +7,9 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from launcher import run
-from launcher.cli import STAGE_ENTRY_ENV, app
+from launcher import records, run
+from launcher.cli import app
+from launcher.launch import STAGE_ENTRY_ENV
 from tests.helpers import REPO, install_stub, tiny_config, wait_for
 
 runner = CliRunner()
@@ -27,7 +28,7 @@ def local_run(tmp_path, tpuctl_home, monkeypatch):
 def _live(config):
     from payload.config import load_config
 
-    plan = run.current_job(run.state_dir(), load_config(config).name).plan()
+    plan = records.current_job(records.state_dir(), load_config(config).name).plan()
     from launcher.executors import LocalExecutor
 
     return run.live_processes(LocalExecutor(plan.workers), plan)
@@ -187,7 +188,7 @@ def test_workers_stop_themselves_when_a_peer_dies_while_detached(local_run, tpuc
                                                                  monkeypatch):
     import signal
 
-    from launcher.cli import PEER_TIMEOUT_ENV
+    from launcher.launch import PEER_TIMEOUT_ENV
 
     monkeypatch.setenv(PEER_TIMEOUT_ENV, "3")
     config = local_run({"steps": {"train": 600}})

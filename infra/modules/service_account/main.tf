@@ -1,9 +1,8 @@
 # The workers' identity: objects in the run's bucket, read on a corpus bucket, get on its own
-# TPU (and delete, only when the run may end itself). No project-wide role.
+# TPU (and delete, only when the run may end itself). No predefined project role.
 
 locals {
-  member    = "serviceAccount:${google_service_account.main.email}"
-  node_name = "projects/${var.project}/locations/${var.zone}/nodes/${var.tpu_name}"
+  member = "serviceAccount:${google_service_account.main.email}"
 
   # get: the TensorFlow driver of a pod slice resolves the slice through the TPU API.
   # operations.get: waiting on an operation of its own TPU, such as its deletion.
@@ -54,10 +53,10 @@ resource "google_project_iam_member" "main" {
   member  = local.member
 
   dynamic "condition" {
-    for_each = var.tpu_permission_scope == "node" ? [local.node_name] : []
+    for_each = var.tpu_permission_scope == "node" ? [var.tpu_name] : []
     content {
-      title       = "only TPU ${var.tpu_name}"
-      description = "The node ${condition.value} and operations in its zone."
+      title       = "only TPU ${condition.value}"
+      description = "Its own TPU node, and the operations of zone ${var.zone}."
       # endsWith: the project part may be the project's ID or number.
       expression = "resource.name.endsWith(\"/locations/${var.zone}/nodes/${var.tpu_name}\") || resource.name.extract(\"/locations/{zone}/operations/\") == \"${var.zone}\""
     }

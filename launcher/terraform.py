@@ -3,7 +3,7 @@
     tf = Terraform(work_dir("my-run"))
     write_vars(tf.folder, TerraformVars(project="my-project", zone="us-central2-b", ...))
     tf.init()
-    tf.apply(on_line=print)      # ChangeSummary(add=5, change=0, remove=0)
+    tf.apply(on_line=print)      # ChangeSummary(add=..., change=0, remove=0); again: none
     outputs = tf.outputs()       # InfraOutputs(bucket=..., tpu_name=..., ...)
     tf.destroy(on_line=print)
 

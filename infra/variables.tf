@@ -69,11 +69,11 @@ variable "accelerator_type" {
 
 variable "runtime_version" {
   type        = string
-  description = "TPU software image, e.g. tpu-vm-tf-2.16.1-pjrt or tpu-ubuntu2204-base."
+  description = "TPU software image, e.g. tpu-ubuntu2204-base or v2-alpha-tpuv5-lite (tpuctl picks the one its TensorFlow route needs)."
 
   validation {
     condition     = can(regex("^[a-z0-9][a-z0-9._-]{0,62}$", var.runtime_version))
-    error_message = "runtime_version must be a runtime name like tpu-vm-tf-2.16.1-pjrt: lowercase letters, digits, dots, dashes, underscores."
+    error_message = "runtime_version must be a runtime name like tpu-ubuntu2204-base: lowercase letters, digits, dots, dashes, underscores."
   }
 }
 

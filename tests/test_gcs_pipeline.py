@@ -199,3 +199,36 @@ def test_exported_model_loads_from_a_copy(runs, gcs_sandbox, tmp_path):
     ids = np.array([tokenizer("The interpreter reads the module.")["input_ids"]])
     logits = model(ids).logits.numpy()
     assert logits.shape == (1, ids.shape[1], model.config.vocab_size) and np.isfinite(logits).all()
+
+
+def test_killed_training_resumes_from_gs_checkpoints(runs, gcs_sandbox):
+    """Training on gs:// killed (SIGKILL) just after a checkpoint lands: --resume continues from
+    the newest checkpoint the index names, losing at most checkpoint_every steps. Runs last:
+    it goes on from the gs:// run's step 6."""
+    gs, _ = runs
+    index = f"{GS_OUT}/checkpoints/checkpoint"
+
+    def newest() -> int:
+        text = gcs_sandbox.read_bytes(index).decode()
+        return int(re.search(r'^model_checkpoint_path: "ckpt-(\d+)"', text, re.M).group(1))
+
+    gs.config.write_text(yaml.safe_dump(_config(GS_OUT, gs.corpus, 400)))
+    proc = gs.launch([sys.executable, "-m", "payload", "train", "--resume",
+                      "--config", str(gs.config)])
+    try:
+        deadline = time.monotonic() + 240
+        while newest() < 10:
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "no checkpoint past step 8 in time"
+            time.sleep(0.1)
+    finally:
+        proc.kill()
+        proc.communicate()
+    killed_at = newest()
+    assert 10 <= killed_at < 400
+    gs.config.write_text(yaml.safe_dump(_config(GS_OUT, gs.corpus, killed_at + 2)))
+    gs.stage("after kill", "train", "--resume")
+    out = gs.stdout["after kill"]
+    assert f"resuming from {GS_OUT}/checkpoints/ckpt-{killed_at} at step {killed_at}" in out
+    assert DIGEST.findall(out)[-1][0] == str(killed_at + 2)
+    assert json.loads(gcs_sandbox.read_bytes(f"{GS_OUT}/metrics.json"))["step"] == killed_at + 2

@@ -196,3 +196,13 @@ def test_sandbox_leaves_nothing_behind():
     link = subprocess.run(["ip", "link", "show", veth], capture_output=True, text=True)
     assert link.returncode != 0
     assert Path("/etc/hosts").read_text() == hosts
+
+
+def test_sandbox_says_why_it_cannot_start(monkeypatch):
+    from tests.fakes import gcs
+
+    monkeypatch.setattr(gcs.os, "geteuid", lambda: 1000)
+    assert "needs root" in gcs.unavailable_reason()
+    monkeypatch.setattr(gcs.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(gcs.shutil, "which", lambda tool: None if tool == "nsenter" else tool)
+    assert "nsenter" in gcs.unavailable_reason()

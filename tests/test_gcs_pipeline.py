@@ -75,6 +75,9 @@ class Pipeline:
             self.config.write_text(yaml.safe_dump(_config(self.output_dir, self.corpus, 4)))
             self.stage("tokenizer", "tokenizer")
             self.stage("prepare", "prepare", parallel=2)
+            # A rerun finds its work done, from what the first run left (stamp, parts).
+            self.stage("tokenizer again", "tokenizer")
+            self.stage("prepare again", "prepare", parallel=2)
             self.stage("train", "train")
             self.config.write_text(yaml.safe_dump(_config(self.output_dir, self.corpus, 6)))
             self.stage("resume", "train", "--resume")
@@ -139,6 +142,9 @@ def test_same_tokenizer_and_shards(runs, gcs_sandbox):
     for manifest in (gs_manifest, local_manifest):
         manifest.pop("data_fingerprint")  # it names the corpus files, which differ
     assert gs_manifest == local_manifest  # shard names, record counts, sha256, tokenizer
+    for p in runs:
+        assert "tokenizer already trained with these settings" in p.stdout["tokenizer again"]
+        assert p.stdout["prepare again"].count("already prepared its share") == 2
     assert gs_manifest["num_workers"] == 2 and gs_manifest["splits"]["train"]["records"] > 0
     assert len(gs_manifest["splits"]["train"]["shards"]) >= 4
     gs_data = _gs_files(gcs_sandbox, f"{GS_OUT}/data")

@@ -1,0 +1,4 @@
+"""Local stand-ins for the cloud services the tests cannot reach; each speaks the real wire format.
+
+    from tests.fakes.tpu_api import FakeTpuApi
+"""

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fnmatch
 import glob as _glob
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -215,7 +215,9 @@ def listdir(path: str) -> list[str]:
         bucket, prefix = _split_gcs(path)
         prefix = prefix.rstrip("/") + "/" if prefix else ""
         blobs = _gcs().list_blobs(bucket, prefix=prefix, delimiter="/")
-        return sorted(f"{GCS}{bucket}/{b.name}" for b in blobs)
+        # An object named like the folder itself ("dir/") is a folder marker (TensorFlow's
+        # makedirs writes them), not a file.
+        return sorted(f"{GCS}{bucket}/{b.name}" for b in blobs if not b.name.endswith("/"))
     if not os.path.isdir(path):
         return []
     return sorted(
@@ -225,15 +227,53 @@ def listdir(path: str) -> list[str]:
 
 
 def glob(pattern: str) -> list[str]:
-    """Files matching a glob, sorted; `**` recurses."""
+    """Files matching a glob, sorted; `**` recurses. On gs:// with the local rules: `*`, `?`
+    and `[...]` stay within one folder level and skip names starting with a dot."""
     if is_gcs(pattern):
         bucket, name = _split_gcs(pattern)
         literal = name.split("*")[0].split("?")[0].split("[")[0]
+        matches = _glob_regex(name).match
         return sorted(
             f"{GCS}{bucket}/{b.name}" for b in _gcs().list_blobs(bucket, prefix=literal)
-            if fnmatch.fnmatchcase(b.name, name) and not b.name.endswith("/")
+            if matches(b.name) and not b.name.endswith("/")  # not folder markers
         )
     return sorted(p for p in _glob.glob(pattern, recursive=True) if os.path.isfile(p))
+
+
+def _glob_regex(pattern: str) -> re.Pattern:
+    """The object names `glob.glob(pattern, recursive=True)` would give as files."""
+    visible = r"(?:(?!\.)[^/]+/)*"  # `**`: any number of folder levels, none hidden
+    parts = pattern.split("/")
+    out = []
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if part == "**":
+            out.append(visible + (r"(?!\.)[^/]+" if last else ""))
+            continue
+        hidden = "" if part.startswith(".") else r"(?!\.)"
+        out.append(hidden + _component_regex(part) + ("" if last else "/"))
+    return re.compile("".join(out) + r"\Z")
+
+
+def _component_regex(part: str) -> str:
+    out, i = [], 0
+    while i < len(part):
+        c = part[i]
+        close = part.find("]", i + 2) if c == "[" else -1
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif close > 0:
+            body = part[i + 1:close]
+            negate = body[:1] == "!"
+            body = re.escape(body[1:] if negate else body).replace("\\-", "-")
+            out.append(f"[{'^/' if negate else ''}{body}]")
+            i = close
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return "".join(out)
 
 
 def has_magic(path: str) -> bool:
@@ -246,7 +286,9 @@ def walk_files(path: str) -> Iterator[str]:
         bucket, prefix = _split_gcs(path)
         prefix = prefix.rstrip("/") + "/"
         for b in _gcs().list_blobs(bucket, prefix=prefix):
-            if not b.name.endswith("/"):
+            rest = b.name[len(prefix):]
+            if rest and not rest.endswith("/") and not any(
+                    p.startswith(".") for p in rest.split("/")):
                 yield f"{GCS}{bucket}/{b.name}"
         return
     for root, dirs, files in os.walk(path):
@@ -270,5 +312,20 @@ def check_writable(path: str) -> None:
     if not is_gcs(path) and os.path.exists(path) and not os.path.isdir(path):
         raise UserError(f"output_dir {path} is a file, not a folder",
                         hint="choose a folder path for output_dir")
-    write_bytes(probe, b"probe")
+    if is_gcs(path):
+        from google.api_core import exceptions
+
+        try:
+            write_bytes(probe, b"probe")
+        except exceptions.NotFound:
+            bucket = _split_gcs(path)[0]
+            raise UserError(f"bucket gs://{bucket} does not exist (output_dir {path})",
+                            hint=f"create it (gcloud storage buckets create gs://{bucket}) "
+                            "or fix output_dir") from None
+        except exceptions.Forbidden:
+            raise UserError(f"no permission to write to {path}",
+                            hint="grant the account Storage Object Admin on the bucket")\
+                from None
+    else:
+        write_bytes(probe, b"probe")
     remove(probe)

@@ -1,7 +1,8 @@
 """The one place that runs Terraform and reads what it made: variables in, outputs out.
 
     tf = Terraform(work_dir("my-run"))
-    write_vars(tf.folder, TerraformVars(project="my-project", zone="us-central2-b", ...))
+    variables = TerraformVars(...)  # project, zone, tpu_name, accelerator_type, ...
+    write_vars(tf.folder, variables)
     tf.init()
     tf.apply(on_line=print)      # ChangeSummary(add=..., change=0, remove=0); again: none
     outputs = tf.outputs()       # InfraOutputs(bucket=..., tpu_name=..., ...)
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Literal
 
+from launcher.records import state_dir
 from payload.errors import UserError, one_line
 
 INFRA_DIR = Path(__file__).resolve().parent.parent / "infra"
@@ -183,8 +185,6 @@ def work_dir(run_name: str, home: Path | None = None) -> Path:
     if not _RUN_NAME.match(run_name):
         raise ValueError(f"not a run name: {run_name!r}")
     if home is None:
-        from launcher.run import state_dir  # here, so that run.py may import this module
-
         home = state_dir()
     return home / "infra" / run_name
 

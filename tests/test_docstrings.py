@@ -173,10 +173,16 @@ def _returns(target):
 
 
 def _fields(kind) -> set[str]:
+    """Attributes an instance of `kind` has: class attributes, fields, and what __init__ sets."""
+    import re
+
     names = set(dir(kind))
     names.update(getattr(kind, "__dataclass_fields__", {}))
     names.update(getattr(kind, "model_fields", {}))
     names.update(getattr(kind, "__annotations__", {}))
+    init = kind.__dict__.get("__init__")
+    if inspect.isfunction(init):
+        names.update(re.findall(r"self\.(\w+)\s*(?::[^=]*)?=", inspect.getsource(init)))
     return names
 
 

@@ -182,7 +182,11 @@ def _fields(kind) -> set[str]:
     names.update(getattr(kind, "__annotations__", {}))
     init = kind.__dict__.get("__init__")
     if inspect.isfunction(init):
-        names.update(re.findall(r"self\.(\w+)\s*(?::[^=]*)?=", inspect.getsource(init)))
+        try:
+            source = inspect.getsource(init)
+        except OSError:  # generated (dataclasses): its fields are counted above
+            source = ""
+        names.update(re.findall(r"self\.(\w+)\s*(?::[^=]*)?=", source))
     return names
 
 

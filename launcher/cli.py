@@ -99,6 +99,16 @@ def _line_printer(console, num_workers: int):
 
 
 def _report(outcome, job, config_path: Path) -> None:
+    """How the job ended, then what is still billing; exit status 1 when it failed."""
+    failed = _report_outcome(outcome, job, config_path)
+    note = job.provider.billing()
+    if note:
+        _console(stderr=True).print(note, markup=False)
+    if failed:
+        raise typer.Exit(1)
+
+
+def _report_outcome(outcome, job, config_path: Path) -> bool:
     from launcher.agent import worker_label
 
     console = _console()
@@ -108,15 +118,15 @@ def _report(outcome, job, config_path: Path) -> None:
         err.print(f"\ndetached; job {plan.job_id} keeps running on the workers.\n"
                   f"  re-attach: tpuctl logs -c {config_path}\n"
                   f"  stop:      tpuctl stop -c {config_path}", markup=False)
-        return
+        return False
     if outcome.ok:
         if outcome.reason:
             console.print(f"job {plan.job_id}: {outcome.reason}", markup=False)
-            return
+            return False
         console.print(f"job {plan.job_id} finished on {len(plan.workers)} workers; outputs in "
                       f"{plan.output_dir} (logs: {plan.output_dir}/logs, local copies: "
                       f"{job.record.folder / 'logs'})", markup=False)
-        return
+        return False
     if outcome.failed_worker is not None:
         err.print(f"\n{outcome.reason}; the job was stopped on every worker. "
                   f"Last lines of {worker_label(outcome.failed_worker)}:", markup=False)
@@ -125,7 +135,42 @@ def _report(outcome, job, config_path: Path) -> None:
         err.print(f"full log: {job.record.log_file(outcome.failed_worker)}", markup=False)
     else:
         err.print(outcome.reason, markup=False)
-    raise typer.Exit(1)
+    return True
+
+
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan; touch nothing.")]
+
+
+@app.command()
+def up(config_path: ConfigOpt = DEFAULT_CONFIG, dry_run: DryRunOpt = False) -> None:
+    """Create what `cluster` describes (Terraform for gcp), wait until READY, trust its host
+    keys from the TPU API; --dry-run shows what and the price per hour, without credentials."""
+    from launcher import launch
+
+    provider = launch.cluster_provider(config_path)
+    if dry_run:
+        for line in provider.up_plan():
+            typer.echo(line)
+        return
+    console = _console()
+    provider.up(on_event=lambda message: console.print(message, markup=False))
+
+
+@app.command()
+def down(
+    config_path: ConfigOpt = DEFAULT_CONFIG,
+    delete_bucket: Annotated[bool, typer.Option(
+        "--delete-bucket", help="Also delete the bucket `up` created (refused while it holds "
+        "objects tpuctl did not write).")] = False,
+) -> None:
+    """Delete the TPU (and any queued request), then check through the API that nothing of the
+    run is left billing; the bucket stays unless --delete-bucket."""
+    from launcher import launch
+
+    console = _console()
+    launch.cluster_provider(config_path).down(
+        on_event=lambda message: console.print(message, markup=False),
+        delete_bucket=delete_bucket)
 
 
 @app.command()
@@ -231,12 +276,23 @@ def stop(config_path: ConfigOpt = DEFAULT_CONFIG, job: JobOpt = None) -> None:
 
 @app.command()
 def status(config_path: ConfigOpt = DEFAULT_CONFIG, job: JobOpt = None) -> None:
-    """Show the workers, the job's stage and step, and where outputs are."""
+    """Show the cluster (a TPU's state, workers and cost so far), the job's stage and step, and
+    where outputs are."""
     from rich.table import Table
+    from rich.text import Text
 
     from launcher import launch
+    from launcher.records import NoJob
 
-    with launch.open_job(config_path, job) as opened:
+    console = _console()
+    for line in launch.cluster_provider(config_path).describe():
+        console.print(line, markup=False)
+    try:
+        opened = launch.open_job(config_path, job)
+    except NoJob as exc:
+        console.print(f"no job yet: {exc.message}", markup=False)
+        return
+    with opened:
         rows = launch.job_status(opened)
     table = Table(title=f"job {opened.plan.job_id}")
     for column in ("worker", "host", "state", "stage", "step", "exit", "last line"):
@@ -244,8 +300,7 @@ def status(config_path: ConfigOpt = DEFAULT_CONFIG, job: JobOpt = None) -> None:
     for row in rows:
         table.add_row(row["worker"], row["host"], row["state"], row["stage"] or "-",
                       row["step"] or "-", "-" if row["rc"] is None else str(row["rc"]),
-                      row["last"][-80:])
-    console = _console()
+                      Text(row["last"][-80:]))
     console.print(table)
     console.print(f"outputs: {opened.plan.output_dir}  logs: {opened.plan.output_dir}/logs  "
                   f"local log copies: {opened.record.folder / 'logs'}", markup=False)

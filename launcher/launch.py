@@ -28,6 +28,7 @@ from launcher import records, run, ship
 from launcher.environment import plan_environment
 from launcher.plan import ALL_STAGES, Plan, Stage, Worker, build_plan
 from launcher.providers import Fleet, Provider, provider_for, reopen
+from payload import tpu_api
 from payload.errors import UserError
 
 # Test hook: run stages as `PYTHON FILE STAGE ...` instead of `PYTHON -m payload STAGE ...`.
@@ -117,7 +118,8 @@ def plan_train(config_path: Path, *, local: bool, num_workers: int | None,
         config, fleet.workers, job_id=new_job_id(config.name),
         payload_digest=ship.payload_digest(wheel), environment=environment,
         hardware=fleet.hardware, stages=stages, resume=resume, overwrite=overwrite,
-        stage_entry=(entry,) if entry else ("-m", "payload"), stale_after_s=peer_timeout_s())
+        stage_entry=(entry,) if entry else ("-m", "payload"), stale_after_s=peer_timeout_s(),
+        forward_env=tpu_api.forwarded_env())
     return Launch(config=config, plan=the_plan, provider=provider, fleet=fleet, wheel=wheel,
                   wheelhouse=wheelhouse, stages=stages, resume=resume, overwrite=overwrite)
 
@@ -179,6 +181,11 @@ def open_job(config_path: Path, job_id: str | None) -> Job:
     the_plan = dataclasses.replace(the_plan, workers=workers)
     return Job(record=record, plan=the_plan, provider=provider,
                executor=provider.connect(workers))
+
+
+def cluster_provider(config_path: Path) -> Provider:
+    """The provider of the config's cluster (for up, down and status)."""
+    return provider_for(load(config_path))
 
 
 def open_cluster(config_path: Path) -> tuple[tuple[Worker, ...], object]:

@@ -70,6 +70,8 @@ class Command:
 class Step:
     name: str
     commands: tuple[Command, ...]
+    # Run in the background on their workers while the step lasts (a pod slice's TPU servers).
+    services: tuple[Command, ...] = ()
 
     @property
     def workers(self) -> tuple[int, ...]:
@@ -77,6 +79,9 @@ class Step:
 
     def command_for(self, worker: int) -> Command | None:
         return next((c for c in self.commands if c.worker == worker), None)
+
+    def service_for(self, worker: int) -> Command | None:
+        return next((c for c in self.services if c.worker == worker), None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,12 +139,16 @@ class Plan:
                 {
                     "name": step.name,
                     "workers": list(step.workers),
-                    "command": (None if (c := step.command_for(worker)) is None else
-                                {"argv": list(c.argv), "env": dict(c.env)}),
+                    "command": _spec(step.command_for(worker)),
+                    "service": _spec(step.service_for(worker)),
                 }
                 for step in self.steps
             ],
         }
+
+
+def _spec(command: Command | None) -> dict | None:
+    return None if command is None else {"argv": list(command.argv), "env": dict(command.env)}
 
 
 def parse_stages(text: str | None) -> tuple[Stage, ...]:
@@ -197,13 +206,15 @@ def build_plan(
     overwrite: bool = False,
     stage_entry: tuple[str, ...] = ("-m", "payload"),
     stale_after_s: float = 120.0,
+    forward_env: tuple[tuple[str, str], ...] = (),
 ) -> Plan:
-    """The whole job as data. `stage_entry` is how the interpreter starts a stage."""
+    """The whole job as data. `stage_entry` is how the interpreter starts a stage;
+    `forward_env` is what every stage gets from the launcher's environment."""
     if not workers:
         raise UserError("no workers to run on", hint="use --workers 1 or more")
     paths = job_paths(job_id, payload_digest)
     n = len(workers)
-    base_env = (*STAGE_ENV, ("PYTHONPATH", paths.payload_dir))
+    base_env = (*STAGE_ENV, ("PYTHONPATH", paths.payload_dir), *forward_env)
     flags = (*(("--resume",) if resume else ()), *(("--overwrite",) if overwrite else ()))
 
     def stage(name: Stage, index: int, share: tuple[int, int] | None,
@@ -234,14 +245,21 @@ def build_plan(
 
         trainers = strategy.training_workers(hardware, n)
         addresses = [f"{w.address}:{w.coordination_port}" for w in workers]
+        pod = strategy.fleet_strategy(hardware, n) is strategy.StrategyKind.TPU_POD
         commands = []
         for index in trainers:
             extra: tuple[tuple[str, str], ...] = ()
-            if len(trainers) > 1:  # several trainers: MultiWorkerMirroredStrategy
+            if pod:  # the driver reaches every host's TPU server, no TPU API needed
+                extra = ((strategy.TPU_WORKERS_ENV, strategy.tpu_workers(addresses)),)
+            elif len(trainers) > 1:  # several trainers: MultiWorkerMirroredStrategy
                 extra = (("TF_CONFIG", strategy.tf_config(addresses, index)),)
             # Always the full count: on a pod slice worker 0 drives all n hosts.
             commands.append(stage(Stage.TRAIN, index, (index, n), extra))
-        steps.append(Step(name=Stage.TRAIN.value, commands=tuple(commands)))
+        services = tuple(
+            Command(worker=w.index, argv=(environment.python, "-m", "payload.tpu_server"),
+                    env=base_env)
+            for w in workers) if pod else ()
+        steps.append(Step(name=Stage.TRAIN.value, commands=tuple(commands), services=services))
     if Stage.EXPORT in wanted:
         steps.append(Step(name=Stage.EXPORT.value, commands=(stage(Stage.EXPORT, 0, None),)))
     if not steps:
@@ -282,6 +300,8 @@ def render_plan(plan: Plan) -> str:
                      f"{', '.join(str(w) for w in step.workers)}; then wait for all")
         for c in step.commands:
             lines.append(f"  {worker_label(c.worker)}$ {c.shell_line()}")
+        for c in step.services:
+            lines.append(f"  {worker_label(c.worker)} (while it runs)$ {c.shell_line()}")
     return "\n".join(lines)
 
 

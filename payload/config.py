@@ -61,7 +61,27 @@ class SshCluster(_ClusterBase):
     port: int = Field(22, ge=1, le=65535)
 
 
-_ACCELERATOR = re.compile(r"^v(\d+[a-z]*)(litepod|pod)?-(\d+)$")
+_PROJECT = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
+_ZONE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z0-9]+$")
+# TPU node names: a letter first, then lowercase letters, digits and dashes (as the API wants).
+TPU_NAME = re.compile(r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9_.-]{1,61}[a-z0-9]$")
+# A queued request waits at most this long for capacity; the API takes a duration.
+MAX_QUEUE_HOURS = 24 * 30
+
+
+def default_bucket(project: str) -> str:
+    """The bucket `tpuctl up` uses when cluster.bucket is not set (project ids are unique)."""
+    return f"{project}-tpuctl"
+
+
+def _from_table(key: str, check, *args):
+    """Run an accelerator-table check; its one-line refusal becomes a validation error that
+    names the key."""
+    try:
+        return check(*args)
+    except UserError as exc:
+        raise ValueError(f"{key}: {exc}") from None
 
 
 class GcpCluster(_ClusterBase):
@@ -69,20 +89,117 @@ class GcpCluster(_ClusterBase):
     project: str
     zone: str
     accelerator_type: str
-    runtime_version: str
-    spot: bool = False
+    # Default: the runtime image the TensorFlow route takes for this accelerator type.
+    runtime_version: str | None = None
+    provisioning: Literal["on_demand", "spot", "preemptible"] = "on_demand"
+    # Wait in a queue for capacity (a queued resource) instead of failing when there is none.
     queued: bool = False
+    queue_hours: float = Field(24.0, gt=0, le=MAX_QUEUE_HOURS)
+    reservation: str | None = None
+    # Who may reach the workers' port 22 (CIDRs); `tpuctl up` needs it, there is no default.
+    ssh_source_ranges: list[str] | None = None
+    network: str = "default"
+    subnetwork: str | None = None
+    # Default: PROJECT-tpuctl, created by `up` unless it exists (then used, never deleted).
     bucket: str | None = None
-    tpu_name: str | None = None
+    # Zones of the same region to try when the first has no capacity.
+    fallback_zones: list[str] = Field(default_factory=list)
+    tpu_name: str | None = None  # default: the run's name
+    user: str | None = None  # default: the login name of whoever runs tpuctl
+    identity_file: str | None = None  # default: a key tpuctl makes and `up` installs
+
+    @field_validator("project")
+    @classmethod
+    def _project(cls, value: str) -> str:
+        if not _PROJECT.match(value):
+            raise ValueError(f"'{value}' is not a Google Cloud project id (6-30 lowercase "
+                             "letters, digits and dashes, starting with a letter)")
+        return value
 
     @field_validator("accelerator_type")
     @classmethod
     def _accelerator(cls, value: str) -> str:
-        if not _ACCELERATOR.match(value):
-            raise ValueError(
-                f"'{value}' is not a TPU accelerator type (examples: v4-8, v4-32, v5litepod-16)"
-            )
+        from payload import accelerators
+
+        try:
+            accelerators.accelerator(value)
+        except UserError as exc:
+            raise ValueError(str(exc)) from None
         return value
+
+    @field_validator("zone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        if not _ZONE.match(value):
+            raise ValueError(f"'{value}' is not a zone (for example us-central2-b)")
+        return value
+
+    @field_validator("tpu_name")
+    @classmethod
+    def _tpu_name(cls, value: str | None) -> str | None:
+        if value is not None and not TPU_NAME.match(value):
+            raise ValueError(f"'{value}' is not a TPU name: a letter first, then up to 62 "
+                             "lowercase letters, digits and dashes")
+        return value
+
+    @field_validator("bucket")
+    @classmethod
+    def _bucket(cls, value: str | None) -> str | None:
+        if value is not None and (not _BUCKET.match(value) or value.startswith("goog")
+                                  or "google" in value or ".." in value):
+            raise ValueError(f"'{value}' is not a bucket name: 3-63 lowercase letters, digits, "
+                             "dashes, dots and underscores, not starting with goog")
+        return value
+
+    @field_validator("ssh_source_ranges")
+    @classmethod
+    def _ranges(cls, value: list[str] | None) -> list[str] | None:
+        import ipaddress
+
+        for cidr in value or ():
+            try:
+                network = ipaddress.ip_network(cidr, strict=False)
+            except ValueError:
+                raise ValueError(f"'{cidr}' is not a CIDR range (for example 203.0.113.7/32)"
+                                 ) from None
+            if network.prefixlen == 0:
+                raise ValueError(f"'{cidr}' opens SSH to the whole internet; list the addresses "
+                                 "you connect from (for example your IP/32)")
+        return value
+
+    @model_validator(mode="after")
+    def _offered(self):
+        from payload import accelerators
+
+        acc = accelerators.accelerator(self.accelerator_type)
+        _from_table("cluster.zone", accelerators.check_zone, acc, self.zone)
+        if self.runtime_version is not None:
+            _from_table("cluster.runtime_version", accelerators.check_tf_route, acc,
+                        self.runtime_version)
+        else:
+            _from_table("cluster.accelerator_type", accelerators.default_runtime, acc)
+        region = accelerators.region_of(self.zone)
+        for zone in self.fallback_zones:
+            if zone == self.zone or accelerators.region_of(zone) != region:
+                raise ValueError(f"cluster.fallback_zones: {zone} must be another zone of "
+                                 f"{region} (the bucket's region), not {self.zone} itself")
+            _from_table("cluster.fallback_zones", accelerators.check_zone, acc, zone)
+        if self.reservation and self.provisioning != "on_demand":
+            raise ValueError(f"cluster.reservation takes on_demand capacity, not "
+                             f"{self.provisioning}; drop one of them")
+        return self
+
+    @property
+    def bucket_name(self) -> str:
+        return self.bucket or default_bucket(self.project)
+
+    @property
+    def runtime(self) -> str:
+        """The runtime image: as configured, or the TensorFlow route's default for the type."""
+        from payload import accelerators
+
+        return self.runtime_version or accelerators.default_runtime(
+            accelerators.accelerator(self.accelerator_type))
 
 
 Cluster = Annotated[LocalCluster | SshCluster | GcpCluster, Field(discriminator="provider")]
@@ -167,12 +284,24 @@ _NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 class RunConfig(_Section):
     name: str
-    output_dir: str
+    output_dir: str  # gcp default: gs://BUCKET/NAME
     cluster: Cluster = Field(default_factory=lambda: LocalCluster(provider="local"))
     data: DataConfig
     tokenizer: TokenizerConfig = Field(default_factory=lambda: TokenizerConfig())
     model: ModelConfig
     train: TrainConfig
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gcp_output_dir(cls, raw: Any) -> Any:
+        """On gcp, output_dir defaults to gs://BUCKET/NAME."""
+        if isinstance(raw, dict) and raw.get("output_dir") is None:
+            cluster, name = raw.get("cluster"), raw.get("name")
+            if (isinstance(cluster, dict) and cluster.get("provider") == "gcp"
+                    and isinstance(name, str) and isinstance(cluster.get("project"), str)):
+                bucket = cluster.get("bucket") or default_bucket(cluster["project"])
+                raw = {**raw, "output_dir": f"gs://{bucket}/{name}"}
+        return raw
 
     @field_validator("name")
     @classmethod
@@ -186,6 +315,10 @@ class RunConfig(_Section):
 
     @model_validator(mode="after")
     def _cross_checks(self):
+        if (isinstance(self.cluster, GcpCluster) and self.cluster.tpu_name is None
+                and not TPU_NAME.match(self.name)):
+            raise ValueError(f"name: '{self.name}' also names the TPU, and TPU names start with "
+                             "a letter; rename the run or set cluster.tpu_name")
         family = FAMILIES[self.model.family]
         if self.data.seq_len > family.max_positions:
             raise ValueError(

@@ -67,6 +67,12 @@ def _gcs():
     return _client
 
 
+def client(project: str | None = None):
+    """The Cloud Storage client this module uses (for callers that manage buckets)."""
+    del project  # one client serves every project the credentials may use
+    return _gcs()
+
+
 def _blob(path: str):
     bucket, name = _split_gcs(path)
     return _gcs().bucket(bucket).blob(name)

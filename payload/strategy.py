@@ -26,6 +26,9 @@ from dataclasses import dataclass, field
 from payload.errors import UserError
 from payload.stages import check_share
 
+# A pod slice's driver reaches every host's TPU worker server at these grpc:// addresses (set by
+# the launcher's plan on worker 0, as TF_CONFIG is for CPU workers).
+TPU_WORKERS_ENV = "TPUCTL_TPU_WORKERS"
 # On a TPU one host call runs this many steps: the host loop is not the bottleneck. It is capped
 # by the events (eval, checkpoint, log) the loop has to stop for.
 TPU_STEPS_PER_EXECUTION = 100
@@ -95,6 +98,8 @@ class ClusterFacts:
     num_workers: int
     worker_index: int = 0
     tf_config: str | None = None  # the TF_CONFIG environment variable, if set
+    tpu_workers: str | None = None  # TPUCTL_TPU_WORKERS: the slice's grpc:// endpoints
+    stand_in: bool = False  # the TPU API is a stand-in: no TPU here, train on the CPU
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,6 +110,7 @@ class StrategyPlan:
     env: dict[str, str] = field(default_factory=dict)  # set before TensorFlow is imported
     steps_per_execution: int = 1
     is_chief: bool = True  # writes checkpoints, logs, metrics and the export
+    stand_in: bool = False  # no TPU to be found is expected: fall back to the CPU
 
 
 def plan_strategy(facts: ClusterFacts) -> StrategyPlan:
@@ -112,16 +118,19 @@ def plan_strategy(facts: ClusterFacts) -> StrategyPlan:
     kind = fleet_strategy(facts.hardware, facts.num_workers)
     if kind is StrategyKind.TPU_HOST:
         return StrategyPlan(kind=kind, runs_training=True, tpu="local",
-                            steps_per_execution=TPU_STEPS_PER_EXECUTION)
+                            steps_per_execution=TPU_STEPS_PER_EXECUTION,
+                            stand_in=facts.stand_in)
     if kind is StrategyKind.TPU_POD:
         chief = facts.worker_index == 0
         return StrategyPlan(
             kind=kind,
             runs_training=chief,
-            tpu=facts.hardware.tpu_name,
+            # The hosts' own servers, when the launcher listed them: no TPU API call needed.
+            tpu=facts.tpu_workers or facts.hardware.tpu_name,
             env={"TPU_LOAD_LIBRARY": "0"} if chief else {},
             steps_per_execution=TPU_STEPS_PER_EXECUTION,
             is_chief=chief,
+            stand_in=facts.stand_in,
         )
     if kind is StrategyKind.CPU:
         return StrategyPlan(kind=kind, runs_training=True)
@@ -161,6 +170,12 @@ def tf_config(addresses: list[str], index: int) -> str:
     )
 
 
+def tpu_workers(addresses: list[str]) -> str:
+    """The TPUCTL_TPU_WORKERS value: every host's TPU worker server, worker 0 first, in the form
+    TPUClusterResolver takes instead of a TPU name."""
+    return ",".join(f"grpc://{address}" for address in addresses)
+
+
 def training_workers(hardware: Hardware, num_workers: int) -> list[int]:
     """Which workers run the train stage (the launcher waits on these, not on TPU servers)."""
     if fleet_strategy(hardware, num_workers) is StrategyKind.TPU_POD:
@@ -172,9 +187,13 @@ def cluster_facts(
     hardware: Hardware, *, worker_index: int, num_workers: int,
     environ: dict[str, str] | None = None,
 ) -> ClusterFacts:
+    from payload import tpu_api
+
     environ = os.environ if environ is None else environ
     return ClusterFacts(hardware=hardware, num_workers=num_workers, worker_index=worker_index,
-                        tf_config=environ.get("TF_CONFIG"))
+                        tf_config=environ.get("TF_CONFIG"),
+                        tpu_workers=environ.get(TPU_WORKERS_ENV) or None,
+                        stand_in=bool(environ.get(tpu_api.ENDPOINT_ENV)))
 
 
 def build_strategy(plan: StrategyPlan):
@@ -184,9 +203,20 @@ def build_strategy(plan: StrategyPlan):
     import tensorflow as tf
 
     if plan.kind in (StrategyKind.TPU_HOST, StrategyKind.TPU_POD):
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=plan.tpu)
-        tf.config.experimental_connect_to_cluster(resolver)
-        tf.tpu.experimental.initialize_tpu_system(resolver)
+        try:
+            resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=plan.tpu)
+            tf.config.experimental_connect_to_cluster(resolver)
+            tf.tpu.experimental.initialize_tpu_system(resolver)
+        except Exception as exc:  # TensorFlow raises several kinds here
+            if plan.stand_in:
+                # The TPU API is a stand-in (tests): these workers have no TPU by design.
+                print("tpuctl: no TPU here and the TPU API is a stand-in: training on the CPU",
+                      flush=True)
+                return tf.distribute.get_strategy()
+            raise UserError(f"no TPU found on this worker ({type(exc).__name__}: "
+                            f"{' '.join(str(exc).split())[:200]})",
+                            hint="check the TPU with `tpuctl status`; tpuctl never falls back "
+                            "to the CPU on a TPU VM") from None
         return tf.distribute.TPUStrategy(resolver)
     if plan.kind is StrategyKind.CPU_MULTI_WORKER:
         return tf.distribute.MultiWorkerMirroredStrategy()

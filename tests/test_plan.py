@@ -47,8 +47,8 @@ ENV = plan_environment(python="/opt/py/bin/python", wheelhouse_digest=None,
                        requirements=("tensorflow==2.20.0", "tf-keras==2.20.1"), tpu=False)
 
 
-GCP = {"provider": "gcp", "project": "p", "zone": "us-central2-b", "accelerator_type": "v4-32",
-       "runtime_version": "tpu-vm-tf-2.18.0-pod-pjrt"}
+GCP = {"provider": "gcp", "project": "my-project", "zone": "us-central2-b", "accelerator_type": "v4-32",
+       "runtime_version": "tpu-ubuntu2204-base"}
 
 
 POD = Hardware.tpu("v4-32", "unit")

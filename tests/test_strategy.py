@@ -28,10 +28,10 @@ def gcp_config(accelerator: str = "v4-8", **extra):
             "output_dir": "gs://bucket/run",
             "cluster": {
                 "provider": "gcp",
-                "project": "p",
+                "project": "my-project",
                 "zone": "us-central2-b",
                 "accelerator_type": accelerator,
-                "runtime_version": "tpu-vm-tf-2.20.0",
+                "runtime_version": "tpu-ubuntu2204-base",
                 **extra,
             },
             "data": {"corpus": ["gs://bucket/text.txt"]},

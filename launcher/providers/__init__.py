@@ -8,8 +8,8 @@
 
 - local: worker processes on this machine, each in its own folder under the state folder.
 - ssh: the hosts in `cluster.hosts`, reached with the configured user, key and known_hosts.
-- gcp: a TPU VM or pod slice, its workers found through the TPU API (to come: one more file
-  here and one more line in `PROVIDERS`).
+- gcp: a TPU VM or pod slice that `tpuctl up` creates (Terraform) and whose workers the TPU API
+  names (gcp.py, with gcp_site.py and gcp_infra.py).
 
 This module is the one place that reads `cluster.provider`; everything else asks the provider
 (what the fleet is, how to reach it, whether it is in trouble), never which provider it is.
@@ -18,7 +18,7 @@ This module is the one place that reads `cluster.provider`; everything else asks
 from __future__ import annotations
 
 from launcher.plan import Worker
-from launcher.providers import local, ssh
+from launcher.providers import gcp, local, ssh
 from launcher.providers.base import Fleet, Provider
 from payload.errors import UserError
 
@@ -28,6 +28,7 @@ __all__ = ["PROVIDERS", "Fleet", "Provider", "provider_for", "reopen"]
 PROVIDERS: dict[str, type] = {
     local.NAME: local.LocalProvider,
     ssh.NAME: ssh.SshProvider,
+    gcp.NAME: gcp.GcpProvider,
 }
 
 
@@ -36,12 +37,7 @@ def provider_for(config, *, local_override: bool = False,
     """The provider for the config's cluster; `local_override` (--local) runs any config as
     local processes."""
     name = local.NAME if local_override else config.cluster.provider
-    kind = PROVIDERS.get(name)
-    if kind is None:
-        raise UserError(f"the {name} provider needs `tpuctl up` to create its machines, and "
-                        "cloud support is not in this version yet",
-                        hint="run with --local, or describe your hosts with provider: ssh")
-    return kind.from_config(config, num_workers=num_workers)
+    return PROVIDERS[name].from_config(config, num_workers=num_workers)
 
 
 def reopen(reach: dict, workers: tuple[Worker, ...]) -> Provider:

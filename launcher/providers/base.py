@@ -33,8 +33,9 @@ class Fleet:
 class Provider(Protocol):
     """What the launcher needs from a kind of cluster.
 
-    local: worker processes on this machine; ssh: the configured hosts; gcp (to come): a TPU VM
-    or pod slice whose workers the TPU API names, and which can be taken away (`trouble`).
+    local: worker processes on this machine; ssh: the configured hosts; gcp: a TPU VM or pod
+    slice that `up` creates, whose workers the TPU API names, and which can be taken away
+    (`trouble`).
     """
 
     name: ClassVar[str]
@@ -47,11 +48,20 @@ class Provider(Protocol):
     def from_reach(cls, reach: dict, workers: tuple[Worker, ...]) -> Provider:
         """The provider of a recorded job, from what `reach` returned then."""
 
+    def up_plan(self) -> list[str]:
+        """What `up` would create and what it costs, as lines; touches nothing remote."""
+
     def up(self, on_event: Callable[[str], None]) -> None:
         """Create what the cluster needs (nothing for local and ssh)."""
 
-    def down(self, on_event: Callable[[str], None]) -> None:
+    def down(self, on_event: Callable[[str], None], *, delete_bucket: bool = False) -> None:
         """Remove what `up` created (nothing for local and ssh)."""
+
+    def describe(self) -> list[str]:
+        """The cluster as it is now, for `tpuctl status` (empty for local and ssh)."""
+
+    def billing(self) -> str | None:
+        """What keeps costing money while nothing runs (a TPU left up), or None."""
 
     def fleet(self) -> Fleet:
         """The workers, how they are addressed, and their hardware."""

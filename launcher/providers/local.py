@@ -78,11 +78,20 @@ class LocalProvider:
     def from_reach(cls, reach: dict, workers: tuple[Worker, ...]) -> LocalProvider:
         return cls(reach["run_name"], len(workers), workers)
 
+    def up_plan(self) -> list[str]:
+        return ["local workers: nothing to create, nothing billed by tpuctl"]
+
     def up(self, on_event: Callable[[str], None]) -> None:
         on_event("local workers need nothing created")
 
-    def down(self, on_event: Callable[[str], None]) -> None:
-        on_event("local workers leave nothing to remove")
+    def down(self, on_event: Callable[[str], None], *, delete_bucket: bool = False) -> None:
+        on_event("local workers: nothing to remove")
+
+    def describe(self) -> list[str]:
+        return []
+
+    def billing(self) -> str | None:
+        return None
 
     def fleet(self) -> Fleet:
         workers = self.known or local_workers(self.run_name, self.count, free_ports(self.count))

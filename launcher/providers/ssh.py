@@ -60,11 +60,20 @@ class SshProvider:
                                identity_file=reach["identity_file"])
         return cls(settings, workers)
 
+    def up_plan(self) -> list[str]:
+        return ["ssh hosts: nothing to create, nothing billed by tpuctl"]
+
     def up(self, on_event: Callable[[str], None]) -> None:
         on_event("ssh hosts need nothing created")
 
-    def down(self, on_event: Callable[[str], None]) -> None:
-        on_event("ssh hosts leave nothing to remove")
+    def down(self, on_event: Callable[[str], None], *, delete_bucket: bool = False) -> None:
+        on_event("ssh hosts: nothing to remove")
+
+    def describe(self) -> list[str]:
+        return []
+
+    def billing(self) -> str | None:
+        return None
 
     def fleet(self) -> Fleet:
         return Fleet(workers=self.workers, hardware=CPU)

@@ -38,10 +38,13 @@ resource "terraform_data" "service_account" {
   }
 }
 
+# Like google_tpu_v2_vm, this creates and deletes the node through the TPU API: the stand-in at
+# TPUCTL_TPU_API_ENDPOINT when that is set (tests), nothing otherwise.
 resource "terraform_data" "tpu_vm" {
   count = var.create_tpu ? 1 : 0
 
   input = {
+    project          = var.project
     name             = var.tpu_name
     zone             = var.zone
     accelerator_type = var.accelerator_type
@@ -51,6 +54,16 @@ resource "terraform_data" "tpu_vm" {
     network_tag      = local.network_tag
     ssh_keys         = "${var.ssh_user}:${trimspace(var.ssh_public_key)}"
     labels           = local.labels
+    script           = "${path.module}/tpu_node.py"
+  }
+
+  provisioner "local-exec" {
+    command = "python3 ${self.input.script} create '${jsonencode(self.input)}'"
+  }
+
+  provisioner "local-exec" {
+    when    = destroy
+    command = "python3 ${self.input.script} delete '${jsonencode(self.input)}'"
   }
 
   depends_on = [terraform_data.ssh_firewall]

@@ -234,7 +234,7 @@ def test_queued_request_waits_then_becomes_the_tpu(cloud, fleet, tmp_path):
     assert body["tpu"]["nodeSpec"][0]["node"]["tags"][0].startswith("tpuctl-")
     assert len(cloud.requests("CreateNode")) == 0  # not Terraform: the queue made it
     assert _invoke("down", "-c", config).exit_code == 0
-    assert cloud.node_names() == [] and not cloud.requests("ListQueuedResources")[-1] is None
+    assert cloud.node_names() == [] and cloud.requests("ListQueuedResources")[-1] is not None
 
 
 def test_a_failed_queued_request_is_shown_and_deleted(cloud, fleet, tmp_path):

@@ -71,7 +71,10 @@ os.rename(target + ".tmp", target)
 open(os.path.join(target, ".complete"), "w").close()
 os.remove(wheel)
 """
-TPU_WHEELS_INDEX = "https://storage.googleapis.com/libtpu-releases/index.html"
+# Where Google's TensorFlow release tests take the libtpu builds made for TensorFlow (the
+# tensorflow-tpu wheel itself is on PyPI). Which libtpu build TF 2.20 wants is not published;
+# see the README's Google Cloud section for what a first real run must confirm.
+TPU_WHEELS_INDEX = "https://storage.googleapis.com/libtpu-tf-releases/index.html"
 
 
 def tpu_requirements(requirements: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:

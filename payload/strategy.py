@@ -196,6 +196,30 @@ def cluster_facts(
                         stand_in=bool(environ.get(tpu_api.ENDPOINT_ENV)))
 
 
+SERVER_WAIT_S = 300.0
+
+
+def wait_for_servers(tpu: str, timeout_s: float = SERVER_WAIT_S) -> None:
+    """A pod slice's driver starts with its hosts' TPU servers: wait until each one listens."""
+    import socket
+    import time
+
+    endpoints = [e.removeprefix("grpc://") for e in tpu.split(",")]
+    deadline = time.monotonic() + timeout_s
+    for endpoint in endpoints:
+        host, _, port = endpoint.rpartition(":")
+        while True:
+            try:
+                with socket.create_connection((host, int(port)), timeout=2):
+                    break
+            except OSError as exc:
+                if time.monotonic() > deadline:
+                    raise UserError(f"the TPU server at {endpoint} did not start within "
+                                    f"{timeout_s:.0f}s ({exc})",
+                                    hint="see that worker's log in output_dir/logs") from None
+                time.sleep(1.0)
+
+
 def build_strategy(plan: StrategyPlan):
     """Make the tf.distribute strategy the plan describes (TensorFlow is imported here)."""
     for key, value in plan.env.items():
@@ -203,6 +227,8 @@ def build_strategy(plan: StrategyPlan):
     import tensorflow as tf
 
     if plan.kind in (StrategyKind.TPU_HOST, StrategyKind.TPU_POD):
+        if plan.tpu and plan.tpu.startswith("grpc://") and not plan.stand_in:
+            wait_for_servers(plan.tpu)
         try:
             resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=plan.tpu)
             tf.config.experimental_connect_to_cluster(resolver)

@@ -162,7 +162,7 @@ def test_environment_modes_and_keys():
     tpu = plan_environment(python=None, wheelhouse_digest=None, requirements=reqs, tpu=True)
     assert index.mode is EnvMode.CREATE
     assert "tensorflow==2.20.0" in index.setup[2] and "tensorflow-tpu" not in index.setup[2]
-    assert "tensorflow-tpu==2.20.0" in tpu.setup[2] and "libtpu-releases" in tpu.setup[2]
+    assert "tensorflow-tpu==2.20.0" in tpu.setup[2] and "libtpu-tf-releases" in tpu.setup[2]
     assert "--no-deps tf-keras==2.20.1" in tpu.setup[2]
     keys = {e.key for e in (existing, house, index, tpu)}
     assert len(keys) == 4

@@ -125,3 +125,43 @@ def test_pod_hosts_other_than_worker_zero_do_not_train(caplog):
     run_train(gcp_config("v4-32"), worker_index=2, num_workers=4,
               hardware=tpu("v4-32"))  # no data, no TPU: returns
     assert "worker 0 drives training" in caplog.text
+
+
+def test_pod_driver_reaches_the_hosts_servers_listed_by_the_launcher():
+    hardware = tpu("v4-32")
+    servers = strategy.tpu_workers(["10.0.0.2:8470", "10.0.0.3:8470"])
+    assert servers == "grpc://10.0.0.2:8470,grpc://10.0.0.3:8470"
+    chief = plan_strategy(cluster_facts(hardware, worker_index=0, num_workers=2,
+                                        environ={strategy.TPU_WORKERS_ENV: servers}))
+    assert chief.tpu == servers and chief.env == {"TPU_LOAD_LIBRARY": "0"}
+
+
+def test_no_tpu_is_an_error_unless_the_tpu_api_is_a_stand_in():
+    tf = pytest.importorskip("tensorflow")
+    from payload.strategy import build_strategy
+
+    real = plan_strategy(cluster_facts(tpu(), worker_index=0, num_workers=1, environ={}))
+    with pytest.raises(UserError, match="no TPU found on this worker"):
+        build_strategy(real)
+    stand_in = plan_strategy(cluster_facts(
+        tpu(), worker_index=0, num_workers=1,
+        environ={"TPUCTL_TPU_API_ENDPOINT": "http://127.0.0.1:1"}))
+    assert stand_in.stand_in
+    assert build_strategy(stand_in) is tf.distribute.get_strategy()
+
+
+def test_a_pod_driver_waits_for_its_servers_then_says_which_one_is_missing(monkeypatch):
+    import socket
+
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    listening.listen()
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    dead_port = closed.getsockname()[1]
+    closed.close()
+    alive = f"127.0.0.1:{listening.getsockname()[1]}"
+    strategy.wait_for_servers(f"grpc://{alive}", timeout_s=5)
+    with pytest.raises(UserError, match=f"127.0.0.1:{dead_port} did not start"):
+        strategy.wait_for_servers(f"grpc://{alive},grpc://127.0.0.1:{dead_port}", timeout_s=1)
+    listening.close()

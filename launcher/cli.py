@@ -174,6 +174,19 @@ def down(
 
 
 @app.command()
+def doctor(config_path: ConfigOpt = DEFAULT_CONFIG) -> None:
+    """Check a set-up before anything is created: credentials, API, type and runtime in the
+    zone, org policies, SSH, bucket; one line per check. Exit status 1 if one needs fixing."""
+    from launcher import launch
+
+    results = launch.cluster_provider(config_path).doctor()
+    for check in results:
+        typer.echo(check.line())
+    if any(check.verdict == "fix" for check in results):
+        raise typer.Exit(1)
+
+
+@app.command()
 def train(
     config_path: ConfigOpt = DEFAULT_CONFIG,
     local: Annotated[bool, typer.Option("--local", help="Run on this machine's CPU as local "

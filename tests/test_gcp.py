@@ -331,3 +331,46 @@ def test_the_tpu_api_endpoint_reaches_the_workers(cloud, fleet, tmp_path, tpuctl
     assert json.loads((tpuctl_home / "gcp/tpurun/site.json").read_text()) == {
         "zone": "us-central2-b"}
     assert _invoke("down", "-c", config).exit_code == 0
+
+
+def test_doctor_checks_against_the_stand_ins(cloud, fleet, tmp_path):
+    from tests.fakes.tpu_api import service_disabled
+
+    config = gcp_config(tmp_path, fleet)
+    before = _invoke("doctor", "-c", config)
+    assert before.exit_code == 0, before.output
+    assert "ok    Cloud TPU API enabled in test-project" in before.output
+    assert "ok    v4-16 offered" in before.output
+    assert "ok    runtime version offered: tpu-ubuntu2204-base" in before.output
+    assert "does not exist yet: `tpuctl up` creates it" in before.output
+    assert "skip  TPU quota" in before.output
+    assert "no TPU yet" in before.output
+    assert _invoke("up", "-c", config).exit_code == 0
+    after = _invoke("doctor", "-c", config)
+    assert "ok    SSH reachable from here: 2 worker(s) answer on port 22" in after.output
+    cloud.set_accelerator_types(["v5litepod-8"], zone="us-central2-b")
+    missing = _invoke("doctor", "-c", config)
+    assert missing.exit_code == 1
+    assert "fix   v4-16 offered: us-central2-b does not offer v4-16" in missing.output
+    cloud.fail("ListAcceleratorTypes", service_disabled("test-project"), times=None)
+    disabled = _invoke("doctor", "-c", config)
+    assert disabled.exit_code == 1
+    assert "gcloud services enable tpu.googleapis.com" in disabled.output
+    cloud.clear_failures()
+    assert _invoke("down", "-c", config).exit_code == 0
+
+
+def test_status_shows_state_symptoms_and_cost(cloud, fleet, tmp_path):
+    config = gcp_config(tmp_path, fleet)
+    before = _invoke("status", "-c", config)
+    assert "none in us-central2-b (bring it up with `tpuctl up`)" in before.output
+    assert _invoke("up", "-c", config).exit_code == 0
+    cloud.set_health("tpurun", "UNHEALTHY_MAINTENANCE", "maintenance soon")
+    cloud.set_symptoms("tpurun", [("HBM_OUT_OF_MEMORY", "worker 1 ran out of HBM", "1")])
+    status = _invoke("status", "-c", config)
+    assert status.exit_code == 0, status.output
+    assert "health UNHEALTHY_MAINTENANCE" in status.output
+    assert "HBM_OUT_OF_MEMORY: worker 1 ran out of HBM" in status.output
+    assert "$25.76/h; up 0.0 h, about $0.00 so far" in status.output
+    assert "no job yet" in status.output
+    assert _invoke("down", "-c", config).exit_code == 0

@@ -30,6 +30,18 @@ class Fleet:
     python: str | None = None  # an interpreter every worker can use when the config names none
 
 
+@dataclass(frozen=True)
+class Check:
+    """One line of `tpuctl doctor`."""
+
+    name: str
+    verdict: str  # ok | fix | skip
+    detail: str = ""
+
+    def line(self) -> str:
+        return f"{self.verdict:<5} {self.name}" + (f": {self.detail}" if self.detail else "")
+
+
 class Provider(Protocol):
     """What the launcher needs from a kind of cluster.
 
@@ -62,6 +74,9 @@ class Provider(Protocol):
 
     def billing(self) -> str | None:
         """What keeps costing money while nothing runs (a TPU left up), or None."""
+
+    def doctor(self) -> list[Check]:
+        """Checks of the set-up that catch failed runs before they cost anything."""
 
     def fleet(self) -> Fleet:
         """The workers, how they are addressed, and their hardware."""

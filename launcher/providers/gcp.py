@@ -20,8 +20,8 @@ from collections.abc import Callable
 
 from launcher.executors import SshExecutor, SshSettings
 from launcher.plan import Worker
-from launcher.providers import gcp_infra, gcp_site
-from launcher.providers.base import Fleet
+from launcher.providers import gcp_doctor, gcp_infra, gcp_site
+from launcher.providers.base import Check, Fleet
 from launcher.providers.gcp_site import Site
 from payload.errors import UserError
 from payload.strategy import Hardware
@@ -140,6 +140,9 @@ class GcpProvider:
         node, zone = found
         price = gcp_infra.node_price(node, zone, self.site.provisioning)
         return (f"TPU {node.name} is still up ({price}): run `tpuctl down` when you are done")
+
+    def doctor(self) -> list[Check]:
+        return list(gcp_doctor.checks(self._config(), self.site))
 
     def up(self, on_event: Callable[[str], None]) -> None:
         gcp_infra.up(self._config(), self.site, on_event)

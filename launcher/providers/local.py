@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from launcher.agent import worker_label
 from launcher.executors import LocalExecutor
 from launcher.plan import Worker
-from launcher.providers.base import Fleet
+from launcher.providers.base import Check, Fleet
 from launcher.records import state_dir
 from payload.config import MAX_LOCAL_WORKERS, LocalCluster
 from payload.errors import UserError
@@ -92,6 +92,10 @@ class LocalProvider:
 
     def billing(self) -> str | None:
         return None
+
+    def doctor(self) -> list[Check]:
+        return [Check("local workers", "skip", "nothing to check before a run; `tpuctl train "
+                      "--dry-run` shows the plan")]
 
     def fleet(self) -> Fleet:
         workers = self.known or local_workers(self.run_name, self.count, free_ports(self.count))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from launcher.executors import SshExecutor, SshSettings
 from launcher.plan import Worker
-from launcher.providers.base import Fleet
+from launcher.providers.base import Check, Fleet
 from payload.errors import UserError
 from payload.strategy import CPU
 
@@ -74,6 +74,10 @@ class SshProvider:
 
     def billing(self) -> str | None:
         return None
+
+    def doctor(self) -> list[Check]:
+        return [Check("ssh hosts", "skip", "nothing to check before a run; `tpuctl train "
+                      "--dry-run` shows the plan")]
 
     def fleet(self) -> Fleet:
         return Fleet(workers=self.workers, hardware=CPU)

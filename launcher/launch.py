@@ -94,15 +94,17 @@ def new_job_id(name: str) -> str:
 
 
 def plan_train(config_path: Path, *, local: bool, num_workers: int | None,
-               stages: tuple[Stage, ...], resume: bool, overwrite: bool) -> Launch:
-    """Everything `train` will do, as data; reads files and picks ports, writes nothing."""
+               stages: tuple[Stage, ...], resume: bool, overwrite: bool,
+               dry_run: bool = False) -> Launch:
+    """Everything `train` will do, as data; reads files and picks ports, writes nothing. A dry
+    run asks no one where the workers are (a cloud's are placeholders from its table)."""
     if resume and overwrite:
         raise UserError("--resume and --overwrite contradict each other",
                         hint="--resume continues the checkpoints, --overwrite starts again over "
                         "them: pass one")
     provider = provider_for(load(config_path), local_override=local, num_workers=num_workers)
     config = provider.worker_config(load(config_path))
-    fleet = provider.fleet()
+    fleet = provider.planned_fleet() if dry_run else provider.fleet()
     cluster = config.cluster
     python = cluster.python or (fleet.python if not cluster.wheelhouse else None)
     wheelhouse = ((cluster.wheelhouse, ship.wheelhouse_digest(cluster.wheelhouse))

@@ -125,6 +125,12 @@ def test_up_dry_run_needs_no_credentials_and_touches_nothing(tmp_path, tpuctl_ho
         assert price in result.output and "prices change" in result.output
         assert "gs://my-project-tpuctl" in result.output
         assert "missing: cluster.ssh_source_ranges" in result.output
+        # The training plan too, before any TPU exists: the table's hosts, the same price.
+        plan = _invoke("train", "-c", path, "--dry-run")
+        assert plan.exit_code == 0, plan.output
+        assert f"cost: {price}" in plan.output
+        hosts = 1 if accelerator == "v4-8" else 4
+        assert f"{hosts} workers, hardware tpu/{accelerator}/priced" in plan.output
     assert not tpuctl_home.exists()
 
 

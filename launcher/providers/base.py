@@ -81,6 +81,13 @@ class Provider(Protocol):
     def fleet(self) -> Fleet:
         """The workers, how they are addressed, and their hardware."""
 
+    def planned_fleet(self) -> Fleet:
+        """The fleet as far as it is known without asking anyone (dry runs): for a cloud, the
+        accelerator table's hosts with placeholder addresses."""
+
+    def price(self) -> str | None:
+        """What the fleet costs per hour, as words (None when tpuctl does not bill anything)."""
+
     def trouble(self) -> str | None:
         """Why the fleet cannot go on (its machines were taken away), or None."""
 

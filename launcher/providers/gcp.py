@@ -97,6 +97,17 @@ class GcpProvider:
             for i, e in enumerate(node.endpoints))
         return Fleet(workers=workers, hardware=Hardware.tpu(node.accelerator_type, node.name))
 
+    def planned_fleet(self) -> Fleet:
+        acc = gcp_infra.accelerator_of(self._config())
+        workers = tuple(Worker(index=i, host=f"<{self.site.tpu_name} worker {i}>",
+                               address=f"<worker {i} internal address>",
+                               coordination_port=gcp_site.TPU_WORKER_PORT)
+                        for i in range(acc.hosts))
+        return Fleet(workers=workers, hardware=Hardware.tpu(acc.name, self.site.tpu_name))
+
+    def price(self) -> str | None:
+        return gcp_infra.hourly_price(self._config()).describe()
+
     def trouble(self) -> str | None:
         found = gcp_site.find_node(self.site, self.api)
         name = self.site.tpu_name

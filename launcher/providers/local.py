@@ -102,6 +102,12 @@ class LocalProvider:
         return Fleet(workers=workers, hardware=CPU, shares_launcher_machine=True,
                      python=sys.executable)
 
+    def planned_fleet(self) -> Fleet:
+        return self.fleet()
+
+    def price(self) -> str | None:
+        return None
+
     def trouble(self) -> str | None:
         return None
 

@@ -82,6 +82,12 @@ class SshProvider:
     def fleet(self) -> Fleet:
         return Fleet(workers=self.workers, hardware=CPU)
 
+    def planned_fleet(self) -> Fleet:
+        return self.fleet()
+
+    def price(self) -> str | None:
+        return None
+
     def trouble(self) -> str | None:
         return None
 

@@ -187,10 +187,28 @@ def save_tokenizer(tok, family: FamilySpec, out_dir: str, *, model_max_length: i
         unk_token=family.unk, pad_token=family.pad, mask_token=family.mask,
         cls_token=family.cls, sep_token=family.sep, bos_token=family.bos, eos_token=family.eos,
         additional_special_tokens=list(family.extra) or None,
+        model_input_names=list(family.model_inputs),
     )
     with tempfile.TemporaryDirectory() as tmp:
         fast.save_pretrained(tmp)
         _publish_folder(tmp, out_dir)
+
+
+TOKENIZER_CONFIG = "tokenizer_config.json"
+
+
+def set_model_inputs(folder: str, family: FamilySpec) -> None:
+    """Make the tokenizer in a local folder return what the family's model takes (a tokenizer
+    saved before this was recorded, or reused from elsewhere, may return token_type_ids)."""
+    path = os.path.join(folder, TOKENIZER_CONFIG)
+    settings = {}
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            settings = json.load(f)
+    settings["model_input_names"] = list(family.model_inputs)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(settings, f, indent=2, ensure_ascii=False)
+        f.write("\n")
 
 
 def _publish_folder(local: str, out_dir: str) -> None:

@@ -67,11 +67,16 @@ def token_ids(tokenizer, family: str) -> TokenIds:
 
 
 def model_config(model_cfg, *, vocab: TokenIds, seq_len: int):
-    """A transformers config from the run config's `model` section (or its config file)."""
+    """A transformers config from the run config's `model` section (its size or shape keys,
+    its config file, or the config of the model folder it continues from)."""
     import transformers
 
     family = model_cfg.family
-    if model_cfg.config:
+    if model_cfg.init_from:
+        from payload.pretrained import pretrained_config
+
+        hf = pretrained_config(model_cfg.init_from, family=family, vocab_size=vocab.vocab_size)
+    elif model_cfg.config:
         try:
             hf = transformers.AutoConfig.from_pretrained(model_cfg.config)
         except (OSError, ValueError) as exc:

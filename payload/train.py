@@ -296,6 +296,11 @@ class Trainer:
         try:
             if resume:
                 ckpts.restore_latest()
+            elif config.model.init_from:
+                from payload.pretrained import load_weights
+
+                source = load_weights(self.model, config.model.init_from)
+                log(f"starting from the weights in {source}")
             start = int(self.optimizer.iterations.numpy())
             history = self._load_history(start) if resume else {"evals": [], "train": []}
             if resume:

@@ -166,6 +166,24 @@ def architecture(source: Any, vocab_size: int | None = None) -> dict:
     return config
 
 
+def describe_model(config) -> str:
+    """One line for a plan: the architecture and its parameter count, e.g.
+    "roberta base (12 layers, hidden 768, 12 heads): 124.7M parameters, vocabulary 50,265"."""
+    model = config.model
+    settings = architecture(config)
+    count = count_parameters(settings)
+    if model.init_from or model.config:
+        source = (f"from model.init_from {model.init_from}" if model.init_from
+                  else f"as {model.config}")
+        what = f"{model.family} {source}"
+    else:
+        s = shape_of(model)
+        what = (f"{model.family}{' ' + model.size if model.size else ''} ({s.num_layers} layers, "
+                f"hidden {s.hidden_size}, {s.num_heads} heads)")
+    return (f"{what}: {count.total / 1e6:,.1f}M parameters, vocabulary "
+            f"{settings['vocab_size']:,}")
+
+
 def read_config_json(path: str) -> dict:
     """A transformers config.json (or the one in a model folder), local or gs://."""
     from payload import storage

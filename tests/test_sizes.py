@@ -12,7 +12,7 @@ import pytest
 
 from payload.config import dump_config, parse_config
 from payload.errors import UserError
-from payload.sizes import SIZES, architecture, count_parameters, parameter_count
+from payload.sizes import SIZES, architecture, count_parameters, describe_model, parameter_count
 from tests.conftest import REPO, assert_user_error, run_payload, write_config
 
 TORCH_PYTHON = REPO / ".venv-torch" / "bin" / "python"
@@ -107,6 +107,19 @@ def test_published_sizes_have_their_published_parameter_counts():
     }
     for (family, size), millions in expected_millions.items():
         assert count(family, size) / 1e6 == pytest.approx(millions, rel=0.01), (family, size)
+
+
+def test_the_plan_line_names_the_shape_the_count_and_the_vocabulary(tmp_path):
+    config = run_config({"family": "roberta", "size": "base"})
+    assert describe_model(config) == ("roberta base (12 layers, hidden 768, 12 heads): 110.7M "
+                                      "parameters, vocabulary 32,000")  # tokenizer.vocab_size
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(architecture(
+        run_config({"family": "gpt2", "size": "small"}), 50257)))
+    continued = run_config({"family": "gpt2", "init_from": str(folder)})
+    assert describe_model(continued) == (f"gpt2 from model.init_from {folder}: 124.4M "
+                                         "parameters, vocabulary 50,257")
 
 
 def test_a_config_json_and_a_transformers_config_count_the_same():

@@ -124,6 +124,7 @@ def tf_generate(folder: Path, family: str) -> tuple[list[list[int]], list[list[i
 def test_greedy_generate_is_the_models_own_prediction_and_the_same_in_both_frameworks(generator):
     family, folder = generator
     generated, by_hand = tf_generate(folder, family)
+    print(family, "greedy tokens:", by_hand)
     assert generated == by_hand
     # Trained enough to say something: not one token over and over.
     assert all(len(set(tokens[1:] if family == "t5" else tokens)) > 2 for tokens in by_hand), (

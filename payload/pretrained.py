@@ -1,8 +1,8 @@
 """`model.init_from`: continue pretraining from a Hugging Face model folder, local or gs://.
 
-    check_folder(config)                    # before a job starts: the folder has what it needs
-    hf_config = pretrained_config(config.model.init_from, vocab)   # its architecture
-    source = load_weights(model, config.model.init_from)           # its weights, into our model
+    check_folder(config)          # before a job starts: the folder has what it needs
+    hf_config = pretrained_config(config.model.init_from, family="gpt2", vocab_size=600)
+    source = load_weights(model, config.model.init_from)   # its weights, into the TF model
 
 The folder is a model this tool exported or any transformers checkpoint of the family with its
 fast tokenizer (tokenizer.json). Weights come from `model.safetensors` in PyTorch's names and

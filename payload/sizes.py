@@ -1,8 +1,9 @@
 """Model sizes by their published names, the shapes they stand for, and parameter counts.
 
-    SIZES["roberta"]["base"]                      # Shape(hidden_size=768, num_layers=12, ...)
-    parameter_count(config)                       # the model a run config builds, from shapes
-    parameter_count({"model_type": "gpt2", "n_embd": 768, ...}, vocab_size=50257)
+    SIZES["roberta"]["base"]            # Shape(hidden_size=768, num_layers=12, num_heads=12, ...)
+    parameter_count(config)             # the model a run config builds, from its shapes
+    parameter_count({"model_type": "gpt2", "n_embd": 768, "n_layer": 12}, vocab_size=50257)
+    describe_model(config)              # "roberta base (12 layers, ...): 124.7M parameters, ..."
 
 One table, read by the config checks (`model.size`), the model builder and the run plan.
 Counting is arithmetic on the shapes, no model is built: the tests check it against the real

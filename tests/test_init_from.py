@@ -126,9 +126,11 @@ def test_a_folder_without_what_training_needs_is_refused_before_anything_runs(fi
     (folder / "model.safetensors").unlink()
     (folder / "tf_model.h5").unlink()
     from payload.preflight import check_before_start
+    from payload.stages import Stage
 
     with pytest.raises(UserError, match=r"has neither model\.safetensors nor tf_model\.h5"):
-        check_before_start(parse_config(raw), stages={"train"}, resume=False, overwrite=False)
+        check_before_start(parse_config(raw), stages={Stage.TRAIN}, resume=False,
+                           overwrite=False)
     raw["tokenizer"] = {"path": str(first_run / "tokenizer")}
     with pytest.raises(UserError, match=r"model\.init_from brings its own tokenizer"):
         parse_config(raw)

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from payload.errors import UserError
 from payload.families import FAMILIES, t5_expanded_length
+from payload.sizes import SHAPE_DEFAULTS, SIZES
 
 MIN_SEQ_LEN = 16
 # Local worker processes share this machine's cores; more than this is a typo.
@@ -242,20 +243,53 @@ class TokenizerConfig(_Section):
 
 class ModelConfig(_Section):
     family: Literal["bert", "roberta", "gpt2", "t5"]
-    hidden_size: int = Field(256, gt=0)
-    num_layers: int = Field(4, gt=0)
-    num_heads: int = Field(4, gt=0)
-    intermediate_size: int = Field(1024, gt=0)
-    dropout: float = Field(0.1, ge=0.0, lt=1.0)
-    # A transformers config.json to take the architecture from (sizes above are then ignored).
+    # The architecture, described once: a published size by name, the shape keys (defaults for
+    # any left out; all four defaults when nothing describes it), a transformers config.json,
+    # or a model folder to continue pretraining (its weights, its tokenizer).
+    size: str | None = None
+    hidden_size: int | None = Field(None, gt=0)
+    num_layers: int | None = Field(None, gt=0)
+    num_heads: int | None = Field(None, gt=0)
+    intermediate_size: int | None = Field(None, gt=0)
     config: str | None = None
+    init_from: str | None = None
+    dropout: float = Field(0.1, ge=0.0, lt=1.0)
     mlm_probability: float = Field(0.15, gt=0.0, lt=1.0)
     noise_density: float = Field(0.15, gt=0.0, lt=1.0)
     mean_noise_span_length: float = Field(3.0, ge=1.0)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _one_architecture(cls, raw: Any) -> Any:
+        # Unset and null are the same: the resolved config written for the workers says
+        # `size: null` beside the shape keys (or the other way round) and must load again.
+        if not isinstance(raw, dict):
+            return raw
+        given = [key for key in ("size", *SHAPE_DEFAULTS, "config", "init_from")
+                 if raw.get(key) is not None]
+        kinds: dict[str, str] = {}  # one key named per kind of description
+        for key in given:
+            kinds.setdefault("shape" if key in SHAPE_DEFAULTS else key, key)
+        if len(kinds) > 1:
+            first, second = list(kinds.values())[:2]
+            raise ValueError(
+                f"model.{first} and model.{second} both describe the architecture: set only one "
+                "of model.size, the shape keys (hidden_size, num_layers, num_heads, "
+                "intermediate_size), model.config, model.init_from"
+            )
+        if not kinds or "shape" in kinds:
+            raw = {**raw, **{k: v for k, v in SHAPE_DEFAULTS.items() if raw.get(k) is None}}
+        return raw
+
     @model_validator(mode="after")
-    def _heads_divide_hidden(self):
-        if self.config is None and self.hidden_size % self.num_heads:
+    def _shape_checks(self):
+        sizes = SIZES[self.family]
+        if self.size is not None and self.size not in sizes:
+            raise ValueError(
+                f"model.size '{self.size}' is not a {self.family} size; choose one of "
+                f"{', '.join(sizes)}"
+            )
+        if self.hidden_size is not None and self.hidden_size % self.num_heads:
             raise ValueError(
                 f"model.num_heads={self.num_heads} does not divide model.hidden_size="
                 f"{self.hidden_size}; pick a hidden size that is a multiple of the head count"
@@ -325,7 +359,11 @@ class RunConfig(_Section):
                 f"data.seq_len={self.data.seq_len} is over what {family.name} allows "
                 f"({family.max_positions}); lower data.seq_len"
             )
-        if self.tokenizer.path is None:
+        if self.model.init_from and self.tokenizer.path:
+            raise ValueError(
+                "model.init_from brings its own tokenizer: remove tokenizer.path"
+            )
+        if self.tokenizer.path is None and self.model.init_from is None:
             minimum = len(family.special_tokens) + (
                 BYTE_ALPHABET if self.tokenizer.kind == "bpe" else MIN_LEARNED_PIECES
             )
@@ -395,7 +433,7 @@ def _section_for(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
 
 
 _LOCAL_PATH_KEYS = {
-    ("tokenizer", "path"), ("model", "config"), ("cluster", "identity_file"),
+    ("tokenizer", "path"), ("model", "config"), ("model", "init_from"), ("cluster", "identity_file"),
     ("cluster", "known_hosts"), ("cluster", "wheelhouse"),
 }
 

@@ -22,7 +22,11 @@ def check_before_start(config: RunConfig, *, stages: Collection[Stage], resume: 
     """Raise the `UserError` the first stage to meet a problem would raise."""
     if {Stage.TOKENIZER, Stage.PREPARE} & set(stages):
         corpus.resolve_sources(config.data)  # missing, unmatched, empty or binary inputs
-    if config.tokenizer.path:
+    if config.model.init_from:
+        from payload import pretrained
+
+        pretrained.check_folder(config)  # a model folder of the family, with weights we read
+    if config.tokenizer.path or config.model.init_from:
         tokenizer.load_tokenizer(config)  # a reused tokenizer exists and parses
     if Stage.TRAIN in stages:
         checkpoints.check_start(config.output_dir, resume=resume, overwrite=overwrite)

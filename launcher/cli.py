@@ -216,6 +216,7 @@ def train(
                                    overwrite=overwrite, dry_run=dry_run)
     if dry_run:
         typer.echo(planning.render_plan(the_launch.plan))
+        typer.echo(f"model: {_model_line(the_launch.config)}")
         price = the_launch.provider.price()
         if price:
             typer.echo(f"cost: {price}")
@@ -233,6 +234,15 @@ def train(
             return
         outcome = launch.follow(job, _line_printer(console, len(job.plan.workers)))
     _report(outcome, job, config_path)
+
+
+def _model_line(config) -> str:
+    from payload.sizes import describe_model
+
+    try:
+        return describe_model(config)
+    except UserError as exc:  # e.g. an init_from folder on gs:// this machine cannot read
+        return f"{config.model.family} (size unknown here: {exc})"
 
 
 @contextlib.contextmanager

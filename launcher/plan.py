@@ -228,7 +228,7 @@ def build_plan(
 
     steps: list[Step] = []
     wanted = set(stages)
-    if Stage.TOKENIZER in wanted and config.tokenizer.path is None:
+    if Stage.TOKENIZER in wanted and config.trains_tokenizer:
         steps.append(Step(name=Stage.TOKENIZER.value,
                           commands=(stage(Stage.TOKENIZER, 0, None),)))
     if Stage.PREPARE in wanted:
@@ -263,8 +263,8 @@ def build_plan(
     if Stage.EXPORT in wanted:
         steps.append(Step(name=Stage.EXPORT.value, commands=(stage(Stage.EXPORT, 0, None),)))
     if not steps:
-        raise UserError("nothing to run: the tokenizer stage is skipped when tokenizer.path is "
-                        "set", hint="choose other --stages")
+        raise UserError("nothing to run: the tokenizer stage is skipped when tokenizer.path or "
+                        "model.init_from brings the tokenizer", hint="choose other --stages")
 
     from payload import storage  # pure path joining; no I/O
 

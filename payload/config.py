@@ -363,7 +363,7 @@ class RunConfig(_Section):
             raise ValueError(
                 "model.init_from brings its own tokenizer: remove tokenizer.path"
             )
-        if self.tokenizer.path is None and self.model.init_from is None:
+        if self.trains_tokenizer:
             minimum = len(family.special_tokens) + (
                 BYTE_ALPHABET if self.tokenizer.kind == "bpe" else MIN_LEARNED_PIECES
             )
@@ -379,6 +379,12 @@ class RunConfig(_Section):
                 f"{self.train.steps}"
             )
         return self
+
+    @property
+    def trains_tokenizer(self) -> bool:
+        """Whether the tokenizer stage trains one: not when tokenizer.path or model.init_from
+        brings it."""
+        return self.tokenizer.path is None and self.model.init_from is None
 
     @property
     def record_len(self) -> int:

@@ -223,7 +223,8 @@ def train(
         return
     console = _console()
     with _shipping_progress(console, len(the_launch.plan.workers)) as on_event:
-        job = launch.start(the_launch, on_event=on_event)
+        job = launch.start(the_launch, on_event=on_event,
+                           on_note=lambda message: console.print(message, markup=False))
     with job:
         work = job.set_up
         console.print(f"workers ready ({'set up: ' + ', '.join(work) if work else 'all cached'})")

@@ -149,11 +149,15 @@ def _refuse_if_running(executor, base: Path, name: str, workers: tuple[Worker, .
                         hint="watch it with `tpuctl logs` or end it with `tpuctl stop`")
 
 
-def start(launch: Launch, *, on_event: Callable[[Worker, str], None] = lambda w, m: None) -> Job:
-    """Check, ship, record and submit: the job runs detached on every worker when this returns."""
+def start(launch: Launch, *, on_event: Callable[[Worker, str], None] = lambda w, m: None,
+          on_note: Callable[[str], None] = lambda m: None) -> Job:
+    """Check, stage inputs, ship, record and submit: the job runs detached on every worker when
+    this returns. `on_event` hears shipping per worker, `on_note` the rest."""
     from payload.config import dump_config
 
     check_before_start(launch)
+    launch = dataclasses.replace(launch, config=launch.provider.stage_inputs(launch.config,
+                                                                             on_note))
     base = records.state_dir()
     the_plan = launch.plan
     executor = launch.provider.connect(the_plan.workers)

@@ -61,6 +61,9 @@ def cloud(fleet, storage_emulator, tmp_path, tpuctl_home, monkeypatch):
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", storage_emulator)
     monkeypatch.setenv("TF_CLI_CONFIG_FILE", "/dev/null")
     monkeypatch.setattr(storage, "_client", None)
+    # The project's bucket exists already: `up` uses it as it is (and never deletes it).
+    if storage.client().lookup_bucket("test-project-tpuctl") is None:
+        storage.client().create_bucket("test-project-tpuctl")
     with FakeTpuApi() as api:
         monkeypatch.setenv("TPUCTL_TPU_API_ENDPOINT", api.endpoint)
         api.use_fleet = lambda indexes: api.set_workers(
@@ -158,6 +161,11 @@ def test_up_train_down_on_a_stand_in_pod_slice(cloud, fleet, tmp_path, tpuctl_ho
                                                          / "stub")))
     trained = _invoke("train", "-c", config)
     assert trained.exit_code == 0, trained.output
+    # The laptop's corpus went to the bucket, where TPU hosts can read it.
+    assert "corpus staged in gs://test-project-tpuctl/corpus/: 1 files, 1 uploaded" in (
+        trained.output)
+    shipped = yaml.safe_load(next(tpuctl_home.glob("jobs/tpurun/*/config.yaml")).read_text())
+    assert shipped["data"]["corpus"][0].startswith("gs://test-project-tpuctl/corpus/")
     # A pod slice: every host serves its TPU while worker 0 drives training.
     assert "worker-0 | train 0/2" in trained.output
     assert "worker-1 | train" not in trained.output
@@ -348,7 +356,7 @@ def test_doctor_checks_against_the_stand_ins(cloud, fleet, tmp_path):
     assert "ok    Cloud TPU API enabled in test-project" in before.output
     assert "ok    v4-16 offered" in before.output
     assert "ok    runtime version offered: tpu-ubuntu2204-base" in before.output
-    assert "does not exist yet: `tpuctl up` creates it" in before.output
+    assert "gs://test-project-tpuctl exists and is readable" in before.output
     assert "skip  TPU quota" in before.output
     assert "no TPU yet" in before.output
     assert _invoke("up", "-c", config).exit_code == 0

@@ -97,5 +97,9 @@ class Provider(Protocol):
     def worker_config(self, config):
         """The run config as the workers see it: what is shipped and recorded."""
 
+    def stage_inputs(self, config, on_event: Callable[[str], None]):
+        """Put what the workers must read but cannot see (a laptop's corpus) where they can;
+        the config that points at it (unchanged for local and ssh)."""
+
     def reach(self, fleet: Fleet) -> dict:
         """How to reach this fleet again later, as JSON data for the job record."""

@@ -128,6 +128,18 @@ class GcpProvider:
     def worker_config(self, config):
         return config
 
+    def stage_inputs(self, config, on_event: Callable[[str], None]):
+        """A local corpus goes to gs://BUCKET/corpus/ (launcher.staging): TPU hosts read it
+        there. gs:// and hf: entries are left as they are."""
+        from launcher import staging
+
+        corpus = staging.stage_corpus(config.data.corpus, bucket=config.cluster.bucket_name,
+                                      on_event=on_event)
+        if corpus == list(config.data.corpus):
+            return config
+        data = config.data.model_copy(update={"corpus": corpus})
+        return config.model_copy(update={"data": data})
+
     def reach(self, fleet: Fleet) -> dict:
         return {"provider": NAME, **dataclasses.asdict(self.site),
                 "zones": list(self.site.zones)}

@@ -121,5 +121,8 @@ class LocalProvider:
                                wheelhouse=config.cluster.wheelhouse)
         return config.model_copy(update={"cluster": cluster})
 
+    def stage_inputs(self, config, on_event: Callable[[str], None]):
+        return config
+
     def reach(self, fleet: Fleet) -> dict:
         return {"provider": NAME, "run_name": self.run_name}

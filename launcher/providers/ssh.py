@@ -97,6 +97,9 @@ class SshProvider:
     def worker_config(self, config):
         return config
 
+    def stage_inputs(self, config, on_event: Callable[[str], None]):
+        return config
+
     def reach(self, fleet: Fleet) -> dict:
         return {"provider": NAME, "user": self.settings.user,
                 "known_hosts": self.settings.known_hosts,

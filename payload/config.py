@@ -47,6 +47,10 @@ class _ClusterBase(_Section):
             raise ValueError("set at most one of cluster.python and cluster.wheelhouse")
         return self
 
+    def hourly_usd(self) -> float | None:
+        """What the cluster costs per hour by tpuctl's price table (None: nothing billed)."""
+        return None
+
 
 class LocalCluster(_ClusterBase):
     provider: Literal["local"]
@@ -194,6 +198,12 @@ class GcpCluster(_ClusterBase):
     def bucket_name(self) -> str:
         return self.bucket or default_bucket(self.project)
 
+    def hourly_usd(self) -> float | None:
+        from payload import accelerators, prices
+
+        acc = accelerators.accelerator(self.accelerator_type)
+        return prices.hourly_price(acc, self.zone, self.provisioning).usd_per_hour
+
     @property
     def runtime(self) -> str:
         """The runtime image: as configured, or the TensorFlow route's default for the type."""
@@ -311,6 +321,10 @@ class TrainConfig(_Section):
     eval_every: int = Field(500, gt=0)
     eval_batches: int = Field(20, gt=0)
     seed: int = 0
+    # Hard stops, counted as billed (payload.budget): at the limit the run checkpoints,
+    # exports and stops.
+    max_hours: float | None = Field(None, gt=0)
+    max_cost: float | None = Field(None, gt=0)  # USD, by the price table (gcp only)
 
 
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -373,6 +387,11 @@ class RunConfig(_Section):
                     f"{self.tokenizer.kind} with {family.name}'s {len(family.special_tokens)} "
                     f"special tokens; use at least {minimum}"
                 )
+        if self.train.max_cost is not None and self.cluster.hourly_usd() is None:
+            raise ValueError(
+                "train.max_cost needs a price per hour, and tpuctl's price table has none for "
+                "this cluster (only gcp TPUs are priced); use train.max_hours instead"
+            )
         if self.train.warmup_steps > self.train.steps:
             raise ValueError(
                 f"train.warmup_steps={self.train.warmup_steps} is more than train.steps="

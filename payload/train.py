@@ -22,9 +22,17 @@ import time
 from dataclasses import dataclass
 
 from payload import checkpoints, records, storage
+from payload.budget import Budget
 from payload.errors import UserError
 from payload.families import FAMILIES
-from payload.strategy import CPU, Hardware, build_strategy, cluster_facts, plan_strategy
+from payload.strategy import (
+    CPU,
+    Hardware,
+    StrategyKind,
+    build_strategy,
+    cluster_facts,
+    plan_strategy,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -188,6 +196,8 @@ class Trainer:
             self.optimizer, self.schedule = build_optimizer(config.train)
             self.optimizer.build(self.model.trainable_variables)
         self.tokens_per_step = config.train.batch_size * config.data.seq_len
+        self.budget = Budget.for_run(config)
+        self.stopped: str | None = None  # why training ended before train.steps
         out = config.output_dir
         self.metrics_path = storage.join(out, "metrics.json")
         self.writer = (
@@ -373,13 +383,35 @@ class Trainer:
             if evaluate and (step % every.eval_every == 0 or step == steps):
                 result = evaluate(step)
                 history["evals"].append(result)
-            if step % every.checkpoint_every == 0 or step == steps:
+            over = self._over_budget() if step < steps else None
+            if step % every.checkpoint_every == 0 or step == steps or over:
                 ckpts.save(step)
+            if over:
+                self.stopped = over
+                log(f"stopping at step {step} of {steps}: {over}; the checkpoint of step "
+                    f"{step} is saved and the export follows")
+                break
             if step % every.eval_every == 0 or step == steps:
                 self._write_metrics(history, step)
         self._write_metrics(history, step, final=True, rate=(rate_steps, rate_time))
         # Every worker prints it: in a multi-worker run the lines must agree (replicas in sync).
         log(f"finished at step {step}; weights sha256 {weights_digest(self.model)}")
+
+    def _over_budget(self) -> str | None:
+        """Why the run must stop now (train.max_hours / max_cost), agreed by every worker."""
+        if self.budget is None:
+            return None
+        reason = self.budget.exceeded()
+        if self.plan.kind is StrategyKind.CPU_MULTI_WORKER:
+            import tensorflow as tf
+
+            # Each worker reads its own clock: they stop together when any of them is over.
+            flag = 1.0 if reason else 0.0
+            anyone = self.strategy.reduce(tf.distribute.ReduceOp.MAX, self.strategy.run(
+                lambda: tf.constant(flag)), axis=None)
+            if float(anyone) > 0 and reason is None:
+                reason = "another worker reached the run's time or cost limit"
+        return reason
 
     def _report(self, step: int, loss: float, steps_per_s: float, steady: float) -> dict:
         """One readable line and TensorBoard scalars for the steps since the last report."""
@@ -461,6 +493,7 @@ class Trainer:
                 "tokens_per_s": (
                     self.tokens_per_step * steady_steps / steady_time if steady_time else None
                 ),
+                "stopped": self.stopped,
             }
         storage.write_text(self.metrics_path, json.dumps(payload, indent=1) + "\n")
 

@@ -56,6 +56,7 @@ class Launch:
     stages: tuple[Stage, ...] = ALL_STAGES
     resume: bool = False
     overwrite: bool = False
+    started_from: str = ""  # user@host:config, as the run lock names the job to others
 
 
 @dataclass
@@ -123,7 +124,20 @@ def plan_train(config_path: Path, *, local: bool, num_workers: int | None,
         stage_entry=(entry,) if entry else ("-m", "payload"), stale_after_s=peer_timeout_s(),
         forward_env=tpu_api.forwarded_env())
     return Launch(config=config, plan=the_plan, provider=provider, fleet=fleet, wheel=wheel,
-                  wheelhouse=wheelhouse, stages=stages, resume=resume, overwrite=overwrite)
+                  wheelhouse=wheelhouse, stages=stages, resume=resume, overwrite=overwrite,
+                  started_from=started_from(config_path))
+
+
+def started_from(config_path: Path) -> str:
+    """Where a run was started: `user@host:/path/to/tpuctl.yaml`."""
+    import getpass
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return f"{user}@{socket.gethostname()}:{config_path.resolve()}"
 
 
 def check_before_start(launch: Launch) -> None:
@@ -136,23 +150,27 @@ def check_before_start(launch: Launch) -> None:
                             overwrite=launch.overwrite)
 
 
-def _refuse_if_running(executor, base: Path, name: str, workers: tuple[Worker, ...]) -> None:
-    """The run's current job must not still be running on these workers."""
+def _refuse_if_running(executor, base: Path, name: str, workers: tuple[Worker, ...]) -> str | None:
+    """The run's current job must not still be running on these workers; its id when it is
+    seen ended there (its run lock, if left behind, can then be taken over at once)."""
     try:
         previous = records.current_job(base, name).plan()
     except (UserError, OSError, ValueError, KeyError, TypeError):
-        return
+        return None
     if [w.host for w in previous.workers] != [w.host for w in workers]:
-        return
-    if any(s["state"] == "running" for s in run.status(executor, previous)):
+        return None
+    states = [s["state"] for s in run.status(executor, previous)]
+    if "running" in states:
         raise UserError(f"job {previous.job_id} of run '{name}' is still running",
                         hint="watch it with `tpuctl logs` or end it with `tpuctl stop`")
+    return previous.job_id if "unreachable" not in states else None
 
 
 def start(launch: Launch, *, on_event: Callable[[Worker, str], None] = lambda w, m: None,
           on_note: Callable[[str], None] = lambda m: None) -> Job:
-    """Check, stage inputs, ship, record and submit: the job runs detached on every worker when
-    this returns. `on_event` hears shipping per worker, `on_note` the rest."""
+    """Check, stage inputs, ship, take the run lock, record and submit: the job runs detached
+    on every worker when this returns. `on_event` hears shipping per worker, `on_note` the
+    rest (a dead job's run lock taken over, for one)."""
     from payload.config import dump_config
 
     check_before_start(launch)
@@ -161,16 +179,26 @@ def start(launch: Launch, *, on_event: Callable[[Worker, str], None] = lambda w,
     base = records.state_dir()
     the_plan = launch.plan
     executor = launch.provider.connect(the_plan.workers)
+    locked = False
     try:
-        _refuse_if_running(executor, base, launch.config.name, the_plan.workers)
+        ended = _refuse_if_running(executor, base, launch.config.name, the_plan.workers)
         wheel = ship.write_wheel(base / "wheels", launch.wheel)
         done = ship.ship(executor, the_plan.workers, the_plan.environment, the_plan.paths, wheel,
                          wheelhouse=launch.wheelhouse, on_event=on_event)
         run.check_shared_output(executor, the_plan)
+        holder = {"job": the_plan.job_id, "run": the_plan.name, "from": launch.started_from,
+                  "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                  "stale_after_s": the_plan.stale_after_s}
+        note = run.take_run_lock(executor, the_plan, holder, dead_job=ended)
+        locked = True
+        if note:
+            on_note(note)
         record = records.save_job(base, the_plan, dump_config(launch.config),
                                   launch.provider.reach(launch.fleet))
         run.submit(executor, the_plan, record)
     except BaseException:
+        if locked:
+            run.release_run_lock(executor, the_plan)
         executor.close()
         raise
     set_up = sorted({k for d in done for k, v in d.items() if v})
@@ -211,10 +239,11 @@ def only(the_plan: Plan, workers: tuple[Worker, ...]) -> Plan:
 
 
 def follow(job: Job, sink: Callable[[int, str], None], *, worker: int | None = None,
-           keep_following: bool = True, from_start: bool = True) -> run.Outcome:
-    """Stream the job's logs (all workers, or one) until it ends; fail-fast over all workers."""
+           keep_following: bool = True) -> run.Outcome:
+    """Stream the job's logs (all workers, or one) from the start until it ends; fail-fast
+    over all workers."""
     chosen = job.plan.workers if worker is None else (select(job.plan.workers, worker),)
-    book = run.LogBook(job.record, chosen, from_start=from_start)
+    book = run.LogBook(job.record, chosen)
     try:
         return run.watch(job.executor, only(job.plan, chosen), book, sink,
                          follow=keep_following, fail_fast=keep_following and worker is None,

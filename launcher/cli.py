@@ -253,6 +253,9 @@ def _shipping_progress(console, num_workers: int):
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    if not console.is_terminal:  # a transient bar shows nothing in a pipe or a file
+        yield lambda worker, message: None
+        return
     lock = threading.Lock()
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/"
                   "{task.total} workers"), TimeElapsedColumn(), console=console,
@@ -291,12 +294,13 @@ def stop(config_path: ConfigOpt = DEFAULT_CONFIG, job: JobOpt = None) -> None:
     """Stop the job on every worker; nothing is left running."""
     from launcher import launch
     from launcher.agent import worker_label
+    from launcher.run import stopped_everywhere
 
     with launch.open_job(config_path, job) as opened:
         results = launch.stop_job(opened)
     for index, result in results.items():
         typer.echo(f"{worker_label(index)}: {result}")
-    if any(r != "stopped" for r in results.values()):
+    if not stopped_everywhere(results):
         raise typer.Exit(1)
     typer.echo(f"job {opened.plan.job_id} stopped on every worker")
 
@@ -321,13 +325,14 @@ def status(config_path: ConfigOpt = DEFAULT_CONFIG, job: JobOpt = None) -> None:
         return
     with opened:
         rows = launch.job_status(opened)
-    table = Table(title=f"job {opened.plan.job_id}")
+    table = Table(title=Text(f"job {opened.plan.job_id}"))
     for column in ("worker", "host", "state", "stage", "step", "exit", "last line"):
         table.add_column(column, overflow="fold")
     for row in rows:
-        table.add_row(row["worker"], row["host"], row["state"], row["stage"] or "-",
-                      row["step"] or "-", "-" if row["rc"] is None else str(row["rc"]),
-                      Text(row["last"][-80:]))
+        # Text, not markup: a log line such as "[/job:worker/replica:0/...]" is shown as it is.
+        table.add_row(*(Text(cell) for cell in (
+            row["worker"], row["host"], row["state"], row["stage"] or "-", row["step"] or "-",
+            "-" if row["rc"] is None else str(row["rc"]), row["last"][-80:])))
     console.print(table)
     console.print(f"outputs: {opened.plan.output_dir}  logs: {opened.plan.output_dir}/logs  "
                   f"local log copies: {opened.record.folder / 'logs'}", markup=False)
@@ -373,10 +378,27 @@ def _error_messages():
     }
 
 
+def _usage_line(exc) -> str:
+    """A usage error (a bad option, value or command, as click words it) on one line."""
+    ctx = getattr(exc, "ctx", None)
+    where = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+    return one_line(exc.format_message()).rstrip(".") + where
+
+
 def main() -> None:
-    """Console entry point: one line and exit status 2 for user mistakes, unless TPUCTL_DEBUG."""
+    """Console entry point: one line and exit status 2 for user mistakes (usage errors
+    included), unless TPUCTL_DEBUG."""
     try:
-        app()  # standalone: usage errors print themselves and exit 2
+        # Not standalone: click's own multi-line usage report would go around the table below.
+        code = app(prog_name="tpuctl", standalone_mode=False)
+    except typer.Abort:
+        typer.echo("Aborted!", err=True)
+        sys.exit(1)
+    except typer.TyperException as exc:  # click's usage errors and other ClickExceptions
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            sys.exit(2)  # bare `tpuctl`: the help was printed
+        typer.echo(f"error: {_usage_line(exc)}", err=True)
+        sys.exit(exc.exit_code)
     except Exception as exc:
         table = _error_messages()
         message = next((m for t, m in table.items() if isinstance(exc, t)), None)
@@ -384,6 +406,7 @@ def main() -> None:
             raise
         typer.echo(f"error: {message(exc)}", err=True)
         sys.exit(getattr(exc, "exit_code", 2))
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -57,6 +57,10 @@ class LocalCluster(_ClusterBase):
     workers: int = Field(2, ge=1, le=MAX_LOCAL_WORKERS)
 
 
+# A host name, IPv4 or IPv6 address (IPv6 zones after %): nothing a shell or ssh reads twice.
+_HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:%-]*$")
+
+
 class SshCluster(_ClusterBase):
     provider: Literal["ssh"]
     hosts: list[str] = Field(min_length=1)
@@ -64,6 +68,25 @@ class SshCluster(_ClusterBase):
     identity_file: str | None = None
     known_hosts: str
     port: int = Field(22, ge=1, le=65535)
+
+    @field_validator("hosts")
+    @classmethod
+    def _plain_hosts(cls, hosts: list[str]) -> list[str]:
+        # One worker per host: a host listed twice would be two workers fighting over one
+        # machine's TPU chips, and is nearly always a copy-paste slip (--local runs several
+        # workers on one machine on purpose).
+        seen = set()
+        for host in hosts:
+            if "@" in host:
+                raise ValueError(f"'{host}': write the user as cluster.user, not in the host")
+            if host.count(":") == 1 or host.startswith("["):
+                raise ValueError(f"'{host}': write the port as cluster.port, not in the host")
+            if not _HOST.match(host):
+                raise ValueError(f"'{host}' is not a host name or address")
+            if host.lower() in seen:
+                raise ValueError(f"'{host}' is listed twice; each host runs one worker")
+            seen.add(host.lower())
+        return hosts
 
 
 _PROJECT = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
@@ -509,6 +532,9 @@ def parse_config(raw: Any, *, base_dir: Path | None = None, source: str = "confi
 
 def load_config(path: str | os.PathLike) -> RunConfig:
     path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{path} is a folder, not a config file",
+                        hint=f"pass -c {path / 'tpuctl.yaml'}, or run `tpuctl init {path}`")
     if not path.is_file():
         raise UserError(
             f"no config file at {path}", hint="pass -c PATH, or run `tpuctl init` to write one"

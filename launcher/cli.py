@@ -353,9 +353,14 @@ def status(config_path: ConfigOpt = DEFAULT_CONFIG, job: JobOpt = None) -> None:
     from launcher import launch
     from launcher.records import NoJob
 
+    from payload import budget
+
     console = _console()
     for line in launch.cluster_provider(config_path).describe():
         console.print(line, markup=False)
+    limits = budget.describe(launch.load(config_path))
+    if limits:
+        console.print(limits, markup=False)
     try:
         opened = launch.open_job(config_path, job)
     except NoJob as exc:

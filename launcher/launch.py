@@ -27,7 +27,7 @@ from launcher import records, run, ship
 from launcher.environment import plan_environment
 from launcher.plan import ALL_STAGES, Plan, Stage, Worker, build_plan
 from launcher.providers import Fleet, Provider, provider_for, reopen
-from payload import tpu_api
+from payload import storage, tpu_api
 from payload.errors import UserError
 
 # Test hook: run stages as `PYTHON FILE STAGE ...` instead of `PYTHON -m payload STAGE ...`.
@@ -152,7 +152,8 @@ def plan_train(config_path: Path, options: TrainOptions) -> Launch:
         payload_digest=ship.payload_digest(wheel), environment=environment,
         hardware=fleet.hardware, stages=options.stages, resume=options.resume,
         overwrite=options.overwrite, stage_entry=(entry,) if entry else ("-m", "payload"),
-        stale_after_s=peer_timeout_s(), forward_env=tpu_api.forwarded_env())
+        stale_after_s=peer_timeout_s(),
+        forward_env=tpu_api.forwarded_env() + storage.forwarded_env())
     return Launch(config=config, plan=the_plan, provider=provider, fleet=fleet, wheel=wheel,
                   wheelhouse=wheelhouse, options=options, config_path=config_path,
                   started_from=started_from(config_path))

@@ -32,16 +32,18 @@ def _key_body(host_key: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def storage_emulator():
+def storage_emulator(fleet):
+    """Cloud Storage on the fleet's bridge: the launcher and the workers see the same one."""
     server_mod = pytest.importorskip("gcp_storage_emulator.server")
+    host = f"{fleet.subnet}.1" if fleet.use_netns else "127.0.0.1"
     sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
+    sock.bind((host, 0))
     port = sock.getsockname()[1]
     sock.close()
-    server = server_mod.create_server("127.0.0.1", port, in_memory=True)
+    server = server_mod.create_server(host, port, in_memory=True)
     server.start()
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://{host}:{port}"
     finally:
         server.stop()
 
@@ -389,6 +391,12 @@ def test_status_shows_state_symptoms_and_cost(cloud, fleet, tmp_path):
     assert "HBM_OUT_OF_MEMORY: worker 1 ran out of HBM" in status.output
     assert "$25.76/h; up 0.0 h, about $0.00 so far" in status.output
     assert "no job yet" in status.output
+    raw = yaml.safe_load(config.read_text())
+    raw["train"].update(max_hours=10, max_cost=250)
+    config.write_text(yaml.safe_dump(raw))
+    limited = _invoke("status", "-c", config)
+    assert "stops at train.max_hours 10 or train.max_cost $250.00: checkpoint, export" in (
+        limited.output), limited.output
     assert _invoke("down", "-c", config).exit_code == 0
 
 
@@ -496,3 +504,37 @@ def test_queued_request_is_cancelled_when_the_launcher_gives_up(cloud, fleet, tm
     with pytest.raises(KeyError):
         cloud.queued_resource("tpurun")
     assert cloud.node_names() == []
+
+
+def test_a_limit_reached_mid_run_checkpoints_exports_and_deletes_the_tpu(
+        cloud, fleet, tmp_path, monkeypatch):
+    """The real stages on the stand-in pod slice (worker 0 trains on the CPU, the TPU API being
+    a stand-in), detached: train.max_hours is over at the first check, so training stops after
+    a checkpoint, the export follows, and worker 0 deletes the TPU (--down)."""
+    monkeypatch.delenv(STAGE_ENTRY_ENV, raising=False)
+    config = gcp_config(tmp_path, fleet)
+    raw = yaml.safe_load(config.read_text())
+    raw["train"].update(steps=200, checkpoint_every=100, eval_every=100, eval_batches=1)
+    config.write_text(yaml.safe_dump(raw))
+    assert _invoke("up", "-c", config).exit_code == 0
+    started = _invoke("train", "-c", config, "--down", "--detach", "--max-hours", "0.000001")
+    assert started.exit_code == 0, started.output
+    out = fleet.shared / tmp_path.name[:40] / "out"
+    log = out / "logs" / "worker-0.log"
+
+    def deleting():
+        return cloud.node_names() == [] or cloud.node("tpurun")["state"] == "DELETING"
+
+    try:
+        wait_for(deleting, timeout_s=400, interval_s=1.0)
+    except AssertionError:
+        raise AssertionError(log.read_text() if log.exists() else "no log") from None
+    text = log.read_text()
+    assert "train.max_hours 1e-06 reached" in text
+    metrics = json.loads((out / "metrics.json").read_text())
+    stopped_at = metrics["final"]["step"]
+    assert 0 < stopped_at < 200 and metrics["final"]["stopped"].startswith("train.max_hours")
+    assert (out / "checkpoints" / f"ckpt-{stopped_at}.index").exists()
+    assert (out / "model" / "config.json").exists()
+    assert "deleting TPU tpurun (the run asked for --down)" in text
+    assert _invoke("down", "-c", config).exit_code == 0

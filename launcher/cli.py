@@ -352,7 +352,6 @@ def status(config_path: ConfigOpt = DEFAULT_CONFIG, job: JobOpt = None) -> None:
 
     from launcher import launch
     from launcher.records import NoJob
-
     from payload import budget
 
     console = _console()

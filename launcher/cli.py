@@ -220,8 +220,10 @@ def train(
         price = the_launch.provider.price()
         if price:
             typer.echo(f"cost: {price}")
+        _print_run_plan(the_launch, read_remote=False)
         return
     console = _console()
+    _print_run_plan(the_launch, read_remote=True)
     with _shipping_progress(console, len(the_launch.plan.workers)) as on_event:
         job = launch.start(the_launch, on_event=on_event,
                            on_note=lambda message: console.print(message, markup=False))
@@ -235,6 +237,17 @@ def train(
             return
         outcome = launch.follow(job, _line_printer(console, len(job.plan.workers)))
     _report(outcome, job, config_path)
+
+
+def _print_run_plan(the_launch, *, read_remote: bool) -> None:
+    """The run's figures (parameters, tokens, FLOPs, time, cost) and any mis-sizing warning."""
+    from launcher.estimate import describe
+
+    lines, warnings = describe(the_launch, read_remote=read_remote)
+    for line in lines:
+        typer.echo(line)
+    for line in warnings:
+        typer.echo(f"warning: {line}", err=True)
 
 
 def _model_line(config) -> str:

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from launcher import records, run, ship
+from launcher import estimate, records, run, ship
 from launcher.environment import plan_environment
 from launcher.plan import ALL_STAGES, Plan, Stage, Worker, build_plan
 from launcher.providers import Fleet, Provider, provider_for, reopen
@@ -106,6 +106,7 @@ def plan_train(config_path: Path, *, local: bool, num_workers: int | None,
     provider = provider_for(load(config_path), local_override=local, num_workers=num_workers)
     config = provider.worker_config(load(config_path))
     fleet = provider.planned_fleet() if dry_run else provider.fleet()
+    estimate.refuse_unsplittable_batch(config, fleet, stages)
     cluster = config.cluster
     python = cluster.python or (fleet.python if not cluster.wheelhouse else None)
     wheelhouse = ((cluster.wheelhouse, ship.wheelhouse_digest(cluster.wheelhouse))

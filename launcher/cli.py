@@ -204,6 +204,10 @@ def train(
                                           "nothing.")] = False,
     detach: Annotated[bool, typer.Option("--detach", help="Start the job and return "
                                          "without streaming its logs.")] = False,
+    push_to_hub: Annotated[str | None, typer.Option(
+        "--push-to-hub", metavar="OWNER/NAME", help="After export, publish model/ with a model "
+        "card to this Hugging Face repository (sets hub.repo; token: HF_TOKEN or hf auth "
+        "login).")] = None,
 ) -> None:
     """Ship the payload to every worker, set up its environment, run the pipeline stages."""
     from launcher import launch
@@ -213,7 +217,8 @@ def train(
         raise UserError(f"--workers {num_workers}: need at least 1 worker")
     the_launch = launch.plan_train(config_path, local=local, num_workers=num_workers,
                                    stages=planning.parse_stages(stages), resume=resume,
-                                   overwrite=overwrite, dry_run=dry_run)
+                                   overwrite=overwrite, dry_run=dry_run,
+                                   push_to_hub=push_to_hub)
     if dry_run:
         typer.echo(planning.render_plan(the_launch.plan))
         typer.echo(f"model: {_model_line(the_launch.config)}")
@@ -221,9 +226,11 @@ def train(
         if price:
             typer.echo(f"cost: {price}")
         _print_run_plan(the_launch, read_remote=False)
+        _print_publishing(the_launch)
         return
     console = _console()
     _print_run_plan(the_launch, read_remote=True)
+    _print_publishing(the_launch)
     with _shipping_progress(console, len(the_launch.plan.workers)) as on_event:
         job = launch.start(the_launch, on_event=on_event,
                            on_note=lambda message: console.print(message, markup=False))
@@ -248,6 +255,19 @@ def _print_run_plan(the_launch, *, read_remote: bool) -> None:
         typer.echo(line)
     for line in warnings:
         typer.echo(f"warning: {line}", err=True)
+
+
+def _print_publishing(the_launch) -> None:
+    repo = the_launch.config.hub.repo
+    if not repo or not any(s.name == "publish" for s in the_launch.plan.steps):
+        return
+    private = "private" if the_launch.config.hub.private else "public"
+    if the_launch.hub is None:
+        typer.echo(f"publish: model/ to {repo} ({private} if created) after export; the token "
+                   "is checked when the run starts")
+    else:
+        typer.echo(f"publish: model/ to {repo} ({private} if created) after export, as "
+                   f"{the_launch.hub.user} at {the_launch.hub.endpoint} (token checked)")
 
 
 def _model_line(config) -> str:

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from launcher import estimate, records, run, ship
+from launcher import estimate, hub, records, run, ship
 from launcher.environment import plan_environment
 from launcher.plan import ALL_STAGES, Plan, Stage, Worker, build_plan
 from launcher.providers import Fleet, Provider, provider_for, reopen
@@ -57,6 +57,7 @@ class Launch:
     resume: bool = False
     overwrite: bool = False
     started_from: str = ""  # user@host:config, as the run lock names the job to others
+    hub: object = None  # launcher.hub.HubAccess when the run publishes (checked; holds the token)
 
 
 @dataclass
@@ -96,7 +97,7 @@ def new_job_id(name: str) -> str:
 
 def plan_train(config_path: Path, *, local: bool, num_workers: int | None,
                stages: tuple[Stage, ...], resume: bool, overwrite: bool,
-               dry_run: bool = False) -> Launch:
+               dry_run: bool = False, push_to_hub: str | None = None) -> Launch:
     """Everything `train` will do, as data; reads files and picks ports, writes nothing. A dry
     run asks no one where the workers are (a cloud's are placeholders from its table)."""
     if resume and overwrite:
@@ -105,6 +106,10 @@ def plan_train(config_path: Path, *, local: bool, num_workers: int | None,
                         "them: pass one")
     provider = provider_for(load(config_path), local_override=local, num_workers=num_workers)
     config = provider.worker_config(load(config_path))
+    if push_to_hub:
+        from payload.config import with_hub_repo
+
+        config = with_hub_repo(config, push_to_hub)
     fleet = provider.planned_fleet() if dry_run else provider.fleet()
     estimate.refuse_unsplittable_batch(config, fleet, stages)
     cluster = config.cluster
@@ -123,10 +128,12 @@ def plan_train(config_path: Path, *, local: bool, num_workers: int | None,
         payload_digest=ship.payload_digest(wheel), environment=environment,
         hardware=fleet.hardware, stages=stages, resume=resume, overwrite=overwrite,
         stage_entry=(entry,) if entry else ("-m", "payload"), stale_after_s=peer_timeout_s(),
-        forward_env=tpu_api.forwarded_env())
+        forward_env=tpu_api.forwarded_env(), hub_env=hub.forwarded_env())
+    publishes = any(step.name == Stage.PUBLISH.value for step in the_plan.steps)
+    access = hub.check_access(config.hub.repo) if publishes and not dry_run else None
     return Launch(config=config, plan=the_plan, provider=provider, fleet=fleet, wheel=wheel,
                   wheelhouse=wheelhouse, stages=stages, resume=resume, overwrite=overwrite,
-                  started_from=started_from(config_path))
+                  started_from=started_from(config_path), hub=access)
 
 
 def started_from(config_path: Path) -> str:
@@ -196,7 +203,8 @@ def start(launch: Launch, *, on_event: Callable[[Worker, str], None] = lambda w,
             on_note(note)
         record = records.save_job(base, the_plan, dump_config(launch.config),
                                   launch.provider.reach(launch.fleet))
-        run.submit(executor, the_plan, record)
+        run.submit(executor, the_plan, record,
+                   secrets=launch.hub.secrets() if launch.hub else None)
     except BaseException:
         if locked:
             run.release_run_lock(executor, the_plan)

@@ -60,19 +60,20 @@ def check_access(repo: str) -> HubAccess:
     """Who the token is, and that it may write to the repository's owner: a one-line
     UserError otherwise (nothing has started yet)."""
     from huggingface_hub import HfApi
-    from huggingface_hub.errors import HfHubHTTPError
 
     token, where = find_token(), endpoint()
     try:
         me = HfApi(endpoint=where, token=token).whoami(token=token)
-    except HfHubHTTPError as exc:
-        status = getattr(exc.response, "status_code", None)
+    except OSError as exc:  # requests' HTTP and connection errors are OSErrors
+        response = getattr(exc, "response", None)
+        status = getattr(response, "status_code", None)
         if status == 401:
             raise UserError(f"the Hugging Face token was refused by {where} (invalid or "
                             "expired)", hint="make a new token with write access and set "
                             "HF_TOKEN or log in again") from None
-        raise UserError(f"{where} answered {status} to `whoami`: {_first_line(exc)}") from None
-    except OSError as exc:  # requests' connection errors are OSErrors
+        if status is not None:
+            raise UserError(f"{where} answered {status} to `whoami`: {_first_line(exc)}"
+                            ) from None
         raise UserError(f"cannot reach the Hugging Face Hub at {where}: {_first_line(exc)}",
                         hint=f"check the network (or {ENDPOINT_ENV})") from None
     owner = repo.split("/", 1)[0]

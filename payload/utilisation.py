@@ -41,8 +41,9 @@ class Meter:
         }
 
     def words(self, fields: dict) -> str:
-        return (f"tokens/s/{self.device} {fields['tokens_per_s_per_device']:,.0f}  "
-                f"MFU {fields['mfu']:.1%}")
+        mfu = fields["mfu"]
+        shown = f"{mfu:.1%}" if mfu >= 0.01 else f"{mfu * 100:.2g}%"  # tiny models: 0.012%
+        return f"tokens/s/{self.device} {fields['tokens_per_s_per_device']:,.0f}  MFU {shown}"
 
     def scalars(self, fields: dict) -> dict:
         return {f"train/tokens_per_s_per_{self.device}": fields["tokens_per_s_per_device"],

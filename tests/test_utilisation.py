@@ -25,6 +25,7 @@ def test_fields_are_the_arithmetic_they_claim():
     assert fields["model_flops_per_s"] == 4e13
     assert fields["mfu"] == pytest.approx(4e13 / (4 * 275e12))
     assert meter.words(fields) == "tokens/s/chip 20,480  MFU 3.6%"
+    assert meter.words(meter.fields(steps_per_s=0.01)).endswith("MFU 0.0036%")
     assert set(meter.scalars(fields)) == {"train/tokens_per_s_per_chip",
                                           "train/model_flops_per_s", "train/mfu"}
 

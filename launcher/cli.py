@@ -229,12 +229,13 @@ def train(
         _print_publishing(the_launch)
         return
     console = _console()
-    _print_run_plan(the_launch, read_remote=True)
-    _print_publishing(the_launch)
     with _shipping_progress(console, len(the_launch.plan.workers)) as on_event:
         job = launch.start(the_launch, on_event=on_event,
                            on_note=lambda message: console.print(message, markup=False))
     with job:
+        # Once, when the job has started (a refusal at start stays the only line printed).
+        _print_run_plan(the_launch, read_remote=True)
+        _print_publishing(the_launch)
         work = job.set_up
         console.print(f"workers ready ({'set up: ' + ', '.join(work) if work else 'all cached'})")
         console.print(f"job {job.plan.job_id} started on {len(job.plan.workers)} workers "

@@ -195,12 +195,11 @@ def replicas_of(hardware, num_workers: int) -> tuple[int, str]:
 
     if hardware.device is Device.TPU:
         acc = accelerators.accelerator(hardware.accelerator_type)
-        return acc.chips, (f"one per chip of the {acc.name} ({acc.chips} chips of TPU "
-                           f"{acc.generation})")
+        return acc.chips, f"one per chip: {acc.chips} chips of TPU {acc.generation}"
     trainers = len(training_workers(hardware, num_workers))
     if trainers == 1:
         return 1, "one CPU training process"
-    return trainers, f"one per CPU worker process ({trainers} processes)"
+    return trainers, f"one per CPU worker process: {trainers} processes"
 
 
 def run_plan(config, *, hardware, num_workers: int, architecture: dict | None = None,

@@ -174,7 +174,7 @@ def test_dry_run_on_cpu_workers_warns_from_the_manifest(tmp_path):
     result = _dry_run(tmp_path, raw)
     assert result.returncode == 0, result.stderr
     assert "no accelerator table entry" in result.stdout
-    assert "replicas: 3 (one per CPU worker process (3 processes))" in result.stdout
+    assert "replicas: 3 (one per CPU worker process: 3 processes)" in result.stdout
     warned = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
     assert len(warned) == 2, result.stderr
     assert "the dataset has 50 training rows but 4 steps x 30 read 120" in warned[1]

@@ -195,7 +195,8 @@ def train(
         "--workers", help="Local worker processes (with --local; default: cluster.workers or 2)."
     )] = None,
     stages: Annotated[str | None, typer.Option(
-        "--stages", help="Comma-separated subset of tokenizer,prepare,train,export.")] = None,
+        "--stages",
+        help="Comma-separated subset of tokenizer,prepare,train,export,publish.")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the newest "
                                          "checkpoint.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Redo stages whose outputs "

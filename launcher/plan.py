@@ -368,7 +368,8 @@ def render_plan(plan: Plan) -> str:
         lines.append(f"step {number}: {step.name} on workers "
                      f"{', '.join(str(w) for w in step.workers)}; then wait for all")
         for c in step.commands:
-            handed = f"   [+ {', '.join(c.secrets)}: in memory, from the launcher]" if c.secrets else ""
+            handed = (f"   [+ {', '.join(c.secrets)}: in memory, from the launcher]"
+                      if c.secrets else "")
             lines.append(f"  {worker_label(c.worker)}$ {c.shell_line()}{handed}")
         for c in step.services:
             lines.append(f"  {worker_label(c.worker)} (while it runs)$ {c.shell_line()}")

@@ -68,7 +68,8 @@ def run_publish(config) -> None:
     api = HfApi(endpoint=endpoint, token=token)
     local, names = _local_copy(model_dir)
     try:
-        operations = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=os.path.join(local, name))
+        operations = [CommitOperationAdd(path_in_repo=name,
+                                         path_or_fileobj=os.path.join(local, name))
                       for name in names if name != CARD]
         operations.append(CommitOperationAdd(path_in_repo=CARD, path_or_fileobj=card.encode()))
         try:

@@ -1,7 +1,7 @@
 """Throughput and model FLOPs utilisation (MFU) of a training run, against the device's peak.
 
     meter = meter_for(config, hf_config, strategy, hardware)   # a CPU run measures its peak now
-    meter.fields(steps_per_s)    # {"tokens_per_s_per_device": ..., "model_flops_per_s": ..., "mfu": ...}
+    meter.fields(steps_per_s)    # {"tokens_per_s_per_device", "model_flops_per_s", "mfu"}
     meter.words(fields)          # "tokens/s/chip 41,000  MFU 38.5%"
     meter.scalars(fields)        # TensorBoard tags and values
     meter.header()               # what the figures are measured against, for metrics.json

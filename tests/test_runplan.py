@@ -169,7 +169,8 @@ def test_dry_run_on_cpu_workers_warns_from_the_manifest(tmp_path):
         splits={"train": records.SplitSummary(records=50), "validation": records.SplitSummary()})
     (out / "data" / "manifest.json").write_text(manifest.to_json())
     raw = _raw(cluster={"provider": "local", "workers": 3}, output_dir=str(out),
-               data={"corpus": str(tmp_path / "c.txt"), "seq_len": 128}, train={"steps": 4, "batch_size": 30})
+               data={"corpus": str(tmp_path / "c.txt"), "seq_len": 128},
+               train={"steps": 4, "batch_size": 30})
     (tmp_path / "c.txt").write_text("some text\n")
     result = _dry_run(tmp_path, raw)
     assert result.returncode == 0, result.stderr

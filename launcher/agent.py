@@ -298,6 +298,20 @@ def run(plan_path: str) -> int:
                 lock.release()
             except Exception as exc:  # it stops beating: it goes stale, then is taken over
                 print(f"tpuctl: could not release the run lock: {exc}", flush=True)
+        if plan.get("delete_when_done"):
+            _delete_own_tpu(plan)
+
+
+def _delete_own_tpu(plan: dict) -> None:
+    """`train --down`: the job ended (done, failed, stopped or at a limit), so worker 0 deletes
+    its TPU itself, whether or not a launcher is still watching."""
+    from payload import tpu_api
+
+    try:
+        print(f"== tpuctl: {tpu_api.delete_own_node(**plan['delete_when_done'])} ==", flush=True)
+    except Exception as exc:  # the launcher's `down` (or the user's) is the fallback
+        print(f"== tpuctl: could not delete the TPU: {exc}; run `tpuctl down` ==", flush=True)
+    _copy_log(plan["log"], plan["log_copy"])
 
 
 def _walk(plan: dict, job_dir: Path, lock: RunLock | None) -> int:

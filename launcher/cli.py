@@ -201,10 +201,21 @@ def train(
                                          "checkpoint.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Redo stages whose outputs "
                                             "exist.")] = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; touch "
-                                          "nothing.")] = False,
+    dry_run: DryRunOpt = False,
     detach: Annotated[bool, typer.Option("--detach", help="Start the job and return "
                                          "without streaming its logs.")] = False,
+    down: Annotated[bool, typer.Option("--down", help="Delete the TPU when the job ends, fails "
+                                       "or hits a limit, even with the launcher gone.")] = False,
+    auto_resume: Annotated[int, typer.Option(
+        "--auto-resume", help="Recover from up to this many preemptions (recreate, ship, "
+        "resume).", min=0)] = 0,
+    download: Annotated[Path | None, typer.Option(
+        "--download", help="Copy model/ into this local folder when the job has finished.")
+    ] = None,
+    max_hours: Annotated[float | None, typer.Option(
+        "--max-hours", help="Stop (checkpoint, export) after this many billed hours.")] = None,
+    max_cost: Annotated[float | None, typer.Option(
+        "--max-cost", help="Stop (checkpoint, export) at this cost in USD (gcp).")] = None,
     push_to_hub: Annotated[str | None, typer.Option(
         "--push-to-hub", metavar="OWNER/NAME", help="After export, publish model/ with a model "
         "card to this Hugging Face repository (sets hub.repo; token: HF_TOKEN or hf auth "
@@ -216,35 +227,54 @@ def train(
 
     if num_workers is not None and num_workers < 1:
         raise UserError(f"--workers {num_workers}: need at least 1 worker")
-    the_launch = launch.plan_train(config_path, local=local, num_workers=num_workers,
-                                   stages=planning.parse_stages(stages), resume=resume,
-                                   overwrite=overwrite, dry_run=dry_run,
-                                   push_to_hub=push_to_hub)
+    if download is not None:
+        _check_download_target(download)
+    options = launch.TrainOptions(
+        local=local, num_workers=num_workers, stages=planning.parse_stages(stages),
+        resume=resume, overwrite=overwrite, dry_run=dry_run, down=down,
+        auto_resume=auto_resume, max_hours=max_hours, max_cost=max_cost,
+        push_to_hub=push_to_hub)
+    the_launch = launch.plan_train(config_path, options)
     if dry_run:
         typer.echo(planning.render_plan(the_launch.plan))
         typer.echo(f"model: {_model_line(the_launch.config)}")
         price = the_launch.provider.price()
         if price:
             typer.echo(f"cost: {price}")
+        if down:
+            typer.echo("when the job ends: worker 0 deletes the TPU (--down)")
         _print_run_plan(the_launch, read_remote=False)
         _print_publishing(the_launch)
         return
     console = _console()
-    with _shipping_progress(console, len(the_launch.plan.workers)) as on_event:
-        job = launch.start(the_launch, on_event=on_event,
-                           on_note=lambda message: console.print(message, markup=False))
-    with job:
-        # Once, when the job has started (a refusal at start stays the only line printed).
-        _print_run_plan(the_launch, read_remote=True)
-        _print_publishing(the_launch)
+
+    def note(message: str) -> None:
+        console.print(message, markup=False)
+
+    def started(job) -> None:
         work = job.set_up
         console.print(f"workers ready ({'set up: ' + ', '.join(work) if work else 'all cached'})")
         console.print(f"job {job.plan.job_id} started on {len(job.plan.workers)} workers "
                       f"(stages: {', '.join(s.name for s in job.plan.steps)})", markup=False)
-        if detach:
-            console.print(f"follow it with `tpuctl logs -c {config_path}`", markup=False)
-            return
-        outcome = launch.follow(job, _line_printer(console, len(job.plan.workers)))
+
+    with _shipping_progress(console, len(the_launch.plan.workers)) as on_event:
+        job = launch.start(the_launch, on_event=on_event, on_note=note)
+    started(job)
+    # Once, when the job has started (a refusal at start stays the only line printed).
+    _print_run_plan(the_launch, read_remote=True)
+    _print_publishing(the_launch)
+    if detach:
+        job.close()
+        console.print(f"follow it with `tpuctl logs -c {config_path}`", markup=False)
+        return
+    job, outcome = launch.follow_to_end(
+        the_launch, job, sink=_line_printer(console, len(job.plan.workers)), on_note=note,
+        on_started=started)
+    job.close()
+    if down and not outcome.detached:
+        job.provider.down(on_event=note)
+    if download is not None and outcome.ok and not outcome.detached:
+        note(launch.download_model(job.plan.output_dir, download))
     _report(outcome, job, config_path)
 
 
@@ -270,6 +300,14 @@ def _print_publishing(the_launch) -> None:
     else:
         typer.echo(f"publish: model/ to {repo} ({private} if created) after export, as "
                    f"{the_launch.hub.user} at {the_launch.hub.endpoint} (token checked)")
+
+
+def _check_download_target(target: Path) -> None:
+    from launcher.launch import download_target_problem
+
+    problem = download_target_problem(target)
+    if problem:
+        raise UserError(problem, hint="choose another --download folder")
 
 
 def _model_line(config) -> str:
@@ -349,10 +387,14 @@ def status(config_path: ConfigOpt = DEFAULT_CONFIG, job: JobOpt = None) -> None:
 
     from launcher import launch
     from launcher.records import NoJob
+    from payload import budget
 
     console = _console()
     for line in launch.cluster_provider(config_path).describe():
         console.print(line, markup=False)
+    limits = budget.describe(launch.load(config_path))
+    if limits:
+        console.print(limits, markup=False)
     try:
         opened = launch.open_job(config_path, job)
     except NoJob as exc:

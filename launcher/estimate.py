@@ -44,7 +44,7 @@ def describe(launch, *, read_remote: bool) -> tuple[list[str], list[str]]:
         plan = runplan.run_plan(config, hardware=fleet.hardware, num_workers=len(fleet.workers))
     except UserError as exc:  # e.g. an init_from folder on gs:// a dry run does not read
         return [f"run plan: not worked out here ({exc})"], []
-    if Stage.TRAIN not in launch.stages:
+    if Stage.TRAIN not in launch.options.stages:
         return runplan.render(plan), []
     rows = dataset_rows(config, read_remote=read_remote)
     return runplan.render(plan), runplan.warnings(plan, dataset_rows=rows)

@@ -70,7 +70,7 @@ def start_command(paths: JobPaths, python: str, *, secrets: bool = False) -> str
                   f"{_q(inner)} >> {_q(paths.log)} 2>&1")
     return (
         f"rm -f {_q(paths.pid)} {_q(paths.rc)} && "
-        f"{{ {detach}; }} && "
+        f"{{ {detach}; }} && {'unset ' + SECRETS_ENV + '; ' if secrets else ''}"
         f"i=0; while [ ! -s {_q(paths.pid)} ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; "
         f"cut -d' ' -f1 {_q(paths.pid)}"
     )

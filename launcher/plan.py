@@ -105,6 +105,17 @@ class JobPaths:
 
 
 @dataclass(frozen=True, kw_only=True)
+class NodeToDelete:
+    """The TPU worker 0 deletes when the job ends (`train --down`), checked by its unique id."""
+
+    project: str
+    zone: str
+    name: str
+    uid: str
+    api_endpoint: str | None = None  # the TPU API stand-in the launcher used (tests), or Google
+
+
+@dataclass(frozen=True, kw_only=True)
 class Plan:
     job_id: str
     name: str
@@ -122,6 +133,7 @@ class Plan:
     # Workers beat a counter in barrier_dir this often; one silent for stale_after_s is dead.
     heartbeat_s: float = 5.0
     stale_after_s: float = 120.0
+    delete_when_done: NodeToDelete | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -152,6 +164,8 @@ class Plan:
             "output_dir": self.output_dir,
             # Worker 0 keeps the run lock (launcher.runlock) beating and lets it go at the end.
             "holds_run_lock": worker == 0,
+            "delete_when_done": (dataclasses.asdict(self.delete_when_done)
+                                 if worker == 0 and self.delete_when_done else None),
             "coordination_port": self.coordination_port(worker),
             "log": self.paths[worker].log,
             "log_copy": self.log_copies[worker],
@@ -265,6 +279,7 @@ def build_plan(
     stale_after_s: float = 120.0,
     forward_env: tuple[tuple[str, str], ...] = (),
     hub_env: tuple[tuple[str, str], ...] = (),
+    delete_when_done: NodeToDelete | None = None,
 ) -> Plan:
     """The whole job as data. `stage_entry` is how the interpreter starts a stage;
     `forward_env` is what every stage gets from the launcher's environment, `hub_env` what the
@@ -344,6 +359,7 @@ def build_plan(
         log_copies=tuple(storage.join(config.output_dir, "logs", f"{w.label}.log")
                          for w in workers),
         heartbeat_s=min(5.0, stale_after_s / 4), stale_after_s=stale_after_s,
+        delete_when_done=delete_when_done,
     )
 
 

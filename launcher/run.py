@@ -196,6 +196,7 @@ class Outcome:
     failed_worker: int | None = None
     reason: str = ""
     tail: list[str] = field(default_factory=list)
+    lost_fleet: bool = False  # the provider says the machines were taken away (preempted)
 
 
 @dataclass
@@ -291,13 +292,18 @@ def watch(executor, plan: Plan, book: LogBook, sink: Callable[[int, str], None],
                 if reason:
                     halt.set()
                     stop(executor, plan)
-                    return Outcome(ok=False, reason=reason)
+                    return Outcome(ok=False, reason=reason, lost_fleet=True)
             time.sleep(0.1)
     except KeyboardInterrupt:
         halt.set()
         return Outcome(ok=False, detached=True)
     if failure is not None:
         halt.set()
+        # A worker that fails or stops answering may be a machine taken away: ask first.
+        lost = trouble() if follow else None
+        if lost:
+            stop(executor, plan)
+            return Outcome(ok=False, reason=lost, lost_fleet=True)
         stop(executor, plan)
         for t in threads:
             t.join(timeout=5)

@@ -89,3 +89,24 @@ class Budget:
             if spent >= self.max_cost:
                 return f"train.max_cost ${self.max_cost:,.2f} reached (${spent:,.2f} so far)"
         return None
+
+
+def describe(config) -> str | None:
+    """What will stop the run, and how far it is: for `tpuctl status` (None: no limit set)."""
+    limits = Budget.for_run(config)
+    if limits is None:
+        return None
+    try:
+        nodes = _read(config.output_dir)
+    except Exception:  # output_dir unreachable from here: show the limits alone
+        nodes = []
+    hours = billed_hours(nodes, time.time()) if nodes else None
+    parts = []
+    if limits.max_hours is not None:
+        so_far = f" ({hours:.2f} h billed so far)" if hours is not None else ""
+        parts.append(f"train.max_hours {limits.max_hours:g}{so_far}")
+    if limits.max_cost is not None:
+        spent = (f" (${hours * limits.usd_per_hour:,.2f} so far)"
+                 if hours is not None and limits.usd_per_hour else "")
+        parts.append(f"train.max_cost ${limits.max_cost:,.2f}{spent}")
+    return "stops at " + " or ".join(parts) + ": checkpoint, export, then stop"

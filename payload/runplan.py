@@ -64,6 +64,7 @@ class RunPlan:
     total_flops: float
     flops_formula: str
     bf16: bool
+    continues: bool  # model.init_from: continued pretraining starts from trained weights
     # What the batch is split over: TensorFlow replicas, and what they are in words.
     replicas: int
     replicas_are: str
@@ -226,7 +227,8 @@ def run_plan(config, *, hardware, num_workers: int, architecture: dict | None = 
         batch_size=train.batch_size, seq_len=config.data.seq_len,
         tokens_per_step=tokens_per_step, total_tokens=tokens_per_step * train.steps,
         flops_per_step=flops_per_step, total_flops=flops_per_step * train.steps,
-        flops_formula=per_row.formula, bf16=train.bf16, replicas=replicas,
+        flops_formula=per_row.formula, bf16=train.bf16,
+        continues=bool(config.model.init_from), replicas=replicas,
         replicas_are=replicas_are, utilisation=utilisation,
     )
     if hardware.device is not Device.TPU:
@@ -278,7 +280,7 @@ def warnings(plan: RunPlan, *, dataset_rows: int | None = None) -> list[str]:
     dataset (the manifest's training records, when prepare has run) than the run reads."""
     lines = []
     floor = MIN_TOKENS_PER_PARAMETER * plan.parameters
-    if plan.total_tokens < floor:
+    if plan.total_tokens < floor and not plan.continues:  # from trained weights, few may do
         lines.append(
             f"{_count(plan.total_tokens)} training tokens are fewer than "
             f"{MIN_TOKENS_PER_PARAMETER}x the {_count(plan.parameters)} parameters "

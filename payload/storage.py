@@ -67,6 +67,16 @@ def _gcs():
     return _client
 
 
+EMULATOR_ENV = "STORAGE_EMULATOR_HOST"  # google-cloud-storage's own setting for a stand-in
+
+
+def forwarded_env() -> tuple[tuple[str, str], ...]:
+    """What the launcher passes on to every stage so workers use the same Cloud Storage (a
+    stand-in the launcher was pointed at, in tests)."""
+    host = os.environ.get(EMULATOR_ENV)
+    return ((EMULATOR_ENV, host),) if host else ()
+
+
 def client(project: str | None = None):
     """The Cloud Storage client this module uses (for callers that manage buckets)."""
     del project  # one client serves every project the credentials may use

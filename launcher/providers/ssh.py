@@ -109,6 +109,17 @@ class SshProvider:
     def stage_inputs(self, config, on_event: Callable[[str], None]):
         return config
 
+    def node_to_delete(self, on_event: Callable[[str], None]):
+        raise UserError("--down deletes a cloud TPU when the job ends; a ssh cluster has "
+                        "none", hint="leave --down out")
+
+    def record_billing(self, output_dir: str) -> None:
+        return None
+
+    def recover(self, on_event: Callable[[str], None]) -> None:
+        raise UserError("ssh workers cannot be replaced by tpuctl",
+                        hint="--auto-resume recovers preempted cloud TPUs")
+
     def reach(self, fleet: Fleet) -> dict:
         return {"provider": NAME, "user": self.settings.user,
                 "known_hosts": self.settings.known_hosts,

@@ -31,6 +31,9 @@ ABORT_MARK = "abort"
 DONE = "done"
 # The stage a worker reports when it stopped because another worker failed.
 ABORTED = "aborted"
+# Secrets handed over at start on standard input (launcher.jobs.start_command), kept in this
+# process's memory only: each goes into the environment of the commands that name it.
+_secrets: dict[str, str] = {}
 
 
 def worker_label(index: int) -> str:
@@ -257,8 +260,9 @@ def _run_step(step: dict, plan: dict, job_dir: Path, peers: Peers, check_s: floa
     if command is not None:
         print(f"== tpuctl: {name} on {worker_label(me)} ==", flush=True)
         started = time.monotonic()
-        rc, reason = _run_stage(command["argv"], {**os.environ, **command["env"]}, peers,
-                                name, check_s, service)
+        env = {**os.environ, **command["env"],
+               **{k: _secrets[k] for k in command.get("secrets", ()) if _secrets.get(k)}}
+        rc, reason = _run_stage(command["argv"], env, peers, name, check_s, service)
         if reason:
             return _abort(job_dir, plan, name, reason)
         _mark(barrier_dir, name, me, rc)
@@ -281,6 +285,8 @@ def _terminated(signum, frame):
 
 def run(plan_path: str) -> int:
     plan = json.loads(Path(plan_path).read_text())
+    if plan.get("secrets_on_stdin"):
+        _secrets.update(json.loads(sys.stdin.readline() or "{}"))
     # `tpuctl stop` sends SIGTERM to the whole group: end through `finally`, lock released.
     signal.signal(signal.SIGTERM, _terminated)
     lock = RunLock(plan["output_dir"], plan["job_id"]) if plan.get("holds_run_lock") else None

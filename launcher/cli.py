@@ -195,7 +195,8 @@ def train(
         "--workers", help="Local worker processes (with --local; default: cluster.workers or 2)."
     )] = None,
     stages: Annotated[str | None, typer.Option(
-        "--stages", help="Comma-separated subset of tokenizer,prepare,train,export.")] = None,
+        "--stages",
+        help="Comma-separated subset of tokenizer,prepare,train,export,publish.")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the newest "
                                          "checkpoint.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Redo stages whose outputs "
@@ -215,6 +216,10 @@ def train(
         "--max-hours", help="Stop (checkpoint, export) after this many billed hours.")] = None,
     max_cost: Annotated[float | None, typer.Option(
         "--max-cost", help="Stop (checkpoint, export) at this cost in USD (gcp).")] = None,
+    push_to_hub: Annotated[str | None, typer.Option(
+        "--push-to-hub", metavar="OWNER/NAME", help="After export, publish model/ with a model "
+        "card to this Hugging Face repository (sets hub.repo; token: HF_TOKEN or hf auth "
+        "login).")] = None,
 ) -> None:
     """Ship the payload to every worker, set up its environment, run the pipeline stages."""
     from launcher import launch
@@ -227,7 +232,8 @@ def train(
     options = launch.TrainOptions(
         local=local, num_workers=num_workers, stages=planning.parse_stages(stages),
         resume=resume, overwrite=overwrite, dry_run=dry_run, down=down,
-        auto_resume=auto_resume, max_hours=max_hours, max_cost=max_cost)
+        auto_resume=auto_resume, max_hours=max_hours, max_cost=max_cost,
+        push_to_hub=push_to_hub)
     the_launch = launch.plan_train(config_path, options)
     if dry_run:
         typer.echo(planning.render_plan(the_launch.plan))
@@ -237,6 +243,8 @@ def train(
             typer.echo(f"cost: {price}")
         if down:
             typer.echo("when the job ends: worker 0 deletes the TPU (--down)")
+        _print_run_plan(the_launch, read_remote=False)
+        _print_publishing(the_launch)
         return
     console = _console()
 
@@ -252,6 +260,9 @@ def train(
     with _shipping_progress(console, len(the_launch.plan.workers)) as on_event:
         job = launch.start(the_launch, on_event=on_event, on_note=note)
     started(job)
+    # Once, when the job has started (a refusal at start stays the only line printed).
+    _print_run_plan(the_launch, read_remote=True)
+    _print_publishing(the_launch)
     if detach:
         job.close()
         console.print(f"follow it with `tpuctl logs -c {config_path}`", markup=False)
@@ -265,6 +276,30 @@ def train(
     if download is not None and outcome.ok and not outcome.detached:
         note(launch.download_model(job.plan.output_dir, download))
     _report(outcome, job, config_path)
+
+
+def _print_run_plan(the_launch, *, read_remote: bool) -> None:
+    """The run's figures (parameters, tokens, FLOPs, time, cost) and any mis-sizing warning."""
+    from launcher.estimate import describe
+
+    lines, warnings = describe(the_launch, read_remote=read_remote)
+    for line in lines:
+        typer.echo(line)
+    for line in warnings:
+        typer.echo(f"warning: {line}", err=True)
+
+
+def _print_publishing(the_launch) -> None:
+    repo = the_launch.config.hub.repo
+    if not repo or not any(s.name == "publish" for s in the_launch.plan.steps):
+        return
+    private = "private" if the_launch.config.hub.private else "public"
+    if the_launch.hub is None:
+        typer.echo(f"publish: model/ to {repo} ({private} if created) after export; the token "
+                   "is checked when the run starts")
+    else:
+        typer.echo(f"publish: model/ to {repo} ({private} if created) after export, as "
+                   f"{the_launch.hub.user} at {the_launch.hub.endpoint} (token checked)")
 
 
 def _check_download_target(target: Path) -> None:

@@ -77,11 +77,15 @@ class LocalExecutor:
     def __init__(self, workers: tuple[Worker, ...]):
         self._workers = workers
 
-    def run(self, worker: Worker, command: str, *, timeout_s: float | None = 120.0) -> Result:
+    def run(self, worker: Worker, command: str, *, timeout_s: float | None = 120.0,
+            secret_env: dict[str, str] | None = None) -> Result:
+        """`secret_env`: variables for the command's shell only, through its environment (never
+        its arguments, which every user can read)."""
         Path(worker.base_dir or ".").mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **secret_env} if secret_env else None
         proc = subprocess.run(["sh", "-c", command], cwd=worker.base_dir, capture_output=True,
                               text=True, errors="replace", timeout=timeout_s,
-                              stdin=subprocess.DEVNULL)
+                              stdin=subprocess.DEVNULL, env=env)
         return Result(proc.returncode, proc.stdout, proc.stderr)
 
     def put(self, worker: Worker, local: str, remote: str) -> None:
@@ -183,10 +187,14 @@ def _ssh_config_word(value: str) -> str:
     return f'"{escaped}"'
 
 
-def _script_for_stdin(command: str) -> str:
+def _script_for_stdin(command: str, secret_env: dict[str, str] | None = None) -> str:
     """What `sh -s` reads: the command as a subshell whose own stdin is /dev/null, so nothing
-    in it can read the rest of the script (and it sees no stdin, as on local workers)."""
-    return f"(\n{command}\n) </dev/null\n"
+    in it can read the rest of the script (and it sees no stdin, as on local workers).
+    `secret_env` becomes exported shell variables of that shell: they travel inside the
+    encrypted channel and live in the shell's memory, in no argument and no file."""
+    exports = "".join(f"{name}={shlex.quote(value)}; export {name}\n"
+                      for name, value in (secret_env or {}).items())
+    return f"{exports}(\n{command}\n) </dev/null\n"
 
 
 def _drain(read, sink: list) -> None:
@@ -278,7 +286,8 @@ class SshExecutor:
                 conn.close()
 
     @staticmethod
-    def _exec(conn, command: str, timeout_s: float | None) -> Result:
+    def _exec(conn, command: str, timeout_s: float | None,
+              secret_env: dict[str, str] | None = None) -> Result:
         """`sh -s` with the command on its standard input: the login shell only ever parses
         `sh -s`, whatever it is (csh and tcsh reject newlines inside quotes)."""
         transport = conn.client.get_transport()
@@ -294,7 +303,7 @@ class SshExecutor:
             channel.exec_command("sh -s")
             for reader in readers:
                 reader.start()
-            channel.sendall(_script_for_stdin(command).encode())
+            channel.sendall(_script_for_stdin(command, secret_env).encode())
             channel.shutdown_write()
             deadline = None if timeout_s is None else time.monotonic() + timeout_s
             for reader in readers:
@@ -309,9 +318,11 @@ class SshExecutor:
         finally:
             channel.close()
 
-    def run(self, worker: Worker, command: str, *, timeout_s: float | None = 120.0) -> Result:
-        return self._with_connection(worker, lambda conn: self._exec(conn, command, timeout_s),
-                                     "running a command")
+    def run(self, worker: Worker, command: str, *, timeout_s: float | None = 120.0,
+            secret_env: dict[str, str] | None = None) -> Result:
+        return self._with_connection(
+            worker, lambda conn: self._exec(conn, command, timeout_s, secret_env),
+            "running a command")
 
     def put(self, worker: Worker, local: str, remote: str) -> None:
         def action(conn):

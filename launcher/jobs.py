@@ -48,16 +48,29 @@ def _q(path: str) -> str:
     return shlex.quote(path)
 
 
-def start_command(paths: JobPaths, python: str) -> str:
-    """Start the agent detached; prints its process group id once it is recorded."""
+# The starting shell's variable holding the job's secrets (JSON) when it has any: set by the
+# executor (`run(..., secret_env=...)`: in the local process's environment, or as a shell
+# assignment inside the script SSH sends on its encrypted channel), never in an argument or a
+# file. The shell hands the value to the agent on a pipe and starts it without the variable.
+SECRETS_ENV = "TPUCTL_SECRETS"
+
+
+def start_command(paths: JobPaths, python: str, *, secrets: bool = False) -> str:
+    """Start the agent detached; prints its process group id once it is recorded. With
+    `secrets`, the agent's standard input is a pipe carrying $TPUCTL_SECRETS (printf is a shell
+    builtin: the value is in no process's arguments), and the agent's environment lacks it."""
     agent = shlex.join(["env", f"PYTHONPATH={paths.payload_dir}", "PYTHONUNBUFFERED=1", python,
                         "-m", "launcher.agent", paths.agent_plan])
     rc_tmp = paths.rc + ".tmp"
     inner = (f"{record_group(paths.pid, paths.job_dir)}; {agent}; "
              f"echo $? > {_q(rc_tmp)} && mv {_q(rc_tmp)} {_q(paths.rc)}")
+    detach = f"nohup setsid -f sh -c {_q(inner)} < /dev/null >> {_q(paths.log)} 2>&1"
+    if secrets:
+        detach = (f'printf "%s\\n" "${SECRETS_ENV}" | env -u {SECRETS_ENV} nohup setsid -f sh -c '
+                  f"{_q(inner)} >> {_q(paths.log)} 2>&1")
     return (
         f"rm -f {_q(paths.pid)} {_q(paths.rc)} && "
-        f"{{ nohup setsid -f sh -c {_q(inner)} < /dev/null >> {_q(paths.log)} 2>&1; }} && "
+        f"{{ {detach}; }} && {'unset ' + SECRETS_ENV + '; ' if secrets else ''}"
         f"i=0; while [ ! -s {_q(paths.pid)} ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; "
         f"cut -d' ' -f1 {_q(paths.pid)}"
     )

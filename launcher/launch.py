@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from launcher import records, run, ship
+from launcher import estimate, hub, records, run, ship
 from launcher.environment import plan_environment
 from launcher.plan import ALL_STAGES, Plan, Stage, Worker, build_plan
 from launcher.providers import Fleet, Provider, provider_for, reopen
@@ -56,6 +56,7 @@ class TrainOptions:
     auto_resume: int = 0  # preemptions to recover from
     max_hours: float | None = None  # override train.max_hours
     max_cost: float | None = None  # override train.max_cost
+    push_to_hub: str | None = None  # override hub.repo: publish model/ there after export
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,6 +72,7 @@ class Launch:
     options: TrainOptions = TrainOptions()
     config_path: Path = Path("tpuctl.yaml")
     started_from: str = ""  # user@host:config, as the run lock names the job to others
+    hub: object = None  # launcher.hub.HubAccess when the run publishes (checked; holds the token)
 
 
 @dataclass
@@ -135,7 +137,12 @@ def plan_train(config_path: Path, options: TrainOptions) -> Launch:
     provider = provider_for(load(config_path), local_override=options.local,
                             num_workers=options.num_workers)
     config = _with_limits(provider.worker_config(load(config_path)), options)
+    if options.push_to_hub:
+        from payload.config import with_hub_repo
+
+        config = with_hub_repo(config, options.push_to_hub)
     fleet = provider.planned_fleet() if options.dry_run else provider.fleet()
+    estimate.refuse_unsplittable_batch(config, fleet, options.stages)
     cluster = config.cluster
     python = cluster.python or (fleet.python if not cluster.wheelhouse else None)
     wheelhouse = ((cluster.wheelhouse, ship.wheelhouse_digest(cluster.wheelhouse))
@@ -153,10 +160,13 @@ def plan_train(config_path: Path, options: TrainOptions) -> Launch:
         hardware=fleet.hardware, stages=options.stages, resume=options.resume,
         overwrite=options.overwrite, stage_entry=(entry,) if entry else ("-m", "payload"),
         stale_after_s=peer_timeout_s(),
-        forward_env=tpu_api.forwarded_env() + storage.forwarded_env())
+        forward_env=tpu_api.forwarded_env() + storage.forwarded_env(),
+        hub_env=hub.forwarded_env())
+    publishes = any(step.name == Stage.PUBLISH.value for step in the_plan.steps)
+    access = hub.check_access(config.hub.repo) if publishes and not options.dry_run else None
     return Launch(config=config, plan=the_plan, provider=provider, fleet=fleet, wheel=wheel,
                   wheelhouse=wheelhouse, options=options, config_path=config_path,
-                  started_from=started_from(config_path))
+                  started_from=started_from(config_path), hub=access)
 
 
 def started_from(config_path: Path) -> str:
@@ -233,7 +243,8 @@ def start(launch: Launch, *, on_event: Callable[[Worker, str], None] = lambda w,
         record = records.save_job(base, the_plan, dump_config(launch.config),
                                   launch.provider.reach(launch.fleet))
         launch.provider.record_billing(the_plan.output_dir)
-        run.submit(executor, the_plan, record)
+        run.submit(executor, the_plan, record,
+                   secrets=launch.hub.secrets() if launch.hub else None)
     except BaseException:
         if locked:
             run.release_run_lock(executor, the_plan)

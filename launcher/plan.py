@@ -36,6 +36,7 @@ STAGE_ENV = (
     ("TF_USE_LEGACY_KERAS", "1"),
 )
 TPU_DEVICES = ("/dev/accel*", "/dev/vfio/*")
+HUB_TOKEN_ENV = "HF_TOKEN"  # how huggingface_hub reads a token; the publish stage's only secret
 LIBTPU_LOCKFILE = "/tmp/libtpu_lockfile"
 
 
@@ -59,6 +60,9 @@ class Command:
     worker: int
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...] = ()
+    # Names of secrets (HF_TOKEN) the worker's agent adds to this command's environment from
+    # what it was handed in memory at start (launcher.jobs); never their values.
+    secrets: tuple[str, ...] = ()
 
     def shell_line(self) -> str:
         """One shell line: `env K=V ... argv`, every word quoted."""
@@ -146,6 +150,11 @@ class Plan:
             return None
         return self.workers[worker].coordination_port
 
+    def secret_names(self, worker: int) -> tuple[str, ...]:
+        """The secrets this worker's commands need, by name."""
+        return tuple(sorted({name for step in self.steps for c in step.commands
+                             if c.worker == worker for name in c.secrets}))
+
     def agent_plan(self, worker: int) -> dict:
         """What the agent on one worker needs: its commands per step, who to wait for."""
         return {
@@ -161,6 +170,8 @@ class Plan:
             "log": self.paths[worker].log,
             "log_copy": self.log_copies[worker],
             "all_workers": [w.index for w in self.workers],
+            # The agent reads its secrets from its standard input at start (launcher.jobs).
+            "secrets_on_stdin": bool(self.secret_names(worker)),
             "heartbeat_s": self.heartbeat_s,
             "stale_after_s": self.stale_after_s,
             "steps": [
@@ -176,7 +187,12 @@ class Plan:
 
 
 def _spec(command: Command | None) -> dict | None:
-    return None if command is None else {"argv": list(command.argv), "env": dict(command.env)}
+    if command is None:
+        return None
+    spec = {"argv": list(command.argv), "env": dict(command.env)}
+    if command.secrets:
+        spec["secrets"] = list(command.secrets)
+    return spec
 
 
 def parse_stages(text: str | None) -> tuple[Stage, ...]:
@@ -262,10 +278,12 @@ def build_plan(
     stage_entry: tuple[str, ...] = ("-m", "payload"),
     stale_after_s: float = 120.0,
     forward_env: tuple[tuple[str, str], ...] = (),
+    hub_env: tuple[tuple[str, str], ...] = (),
     delete_when_done: NodeToDelete | None = None,
 ) -> Plan:
     """The whole job as data. `stage_entry` is how the interpreter starts a stage;
-    `forward_env` is what every stage gets from the launcher's environment."""
+    `forward_env` is what every stage gets from the launcher's environment, `hub_env` what the
+    publish stage gets (HF_ENDPOINT; the token goes as a secret, by name)."""
     if not workers:
         raise UserError("no workers to run on", hint="use --workers 1 or more")
     if [w.index for w in workers] != list(range(len(workers))):
@@ -320,6 +338,13 @@ def build_plan(
         steps.append(Step(name=Stage.TRAIN.value, commands=tuple(commands), services=services))
     if Stage.EXPORT in wanted:
         steps.append(Step(name=Stage.EXPORT.value, commands=(stage(Stage.EXPORT, 0, None),)))
+    if Stage.PUBLISH in wanted and config.hub.repo:
+        publish = stage(Stage.PUBLISH, 0, None, hub_env)
+        steps.append(Step(name=Stage.PUBLISH.value, commands=(
+            dataclasses.replace(publish, secrets=(HUB_TOKEN_ENV,)),)))
+    elif Stage.PUBLISH in wanted and stages == (Stage.PUBLISH,):
+        raise UserError("--stages publish: there is no Hub repository to publish to",
+                        hint="pass --push-to-hub OWNER/NAME or set hub.repo")
     if not steps:
         raise UserError("nothing to run: the tokenizer stage is skipped when tokenizer.path or "
                         "model.init_from brings the tokenizer", hint="choose other --stages")
@@ -359,7 +384,9 @@ def render_plan(plan: Plan) -> str:
         lines.append(f"step {number}: {step.name} on workers "
                      f"{', '.join(str(w) for w in step.workers)}; then wait for all")
         for c in step.commands:
-            lines.append(f"  {worker_label(c.worker)}$ {c.shell_line()}")
+            handed = (f"   [+ {', '.join(c.secrets)}: in memory, from the launcher]"
+                      if c.secrets else "")
+            lines.append(f"  {worker_label(c.worker)}$ {c.shell_line()}{handed}")
         for c in step.services:
             lines.append(f"  {worker_label(c.worker)} (while it runs)$ {c.shell_line()}")
     return "\n".join(lines)

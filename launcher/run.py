@@ -115,18 +115,28 @@ def _last_json(text: str) -> dict:
     return {}
 
 
-def submit(executor, plan: Plan, record: JobRecord) -> list[int]:
-    """Copy the job's files to every worker and start the agent; the process group ids."""
+def submit(executor, plan: Plan, record: JobRecord,
+           secrets: dict[str, str] | None = None) -> list[int]:
+    """Copy the job's files to every worker and start the agent; the process group ids.
+    `secrets` (name -> value) reach only the agents of workers whose commands name them, in
+    memory (launcher.jobs.start_command); they are in no file, argument or record."""
 
     def start(worker: Worker) -> int:
         paths = plan.paths[worker.index]
+        names = plan.secret_names(worker.index)
+        handed = {name: (secrets or {}).get(name, "") for name in names}
         made = executor.run(worker, f"mkdir -p {shlex.quote(paths.job_dir)}")
         if not made.ok:
             raise UserError(f"{worker.label}: cannot make the job folder {paths.job_dir}: "
                             f"{one_line(made.stderr or made.stdout)[-200:]}")
         executor.put(worker, str(record.config_file), paths.config)
         executor.put(worker, str(record.agent_file(worker.index)), paths.agent_plan)
-        res = executor.run(worker, jobs.start_command(paths, plan.environment.python))
+        command = jobs.start_command(paths, plan.environment.python, secrets=bool(names))
+        if names:
+            res = executor.run(worker, command,
+                               secret_env={jobs.SECRETS_ENV: json.dumps(handed)})
+        else:
+            res = executor.run(worker, command)
         pid = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else ""
         if not res.ok or not pid.isdigit():
             raise UserError(f"{worker.label}: the job did not start: "

@@ -350,6 +350,26 @@ class TrainConfig(_Section):
     max_cost: float | None = Field(None, gt=0)  # USD, by the price table (gcp only)
 
 
+# A Hub repository id: OWNER/NAME, each letters, digits, '-', '_' and '.', not starting or
+# ending with '-' or '.', NAME at most 96 characters (the Hub's own rule).
+HUB_REPO = re.compile(r"^[A-Za-z0-9]([\w.-]{0,94}[A-Za-z0-9])?/[A-Za-z0-9]([\w.-]{0,94}[A-Za-z0-9])?$")
+
+
+class HubConfig(_Section):
+    # Publish model/ (with a generated model card) to this Hugging Face model repository after
+    # export; `tpuctl train --push-to-hub OWNER/NAME` sets it for one run.
+    repo: str | None = None
+    private: bool = False  # for a repository the run creates; an existing one stays as it is
+
+    @field_validator("repo")
+    @classmethod
+    def _repo(cls, value: str | None) -> str | None:
+        if value is not None and (not HUB_REPO.match(value) or ".." in value or "--" in value):
+            raise ValueError(f"'{value}' is not a Hub repository id: write OWNER/NAME (letters, "
+                             "digits, '-', '_', '.')")
+        return value
+
+
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 
@@ -361,6 +381,7 @@ class RunConfig(_Section):
     tokenizer: TokenizerConfig = Field(default_factory=lambda: TokenizerConfig())
     model: ModelConfig
     train: TrainConfig
+    hub: HubConfig = Field(default_factory=lambda: HubConfig())
 
     @model_validator(mode="before")
     @classmethod
@@ -549,6 +570,15 @@ def load_config(path: str | os.PathLike) -> RunConfig:
     except UnicodeDecodeError:
         raise UserError(f"{path} is not UTF-8 text") from None
     return parse_config(raw, base_dir=path.resolve().parent, source=str(path))
+
+
+def with_hub_repo(config: RunConfig, repo: str) -> RunConfig:
+    """The config with `hub.repo` set (what `--push-to-hub OWNER/NAME` does)."""
+    try:
+        hub = HubConfig(repo=repo, private=config.hub.private)
+    except ValidationError as exc:
+        raise UserError(f"--push-to-hub: {_describe(exc.errors()[0], HubConfig)}") from None
+    return config.model_copy(update={"hub": hub})
 
 
 def dump_config(config: RunConfig) -> str:

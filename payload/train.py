@@ -166,7 +166,11 @@ def run_train(
     checkpoints.check_resume(config.output_dir, inputs.identity, resume=resume, overwrite=overwrite)
     strategy = build_strategy(plan)
     check_batch_size(config.train.batch_size, strategy.num_replicas_in_sync)
-    Trainer(config, inputs, strategy, plan).train(resume=resume)
+    from payload.utilisation import meter_for
+
+    meter = meter_for(config, inputs.hf_config, strategy, hardware)
+    log(f"model FLOPs per step {meter.flops_per_step:.3g}; peak: {meter.peak_source}")
+    Trainer(config, inputs, strategy, plan, meter=meter).train(resume=resume)
 
 
 def check_batch_size(batch_size: int, replicas: int) -> None:
@@ -178,7 +182,7 @@ def check_batch_size(batch_size: int, replicas: int) -> None:
 
 
 class Trainer:
-    def __init__(self, config, inputs: RunInputs, strategy, plan):
+    def __init__(self, config, inputs: RunInputs, strategy, plan, meter=None):
         import tensorflow as tf
         import tf_keras
 
@@ -186,6 +190,7 @@ class Trainer:
         from payload.optimization import build_optimizer
 
         self.config, self.inputs, self.strategy, self.plan = config, inputs, strategy, plan
+        self.meter = meter  # payload.utilisation: tokens/s per device and MFU in every report
         self.family = config.model.family
         self.objective = objective_for(config, inputs.vocab)
         tf_keras.mixed_precision.set_global_policy(
@@ -421,15 +426,20 @@ class Trainer:
         lr = float(self.schedule(step - 1))
         tokens_per_s = self.tokens_per_step * steps_per_s
         eta = (steps - step) / max(steady, 1e-9)
+        use = self.meter.fields(steps_per_s) if self.meter else {}
         log(
             f"step {step}/{steps}  loss {loss:.4f}  lr {lr:.3g}  "
-            f"tokens/s {tokens_per_s:,.0f}  eta {_duration(eta)}"
+            f"tokens/s {tokens_per_s:,.0f}  {self.meter.words(use) + '  ' if use else ''}"
+            f"eta {_duration(eta)}"
         )
         with self.writer.as_default(step=step):
             tf.summary.scalar("train/loss", loss)
             tf.summary.scalar("train/learning_rate", lr)
             tf.summary.scalar("train/tokens_per_s", tokens_per_s)
-        return {"step": step, "loss": loss, "learning_rate": lr, "tokens_per_s": tokens_per_s}
+            for tag, value in (self.meter.scalars(use) if use else {}).items():
+                tf.summary.scalar(tag, value)
+        return {"step": step, "loss": loss, "learning_rate": lr, "tokens_per_s": tokens_per_s,
+                **use}
 
     def _evaluator(self, eval_chunk):
         import tensorflow as tf
@@ -481,6 +491,7 @@ class Trainer:
             "seq_len": config.data.seq_len,
             "replicas": self.strategy.num_replicas_in_sync,
             "strategy": self.plan.kind.value,
+            **({"utilisation": self.meter.header()} if self.meter else {}),
             **history,
         }
         if final:
@@ -495,6 +506,8 @@ class Trainer:
                 ),
                 "stopped": self.stopped,
             }
+            if self.meter and steady_time:
+                payload["final"].update(self.meter.fields(steady_steps / steady_time))
         storage.write_text(self.metrics_path, json.dumps(payload, indent=1) + "\n")
 
 

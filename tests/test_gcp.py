@@ -94,7 +94,8 @@ def gcp_config(folder: Path, fleet, **cluster) -> Path:
         "tokenizer": {"kind": "bpe", "vocab_size": 300},
         "model": {"family": "gpt2", "hidden_size": 32, "num_layers": 1, "num_heads": 2,
                   "intermediate_size": 64},
-        "train": {"steps": 4, "batch_size": 4, "learning_rate": 1e-3},
+        # v4-16: 8 chips, one replica each (payload.runplan.replicas_of)
+        "train": {"steps": 4, "batch_size": 8, "learning_rate": 1e-3},
     }
     path = folder / "tpuctl.yaml"
     folder.mkdir(parents=True, exist_ok=True)
@@ -126,7 +127,7 @@ def test_up_dry_run_needs_no_credentials_and_touches_nothing(tmp_path, tpuctl_ho
             "cluster": {"provider": "gcp", "project": "my-project", "zone": "us-central2-b",
                         "accelerator_type": accelerator},
             "data": {"corpus": "gs://b/c.txt"}, "model": {"family": "roberta"},
-            "train": {"steps": 10, "batch_size": 8, "learning_rate": 1e-3}}))
+            "train": {"steps": 10, "batch_size": 16, "learning_rate": 1e-3}}))
         result = _invoke("up", "-c", path, "--dry-run")
         assert result.exit_code == 0, result.output
         assert price in result.output and "prices change" in result.output

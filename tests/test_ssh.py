@@ -32,8 +32,9 @@ def ssh_run(fleet, tmp_path, tpuctl_home, monkeypatch, request):
         spec = {"provider": "ssh", "hosts": hosts or fleet.hosts, "user": "root",
                 "identity_file": fleet.identity_file, "known_hosts": fleet.known_hosts,
                 "port": fleet.port, "python": PYTHON, **cluster}
+        # A batch that 1, 2 or 3 workers (one replica each) can split: the launcher refuses others.
         return tiny_config(shared, output_dir=output_dir or str(shared / "out"), cluster=spec,
-                           name="fleet")
+                           name="fleet", train={"batch_size": 6})
 
     yield make
     _assert_nothing_left(fleet)

@@ -31,7 +31,7 @@ def cluster(fleet, tmp_path):
                 "identity_file": fleet.identity_file, "known_hosts": fleet.known_hosts,
                 "port": fleet.port, "python": PYTHON, **cluster_over}
         return tiny_config(tmp_path / "run", output_dir=str(fleet.shared / "iso-out"),
-                           cluster=spec)
+                           cluster=spec, train={"batch_size": 6})  # 3 workers split it
 
     return make, home
 

@@ -311,7 +311,7 @@ def _check_download_target(target: Path) -> None:
 
 
 def _model_line(config) -> str:
-    from payload.sizes import describe_model
+    from payload.runplan import describe_model
 
     try:
         return describe_model(config)

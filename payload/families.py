@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 NUM_T5_SENTINELS = 100
+# transformers' TF RoBERTa embeddings fix their padding index at 1 whatever the config says.
+ROBERTA_POSITION_PADDING = 1
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,10 +17,7 @@ import json
 from dataclasses import dataclass
 
 from payload.errors import UserError
-from payload.families import FAMILIES
-
-# transformers' TF RoBERTa embeddings fix their padding index at 1 whatever the config says.
-ROBERTA_POSITION_PADDING = 1
+from payload.families import FAMILIES, ROBERTA_POSITION_PADDING
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -119,7 +119,7 @@ def model_card(config, metrics: dict, manifest: dict) -> str:
     """README.md for the repository: what the model is, what it was trained on and how, the
     final evaluation, and the exact config."""
     from payload.config import dump_config
-    from payload.sizes import describe_model
+    from payload.runplan import describe_model
 
     family = config.model.family
     try:

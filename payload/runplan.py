@@ -4,6 +4,7 @@
     plan.flops_per_step, plan.wall_time_s, plan.cost_usd     # None where there is no table entry
     print("\\n".join(render(plan)))                           # what `tpuctl train --dry-run` shows
     check_batch(plan)                                        # UserError: replicas cannot divide it
+    describe_model(config)     # "roberta base (12 layers, ...): 124.7M parameters, vocabulary ..."
     warnings(plan, dataset_rows=manifest_rows)               # one line per obvious mis-sizing
 
 FLOPs are model FLOPs (what the architecture needs, not what a compiler happens to run), the
@@ -170,9 +171,8 @@ def row_flops(config, architecture: dict | None = None) -> StepFlops:
     """`step_flops` for one row of the run a RunConfig describes (its architecture unless
     given: the train stage passes the model config it built)."""
     from payload.families import span_corruption_lengths
-    from payload.sizes import architecture as architecture_of
 
-    arch = architecture if architecture is not None else architecture_of(config)
+    arch = architecture if architecture is not None else run_architecture(config)
     target_len = None
     if config.model.family == "t5":
         target_len = span_corruption_lengths(config.record_len, config.model.noise_density,
@@ -208,12 +208,11 @@ def run_plan(config, *, hardware, num_workers: int, architecture: dict | None = 
     """The run's figures. `hardware` is the fleet's (payload.strategy.Hardware); the price
     comes from `config.cluster` (zone, provisioning) where the price table has one."""
     from payload import accelerators, prices
-    from payload.sizes import architecture as architecture_of
     from payload.sizes import count_parameters
     from payload.strategy import Device
 
     train = config.train
-    arch = architecture if architecture is not None else architecture_of(config)
+    arch = architecture if architecture is not None else run_architecture(config)
     count = count_parameters(arch)
     per_row = row_flops(config, arch)
     flops_per_step = per_row.total * train.batch_size
@@ -362,3 +361,31 @@ def _duration(seconds: float | None) -> str:
     if hours < 48:
         return f"{int(hours)}h{int(minutes % 60):02d}m"
     return f"{hours / 24:.1f} days ({hours:,.0f} h)"
+
+
+def run_architecture(config) -> dict:
+    """The transformers config a run's model has, with the vocabulary its tokenizer gives it."""
+    from payload.sizes import architecture
+    from payload.tokenizer import planned_vocab_size
+
+    return architecture(config, planned_vocab_size(config))
+
+
+def describe_model(config) -> str:
+    """One line for a plan: the architecture and its parameter count, e.g.
+    "roberta base (12 layers, hidden 768, 12 heads): 124.7M parameters, vocabulary 50,265"."""
+    from payload.sizes import count_parameters, shape_of
+
+    model = config.model
+    settings = run_architecture(config)
+    count = count_parameters(settings)
+    if model.init_from or model.config:
+        source = (f"from model.init_from {model.init_from}" if model.init_from
+                  else f"as {model.config}")
+        what = f"{model.family} {source}"
+    else:
+        s = shape_of(model)
+        what = (f"{model.family}{' ' + model.size if model.size else ''} ({s.num_layers} layers, "
+                f"hidden {s.hidden_size}, {s.num_heads} heads)")
+    return (f"{what}: {count.total / 1e6:,.1f}M parameters, vocabulary "
+            f"{settings['vocab_size']:,}")

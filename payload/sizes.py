@@ -1,9 +1,8 @@
 """Model sizes by their published names, the shapes they stand for, and parameter counts.
 
     SIZES["roberta"]["base"]            # Shape(hidden_size=768, num_layers=12, num_heads=12, ...)
-    parameter_count(config)             # the model a run config builds, from its shapes
+    parameter_count(config, vocab_size=32000)   # the model a run config builds, from its shapes
     parameter_count({"model_type": "gpt2", "n_embd": 768, "n_layer": 12}, vocab_size=50257)
-    describe_model(config)              # "roberta base (12 layers, ...): 124.7M parameters, ..."
 
 One table, read by the config checks (`model.size`), the model builder and the run plan.
 Counting is arithmetic on the shapes, no model is built: the tests check it against the real
@@ -71,7 +70,7 @@ def shape_of(model_cfg) -> Shape:
 
 def transformers_config(model_cfg, *, vocab_size: int, seq_len: int) -> dict:
     """The transformers config (keyword arguments with `model_type`) for a sized model."""
-    from payload.model import ROBERTA_POSITION_PADDING
+    from payload.families import ROBERTA_POSITION_PADDING
 
     family, s, dropout = model_cfg.family, shape_of(model_cfg), model_cfg.dropout
     if family in ("bert", "roberta"):
@@ -132,9 +131,9 @@ class ParameterCount:
 
 
 def parameter_count(source: Any, vocab_size: int | None = None) -> int:
-    """Parameters of the model `source` describes: a run config (`RunConfig`), a transformers
-    config or its dict / config.json contents. `vocab_size` overrides the vocabulary (for a run
-    config it defaults to what the run's tokenizer has or will have)."""
+    """Parameters of the model `source` describes: a run config (`RunConfig`, with the
+    vocabulary it gets: payload.runplan.run_architecture finds it), a transformers config or its
+    dict / config.json contents. `vocab_size` overrides the vocabulary."""
     return count_parameters(source, vocab_size).total
 
 
@@ -149,7 +148,8 @@ def architecture(source: Any, vocab_size: int | None = None) -> dict:
     if hasattr(source, "model") and hasattr(source, "data"):  # a RunConfig
         model = source.model
         if vocab_size is None:
-            vocab_size = planned_vocab_size(source)
+            raise ValueError("a run config's architecture needs its vocabulary size "
+                             "(payload.tokenizer.planned_vocab_size)")
         folder_or_file = model.init_from or model.config
         if folder_or_file:
             config = read_config_json(folder_or_file)
@@ -167,24 +167,6 @@ def architecture(source: Any, vocab_size: int | None = None) -> dict:
     return config
 
 
-def describe_model(config) -> str:
-    """One line for a plan: the architecture and its parameter count, e.g.
-    "roberta base (12 layers, hidden 768, 12 heads): 124.7M parameters, vocabulary 50,265"."""
-    model = config.model
-    settings = architecture(config)
-    count = count_parameters(settings)
-    if model.init_from or model.config:
-        source = (f"from model.init_from {model.init_from}" if model.init_from
-                  else f"as {model.config}")
-        what = f"{model.family} {source}"
-    else:
-        s = shape_of(model)
-        what = (f"{model.family}{' ' + model.size if model.size else ''} ({s.num_layers} layers, "
-                f"hidden {s.hidden_size}, {s.num_heads} heads)")
-    return (f"{what}: {count.total / 1e6:,.1f}M parameters, vocabulary "
-            f"{settings['vocab_size']:,}")
-
-
 def read_config_json(path: str) -> dict:
     """A transformers config.json (or the one in a model folder), local or gs://."""
     from payload import storage
@@ -192,18 +174,6 @@ def read_config_json(path: str) -> dict:
     if not path.endswith(".json"):
         path = storage.join(path, "config.json")
     return json.loads(storage.read_text(path))
-
-
-def planned_vocab_size(config) -> int:
-    """The vocabulary a run's model gets: the reused tokenizer's, or the one it will train."""
-    from payload import storage
-    from payload.tokenizer import TOKENIZER_FILE, tokenizer_source
-
-    if config.tokenizer.path or config.model.init_from:
-        path = storage.join(tokenizer_source(config), TOKENIZER_FILE)
-        if storage.exists(path):
-            return tokenizer_json_size(json.loads(storage.read_text(path)))
-    return config.tokenizer.vocab_size
 
 
 def tokenizer_json_size(raw: dict) -> int:

@@ -49,6 +49,17 @@ def tokenizer_source(config: RunConfig) -> str:
     return config.tokenizer.path or config.model.init_from or tokenizer_dir(config)
 
 
+def planned_vocab_size(config: RunConfig) -> int:
+    """The vocabulary a run's model gets: the reused tokenizer's, or the one it will train."""
+    from payload.sizes import tokenizer_json_size
+
+    if config.tokenizer.path or config.model.init_from:
+        path = storage.join(tokenizer_source(config), TOKENIZER_FILE)
+        if storage.exists(path):
+            return tokenizer_json_size(json.loads(storage.read_text(path)))
+    return config.tokenizer.vocab_size
+
+
 def _reused_from(config: RunConfig) -> str | None:
     """How the config names a tokenizer it reuses, for messages; None when one is trained."""
     if config.tokenizer.path:

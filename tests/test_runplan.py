@@ -83,9 +83,10 @@ def test_masked_lm_scores_only_the_masked_positions():
 def test_t5_counts_every_matrix_of_both_stacks_once():
     config = parse_config(_raw(model={"family": "t5", "size": "base"},
                                tokenizer={"vocab_size": 32128}, data={"seq_len": 512}))
-    from payload.sizes import architecture, count_parameters
+    from payload.runplan import run_architecture
+    from payload.sizes import count_parameters
 
-    arch = architecture(config)
+    arch = run_architecture(config)
     flops = runplan.step_flops(arch, seq_len=100, target_len=100)
     # Inputs as long as targets: the dense term is 6 x (every non-embedding matrix) per token;
     # only LayerNorm scales and the relative position buckets are left out (no products).

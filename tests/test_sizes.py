@@ -12,7 +12,8 @@ import pytest
 
 from payload.config import dump_config, parse_config
 from payload.errors import UserError
-from payload.sizes import SIZES, architecture, count_parameters, describe_model, parameter_count
+from payload.runplan import describe_model
+from payload.sizes import SIZES, architecture, count_parameters, parameter_count
 from tests.conftest import REPO, assert_user_error, run_payload, write_config
 
 TORCH_PYTHON = REPO / ".venv-torch" / "bin" / "python"

@@ -20,14 +20,22 @@ from payload.errors import UserError, one_line
 STAGES = ("tokenizer", "prepare", "train", "export")
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes end like every other user error: one `error:` line, exit status 2."""
+
+    def error(self, message: str):
+        raise UserError(message, hint="see python -m payload --help")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m payload", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="python -m payload", description=__doc__.splitlines()[0])
     parser.add_argument("stage", choices=STAGES)
     parser.add_argument("--config", "-c", required=True, help="run config (tpuctl.yaml)")
     parser.add_argument("--worker-index", type=int, default=0)
     parser.add_argument("--num-workers", type=int, default=1)
     parser.add_argument("--overwrite", action="store_true",
-                        help="prepare: replace shards made with another tokenizer or layout; "
+                        help="tokenizer: replace a tokenizer that shards or checkpoints were made "
+                        "with; prepare: replace shards made with another tokenizer or layout; "
                         "train: start again over an earlier run's checkpoints")
     parser.add_argument("--resume", action="store_true", help="train: continue from a checkpoint")
     return parser
@@ -47,7 +55,7 @@ def run_stage(args: argparse.Namespace) -> None:
     if args.stage == "tokenizer":
         from payload.tokenizer import run_tokenizer
 
-        run_tokenizer(config)
+        run_tokenizer(config, overwrite=args.overwrite)
     elif args.stage == "prepare":
         from payload.prepare import run_prepare
 
@@ -64,8 +72,18 @@ def run_stage(args: argparse.Namespace) -> None:
         run_export(config)
 
 
+def _fail(exc: UserError) -> int:
+    if os.environ.get("TPUCTL_DEBUG"):
+        raise exc
+    print(f"error: {one_line(str(exc))}", file=sys.stderr, flush=True)
+    return exc.exit_code
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except UserError as exc:
+        return _fail(exc)
     logging.basicConfig(
         level=logging.INFO, stream=sys.stdout,
         format=f"%(asctime)s w{args.worker_index} {args.stage} %(message)s", datefmt="%H:%M:%S",
@@ -73,10 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run_stage(args)
     except UserError as exc:
-        if os.environ.get("TPUCTL_DEBUG"):
-            raise
-        print(f"error: {one_line(str(exc))}", file=sys.stderr, flush=True)
-        return exc.exit_code
+        return _fail(exc)
     return 0
 
 

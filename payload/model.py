@@ -16,6 +16,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from payload.config import check_model_config_file
 from payload.errors import UserError
 from payload.families import FAMILIES
 
@@ -72,6 +73,7 @@ def model_config(model_cfg, *, vocab: TokenIds, seq_len: int):
 
     family = model_cfg.family
     if model_cfg.config:
+        check_model_config_file(model_cfg.config, family)
         try:
             hf = transformers.AutoConfig.from_pretrained(model_cfg.config)
         except (OSError, ValueError) as exc:

@@ -12,16 +12,26 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from payload import checkpoints, corpus, tokenizer
-from payload.config import RunConfig
+from payload import checkpoints, corpus, storage, tokenizer
+from payload.config import RunConfig, check_model_config_file
 
 
 def check_before_start(config: RunConfig, *, stages: Collection[str], resume: bool,
                        overwrite: bool) -> None:
     """Raise the `UserError` the first stage to meet a problem would raise."""
+    checkpoints.check_flags(resume=resume, overwrite=overwrite)
+    sources = None
     if {"tokenizer", "prepare"} & set(stages):
-        corpus.resolve_sources(config.data)  # missing, unmatched, empty or binary inputs
+        sources = corpus.resolve_sources(config.data)  # missing, unmatched, empty or binary
+        corpus.check_apart(config.data, config.output_dir, sources)
+        corpus.check_sample(sources, config.data)  # a .jsonl line without the text field
+    # A file, or someone else's non-empty folder (every stage refuses those).
+    storage.check_output_dir(config.output_dir)
     if config.tokenizer.path:
         tokenizer.load_tokenizer(config)  # a reused tokenizer exists and parses
+    if "tokenizer" in stages and not config.tokenizer.path:  # else the launcher skips it
+        tokenizer.check_replacement(config, overwrite=overwrite, sources=sources)
+    if config.model.config and {"train", "export"} & set(stages):
+        check_model_config_file(config.model.config, config.model.family)
     if "train" in stages:
         checkpoints.check_start(config.output_dir, resume=resume, overwrite=overwrite)

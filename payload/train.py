@@ -143,6 +143,7 @@ def run_train(
     resume: bool = False,
     overwrite: bool = False,
 ) -> None:
+    checkpoints.check_flags(resume=resume, overwrite=overwrite)
     plan = plan_strategy(cluster_facts(config, worker_index=worker_index, num_workers=num_workers))
     # Before anything imports TensorFlow: TPU_LOAD_LIBRARY is read when it loads.
     os.environ.update(plan.env)
@@ -152,8 +153,11 @@ def run_train(
     if not plan.runs_training:
         log(f"worker {worker_index}: this host serves the TPU runtime; worker 0 drives training")
         return
+    storage.check_output_dir(config.output_dir)
     inputs = check_inputs(config)
     checkpoints.check_resume(config.output_dir, inputs.identity, resume=resume, overwrite=overwrite)
+    if plan.is_chief:
+        storage.claim_output_dir(config.output_dir)
     strategy = build_strategy(plan)
     check_batch_size(config.train.batch_size, strategy.num_replicas_in_sync)
     Trainer(config, inputs, strategy, plan).train(resume=resume)
@@ -300,6 +304,7 @@ class Trainer:
                 log(f"resuming from {ckpts.latest} at step {start} of {steps}")
             if start >= steps:
                 log(f"already at step {start} of {steps}; nothing to train")
+                self._finish_metrics(history, start)
                 return
             self._loop(ckpts, start, history)
         finally:
@@ -423,6 +428,13 @@ class Trainer:
         return {
             key: [e for e in old.get(key, []) if e["step"] <= start] for key in ("evals", "train")
         }
+
+    def _finish_metrics(self, history: dict, step: int) -> None:
+        """A run cut short after its last checkpoint has no final figures yet: write them."""
+        written = (json.loads(storage.read_text(self.metrics_path))
+                   if storage.exists(self.metrics_path) else {})
+        if "final" not in written:
+            self._write_metrics(history, step, final=True)
 
     def _write_metrics(self, history: dict, step: int, *, final: bool = False, rate=None) -> None:
         if not self.plan.is_chief:

@@ -7,9 +7,14 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import logging
 import os
+import shutil
+import socket
 import sys
+import tempfile
+from pathlib import Path
 
 # Transformers' TF models need tf-keras; touching Keras 3 first breaks their optimizers.
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
@@ -52,6 +57,7 @@ def run_stage(args: argparse.Namespace) -> None:
             f"{args.num_workers}", hint=f"use 0..{args.num_workers - 1}",
         )
     config = load_config(args.config)
+    use_private_tempdir()
     if args.stage == "tokenizer":
         from payload.tokenizer import run_tokenizer
 
@@ -70,6 +76,38 @@ def run_stage(args: argparse.Namespace) -> None:
         from payload.export import run_export
 
         run_export(config)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def use_private_tempdir() -> None:
+    """This stage's temporary files (its own, TensorFlow's autograph modules, ...) go to a
+    folder of this process under tpuctl's local state (TPUCTL_HOME, default ~/.tpuctl), removed
+    at exit; a killed stage's folder is removed by the next stage on the same host, so a crash
+    leaves nothing behind in the system's temporary folder."""
+    root = Path(os.environ.get("TPUCTL_HOME") or Path.home() / ".tpuctl") / "tmp"
+    host = socket.gethostname()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        for stale in root.glob(f"{host}-*"):
+            pid = stale.name.rsplit("-", 1)[-1]
+            if pid.isdigit() and not _alive(int(pid)):
+                shutil.rmtree(stale, ignore_errors=True)
+        mine = root / f"{host}-{os.getpid()}"
+        mine.mkdir(exist_ok=True)
+    except OSError:
+        return  # no writable home: the system's temporary folder will do
+    os.environ["TMPDIR"] = str(mine)  # before TensorFlow reads it
+    tempfile.tempdir = str(mine)
+    atexit.register(shutil.rmtree, mine, True)
 
 
 def _fail(exc: UserError) -> int:

@@ -374,7 +374,8 @@ def is_dir(path: str) -> bool:
 
 def check_writable(path: str) -> None:
     """Fail early, with a clear message, if `path` cannot take output."""
-    probe = join(path, f".tpuctl-write-probe-{os.getpid()}")
+    # One name per host: a probe left by a killed run is replaced, then removed, by the next.
+    probe = join(path, OWN_DIR, f"write-probe-{socket.gethostname()}")
     if not is_gcs(path) and os.path.exists(path) and not os.path.isdir(path):
         raise UserError(f"output_dir {path} is a file, not a folder",
                         hint="choose a folder path for output_dir")

@@ -185,6 +185,9 @@ class Trainer:
         tf_keras.mixed_precision.set_global_policy(
             "mixed_bfloat16" if config.train.bf16 else "float32"
         )
+        # The same initial weights on every start: a run restarted from scratch (after a crash
+        # before its first checkpoint) ends where an uninterrupted one does.
+        tf_keras.utils.set_random_seed(config.train.seed)
         with strategy.scope():
             self.model = model_lib.build_model(inputs.hf_config)
             self.optimizer, self.schedule = build_optimizer(config.train)

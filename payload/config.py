@@ -444,7 +444,7 @@ def check_model_config_file(path: str, family: str) -> dict:
     try:
         raw = Path(path).read_bytes()
     except FileNotFoundError:
-        raise UserError(f"model.config: no file at {path}",
+        raise UserError(f"model.config: cannot read {path} (no such file)",
                         hint="check the path (relative paths are relative to the config file)"
                         ) from None
     except OSError as exc:

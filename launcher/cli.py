@@ -2,13 +2,17 @@
 
     tpuctl init .
     tpuctl train --local --workers 2
+    tpuctl logs --worker 1 --no-follow
 
+Each command parses its options, calls the use-case (launcher.launch: plans, starts and reopens
+jobs; it prints nothing) and shows what came back with rich.
 Heavy libraries (TensorFlow, transformers, cloud clients) are imported inside commands only, so
 `tpuctl --help` answers at once. Every user mistake is a `UserError` caught once, in `main`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from importlib import resources
@@ -66,10 +70,6 @@ def init(
 
 WORKER_COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "bright_red", "bright_cyan",
                   "bright_magenta", "bright_green", "bright_yellow", "bright_blue", "red")
-# Test hook: run stages as `PYTHON FILE STAGE ...` instead of `PYTHON -m payload STAGE ...`.
-STAGE_ENTRY_ENV = "TPUCTL_STAGE_ENTRY"
-# How long workers wait on a silent peer before ending the job themselves (default 120 s).
-PEER_TIMEOUT_ENV = "TPUCTL_PEER_TIMEOUT_S"
 
 
 def _console(stderr: bool = False):
@@ -84,11 +84,13 @@ def _line_printer(console, num_workers: int):
 
     from rich.text import Text
 
+    from launcher.agent import worker_label
+
     lock = threading.Lock()
-    width = len(f"worker-{num_workers - 1}")
+    width = len(worker_label(num_workers - 1))
 
     def sink(worker: int, line: str) -> None:
-        prefix = f"worker-{worker}".ljust(width)
+        prefix = worker_label(worker).ljust(width)
         text = Text.assemble((prefix + " | ", WORKER_COLOURS[worker % len(WORKER_COLOURS)]), line)
         with lock:
             console.print(text)
@@ -96,80 +98,92 @@ def _line_printer(console, num_workers: int):
     return sink
 
 
-def _load(config_path: Path):
-    from payload.config import load_config
-
-    return load_config(config_path)
-
-
-def _ssh_settings(config):
-    from launcher.workers import ssh_settings
-
-    return ssh_settings(config.cluster) if config.cluster.provider == "ssh" else None
+def _report(outcome, job, config_path: Path) -> None:
+    """How the job ended, then what is still billing; exit status 1 when it failed."""
+    failed = _report_outcome(outcome, job, config_path)
+    note = job.provider.billing()
+    if note:
+        _console(stderr=True).print(note, markup=False)
+    if failed:
+        raise typer.Exit(1)
 
 
-def _open_job(config_path: Path, job: str | None):
-    """The stored plan of a job and an executor for its workers."""
-    from launcher import run
-    from launcher.executors import open_executor
+def _report_outcome(outcome, job, config_path: Path) -> bool:
+    from launcher.agent import worker_label
 
-    config = _load(config_path)
-    record = run.current_job(run.state_dir(), config.name, job)
-    plan = record.plan()
-    local = plan.workers[0].base_dir is not None
-    executor = open_executor(plan.workers, None if local else _ssh_settings(config))
-    return record, plan, executor
-
-
-def _select(workers, worker: int | None, *, of: str = "the job"):
-    """All workers, or the one --worker names."""
-    if worker is None:
-        return workers
-    if worker >= len(workers):
-        raise UserError(f"--worker {worker}: {of} has workers 0..{len(workers) - 1}")
-    return (workers[worker],)
-
-
-def _report(outcome, record, plan, config_path: Path) -> None:
     console = _console()
     err = _console(stderr=True)
+    plan = job.plan
     if outcome.detached:
         err.print(f"\ndetached; job {plan.job_id} keeps running on the workers.\n"
                   f"  re-attach: tpuctl logs -c {config_path}\n"
-                  f"  stop:      tpuctl stop -c {config_path}")
-        return
+                  f"  stop:      tpuctl stop -c {config_path}", markup=False)
+        return False
     if outcome.ok:
         if outcome.reason:
-            console.print(f"job {plan.job_id}: {outcome.reason}")
-            return
+            console.print(f"job {plan.job_id}: {outcome.reason}", markup=False)
+            return False
         console.print(f"job {plan.job_id} finished on {len(plan.workers)} workers; outputs in "
                       f"{plan.output_dir} (logs: {plan.output_dir}/logs, local copies: "
-                      f"{record.folder / 'logs'})")
-        return
+                      f"{job.record.folder / 'logs'})", markup=False)
+        return False
     if outcome.failed_worker is not None:
         err.print(f"\n{outcome.reason}; the job was stopped on every worker. "
-                  f"Last lines of worker-{outcome.failed_worker}:")
+                  f"Last lines of {worker_label(outcome.failed_worker)}:", markup=False)
         for line in outcome.tail:
             err.print(f"  {line}", markup=False)
-        err.print(f"full log: {record.log_file(outcome.failed_worker)}", markup=False)
+        err.print(f"full log: {job.record.log_file(outcome.failed_worker)}", markup=False)
     else:
-        err.print(outcome.reason)
-    raise typer.Exit(1)
+        err.print(outcome.reason, markup=False)
+    return True
 
 
-def _refuse_if_running(executor, base: Path, name: str, workers) -> None:
-    from launcher import run
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan; touch nothing.")]
 
-    try:
-        record = run.current_job(base, name)
-        plan = record.plan()
-    except (UserError, OSError, ValueError, KeyError):
+
+@app.command()
+def up(config_path: ConfigOpt = DEFAULT_CONFIG, dry_run: DryRunOpt = False) -> None:
+    """Create what `cluster` describes (Terraform for gcp), wait until READY, trust its host
+    keys from the TPU API; --dry-run shows what and the price per hour, without credentials."""
+    from launcher import launch
+
+    provider = launch.cluster_provider(config_path)
+    if dry_run:
+        for line in provider.up_plan():
+            typer.echo(line)
         return
-    if [w.host for w in plan.workers] != [w.host for w in workers]:
-        return
-    if any(s["state"] == "running" for s in run.status(executor, plan)):
-        raise UserError(f"job {plan.job_id} of run '{name}' is still running",
-                        hint="watch it with `tpuctl logs` or end it with `tpuctl stop`")
+    console = _console()
+    provider.up(on_event=lambda message: console.print(message, markup=False))
+
+
+@app.command()
+def down(
+    config_path: ConfigOpt = DEFAULT_CONFIG,
+    delete_bucket: Annotated[bool, typer.Option(
+        "--delete-bucket", help="Also delete the bucket `up` created (refused while it holds "
+        "objects tpuctl did not write).")] = False,
+) -> None:
+    """Delete the TPU (and any queued request), then check through the API that nothing of the
+    run is left billing; the bucket stays unless --delete-bucket."""
+    from launcher import launch
+
+    console = _console()
+    launch.cluster_provider(config_path).down(
+        on_event=lambda message: console.print(message, markup=False),
+        delete_bucket=delete_bucket)
+
+
+@app.command()
+def doctor(config_path: ConfigOpt = DEFAULT_CONFIG) -> None:
+    """Check a set-up before anything is created: credentials, API, type and runtime in the
+    zone, org policies, SSH, bucket; one line per check. Exit status 1 if one needs fixing."""
+    from launcher import launch
+
+    results = launch.cluster_provider(config_path).doctor()
+    for check in results:
+        typer.echo(check.line())
+    if any(check.verdict == "fix" for check in results):
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -192,116 +206,58 @@ def train(
                                          "without streaming its logs.")] = False,
 ) -> None:
     """Ship the payload to every worker, set up its environment, run the pipeline stages."""
+    from launcher import launch
     from launcher import plan as planning
 
     if num_workers is not None and num_workers < 1:
         raise UserError(f"--workers {num_workers}: need at least 1 worker")
-    selected = planning.parse_stages(stages)
-    config, the_plan, ssh, wheel_data, wheelhouse = _plan_train(
-        config_path, local=local, num_workers=num_workers, stages=selected, resume=resume,
-        overwrite=overwrite)
+    the_launch = launch.plan_train(config_path, local=local, num_workers=num_workers,
+                                   stages=planning.parse_stages(stages), resume=resume,
+                                   overwrite=overwrite, dry_run=dry_run)
     if dry_run:
-        typer.echo(planning.render_plan(the_plan))
+        typer.echo(planning.render_plan(the_launch.plan))
+        typer.echo(f"model: {_model_line(the_launch.config)}")
+        price = the_launch.provider.price()
+        if price:
+            typer.echo(f"cost: {price}")
         return
-    if ssh is None:
-        # Local workers see this machine's disk and credentials: what the stages would refuse
-        # (missing corpus, a checkpoint clash, ...) is refused here, before anything starts.
-        from payload.preflight import check_before_start
-
-        check_before_start(config, stages={s.value for s in selected}, resume=resume,
-                           overwrite=overwrite)
-    _run_train(config, config_path, the_plan, ssh, wheel_data, wheelhouse, detach=detach)
-
-
-def _plan_train(config_path: Path, *, local: bool, num_workers: int | None, stages, resume: bool,
-                overwrite: bool):
-    """Everything `train` will do, as a plan; reads files and picks ports, writes nothing."""
-    import secrets
-    import time
-
-    from launcher import plan as planning
-    from launcher import run, ship
-    from launcher.workers import local_config, resolve_workers
-
-    config = _load(config_path)
-    workers, ssh, topology = resolve_workers(config, local=local, num_workers=num_workers,
-                                             state_dir=run.state_dir())
-    if ssh is None:
-        # What the stages read must say what runs: local CPU workers, not the config's cluster.
-        config = local_config(config, len(workers))
-    cluster = config.cluster
-    python = cluster.python or (ship.launcher_python() if ssh is None and not cluster.wheelhouse
-                                else None)
-    wheelhouse = ((cluster.wheelhouse, ship.wheelhouse_digest(cluster.wheelhouse))
-                  if cluster.wheelhouse else None)
-    wheel_data = ship.wheel_bytes()
-    environment = planning.plan_environment(
-        python=python, wheelhouse_digest=wheelhouse[1] if wheelhouse else None,
-        requirements=ship.worker_requirements(), tpu=any(w.tpu for w in workers))
-    entry = os.environ.get(STAGE_ENTRY_ENV)
-    job_id = (f"{config.name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-"
-              f"{secrets.token_hex(2)}")
-    the_plan = planning.build_plan(
-        config, workers, job_id=job_id, payload_digest=ship.payload_digest(wheel_data),
-        environment=environment, topology=topology, stages=stages, resume=resume,
-        overwrite=overwrite, stage_entry=(entry,) if entry else ("-m", "payload"),
-        stale_after_s=_peer_timeout())
-    return config, the_plan, ssh, wheel_data, wheelhouse
-
-
-def _run_train(config, config_path: Path, the_plan, ssh, wheel_data: bytes, wheelhouse, *,
-               detach: bool) -> None:
-    """Ship, check, start, then stream until the job ends (or Ctrl-C detaches)."""
-    from launcher import run, ship
-    from launcher.executors import open_executor
-    from payload.config import dump_config
-
-    base = run.state_dir()
     console = _console()
-    with open_executor(the_plan.workers, ssh) as executor:
-        _refuse_if_running(executor, base, config.name, the_plan.workers)
-        wheel = ship.write_wheel(base / "wheels", wheel_data)
-        _ship_with_progress(console, executor, the_plan, wheel, wheelhouse)
-        run.check_shared_output(executor, the_plan)
-        record = run.save_job(base, the_plan, dump_config(config))
-        run.submit(executor, the_plan, record)
-        console.print(f"job {the_plan.job_id} started on {len(the_plan.workers)} workers "
-                      f"(stages: {', '.join(s.name for s in the_plan.steps)})")
+    with _shipping_progress(console, len(the_launch.plan.workers)) as on_event:
+        job = launch.start(the_launch, on_event=on_event,
+                           on_note=lambda message: console.print(message, markup=False))
+    with job:
+        work = job.set_up
+        console.print(f"workers ready ({'set up: ' + ', '.join(work) if work else 'all cached'})")
+        console.print(f"job {job.plan.job_id} started on {len(job.plan.workers)} workers "
+                      f"(stages: {', '.join(s.name for s in job.plan.steps)})", markup=False)
         if detach:
-            console.print(f"follow it with `tpuctl logs -c {config_path}`")
+            console.print(f"follow it with `tpuctl logs -c {config_path}`", markup=False)
             return
-        book = run.LogBook(record, the_plan.workers, from_start=True)
-        try:
-            outcome = run.watch(executor, the_plan, book,
-                                _line_printer(console, len(the_plan.workers)))
-        finally:
-            book.close()
-        _report(outcome, record, the_plan, config_path)
+        outcome = launch.follow(job, _line_printer(console, len(job.plan.workers)))
+    _report(outcome, job, config_path)
 
 
-def _peer_timeout() -> float:
-    raw = os.environ.get(PEER_TIMEOUT_ENV, "120")
+def _model_line(config) -> str:
+    from payload.sizes import describe_model
+
     try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if value <= 0:
-        raise UserError(f"{PEER_TIMEOUT_ENV}={raw!r} must be a positive number of seconds")
-    return value
+        return describe_model(config)
+    except UserError as exc:  # e.g. an init_from folder on gs:// this machine cannot read
+        return f"{config.model.family} (size unknown here: {exc})"
 
 
-def _ship_with_progress(console, executor, the_plan, wheel, wheelhouse) -> None:
+@contextlib.contextmanager
+def _shipping_progress(console, num_workers: int):
+    """A transient progress bar fed by shipping events: on_event(worker, message)."""
     import threading
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from launcher import ship
 
     lock = threading.Lock()
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/"
                   "{task.total} workers"), TimeElapsedColumn(), console=console,
                   transient=True) as progress:
-        task = progress.add_task("shipping the payload", total=len(the_plan.workers))
+        task = progress.add_task("shipping the payload", total=num_workers)
 
         def on_event(worker, message: str) -> None:
             with lock:
@@ -310,10 +266,7 @@ def _ship_with_progress(console, executor, the_plan, wheel, wheelhouse) -> None:
                 else:
                     progress.update(task, description=f"{worker.label}: {message}")
 
-        done = ship.ship(executor, the_plan.workers, the_plan.environment, the_plan.paths, wheel,
-                         wheelhouse=wheelhouse, on_event=on_event)
-    work = sorted({k for d in done for k, v in d.items() if v})
-    console.print(f"workers ready ({'set up: ' + ', '.join(work) if work else 'all cached'})")
+        yield on_event
 
 
 @app.command()
@@ -325,64 +278,59 @@ def logs(
     job: JobOpt = None,
 ) -> None:
     """Re-attach to a running or finished job's logs, from the start."""
-    from launcher import run
+    from launcher import launch
 
-    record, the_plan, executor = _open_job(config_path, job)
-    chosen = _select(the_plan.workers, worker)
-    view = the_plan if worker is None else _only(the_plan, chosen)
-    console = _console()
-    with executor:
-        book = run.LogBook(record, chosen, from_start=True)
-        try:
-            outcome = run.watch(executor, view, book, _line_printer(console, len(the_plan.workers)),
-                                follow=follow, fail_fast=follow and worker is None)
-        finally:
-            book.close()
-    _report(outcome, record, the_plan, config_path)
-
-
-def _only(the_plan, chosen):
-    import dataclasses
-
-    return dataclasses.replace(the_plan, workers=tuple(chosen))
+    with launch.open_job(config_path, job) as opened:
+        sink = _line_printer(_console(), len(opened.plan.workers))
+        outcome = launch.follow(opened, sink, worker=worker, keep_following=follow)
+    _report(outcome, opened, config_path)
 
 
 @app.command()
 def stop(config_path: ConfigOpt = DEFAULT_CONFIG, job: JobOpt = None) -> None:
     """Stop the job on every worker; nothing is left running."""
-    from launcher import run
+    from launcher import launch
+    from launcher.agent import worker_label
 
-    _, the_plan, executor = _open_job(config_path, job)
-    with executor:
-        results = run.stop(executor, the_plan)
+    with launch.open_job(config_path, job) as opened:
+        results = launch.stop_job(opened)
     for index, result in results.items():
-        typer.echo(f"worker-{index}: {result}")
+        typer.echo(f"{worker_label(index)}: {result}")
     if any(r != "stopped" for r in results.values()):
         raise typer.Exit(1)
-    typer.echo(f"job {the_plan.job_id} stopped on every worker")
+    typer.echo(f"job {opened.plan.job_id} stopped on every worker")
 
 
 @app.command()
 def status(config_path: ConfigOpt = DEFAULT_CONFIG, job: JobOpt = None) -> None:
-    """Show the workers, the job's stage and step, and where outputs are."""
+    """Show the cluster (a TPU's state, workers and cost so far), the job's stage and step, and
+    where outputs are."""
     from rich.table import Table
+    from rich.text import Text
 
-    from launcher import run
+    from launcher import launch
+    from launcher.records import NoJob
 
-    record, the_plan, executor = _open_job(config_path, job)
-    with executor:
-        rows = run.status(executor, the_plan)
-    table = Table(title=f"job {the_plan.job_id}")
+    console = _console()
+    for line in launch.cluster_provider(config_path).describe():
+        console.print(line, markup=False)
+    try:
+        opened = launch.open_job(config_path, job)
+    except NoJob as exc:
+        console.print(f"no job yet: {exc.message}", markup=False)
+        return
+    with opened:
+        rows = launch.job_status(opened)
+    table = Table(title=f"job {opened.plan.job_id}")
     for column in ("worker", "host", "state", "stage", "step", "exit", "last line"):
         table.add_column(column, overflow="fold")
     for row in rows:
         table.add_row(row["worker"], row["host"], row["state"], row["stage"] or "-",
                       row["step"] or "-", "-" if row["rc"] is None else str(row["rc"]),
-                      row["last"][-80:])
-    console = _console()
+                      Text(row["last"][-80:]))
     console.print(table)
-    console.print(f"outputs: {the_plan.output_dir}  logs: {the_plan.output_dir}/logs  "
-                  f"local log copies: {record.folder / 'logs'}", markup=False)
+    console.print(f"outputs: {opened.plan.output_dir}  logs: {opened.plan.output_dir}/logs  "
+                  f"local log copies: {opened.record.folder / 'logs'}", markup=False)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -394,22 +342,19 @@ def ssh(
     """Open a shell on a worker, or run `-- CMD` on all workers (or --worker N)."""
     import shlex
 
-    from launcher import run
-    from launcher.executors import open_executor
-    from launcher.workers import resolve_workers
+    from launcher import launch
+    from launcher.executors import on_workers
 
-    config = _load(config_path)
-    workers, settings, _ = resolve_workers(config, local=False, num_workers=None,
-                                           state_dir=run.state_dir())
-    chosen = _select(workers, worker, of="the cluster")
+    workers, executor = launch.open_cluster(config_path)
+    chosen = workers if worker is None else (launch.select(workers, worker, of="the cluster"),)
     command = shlex.join(ctx.args) if ctx.args else ""
-    with open_executor(workers, settings) as executor:
+    with executor:
         if not command:
             if len(chosen) != 1:
                 raise UserError("a shell needs one worker", hint="pass --worker N, or a "
                                 "command after --")
             raise typer.Exit(executor.interactive(chosen[0]))
-        results = run.on_workers(chosen, lambda w: executor.run(w, command, timeout_s=None))
+        results = on_workers(chosen, lambda w: executor.run(w, command, timeout_s=None))
     sink = _line_printer(_console(), len(workers))
     for w, res in zip(chosen, results, strict=True):
         for line in (res.stdout + res.stderr).splitlines():
@@ -424,9 +369,9 @@ def _error_messages():
 
     return {
         UserError: lambda e: one_line(str(e)),
-        WorkerUnreachable: lambda e: one_line(
-            f"{e}; check cluster.hosts and that sshd runs there, then retry"),
+        WorkerUnreachable: lambda e: one_line(f"{e}; {e.hint}" if e.hint else str(e)),
     }
+
 
 def main() -> None:
     """Console entry point: one line and exit status 2 for user mistakes, unless TPUCTL_DEBUG."""

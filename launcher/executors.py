@@ -1,8 +1,11 @@
 """Run shell commands and copy files on workers: local processes or SSH hosts (fabric).
 
-    with open_executor(workers, ssh=settings) as executor:
+    with SshExecutor(workers, settings) as executor:     # or LocalExecutor(workers)
         result = executor.run(worker, "echo hi")
+    results = on_workers(workers, lambda w: executor.run(w, "hostname"))
 
+A provider (launcher.providers) picks the executor for its workers; nothing else asks which
+kind it is.
 Both executors run the same `sh` command strings (launcher.jobs, launcher.ship) and relative
 paths mean the same thing: a local worker starts in its own working directory, an SSH worker in
 the user's home. SSH is strict: host keys are checked against the configured known_hosts file
@@ -20,6 +23,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,11 +35,18 @@ CONNECT_TIMEOUT_S = 10.0
 
 
 class WorkerUnreachable(Exception):
-    """A worker stopped answering (after retries)."""
+    """A worker stopped answering (after retries); `hint` is its provider's advice."""
 
-    def __init__(self, worker: Worker, reason: str):
+    def __init__(self, worker: Worker, reason: str, hint: str = ""):
         super().__init__(f"{worker.label} ({worker.host}) is not answering: {reason}")
         self.worker = worker
+        self.hint = hint
+
+
+def on_workers(workers, action: Callable[[Worker], object]) -> list:
+    """action on every worker in parallel; results in worker order, the first error raised."""
+    with ThreadPoolExecutor(max_workers=min(32, max(1, len(workers)))) as pool:
+        return [f.result() for f in [pool.submit(action, w) for w in workers]]
 
 
 @dataclass(frozen=True)
@@ -90,7 +101,8 @@ class LocalExecutor:
 class SshExecutor:
     """One fabric connection per worker, opened on first use and reused."""
 
-    def __init__(self, workers: tuple[Worker, ...], settings: SshSettings):
+    def __init__(self, workers: tuple[Worker, ...], settings: SshSettings, *,
+                 unreachable_hint: str = ""):
         if not os.path.isfile(settings.known_hosts):
             raise UserError(f"cluster.known_hosts: no file at {settings.known_hosts}",
                             hint="host keys are checked, never added; put the workers' keys "
@@ -98,6 +110,7 @@ class SshExecutor:
         if settings.identity_file and not os.path.isfile(settings.identity_file):
             raise UserError(f"cluster.identity_file: no file at {settings.identity_file}")
         self._settings = settings
+        self._unreachable_hint = unreachable_hint
         self._connections: dict[int, object] = {}
         self._locks = {w.index: threading.Lock() for w in workers}
 
@@ -158,7 +171,7 @@ class SshExecutor:
             self._drop(worker.index)
             if attempt < len(RETRY_DELAYS_S):
                 time.sleep(RETRY_DELAYS_S[attempt])
-        raise WorkerUnreachable(worker, f"{what}: {last}")
+        raise WorkerUnreachable(worker, f"{what}: {last}", self._unreachable_hint)
 
     def _drop(self, index: int) -> None:
         conn = self._connections.pop(index, None)
@@ -208,7 +221,3 @@ class SshExecutor:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def open_executor(workers: tuple[Worker, ...], ssh: SshSettings | None):
-    return SshExecutor(workers, ssh) if ssh else LocalExecutor(workers)

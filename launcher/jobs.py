@@ -1,15 +1,16 @@
 """The detached job on a worker, as shell commands: start, poll, stop, count what is left.
 
     executor.run(worker, start_command(plan.paths, plan.environment.python))
-    state, lines = parse_poll(executor.run(worker, poll_command(plan.paths, offset)).stdout)
+    poll = parse_poll(executor.run(worker, poll_command(plan.paths, offset)).stdout)
+    poll.state, poll.rc, poll.lines, poll.stage
 
 A job is the agent (launcher.agent) started with `setsid -f` in its own session and process group
-(forked off, so the starting shell never waits for it),
-stdin from /dev/null and output appended to a log file, so it outlives the SSH connection (or
-the laptop) that started it. Its group id goes to a pid file and its exit code to an rc file.
-Closing an SSH channel does not stop a remote process, and the SSH signal request is refused
-for root, so `stop_command` signals the recorded process group itself. The commands are plain
-strings for `sh`: the same ones run on local workers and over SSH.
+(forked off, so the starting shell never waits for it), stdin from /dev/null and output appended
+to a log file, so it outlives the SSH connection (or the laptop) that started it. Its group id
+goes to a pid file and its exit code to an rc file. Closing an SSH channel does not stop a
+remote process, and the SSH signal request is refused for root, so `stop_command` signals the
+recorded process group itself. The commands are plain strings for `sh`: the same ones run on
+local workers and over SSH.
 """
 
 from __future__ import annotations

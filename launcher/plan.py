@@ -1,7 +1,9 @@
 """Pure planning: which steps run on which workers, with which commands, environment and paths.
 
-    plan = build_plan(config, workers, job_id="demo-20261121-010203", payload=digest, env=env)
+    plan = build_plan(config, workers, job_id="demo-20261121-010203", payload_digest=digest,
+                      environment=env, hardware=CPU)
     print(render_plan(plan))        # what `tpuctl train --dry-run` shows
+    Plan.from_json(plan.to_json()) == plan
 
 Nothing here touches a file, a process or the network: the executors run what this module
 describes, the same plan on local worker processes or on SSH hosts, and unit tests assert on it.
@@ -11,47 +13,22 @@ with spaces, quotes, `$(...)`, `;`) can change what runs.
 
 from __future__ import annotations
 
-import hashlib
+import dataclasses
 import json
-import re
 import shlex
+import typing
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 
+from launcher.agent import worker_label
+from launcher.environment import WORKER_ROOT, Environment, EnvMode
 from payload.errors import UserError
-
-
-class Stage(str, Enum):
-    TOKENIZER = "tokenizer"
-    PREPARE = "prepare"
-    TRAIN = "train"
-    EXPORT = "export"
-
+from payload.stages import Stage
+from payload.strategy import Device, Hardware, fleet_strategy
 
 ALL_STAGES = tuple(Stage)
 
 
-class Topology(str, Enum):
-    """How training spreads over the workers (which workers run the train stage)."""
-
-    CPU_WORKERS = "cpu-workers"  # local or SSH CPU hosts: all of them, MultiWorkerMirroredStrategy
-    TPU_HOST = "tpu-host"  # a single-host TPU VM: worker 0
-    TPU_POD = "tpu-pod"  # a multi-host pod slice: worker 0 drives the whole slice
-
-
-class EnvMode(str, Enum):
-    """Where the worker's Python environment comes from."""
-
-    CREATE = "create"  # a venv installed from the package index
-    WHEELHOUSE = "wheelhouse"  # a venv installed from a shipped folder of wheels
-    EXISTING = "existing"  # a Python already on the workers; only the payload is added
-
-
-# Where tpuctl keeps its files on a worker, relative to the folder commands start in (the SSH
-# user's home; a local worker's own working directory).
-WORKER_ROOT = ".tpuctl"
-# Where MultiWorkerMirroredStrategy workers listen for each other on SSH hosts.
-DEFAULT_COORDINATION_PORT = 29_477
 STAGE_ENV = (
     ("PYTHONUNBUFFERED", "1"),  # lines reach the log (and the launcher) as they are printed
     ("TF_CPP_MIN_LOG_LEVEL", "2"),
@@ -67,14 +44,13 @@ class Worker:
     host: str  # where SSH connects ("localhost" for a local process)
     address: str  # where the other workers reach it (TF_CONFIG)
     coordination_port: int
-    tpu: bool = False
     ssh_port: int = 22
     # A local worker's own working directory; None for SSH workers (they start in $HOME).
     base_dir: str | None = None
 
     @property
     def label(self) -> str:
-        return f"worker-{self.index}"
+        return worker_label(self.index)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,6 +70,8 @@ class Command:
 class Step:
     name: str
     commands: tuple[Command, ...]
+    # Run in the background on their workers while the step lasts (a pod slice's TPU servers).
+    services: tuple[Command, ...] = ()
 
     @property
     def workers(self) -> tuple[int, ...]:
@@ -102,17 +80,8 @@ class Step:
     def command_for(self, worker: int) -> Command | None:
         return next((c for c in self.commands if c.worker == worker), None)
 
-
-@dataclass(frozen=True, kw_only=True)
-class Environment:
-    """The Python every stage runs with on a worker, and what it takes to set it up."""
-
-    mode: EnvMode
-    python: str  # interpreter that runs the stages, relative to the worker root or absolute
-    key: str  # hash of what the environment contains; set-up is skipped when it exists
-    dir: str  # where the environment (or its completion marker) lives on the worker
-    requirements: tuple[str, ...]
-    setup: tuple[str, ...]  # argv of the set-up command (pure; run by ship.py)
+    def service_for(self, worker: int) -> Command | None:
+        return next((c for c in self.services if c.worker == worker), None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,7 +103,7 @@ class Plan:
     job_id: str
     name: str
     output_dir: str
-    topology: Topology
+    hardware: Hardware
     workers: tuple[Worker, ...]
     steps: tuple[Step, ...]
     paths: JobPaths
@@ -153,27 +122,7 @@ class Plan:
 
     @classmethod
     def from_json(cls, text: str) -> Plan:
-        raw = json.loads(text)
-        steps = tuple(
-            Step(name=s["name"], commands=tuple(
-                Command(worker=c["worker"], argv=tuple(c["argv"]),
-                        env=tuple(tuple(kv) for kv in c["env"]))
-                for c in s["commands"]))
-            for s in raw["steps"]
-        )
-        env = raw["environment"]
-        return cls(
-            job_id=raw["job_id"], name=raw["name"], output_dir=raw["output_dir"],
-            topology=Topology(raw["topology"]),
-            workers=tuple(Worker(**w) for w in raw["workers"]),
-            steps=steps, paths=JobPaths(**raw["paths"]),
-            environment=Environment(
-                mode=EnvMode(env["mode"]), python=env["python"], key=env["key"], dir=env["dir"],
-                requirements=tuple(env["requirements"]), setup=tuple(env["setup"])),
-            payload_digest=raw["payload_digest"], barrier_dir=raw["barrier_dir"],
-            log_copies=tuple(raw["log_copies"]), heartbeat_s=raw["heartbeat_s"],
-            stale_after_s=raw["stale_after_s"],
-        )
+        return _from_data(cls, json.loads(text))
 
     def agent_plan(self, worker: int) -> dict:
         """What the agent on one worker needs: its commands per step, who to wait for."""
@@ -190,12 +139,16 @@ class Plan:
                 {
                     "name": step.name,
                     "workers": list(step.workers),
-                    "command": (None if (c := step.command_for(worker)) is None else
-                                {"argv": list(c.argv), "env": dict(c.env)}),
+                    "command": _spec(step.command_for(worker)),
+                    "service": _spec(step.service_for(worker)),
                 }
                 for step in self.steps
             ],
         }
+
+
+def _spec(command: Command | None) -> dict | None:
+    return None if command is None else {"argv": list(command.argv), "env": dict(command.env)}
 
 
 def parse_stages(text: str | None) -> tuple[Stage, ...]:
@@ -247,31 +200,35 @@ def build_plan(
     job_id: str,
     payload_digest: str,
     environment: Environment,
-    topology: Topology,
+    hardware: Hardware,
     stages: tuple[Stage, ...] = ALL_STAGES,
     resume: bool = False,
     overwrite: bool = False,
     stage_entry: tuple[str, ...] = ("-m", "payload"),
     stale_after_s: float = 120.0,
+    forward_env: tuple[tuple[str, str], ...] = (),
 ) -> Plan:
-    """The whole job as data. `stage_entry` is how the interpreter starts a stage."""
+    """The whole job as data. `stage_entry` is how the interpreter starts a stage;
+    `forward_env` is what every stage gets from the launcher's environment."""
     if not workers:
         raise UserError("no workers to run on", hint="use --workers 1 or more")
     paths = job_paths(job_id, payload_digest)
     n = len(workers)
-    base_env = (*STAGE_ENV, ("PYTHONPATH", paths.payload_dir))
+    base_env = (*STAGE_ENV, ("PYTHONPATH", paths.payload_dir), *forward_env)
     flags = (*(("--resume",) if resume else ()), *(("--overwrite",) if overwrite else ()))
 
     def stage(name: Stage, index: int, share: tuple[int, int] | None,
               extra_env: tuple[tuple[str, str], ...] = ()) -> Command:
         argv = [environment.python, *stage_entry, name.value, "--config", paths.config]
+        if name is Stage.TRAIN:
+            argv += ["--hardware", hardware.spec()]
         if share is not None:
             argv += ["--worker-index", str(share[0]), "--num-workers", str(share[1])]
         return Command(worker=index, argv=(*argv, *flags), env=(*base_env, *extra_env))
 
     steps: list[Step] = []
     wanted = set(stages)
-    if Stage.TOKENIZER in wanted and config.tokenizer.path is None:
+    if Stage.TOKENIZER in wanted and config.trains_tokenizer:
         steps.append(Step(name=Stage.TOKENIZER.value,
                           commands=(stage(Stage.TOKENIZER, 0, None),)))
     if Stage.PREPARE in wanted:
@@ -279,38 +236,44 @@ def build_plan(
                           commands=tuple(stage(Stage.PREPARE, w.index, (w.index, n))
                                          for w in workers)))
     if Stage.TRAIN in wanted:
-        tpu_hosts = tuple(w for w in workers if w.tpu)
-        if tpu_hosts:
+        if hardware.device is Device.TPU:
             steps.append(Step(name="free-tpu", commands=tuple(
                 Command(worker=w.index, argv=("sh", "-c", free_tpu_script()))
-                for w in tpu_hosts)))
+                for w in workers)))
         # The training stage's own rule decides who trains and how CPU workers find each other.
         from payload import strategy
 
-        trainers = strategy.training_workers(config.cluster, n)
+        trainers = strategy.training_workers(hardware, n)
         addresses = [f"{w.address}:{w.coordination_port}" for w in workers]
+        pod = strategy.fleet_strategy(hardware, n) is strategy.StrategyKind.TPU_POD
         commands = []
         for index in trainers:
             extra: tuple[tuple[str, str], ...] = ()
-            if len(trainers) > 1:  # several trainers: MultiWorkerMirroredStrategy
+            if pod:  # the driver reaches every host's TPU server, no TPU API needed
+                extra = ((strategy.TPU_WORKERS_ENV, strategy.tpu_workers(addresses)),)
+            elif len(trainers) > 1:  # several trainers: MultiWorkerMirroredStrategy
                 extra = (("TF_CONFIG", strategy.tf_config(addresses, index)),)
             # Always the full count: on a pod slice worker 0 drives all n hosts.
             commands.append(stage(Stage.TRAIN, index, (index, n), extra))
-        steps.append(Step(name=Stage.TRAIN.value, commands=tuple(commands)))
+        services = tuple(
+            Command(worker=w.index, argv=(environment.python, "-m", "payload.tpu_server"),
+                    env=base_env)
+            for w in workers) if pod else ()
+        steps.append(Step(name=Stage.TRAIN.value, commands=tuple(commands), services=services))
     if Stage.EXPORT in wanted:
         steps.append(Step(name=Stage.EXPORT.value, commands=(stage(Stage.EXPORT, 0, None),)))
     if not steps:
-        raise UserError("nothing to run: the tokenizer stage is skipped when tokenizer.path is "
-                        "set", hint="choose other --stages")
+        raise UserError("nothing to run: the tokenizer stage is skipped when tokenizer.path or "
+                        "model.init_from brings the tokenizer", hint="choose other --stages")
 
     from payload import storage  # pure path joining; no I/O
 
     return Plan(
-        job_id=job_id, name=config.name, output_dir=config.output_dir, topology=topology,
+        job_id=job_id, name=config.name, output_dir=config.output_dir, hardware=hardware,
         workers=workers, steps=tuple(steps), paths=paths, environment=environment,
         payload_digest=payload_digest,
         barrier_dir=storage.join(config.output_dir, ".tpuctl", "jobs", job_id),
-        log_copies=tuple(storage.join(config.output_dir, "logs", f"worker-{w.index}.log")
+        log_copies=tuple(storage.join(config.output_dir, "logs", f"{w.label}.log")
                          for w in workers),
         heartbeat_s=min(5.0, stale_after_s / 4), stale_after_s=stale_after_s,
     )
@@ -318,12 +281,12 @@ def build_plan(
 
 def render_plan(plan: Plan) -> str:
     """The plan as `--dry-run` prints it: workers, environment, then each step's commands."""
-    lines = [f"job {plan.job_id}  ({plan.topology.value}, {len(plan.workers)} workers)",
-             f"output_dir: {plan.output_dir}", "workers:"]
+    kind = fleet_strategy(plan.hardware, len(plan.workers)).value
+    lines = [f"job {plan.job_id}  ({kind}, {len(plan.workers)} workers, hardware "
+             f"{plan.hardware.spec()})", f"output_dir: {plan.output_dir}", "workers:"]
     for w in plan.workers:
         where = w.base_dir or f"{w.host}:{w.ssh_port} (home)"
-        lines.append(f"  {w.label}: {where}  tf={w.address}:{w.coordination_port}"
-                     + ("  tpu" if w.tpu else ""))
+        lines.append(f"  {w.label}: {where}  tf={w.address}:{w.coordination_port}")
     env = plan.environment
     lines += [f"environment: {env.mode.value} {env.python}  (key {env.key})",
               f"payload: {plan.paths.payload_dir}",
@@ -336,92 +299,27 @@ def render_plan(plan: Plan) -> str:
         lines.append(f"step {number}: {step.name} on workers "
                      f"{', '.join(str(w) for w in step.workers)}; then wait for all")
         for c in step.commands:
-            lines.append(f"  worker-{c.worker}$ {c.shell_line()}")
+            lines.append(f"  {worker_label(c.worker)}$ {c.shell_line()}")
+        for c in step.services:
+            lines.append(f"  {worker_label(c.worker)} (while it runs)$ {c.shell_line()}")
     return "\n".join(lines)
 
 
-# Runs on a worker with the existing Python: are the pinned packages there, at those versions?
-VERSION_CHECK = """\
-import re, sys
-from importlib import metadata
-bad = []
-for req in sys.argv[1:]:
-    name = re.split(r"[<>=!~;\\[ ]", req, maxsplit=1)[0]
-    pin = re.search(r"==\\s*([^,; ]+)", req)
-    try:
-        have = metadata.version(name)
-    except metadata.PackageNotFoundError:
-        bad.append(name + " is missing"); continue
-    if pin and have != pin.group(1):
-        bad.append(f"{name} is {have}, needs {pin.group(1)}")
-if bad:
-    print("; ".join(bad)); sys.exit(1)
-"""
-# Unpacks the payload wheel into its folder (a wheel is a zip; no pip needed for pure code).
-PAYLOAD_UNPACK = """\
-import os, shutil, sys, zipfile
-wheel, target = sys.argv[1], sys.argv[2]
-shutil.rmtree(target + ".tmp", ignore_errors=True)
-with zipfile.ZipFile(wheel) as archive:
-    archive.extractall(target + ".tmp")
-shutil.rmtree(target, ignore_errors=True)
-os.rename(target + ".tmp", target)
-open(os.path.join(target, ".complete"), "w").close()
-os.remove(wheel)
-"""
-TPU_WHEELS_INDEX = "https://storage.googleapis.com/libtpu-releases/index.html"
-
-
-def tpu_requirements(requirements: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(normal, no-deps) requirements for a TPU VM: the TPU build of TensorFlow, and tf-keras
-    without its dependencies (they would pull the CPU TensorFlow back in)."""
-    normal, nodeps = [], []
-    for req in requirements:
-        name = re.split(r"[<>=!~;\[ ]", req, maxsplit=1)[0].lower()
-        if name == "tensorflow":
-            normal.append("tensorflow-tpu" + req[len(name):])
-        elif name == "tf-keras":
-            nodeps.append(req)
-        else:
-            normal.append(req)
-    return tuple(normal), tuple(nodeps)
-
-
-def environment_key(*parts: str) -> str:
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
-
-
-def plan_environment(
-    *, python: str | None, wheelhouse_digest: str | None, requirements: tuple[str, ...],
-    tpu: bool,
-) -> Environment:
-    """The worker environment: existing Python, a venv from a wheelhouse, or one from the index.
-
-    Its key hashes everything it contains, so an unchanged set-up is found and skipped.
-    """
-    requirements = tuple(sorted(requirements))
-    if python:
-        key = environment_key("existing", python, *requirements)
-        env_dir = f"{WORKER_ROOT}/env/{key}"
-        return Environment(mode=EnvMode.EXISTING, python=python, key=key, dir=env_dir,
-                           requirements=requirements,
-                           setup=(python, "-c", VERSION_CHECK, *requirements))
-    normal, nodeps = tpu_requirements(requirements) if tpu else (requirements, ())
-    if wheelhouse_digest:
-        mode = EnvMode.WHEELHOUSE
-        key = environment_key("wheelhouse", wheelhouse_digest, *normal, "--no-deps", *nodeps)
-        source = ["--no-index", "--find-links", f"{WORKER_ROOT}/wheelhouse/{wheelhouse_digest}"]
-    else:
-        mode = EnvMode.CREATE
-        key = environment_key("index", *normal, "--no-deps", *nodeps)
-        source = ["--find-links", TPU_WHEELS_INDEX] if tpu else []
-    env_dir = f"{WORKER_ROOT}/env/{key}"
-    pip = [f"{env_dir}/bin/python", "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-    script = [f"rm -rf {shlex.quote(env_dir)}",
-              shlex.join(["python3", "-m", "venv", env_dir])]
-    if normal:
-        script.append(shlex.join([*pip, *source, *normal]))
-    if nodeps:
-        script.append(shlex.join([*pip, *source, "--no-deps", *nodeps]))
-    return Environment(mode=mode, python=f"{env_dir}/bin/python", key=key, dir=env_dir,
-                       requirements=requirements, setup=("sh", "-c", " && ".join(script)))
+def _from_data(kind, data):
+    """Rebuild a value of type `kind` from what `asdict` and JSON made of it: dataclasses field
+    by field (by their type hints), tuples, enums and optional values."""
+    if dataclasses.is_dataclass(kind):
+        hints = typing.get_type_hints(kind)
+        return kind(**{f.name: _from_data(hints[f.name], data[f.name])
+                       for f in dataclasses.fields(kind) if f.name in data})
+    args = typing.get_args(kind)
+    if typing.get_origin(kind) is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_from_data(args[0], item) for item in data)
+        return tuple(_from_data(a, item) for a, item in zip(args, data, strict=True))
+    if args and type(None) in args:  # X | None
+        inner = next(a for a in args if a is not type(None))
+        return None if data is None else _from_data(inner, data)
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return kind(data)
+    return data

@@ -1,93 +1,41 @@
 """Run a plan on workers: submit the detached job, watch it (streaming logs, fail-fast), stop it.
 
-    record = save_job(state_dir, plan, config_text)
-    submit(executor, plan, record)
-    outcome = watch(executor, plan, record.logbook(), sink=print_line)
+    check_shared_output(executor, plan)
+    submit(executor, plan, record)                      # record: launcher.records.save_job
+    book = LogBook(record, plan.workers, from_start=True)
+    outcome = watch(executor, plan, book, sink=print_line, trouble=provider.trouble)
+    stop(executor, plan); status(executor, plan)
 
 Everything goes through an executor's `run`/`put`, so local workers and SSH hosts behave the
-same. The launcher keeps each job's plan and a copy of every worker's log under the state
-folder (TPUCTL_HOME, default ~/.tpuctl) so `tpuctl logs`, `stop` and `status` work after the
-launcher itself went away.
+same. The launcher keeps a copy of every worker's log in the job's record (launcher.records), so
+`tpuctl logs`, `stop` and `status` work after the launcher itself went away.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import secrets
 import shlex
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from launcher import jobs
 from launcher.agent import ABORTED
-from launcher.executors import WorkerUnreachable
+from launcher.executors import WorkerUnreachable, on_workers
 from launcher.jobs import JobState
 from launcher.plan import Plan, Worker
+from launcher.records import JobRecord
 from payload.errors import UserError, one_line
 
 POLL_S = 0.5
 TAIL_LINES = 20
-
-
-def state_dir() -> Path:
-    return Path(os.environ.get("TPUCTL_HOME") or Path.home() / ".tpuctl")
-
-
-@dataclass(frozen=True)
-class JobRecord:
-    """A job as the launcher machine remembers it."""
-
-    folder: Path
-
-    @property
-    def plan_file(self) -> Path:
-        return self.folder / "plan.json"
-
-    def log_file(self, worker: int) -> Path:
-        return self.folder / "logs" / f"worker-{worker}.log"
-
-    def plan(self) -> Plan:
-        return Plan.from_json(self.plan_file.read_text())
-
-
-def _jobs_dir(base: Path, name: str) -> Path:
-    return base / "jobs" / name
-
-
-def save_job(base: Path, plan: Plan, config_text: str) -> JobRecord:
-    folder = _jobs_dir(base, plan.name) / plan.job_id
-    (folder / "logs").mkdir(parents=True, exist_ok=True)
-    (folder / "config.yaml").write_text(config_text)
-    for w in plan.workers:
-        (folder / f"agent-{w.index}.json").write_text(json.dumps(plan.agent_plan(w.index)))
-    (folder / "plan.json").write_text(plan.to_json())
-    (_jobs_dir(base, plan.name) / "current").write_text(plan.job_id)
-    return JobRecord(folder)
-
-
-def current_job(base: Path, name: str, job_id: str | None = None) -> JobRecord:
-    jobs_dir = _jobs_dir(base, name)
-    if job_id is None:
-        pointer = jobs_dir / "current"
-        if not pointer.is_file():
-            raise UserError(f"no job of run '{name}' started from this machine",
-                            hint="start one with `tpuctl train`")
-        job_id = pointer.read_text().strip()
-    record = JobRecord(jobs_dir / job_id)
-    if not record.plan_file.is_file():
-        raise UserError(f"no job '{job_id}' of run '{name}' on this machine")
-    return record
-
-
-def on_workers(workers, action: Callable[[Worker], object]) -> list:
-    """action on every worker in parallel; results in worker order, the first error raised."""
-    with ThreadPoolExecutor(max_workers=min(32, max(1, len(workers)))) as pool:
-        return [f.result() for f in [pool.submit(action, w) for w in workers]]
+# Workers that stopped because a peer failed report it at once; the peer's own exit may reach
+# the launcher a poll later. Wait this long for it, so the right worker is named.
+ABORT_GRACE_S = 3.0
+# How often the provider is asked whether the fleet is still there (an API call for a cloud).
+TROUBLE_EVERY_S = 10.0
+_ABORTED_RANK = 2
 
 
 def _python_snippet(plan: Plan, code: str, *args: str) -> str:
@@ -134,9 +82,8 @@ def submit(executor, plan: Plan, record: JobRecord) -> list[int]:
         if not made.ok:
             raise UserError(f"{worker.label}: cannot make the job folder {plan.paths.job_dir}: "
                             f"{one_line(made.stderr or made.stdout)[-200:]}")
-        executor.put(worker, str(record.folder / "config.yaml"), plan.paths.config)
-        executor.put(worker, str(record.folder / f"agent-{worker.index}.json"),
-                     plan.paths.agent_plan)
+        executor.put(worker, str(record.config_file), plan.paths.config)
+        executor.put(worker, str(record.agent_file(worker.index)), plan.paths.agent_plan)
         res = executor.run(worker, jobs.start_command(plan.paths, plan.environment.python))
         pid = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else ""
         if not res.ok or not pid.isdigit():
@@ -222,8 +169,9 @@ def _follow_worker(executor, plan: Plan, worker: Worker, book: LogBook, sink, se
         halt.wait(POLL_S)
 
 
-def _failure(plan: Plan, seen: dict[int, _Seen]) -> tuple[int, str] | None:
-    """The worker that failed first in spirit: an own failure beats a peer-abort."""
+def _failure(plan: Plan, seen: dict[int, _Seen]) -> tuple[int, int, str] | None:
+    """(rank, worker, reason) of the worker that failed first in spirit: an own failure (rank 0)
+    beats an unreachable worker (1), a peer-abort (2) and a stop (3)."""
     found = []
     for w in plan.workers:
         s = seen[w.index]
@@ -236,22 +184,21 @@ def _failure(plan: Plan, seen: dict[int, _Seen]) -> tuple[int, str] | None:
             found.append((3, w.index, f"{w.label}'s job was stopped (tpuctl stop) during "
                           f"{s.stage or 'start'}"))
         elif s.state is JobState.EXITED and s.rc not in (0, None):
-            rank = 2 if s.stage == ABORTED else 0
+            rank = _ABORTED_RANK if s.stage == ABORTED else 0
             found.append((rank, w.index, f"{w.label} failed in {s.stage or 'start'} "
                           f"(exit {s.rc})"))
-    if not found:
-        return None
-    _, index, reason = min(found)
-    return index, reason
+    return min(found) if found else None
 
 
-def _failed(book: LogBook, index: int, reason: str) -> Outcome:
+def _failed(book: LogBook, rank: int, index: int, reason: str) -> Outcome:
     return Outcome(ok=False, failed_worker=index, reason=reason, tail=list(book.tails[index]))
 
 
 def watch(executor, plan: Plan, book: LogBook, sink: Callable[[int, str], None], *,
-          follow: bool = True, fail_fast: bool = True) -> Outcome:
-    """Stream every worker's log until the job ends. On a failure, stop the job everywhere."""
+          follow: bool = True, fail_fast: bool = True,
+          trouble: Callable[[], str | None] = lambda: None) -> Outcome:
+    """Stream every worker's log until the job ends. On a failure, or when `trouble` (the
+    provider's) says the fleet cannot go on, stop the job everywhere."""
     seen = {w.index: _Seen() for w in plan.workers}
     halt = threading.Event()
     threads = [threading.Thread(target=_follow_worker, daemon=True,
@@ -259,11 +206,26 @@ def watch(executor, plan: Plan, book: LogBook, sink: Callable[[int, str], None],
                for w in plan.workers]
     for t in threads:
         t.start()
+    aborted_since, failure = None, None
+    next_trouble_check = time.monotonic() + TROUBLE_EVERY_S
     try:
         while True:
-            failure = _failure(plan, seen) if fail_fast else None
-            if failure or all(not t.is_alive() for t in threads):
+            if all(not t.is_alive() for t in threads):
                 break
+            failure = _failure(plan, seen) if fail_fast else None
+            if failure is not None and failure[0] >= _ABORTED_RANK:
+                aborted_since = aborted_since or time.monotonic()
+                if time.monotonic() - aborted_since < ABORT_GRACE_S:
+                    failure = None  # give the worker that failed first time to say so
+            if failure is not None:
+                break
+            if follow and time.monotonic() >= next_trouble_check:
+                next_trouble_check = time.monotonic() + TROUBLE_EVERY_S
+                reason = trouble()
+                if reason:
+                    halt.set()
+                    stop(executor, plan)
+                    return Outcome(ok=False, reason=reason)
             time.sleep(0.1)
     except KeyboardInterrupt:
         halt.set()

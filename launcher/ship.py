@@ -6,7 +6,7 @@ the worker environment, all cached so an unchanged second run does no package wo
 
 The payload goes into its own folder on each worker (`.tpuctl/payload/<digest>`, put on
 PYTHONPATH by the plan), so an existing Python (a custom image, a shared venv) is used without
-being modified. Environments are keyed by a hash of what they contain (launcher.plan), and a
+being modified. Environments are keyed by a hash of what they contain (launcher.environment); a
 `.complete` marker records a finished set-up.
 """
 
@@ -16,20 +16,19 @@ import base64
 import hashlib
 import io
 import shlex
-import sys
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from launcher.plan import (
+from launcher.environment import (
     PAYLOAD_UNPACK,
     VERSION_CHECK,
     WORKER_ROOT,
     Environment,
     EnvMode,
-    JobPaths,
-    Worker,
 )
+from launcher.executors import on_workers
+from launcher.plan import JobPaths, Worker
 from payload.errors import UserError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -224,11 +223,5 @@ def ship(executor, workers: tuple[Worker, ...], environment: Environment, paths:
          wheel: Path, *, wheelhouse: tuple[str, str] | None = None,
          on_event: Callable[[Worker, str], None] = lambda w, m: None) -> list[dict]:
     """Bring every worker up to date in parallel; the first failure is raised."""
-    from launcher.run import on_workers
-
     return on_workers(workers, lambda w: ship_one(executor, w, environment, paths, wheel,
                                                   wheelhouse, on_event))
-
-
-def launcher_python() -> str:
-    return sys.executable

@@ -2,6 +2,10 @@
 
     python -m payload tokenizer --config run.yaml
     python -m payload prepare --config run.yaml --worker-index 1 --num-workers 3
+    python -m payload train --config run.yaml --hardware tpu/v4-32/my-run --num-workers 4
+
+`--hardware` says what the fleet is made of (`cpu`, the default, or `tpu/TYPE/NODE`); the
+launcher passes what its provider found, and the training stage's strategy decides from it.
 """
 
 from __future__ import annotations
@@ -21,8 +25,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from payload.errors import UserError, one_line
-
-STAGES = ("tokenizer", "prepare", "train", "export")
+from payload.stages import STAGE_NAMES, Stage, check_share
 
 
 class _Parser(argparse.ArgumentParser):
@@ -34,7 +37,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m payload", description=__doc__.splitlines()[0])
-    parser.add_argument("stage", choices=STAGES)
+    parser.add_argument("stage", choices=STAGE_NAMES)
     parser.add_argument("--config", "-c", required=True, help="run config (tpuctl.yaml)")
     parser.add_argument("--worker-index", type=int, default=0)
     parser.add_argument("--num-workers", type=int, default=1)
@@ -43,36 +46,35 @@ def _parser() -> argparse.ArgumentParser:
                         "with; prepare: replace shards made with another tokenizer or layout; "
                         "train: start again over an earlier run's checkpoints")
     parser.add_argument("--resume", action="store_true", help="train: continue from a checkpoint")
+    parser.add_argument("--hardware", default="cpu",
+                        help="what the fleet is: cpu, or tpu/ACCELERATOR_TYPE/NODE_NAME")
     return parser
 
 
 def run_stage(args: argparse.Namespace) -> None:
     from payload.config import load_config
+    from payload.strategy import Hardware
 
-    if args.num_workers < 1:
-        raise UserError(f"--num-workers must be at least 1 (got {args.num_workers})")
-    if not 0 <= args.worker_index < args.num_workers:
-        raise UserError(
-            f"--worker-index {args.worker_index} is out of range for --num-workers "
-            f"{args.num_workers}", hint=f"use 0..{args.num_workers - 1}",
-        )
+    check_share(args.worker_index, args.num_workers)
+    hardware = Hardware.parse(args.hardware)
     config = load_config(args.config)
     use_private_tempdir()
-    if args.stage == "tokenizer":
+    stage = Stage(args.stage)
+    if stage is Stage.TOKENIZER:
         from payload.tokenizer import run_tokenizer
 
         run_tokenizer(config, overwrite=args.overwrite)
-    elif args.stage == "prepare":
+    elif stage is Stage.PREPARE:
         from payload.prepare import run_prepare
 
         run_prepare(config, worker_index=args.worker_index, num_workers=args.num_workers,
                     overwrite=args.overwrite)
-    elif args.stage == "train":
+    elif stage is Stage.TRAIN:
         from payload.train import run_train
 
         run_train(config, worker_index=args.worker_index, num_workers=args.num_workers,
-                  resume=args.resume, overwrite=args.overwrite)
-    elif args.stage == "export":
+                  resume=args.resume, overwrite=args.overwrite, hardware=hardware)
+    elif stage is Stage.EXPORT:
         from payload.export import run_export
 
         run_export(config)

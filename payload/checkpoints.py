@@ -36,11 +36,13 @@ log = logging.getLogger(__name__)
 
 # What TensorFlow's CheckpointManager ("ckpt" prefix) and this module write in the folder:
 # the index and its atomic-write temporaries, each checkpoint's index and data files and
-# their temporaries, the sharded save's `_temp` folder, run.json, the marker, storage temps.
+# their temporaries, the sharded save's `_temp` folder, run.json, the training schedule
+# (train.py), the marker, storage temps.
 _WRITTEN = re.compile(
     r"^(?:checkpoint(?:\.tmp[0-9a-f]{32})?"
     r"|ckpt-\d+(?:_temp/part-\d+-of-\d+)?\.(?:index|data-\d+-of-\d+)(?:\.tempstate\d+)?"
-    r"|run\.json|\.tpuctl-complete|\.tmp-[^/]+-(?:run\.json|\.tpuctl-complete))$"
+    r"|(?:run|schedule)\.json|\.tpuctl-complete"
+    r"|\.tmp-[^/]+-(?:run\.json|schedule\.json|\.tpuctl-complete))$"
 )
 
 

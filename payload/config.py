@@ -15,15 +15,18 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from payload.errors import UserError
 from payload.families import FAMILIES, t5_expanded_length
+from payload.sizes import SHAPE_DEFAULTS, SIZES
 
 MIN_SEQ_LEN = 16
+# Local worker processes share this machine's cores; more than this is a typo.
+MAX_LOCAL_WORKERS = 64
 # Byte-level BPE starts from all 256 byte symbols before it learns any merge.
 BYTE_ALPHABET = 256
 # The smallest useful vocabulary for the other kinds, on top of the special tokens.
@@ -64,7 +67,7 @@ class _ClusterBase(_Section):
 
 class LocalCluster(_ClusterBase):
     provider: Literal["local"]
-    workers: int = Field(2, ge=1, le=64)
+    workers: int = Field(2, ge=1, le=MAX_LOCAL_WORKERS)
 
 
 class SshCluster(_ClusterBase):
@@ -76,7 +79,27 @@ class SshCluster(_ClusterBase):
     port: int = Field(22, ge=1, le=65535)
 
 
-_ACCELERATOR = re.compile(r"^v(\d+[a-z]*)(litepod|pod)?-(\d+)$")
+_PROJECT = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
+_ZONE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z0-9]+$")
+# TPU node names: a letter first, then lowercase letters, digits and dashes (as the API wants).
+TPU_NAME = re.compile(r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9_.-]{1,61}[a-z0-9]$")
+# A queued request waits at most this long for capacity; the API takes a duration.
+MAX_QUEUE_HOURS = 24 * 30
+
+
+def default_bucket(project: str) -> str:
+    """The bucket `tpuctl up` uses when cluster.bucket is not set (project ids are unique)."""
+    return f"{project}-tpuctl"
+
+
+def _from_table(key: str, check, *args):
+    """Run an accelerator-table check; its one-line refusal becomes a validation error that
+    names the key."""
+    try:
+        return check(*args)
+    except UserError as exc:
+        raise ValueError(f"{key}: {exc}") from None
 
 
 class GcpCluster(_ClusterBase):
@@ -84,23 +107,125 @@ class GcpCluster(_ClusterBase):
     project: str
     zone: str
     accelerator_type: str
-    runtime_version: str
-    spot: bool = False
+    # Default: the runtime image the TensorFlow route takes for this accelerator type.
+    runtime_version: str | None = None
+    provisioning: Literal["on_demand", "spot", "preemptible"] = "on_demand"
+    # Wait in a queue for capacity (a queued resource) instead of failing when there is none.
     queued: bool = False
+    queue_hours: float = Field(24.0, gt=0, le=MAX_QUEUE_HOURS)
+    reservation: str | None = None
+    # Who may reach the workers' port 22 (CIDRs); `tpuctl up` needs it, there is no default.
+    ssh_source_ranges: list[str] | None = None
+    network: str = "default"
+    subnetwork: str | None = None
+    # Default: PROJECT-tpuctl, created by `up` unless it exists (then used, never deleted).
     bucket: str | None = None
-    tpu_name: str | None = None
+    # Zones of the same region to try when the first has no capacity.
+    fallback_zones: list[str] = Field(default_factory=list)
+    tpu_name: str | None = None  # default: the run's name
+    user: str | None = None  # default: the login name of whoever runs tpuctl
+    identity_file: str | None = None  # default: a key tpuctl makes and `up` installs
+
+    @field_validator("project")
+    @classmethod
+    def _project(cls, value: str) -> str:
+        if not _PROJECT.match(value):
+            raise ValueError(f"'{value}' is not a Google Cloud project id (6-30 lowercase "
+                             "letters, digits and dashes, starting with a letter)")
+        return value
 
     @field_validator("accelerator_type")
     @classmethod
     def _accelerator(cls, value: str) -> str:
-        if not _ACCELERATOR.match(value):
-            raise ValueError(
-                f"'{value}' is not a TPU accelerator type (examples: v4-8, v4-32, v5litepod-16)"
-            )
+        from payload import accelerators
+
+        try:
+            accelerators.accelerator(value)
+        except UserError as exc:
+            raise ValueError(str(exc)) from None
         return value
+
+    @field_validator("zone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        if not _ZONE.match(value):
+            raise ValueError(f"'{value}' is not a zone (for example us-central2-b)")
+        return value
+
+    @field_validator("tpu_name")
+    @classmethod
+    def _tpu_name(cls, value: str | None) -> str | None:
+        if value is not None and not TPU_NAME.match(value):
+            raise ValueError(f"'{value}' is not a TPU name: a letter first, then up to 62 "
+                             "lowercase letters, digits and dashes")
+        return value
+
+    @field_validator("bucket")
+    @classmethod
+    def _bucket(cls, value: str | None) -> str | None:
+        if value is not None and (not _BUCKET.match(value) or value.startswith("goog")
+                                  or "google" in value or ".." in value):
+            raise ValueError(f"'{value}' is not a bucket name: 3-63 lowercase letters, digits, "
+                             "dashes, dots and underscores, not starting with goog")
+        return value
+
+    @field_validator("ssh_source_ranges")
+    @classmethod
+    def _ranges(cls, value: list[str] | None) -> list[str] | None:
+        import ipaddress
+
+        for cidr in value or ():
+            try:
+                network = ipaddress.ip_network(cidr, strict=False)
+            except ValueError:
+                raise ValueError(f"'{cidr}' is not a CIDR range (for example 203.0.113.7/32)"
+                                 ) from None
+            if network.prefixlen == 0:
+                raise ValueError(f"'{cidr}' opens SSH to the whole internet; list the addresses "
+                                 "you connect from (for example your IP/32)")
+        return value
+
+    @model_validator(mode="after")
+    def _offered(self):
+        from payload import accelerators
+
+        acc = accelerators.accelerator(self.accelerator_type)
+        _from_table("cluster.zone", accelerators.check_zone, acc, self.zone)
+        if self.runtime_version is not None:
+            _from_table("cluster.runtime_version", accelerators.check_tf_route, acc,
+                        self.runtime_version)
+        else:
+            _from_table("cluster.accelerator_type", accelerators.default_runtime, acc)
+        region = accelerators.region_of(self.zone)
+        for zone in self.fallback_zones:
+            if zone == self.zone or accelerators.region_of(zone) != region:
+                raise ValueError(f"cluster.fallback_zones: {zone} must be another zone of "
+                                 f"{region} (the bucket's region), not {self.zone} itself")
+            _from_table("cluster.fallback_zones", accelerators.check_zone, acc, zone)
+        if self.reservation and self.provisioning != "on_demand":
+            raise ValueError(f"cluster.reservation takes on_demand capacity, not "
+                             f"{self.provisioning}; drop one of them")
+        return self
+
+    @property
+    def bucket_name(self) -> str:
+        return self.bucket or default_bucket(self.project)
+
+    @property
+    def runtime(self) -> str:
+        """The runtime image: as configured, or the TensorFlow route's default for the type."""
+        from payload import accelerators
+
+        return self.runtime_version or accelerators.default_runtime(
+            accelerators.accelerator(self.accelerator_type))
 
 
 Cluster = Annotated[LocalCluster | SshCluster | GcpCluster, Field(discriminator="provider")]
+# `cluster.provider` -> its section, read off the union above (the one list of providers).
+CLUSTERS: dict[str, type[_ClusterBase]] = {
+    get_args(kind.model_fields["provider"].annotation)[0]: kind
+    for kind in get_args(get_args(Cluster)[0])
+}
 
 
 class DataConfig(_Section):
@@ -145,20 +270,53 @@ class TokenizerConfig(_Section):
 
 class ModelConfig(_Section):
     family: Literal["bert", "roberta", "gpt2", "t5"]
-    hidden_size: int = Field(256, gt=0)
-    num_layers: int = Field(4, gt=0)
-    num_heads: int = Field(4, gt=0)
-    intermediate_size: int = Field(1024, gt=0)
-    dropout: float = Field(0.1, ge=0.0, lt=1.0)
-    # A transformers config.json to take the architecture from (sizes above are then ignored).
+    # The architecture, described once: a published size by name, the shape keys (defaults for
+    # any left out; all four defaults when nothing describes it), a transformers config.json,
+    # or a model folder to continue pretraining (its weights, its tokenizer).
+    size: str | None = None
+    hidden_size: int | None = Field(None, gt=0)
+    num_layers: int | None = Field(None, gt=0)
+    num_heads: int | None = Field(None, gt=0)
+    intermediate_size: int | None = Field(None, gt=0)
     config: str | None = None
+    init_from: str | None = None
+    dropout: float = Field(0.1, ge=0.0, lt=1.0)
     mlm_probability: float = Field(0.15, gt=0.0, lt=1.0)
     noise_density: float = Field(0.15, gt=0.0, lt=1.0)
     mean_noise_span_length: float = Field(3.0, ge=1.0)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _one_architecture(cls, raw: Any) -> Any:
+        # Unset and null are the same: the resolved config written for the workers says
+        # `size: null` beside the shape keys (or the other way round) and must load again.
+        if not isinstance(raw, dict):
+            return raw
+        given = [key for key in ("size", *SHAPE_DEFAULTS, "config", "init_from")
+                 if raw.get(key) is not None]
+        kinds: dict[str, str] = {}  # one key named per kind of description
+        for key in given:
+            kinds.setdefault("shape" if key in SHAPE_DEFAULTS else key, key)
+        if len(kinds) > 1:
+            first, second = list(kinds.values())[:2]
+            raise ValueError(
+                f"model.{first} and model.{second} both describe the architecture: set only one "
+                "of model.size, the shape keys (hidden_size, num_layers, num_heads, "
+                "intermediate_size), model.config, model.init_from"
+            )
+        if not kinds or "shape" in kinds:
+            raw = {**raw, **{k: v for k, v in SHAPE_DEFAULTS.items() if raw.get(k) is None}}
+        return raw
+
     @model_validator(mode="after")
-    def _heads_divide_hidden(self):
-        if self.config is None and self.hidden_size % self.num_heads:
+    def _shape_checks(self):
+        sizes = SIZES[self.family]
+        if self.size is not None and self.size not in sizes:
+            raise ValueError(
+                f"model.size '{self.size}' is not a {self.family} size; choose one of "
+                f"{', '.join(sizes)}"
+            )
+        if self.hidden_size is not None and self.hidden_size % self.num_heads:
             raise ValueError(
                 f"model.num_heads={self.num_heads} does not divide model.hidden_size="
                 f"{self.hidden_size}; pick a hidden size that is a multiple of the head count"
@@ -219,7 +377,7 @@ def check_output_dir_path(value: str) -> str:
 
 class RunConfig(_Section):
     name: str
-    output_dir: str
+    output_dir: str  # gcp default: gs://BUCKET/NAME
     cluster: Cluster = Field(default_factory=lambda: LocalCluster(provider="local"))
     data: DataConfig
     tokenizer: TokenizerConfig = Field(default_factory=lambda: TokenizerConfig())
@@ -230,6 +388,18 @@ class RunConfig(_Section):
     @classmethod
     def _output_dir(cls, value: str) -> str:
         return check_output_dir_path(value)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gcp_output_dir(cls, raw: Any) -> Any:
+        """On gcp, output_dir defaults to gs://BUCKET/NAME."""
+        if isinstance(raw, dict) and raw.get("output_dir") is None:
+            cluster, name = raw.get("cluster"), raw.get("name")
+            if (isinstance(cluster, dict) and cluster.get("provider") == "gcp"
+                    and isinstance(name, str) and isinstance(cluster.get("project"), str)):
+                bucket = cluster.get("bucket") or default_bucket(cluster["project"])
+                raw = {**raw, "output_dir": f"gs://{bucket}/{name}"}
+        return raw
 
     @field_validator("name")
     @classmethod
@@ -243,13 +413,21 @@ class RunConfig(_Section):
 
     @model_validator(mode="after")
     def _cross_checks(self):
+        if (isinstance(self.cluster, GcpCluster) and self.cluster.tpu_name is None
+                and not TPU_NAME.match(self.name)):
+            raise ValueError(f"name: '{self.name}' also names the TPU, and TPU names start with "
+                             "a letter; rename the run or set cluster.tpu_name")
         family = FAMILIES[self.model.family]
         if self.data.seq_len > family.max_positions:
             raise ValueError(
                 f"data.seq_len={self.data.seq_len} is over what {family.name} allows "
                 f"({family.max_positions}); lower data.seq_len"
             )
-        if self.tokenizer.path is None:
+        if self.model.init_from and self.tokenizer.path:
+            raise ValueError(
+                "model.init_from brings its own tokenizer: remove tokenizer.path"
+            )
+        if self.trains_tokenizer:
             minimum = len(family.special_tokens) + (
                 BYTE_ALPHABET if self.tokenizer.kind == "bpe" else MIN_LEARNED_PIECES
             )
@@ -267,6 +445,12 @@ class RunConfig(_Section):
         return self
 
     @property
+    def trains_tokenizer(self) -> bool:
+        """Whether the tokenizer stage trains one: not when tokenizer.path or model.init_from
+        brings it."""
+        return self.tokenizer.path is None and self.model.init_from is None
+
+    @property
     def record_len(self) -> int:
         """Tokens per stored record: `seq_len`, or T5's longer pre-corruption row."""
         if self.model.family == "t5":
@@ -278,8 +462,7 @@ class RunConfig(_Section):
 
 def _field_name(loc: tuple) -> str:
     # Drop pydantic's union tags (e.g. "local", "function-after[...]") from the location.
-    parts = [str(p) for p in loc if not (isinstance(p, str) and ("[" in p or p in
-             ("local", "ssh", "gcp")))]
+    parts = [str(p) for p in loc if not (isinstance(p, str) and ("[" in p or p in CLUSTERS))]
     return ".".join(parts)
 
 
@@ -299,7 +482,7 @@ def _describe(error: dict, model: type[BaseModel]) -> str:
     if kind == "missing":
         return f"missing required key '{where}'"
     if kind == "union_tag_invalid" or kind == "union_tag_not_found":
-        return f"'{where or 'cluster'}.provider' must be one of: local, ssh, gcp"
+        return f"'{where or 'cluster'}.provider' must be one of: {', '.join(CLUSTERS)}"
     if where and not message.startswith(where.split(".")[0] + "."):
         got = error.get("input")
         shown = f" (got {got!r})" if got is not None and not isinstance(got, dict | list) else ""
@@ -312,8 +495,8 @@ def _section_for(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
     for part in loc:
         if isinstance(part, int):
             continue
-        if isinstance(part, str) and part in ("local", "ssh", "gcp"):
-            current = {"local": LocalCluster, "ssh": SshCluster, "gcp": GcpCluster}[part]
+        if isinstance(part, str) and part in CLUSTERS:
+            current = CLUSTERS[part]
             continue
         fields = getattr(current, "model_fields", {})
         if part not in fields:
@@ -325,7 +508,7 @@ def _section_for(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
 
 
 _LOCAL_PATH_KEYS = {
-    ("tokenizer", "path"), ("model", "config"), ("cluster", "identity_file"),
+    ("tokenizer", "path"), ("model", "config"), ("model", "init_from"), ("cluster", "identity_file"),
     ("cluster", "known_hosts"), ("cluster", "wheelhouse"),
 }
 

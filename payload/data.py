@@ -36,8 +36,10 @@ def input_pipeline(
 ):
     """An endless dataset of objective feature dicts with `batch_size` rows each.
 
-    `start_batch` offsets the shuffling and masking seeds on resume, so a resumed run does not
-    replay the batches it has already seen from the start."""
+    The sequence depends only on the files and `seed`: a run resumed at `start_batch` gets
+    exactly the batches an uninterrupted run gets from there on (same records, same masks).
+    The records before it are read and dropped, without parsing: resuming costs one pass over
+    the data trained on so far."""
     import tensorflow as tf
 
     if not files:
@@ -46,10 +48,9 @@ def input_pipeline(
     shard_records = len(files) < num_pipelines
     if not shard_records:
         files = files[pipeline_id::num_pipelines]
-    run_seed = seed + start_batch
     files_ds = tf.data.Dataset.from_tensor_slices(files)
     if shuffle:
-        files_ds = files_ds.shuffle(len(files), seed=run_seed, reshuffle_each_iteration=True)
+        files_ds = files_ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
     files_ds = files_ds.repeat()
     # Parallel reads hide Cloud Storage's latency; on a local disk their per-record cost is
     # higher than what they gain (one reader thread was 2-3x faster here).
@@ -64,12 +65,17 @@ def input_pipeline(
     if shard_records:
         rows = rows.shard(num_pipelines, pipeline_id)
     if shuffle:
-        rows = rows.shuffle(SHUFFLE_RECORDS, seed=run_seed + 1)
-    base = pipeline_id * PIPELINE_SEED_STRIDE + start_batch
+        rows = rows.shuffle(SHUFFLE_RECORDS, seed=seed + 1)
 
     # Parse and apply the objective to several batches at once, then split them: in tf.data
     # each op costs about the same for 32 rows as for 512, so small batches pay it per row.
     group = max(1, ROWS_PER_MAP // batch_size)
+    # A resumed pipeline starts at the group holding `start_batch`, numbered as an
+    # uninterrupted run numbers it (the masks' seeds follow the number), and drops the batches
+    # of that group that were already trained on.
+    first_group, already = divmod(start_batch, group)
+    rows = rows.skip(first_group * group * batch_size)
+    base = pipeline_id * PIPELINE_SEED_STRIDE + first_group
 
     def parse(index, serialized):
         ids = records.decode_batch(serialized, record_len=record_len, dtype=dtype)
@@ -80,4 +86,5 @@ def input_pipeline(
 
     groups = rows.batch(group * batch_size, drop_remainder=True).enumerate()
     groups = groups.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return groups.flat_map(tf.data.Dataset.from_tensor_slices).prefetch(tf.data.AUTOTUNE)
+    batches = groups.flat_map(tf.data.Dataset.from_tensor_slices).skip(already)
+    return batches.prefetch(tf.data.AUTOTUNE)

@@ -142,7 +142,8 @@ def trained_model(config):
 def run_export(config) -> None:
     from safetensors.numpy import save_file
 
-    from payload.tokenizer import copy_tokenizer_files
+    from payload.families import FAMILIES
+    from payload.tokenizer import copy_tokenizer_files, set_model_inputs
 
     storage.check_output_dir(config.output_dir)
     model, _, path = trained_model(config)
@@ -162,6 +163,7 @@ def run_export(config) -> None:
         hf_config.architectures = [ARCHITECTURES[family]]
         hf_config.save_pretrained(staging)
         copy_tokenizer_files(config, staging)
+        set_model_inputs(staging, FAMILIES[family])
         _add_export_note(staging, path)
     logging.getLogger(__name__).info("exported %s to %s", path, target)
 

@@ -31,6 +31,10 @@ class FamilySpec:
     max_positions: int = 512
     # Ids 0.. for these first, where the family has a fixed layout.
     id_order: tuple[str, ...] = ()
+    # What the tokenizer returns for the model: what the model's call takes. A tokenizer that
+    # also returns token_type_ids breaks `model.generate(**tokenizer(...))` in TF GPT-2 (they
+    # are added as embeddings) and TF T5 (it refuses them).
+    model_inputs: tuple[str, ...] = ("input_ids", "attention_mask")
 
     @property
     def special_tokens(self) -> list[str]:
@@ -47,6 +51,7 @@ FAMILIES: dict[str, FamilySpec] = {
     "bert": FamilySpec(
         name="bert", objective="mlm", unk="[UNK]", pad="[PAD]", cls="[CLS]", sep="[SEP]",
         mask="[MASK]", separator="[SEP]", row_start="[CLS]", max_positions=512,
+        model_inputs=("input_ids", "token_type_ids", "attention_mask"),
     ),
     # RoBERTa's own layout: TF RoBERTa numbers positions from a padding index fixed at 1.
     "roberta": FamilySpec(

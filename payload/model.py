@@ -68,11 +68,16 @@ def token_ids(tokenizer, family: str) -> TokenIds:
 
 
 def model_config(model_cfg, *, vocab: TokenIds, seq_len: int):
-    """A transformers config from the run config's `model` section (or its config file)."""
+    """A transformers config from the run config's `model` section (its size or shape keys,
+    its config file, or the config of the model folder it continues from)."""
     import transformers
 
     family = model_cfg.family
-    if model_cfg.config:
+    if model_cfg.init_from:
+        from payload.pretrained import pretrained_config
+
+        hf = pretrained_config(model_cfg.init_from, family=family, vocab_size=vocab.vocab_size)
+    elif model_cfg.config:
         check_model_config_file(model_cfg.config, family)
         try:
             hf = transformers.AutoConfig.from_pretrained(model_cfg.config)
@@ -122,45 +127,10 @@ def model_config(model_cfg, *, vocab: TokenIds, seq_len: int):
 def _sized_config(m, *, vocab: TokenIds, seq_len: int):
     import transformers
 
-    if m.family in ("bert", "roberta"):
-        encoder = {
-            "vocab_size": vocab.vocab_size,
-            "hidden_size": m.hidden_size,
-            "num_hidden_layers": m.num_layers,
-            "num_attention_heads": m.num_heads,
-            "intermediate_size": m.intermediate_size,
-            "hidden_dropout_prob": m.dropout,
-            "attention_probs_dropout_prob": m.dropout,
-        }
-        if m.family == "bert":
-            return transformers.BertConfig(**encoder,
-                                           max_position_embeddings=max(512, seq_len))
-        return transformers.RobertaConfig(
-            **encoder,
-            max_position_embeddings=max(512, seq_len) + ROBERTA_POSITION_PADDING + 1,
-            type_vocab_size=1,
-        )
-    if m.family == "gpt2":
-        return transformers.GPT2Config(
-            vocab_size=vocab.vocab_size,
-            n_embd=m.hidden_size,
-            n_layer=m.num_layers,
-            n_head=m.num_heads,
-            n_inner=m.intermediate_size,
-            n_positions=max(1024, seq_len),
-            resid_pdrop=m.dropout,
-            embd_pdrop=m.dropout,
-            attn_pdrop=m.dropout,
-        )
-    return transformers.T5Config(
-        vocab_size=vocab.vocab_size,
-        d_model=m.hidden_size,
-        d_kv=m.hidden_size // m.num_heads,
-        d_ff=m.intermediate_size,
-        num_layers=m.num_layers,
-        num_heads=m.num_heads,
-        dropout_rate=m.dropout,
-    )
+    from payload.sizes import transformers_config
+
+    settings = transformers_config(m, vocab_size=vocab.vocab_size, seq_len=seq_len)
+    return transformers.AutoConfig.for_model(settings.pop("model_type"), **settings)
 
 
 def model_class(family: str):
@@ -176,8 +146,14 @@ def model_class(family: str):
 
 def build_model(hf_config):
     """The TF model with all its weights created (call inside the strategy's scope)."""
-    model = model_class(hf_config.model_type)(hf_config)
-    model(model.dummy_inputs, training=False)
+    import warnings
+
+    with warnings.catch_warnings():
+        # TF T5's untied head (v1.1) takes its initializer from one shared RandomNormal, which
+        # tf-keras warns about on every build; the weights are initialised as they should be.
+        warnings.filterwarnings("ignore", message="The initializer RandomNormal is unseeded")
+        model = model_class(hf_config.model_type)(hf_config)
+        model(model.dummy_inputs, training=False)
     return model
 
 

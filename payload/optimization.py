@@ -15,6 +15,15 @@ from __future__ import annotations
 NO_DECAY = ("LayerNorm", "layer_norm", "ln_", "bias")
 
 
+def learning_rate_at(peak: float, warmup_steps: int, total_steps: int, updates_done: int) -> float:
+    """The rate `warmup_linear_decay` gives the update after `updates_done` (plain Python)."""
+    step = updates_done + 1
+    if step <= warmup_steps:
+        return peak * step / max(warmup_steps, 1)
+    decay_steps = max(total_steps - warmup_steps, 1)
+    return min(peak * max(0.0, total_steps - step + 1.0) / decay_steps, peak)
+
+
 def warmup_linear_decay(peak: float, warmup_steps: int, total_steps: int):
     import tf_keras
 

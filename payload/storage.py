@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fnmatch
 import glob as _glob
 import json
 import logging
@@ -84,6 +83,12 @@ def _gcs():
                 "GOOGLE_APPLICATION_CREDENTIALS",
             ) from None
     return _client
+
+
+def client(project: str | None = None):
+    """The Cloud Storage client this module uses (for callers that manage buckets)."""
+    del project  # one client serves every project the credentials may use
+    return _gcs()
 
 
 def _blob(path: str):
@@ -296,8 +301,10 @@ def listdir(path: str) -> list[str]:
         bucket, prefix = _split_gcs(path)
         prefix = prefix.rstrip("/") + "/" if prefix else ""
         blobs = _gcs().list_blobs(bucket, prefix=prefix, delimiter="/")
+        # An object named like the folder itself ("dir/") is a folder marker (TensorFlow's
+        # makedirs writes them), not a file; nor is a completeness marker.
         return sorted(f"{GCS}{bucket}/{b.name}" for b in blobs
-                      if not b.name.endswith("/" + COMPLETE))
+                      if not b.name.endswith(("/", "/" + COMPLETE)))
     if not os.path.isdir(path):
         return []
     return sorted(
@@ -333,15 +340,53 @@ def _children(path: str) -> list[str]:
 
 
 def glob(pattern: str) -> list[str]:
-    """Files matching a glob, sorted; `**` recurses."""
+    """Files matching a glob, sorted; `**` recurses. On gs:// with the local rules: `*`, `?`
+    and `[...]` stay within one folder level and skip names starting with a dot."""
     if is_gcs(pattern):
         bucket, name = _split_gcs(pattern)
         literal = name.split("*")[0].split("?")[0].split("[")[0]
+        matches = _glob_regex(name).match
         return sorted(
             f"{GCS}{bucket}/{b.name}" for b in _gcs().list_blobs(bucket, prefix=literal)
-            if fnmatch.fnmatchcase(b.name, name) and not b.name.endswith("/")
+            if matches(b.name) and not b.name.endswith("/")  # not folder markers
         )
     return sorted(p for p in _glob.glob(pattern, recursive=True) if os.path.isfile(p))
+
+
+def _glob_regex(pattern: str) -> re.Pattern:
+    """The object names `glob.glob(pattern, recursive=True)` would give as files."""
+    visible = r"(?:(?!\.)[^/]+/)*"  # `**`: any number of folder levels, none hidden
+    parts = pattern.split("/")
+    out = []
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if part == "**":
+            out.append(visible + (r"(?!\.)[^/]+" if last else ""))
+            continue
+        hidden = "" if part.startswith(".") else r"(?!\.)"
+        out.append(hidden + _component_regex(part) + ("" if last else "/"))
+    return re.compile("".join(out) + r"\Z")
+
+
+def _component_regex(part: str) -> str:
+    out, i = [], 0
+    while i < len(part):
+        c = part[i]
+        close = part.find("]", i + 2) if c == "[" else -1
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif close > 0:
+            body = part[i + 1:close]
+            negate = body[:1] == "!"
+            body = re.escape(body[1:] if negate else body).replace("\\-", "-")
+            out.append(f"[{'^/' if negate else ''}{body}]")
+            i = close
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return "".join(out)
 
 
 def has_magic(path: str) -> bool:
@@ -354,7 +399,9 @@ def walk_files(path: str) -> Iterator[str]:
         bucket, prefix = _split_gcs(path)
         prefix = prefix.rstrip("/") + "/"
         for b in _gcs().list_blobs(bucket, prefix=prefix):
-            if not b.name.endswith("/"):
+            rest = b.name[len(prefix):]
+            if rest and not rest.endswith("/") and not any(
+                    p.startswith(".") for p in rest.split("/")):
                 yield f"{GCS}{bucket}/{b.name}"
         return
     for root, dirs, files in os.walk(path):
@@ -379,8 +426,29 @@ def check_writable(path: str) -> None:
     if not is_gcs(path) and os.path.exists(path) and not os.path.isdir(path):
         raise UserError(f"output_dir {path} is a file, not a folder",
                         hint="choose a folder path for output_dir")
-    write_bytes(probe, b"probe")
+    with _bucket_errors(path):
+        write_bytes(probe, b"probe")
     remove(probe)
+
+
+@contextlib.contextmanager
+def _bucket_errors(path: str) -> Iterator[None]:
+    """A missing bucket or a refused write on gs:// as one line naming what to do."""
+    if not is_gcs(path):
+        yield
+        return
+    from google.api_core import exceptions
+
+    try:
+        yield
+    except exceptions.NotFound:
+        bucket = _split_gcs(path)[0]
+        raise UserError(f"bucket gs://{bucket} does not exist (output_dir {path})",
+                        hint=f"create it (gcloud storage buckets create gs://{bucket}) "
+                        "or fix output_dir") from None
+    except exceptions.Forbidden:
+        raise UserError(f"no permission to write to {path}",
+                        hint="grant the account Storage Object Admin on the bucket") from None
 
 
 # --- ownership: tpuctl deletes only in an output_dir it marked as its own ---------------------
@@ -437,12 +505,13 @@ def check_output_dir(output_dir: str) -> bool:
     it must not lose a file, so nothing is written there at all. Writes nothing."""
     _check_not_a_file(output_dir)
     marker = owner_marker(output_dir)
-    if exists(marker):
-        return True
-    strangers = _strangers(output_dir)
-    # Checked again: another worker claiming the folder writes its marker before anything else.
-    if not strangers or exists(marker) or _earlier_run(output_dir):
-        return exists(marker)
+    with _bucket_errors(output_dir):
+        if exists(marker):
+            return True
+        strangers = _strangers(output_dir)
+        # Checked again: another worker claiming the folder writes its marker before anything.
+        if not strangers or exists(marker) or _earlier_run(output_dir):
+            return exists(marker)
     shown = ", ".join(strangers[:3]) + (f" and {len(strangers) - 3} more" if len(strangers) > 3
                                         else "")
     raise UserError(
@@ -459,9 +528,10 @@ def claim_output_dir(output_dir: str) -> None:
         return
     from payload import __version__
 
-    write_text(owner_marker(output_dir), json.dumps(
-        {"tool": "tpuctl", "version": __version__, "host": socket.gethostname(),
-         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=1) + "\n")
+    with _bucket_errors(output_dir):
+        write_text(owner_marker(output_dir), json.dumps(
+            {"tool": "tpuctl", "version": __version__, "host": socket.gethostname(),
+             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=1) + "\n")
 
 
 def _inside(path: str, folder: str) -> bool:

@@ -1,10 +1,12 @@
 """The one place that decides how training is distributed; nothing else branches on hardware.
 
-    plan = plan_strategy(cluster_facts(config, worker_index=0, num_workers=4))
-    plan.kind, plan.tpu, plan.env, training_workers(config.cluster, 4)   # pure, unit-tested
-    strategy = build_strategy(plan)                                       # the side effect
+    hardware = Hardware.parse("tpu/v4-32/my-run")          # what `--hardware` says
+    plan = plan_strategy(cluster_facts(hardware, worker_index=0, num_workers=4))
+    plan.kind, plan.tpu, plan.env, training_workers(hardware, 4)      # pure, unit-tested
+    strategy = build_strategy(plan)                                   # the side effect
 
-Four kinds of run:
+The launcher's provider says what the fleet is (`Hardware`: CPU hosts, or a TPU node and its
+type); it never says which provider it is. Four kinds of run follow from that:
 - a single-host TPU VM: `TPUClusterResolver(tpu="local")`;
 - a multi-host pod slice: TensorFlow drives the whole slice from worker 0 by the TPU's name, with
   `TPU_LOAD_LIBRARY=0` so the driver does not grab the local chips; the other hosts only serve
@@ -22,7 +24,11 @@ import os
 from dataclasses import dataclass, field
 
 from payload.errors import UserError
+from payload.stages import check_share
 
+# A pod slice's driver reaches every host's TPU worker server at these grpc:// addresses (set by
+# the launcher's plan on worker 0, as TF_CONFIG is for CPU workers).
+TPU_WORKERS_ENV = "TPUCTL_TPU_WORKERS"
 # On a TPU one host call runs this many steps: the host loop is not the bottleneck. It is capped
 # by the events (eval, checkpoint, log) the loop has to stop for.
 TPU_STEPS_PER_EXECUTION = 100
@@ -35,15 +41,65 @@ class StrategyKind(enum.Enum):
     CPU_MULTI_WORKER = "cpu-multi-worker"  # MultiWorkerMirroredStrategy over TF_CONFIG
 
 
+class Device(str, enum.Enum):
+    """What a fleet's hosts compute with."""
+
+    CPU = "cpu"
+    TPU = "tpu"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Hardware:
+    """What the fleet is made of, as the launcher's provider reports it: the one vocabulary for
+    hardware. It reaches every stage as `--hardware SPEC`; the strategy decides from it alone.
+
+    `cpu`, or `tpu/ACCELERATOR_TYPE/NODE_NAME` (the node name drives a multi-host slice).
+    """
+
+    device: Device = Device.CPU
+    accelerator_type: str | None = None
+    tpu_name: str | None = None
+
+    @classmethod
+    def tpu(cls, accelerator_type: str, tpu_name: str) -> Hardware:
+        return cls(device=Device.TPU, accelerator_type=accelerator_type, tpu_name=tpu_name)
+
+    def spec(self) -> str:
+        if self.device is Device.CPU:
+            return Device.CPU.value
+        return f"{Device.TPU.value}/{self.accelerator_type}/{self.tpu_name}"
+
+    @classmethod
+    def parse(cls, spec: str) -> Hardware:
+        parts = spec.split("/")
+        if parts == [Device.CPU.value]:
+            return cls()
+        if len(parts) == 3 and parts[0] == Device.TPU.value and all(parts[1:]):
+            return cls.tpu(parts[1], parts[2])
+        raise UserError(f"--hardware {spec!r} is not a hardware spec",
+                        hint="use cpu, or tpu/ACCELERATOR_TYPE/NODE_NAME (e.g. tpu/v4-32/my-run)")
+
+
+CPU = Hardware()
+
+
+def fleet_strategy(hardware: Hardware, num_workers: int) -> StrategyKind:
+    """How a fleet of `num_workers` hosts of this hardware trains, as a whole."""
+    if hardware.device is Device.TPU:
+        return StrategyKind.TPU_HOST if num_workers == 1 else StrategyKind.TPU_POD
+    return StrategyKind.CPU if num_workers == 1 else StrategyKind.CPU_MULTI_WORKER
+
+
 @dataclass(frozen=True, kw_only=True)
 class ClusterFacts:
-    """What the plan depends on, gathered once from the config and the environment."""
+    """What the plan depends on, gathered once from the command line and the environment."""
 
-    provider: str  # local | ssh | gcp
+    hardware: Hardware = CPU
     num_workers: int
     worker_index: int = 0
-    tpu_name: str | None = None  # gcp: the TPU node's name
     tf_config: str | None = None  # the TF_CONFIG environment variable, if set
+    tpu_workers: str | None = None  # TPUCTL_TPU_WORKERS: the slice's grpc:// endpoints
+    stand_in: bool = False  # the TPU API is a stand-in: no TPU here, train on the CPU
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,40 +110,32 @@ class StrategyPlan:
     env: dict[str, str] = field(default_factory=dict)  # set before TensorFlow is imported
     steps_per_execution: int = 1
     is_chief: bool = True  # writes checkpoints, logs, metrics and the export
+    stand_in: bool = False  # no TPU to be found is expected: fall back to the CPU
 
 
 def plan_strategy(facts: ClusterFacts) -> StrategyPlan:
-    if facts.num_workers < 1 or not 0 <= facts.worker_index < facts.num_workers:
-        raise UserError(
-            f"--worker-index {facts.worker_index} is not in 0..{facts.num_workers - 1}",
-            hint="pass --worker-index I --num-workers N with 0 <= I < N",
-        )
-    if facts.provider == "gcp":
-        if facts.num_workers == 1:
-            return StrategyPlan(
-                kind=StrategyKind.TPU_HOST,
-                runs_training=True,
-                tpu="local",
-                steps_per_execution=TPU_STEPS_PER_EXECUTION,
-            )
-        if not facts.tpu_name:
-            raise UserError(
-                "a multi-host TPU run needs the TPU's name",
-                hint="set cluster.tpu_name (the launcher fills it in)",
-            )
+    check_share(facts.worker_index, facts.num_workers)
+    kind = fleet_strategy(facts.hardware, facts.num_workers)
+    if kind is StrategyKind.TPU_HOST:
+        return StrategyPlan(kind=kind, runs_training=True, tpu="local",
+                            steps_per_execution=TPU_STEPS_PER_EXECUTION,
+                            stand_in=facts.stand_in)
+    if kind is StrategyKind.TPU_POD:
         chief = facts.worker_index == 0
         return StrategyPlan(
-            kind=StrategyKind.TPU_POD,
+            kind=kind,
             runs_training=chief,
-            tpu=facts.tpu_name,
+            # The hosts' own servers, when the launcher listed them: no TPU API call needed.
+            tpu=facts.tpu_workers or facts.hardware.tpu_name,
             env={"TPU_LOAD_LIBRARY": "0"} if chief else {},
             steps_per_execution=TPU_STEPS_PER_EXECUTION,
             is_chief=chief,
+            stand_in=facts.stand_in,
         )
-    if facts.num_workers == 1:
-        return StrategyPlan(kind=StrategyKind.CPU, runs_training=True)
+    if kind is StrategyKind.CPU:
+        return StrategyPlan(kind=kind, runs_training=True)
     task = _tf_config_task(facts.tf_config, facts.num_workers)
-    return StrategyPlan(kind=StrategyKind.CPU_MULTI_WORKER, runs_training=True, is_chief=task == 0)
+    return StrategyPlan(kind=kind, runs_training=True, is_chief=task == 0)
 
 
 def _tf_config_task(tf_config: str | None, num_workers: int) -> int:
@@ -122,28 +170,54 @@ def tf_config(addresses: list[str], index: int) -> str:
     )
 
 
-def training_workers(cluster, num_workers: int) -> list[int]:
+def tpu_workers(addresses: list[str]) -> str:
+    """The TPUCTL_TPU_WORKERS value: every host's TPU worker server, worker 0 first, in the form
+    TPUClusterResolver takes instead of a TPU name."""
+    return ",".join(f"grpc://{address}" for address in addresses)
+
+
+def training_workers(hardware: Hardware, num_workers: int) -> list[int]:
     """Which workers run the train stage (the launcher waits on these, not on TPU servers)."""
-    if getattr(cluster, "provider", None) == "gcp" and num_workers > 1:
+    if fleet_strategy(hardware, num_workers) is StrategyKind.TPU_POD:
         return [0]
     return list(range(num_workers))
 
 
 def cluster_facts(
-    config, *, worker_index: int, num_workers: int, environ: dict[str, str] | None = None
+    hardware: Hardware, *, worker_index: int, num_workers: int,
+    environ: dict[str, str] | None = None,
 ) -> ClusterFacts:
+    from payload import tpu_api
+
     environ = os.environ if environ is None else environ
-    cluster = config.cluster
-    tpu_name = None
-    if cluster.provider == "gcp":
-        tpu_name = cluster.tpu_name or config.name
-    return ClusterFacts(
-        provider=cluster.provider,
-        num_workers=num_workers,
-        worker_index=worker_index,
-        tpu_name=tpu_name,
-        tf_config=environ.get("TF_CONFIG"),
-    )
+    return ClusterFacts(hardware=hardware, num_workers=num_workers, worker_index=worker_index,
+                        tf_config=environ.get("TF_CONFIG"),
+                        tpu_workers=environ.get(TPU_WORKERS_ENV) or None,
+                        stand_in=bool(environ.get(tpu_api.ENDPOINT_ENV)))
+
+
+SERVER_WAIT_S = 300.0
+
+
+def wait_for_servers(tpu: str, timeout_s: float = SERVER_WAIT_S) -> None:
+    """A pod slice's driver starts with its hosts' TPU servers: wait until each one listens."""
+    import socket
+    import time
+
+    endpoints = [e.removeprefix("grpc://") for e in tpu.split(",")]
+    deadline = time.monotonic() + timeout_s
+    for endpoint in endpoints:
+        host, _, port = endpoint.rpartition(":")
+        while True:
+            try:
+                with socket.create_connection((host, int(port)), timeout=2):
+                    break
+            except OSError as exc:
+                if time.monotonic() > deadline:
+                    raise UserError(f"the TPU server at {endpoint} did not start within "
+                                    f"{timeout_s:.0f}s ({exc})",
+                                    hint="see that worker's log in output_dir/logs") from None
+                time.sleep(1.0)
 
 
 def build_strategy(plan: StrategyPlan):
@@ -153,9 +227,22 @@ def build_strategy(plan: StrategyPlan):
     import tensorflow as tf
 
     if plan.kind in (StrategyKind.TPU_HOST, StrategyKind.TPU_POD):
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=plan.tpu)
-        tf.config.experimental_connect_to_cluster(resolver)
-        tf.tpu.experimental.initialize_tpu_system(resolver)
+        if plan.tpu and plan.tpu.startswith("grpc://") and not plan.stand_in:
+            wait_for_servers(plan.tpu)
+        try:
+            resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=plan.tpu)
+            tf.config.experimental_connect_to_cluster(resolver)
+            tf.tpu.experimental.initialize_tpu_system(resolver)
+        except Exception as exc:  # TensorFlow raises several kinds here
+            if plan.stand_in:
+                # The TPU API is a stand-in (tests): these workers have no TPU by design.
+                print("tpuctl: no TPU here and the TPU API is a stand-in: training on the CPU",
+                      flush=True)
+                return tf.distribute.get_strategy()
+            raise UserError(f"no TPU found on this worker ({type(exc).__name__}: "
+                            f"{' '.join(str(exc).split())[:200]})",
+                            hint="check the TPU with `tpuctl status`; tpuctl never falls back "
+                            "to the CPU on a TPU VM") from None
         return tf.distribute.TPUStrategy(resolver)
     if plan.kind is StrategyKind.CPU_MULTI_WORKER:
         return tf.distribute.MultiWorkerMirroredStrategy()

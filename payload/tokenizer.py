@@ -42,9 +42,27 @@ def tokenizer_dir(config: RunConfig) -> str:
 
 
 def tokenizer_source(config: RunConfig) -> str:
-    """Where later stages read the tokenizer: `tokenizer.path` when set (the tokenizer stage
-    may be skipped then), else what the tokenizer stage wrote."""
-    return config.tokenizer.path or tokenizer_dir(config)
+    """Where later stages read the tokenizer: `tokenizer.path`, or the model folder of
+    `model.init_from`, when set (the tokenizer stage may be skipped then), else what the
+    tokenizer stage wrote."""
+    return config.tokenizer.path or config.model.init_from or tokenizer_dir(config)
+
+
+def _reused_from(config: RunConfig) -> str | None:
+    """How the config names a tokenizer it reuses, for messages; None when one is trained."""
+    if config.tokenizer.path:
+        return f"tokenizer.path {config.tokenizer.path}"
+    if config.model.init_from:
+        return f"model.init_from {config.model.init_from}"
+    return None
+
+
+def is_tokenizer_file(name: str) -> bool:
+    """A tokenizer's own file, not a model's (a reused folder may be a whole model folder)."""
+    if name == TRAINING_STAMP:
+        return False
+    return name.startswith(("tokenizer", "special_tokens_map", "added_tokens", "vocab", "merges",
+                            "spiece", "sentencepiece")) or name.endswith(".model")
 
 
 def fingerprint(tokenizer_json: bytes) -> str:
@@ -188,6 +206,7 @@ def save_tokenizer(tok, family: FamilySpec, out_dir: str, *, model_max_length: i
         unk_token=family.unk, pad_token=family.pad, mask_token=family.mask,
         cls_token=family.cls, sep_token=family.sep, bos_token=family.bos, eos_token=family.eos,
         additional_special_tokens=list(family.extra) or None,
+        model_input_names=list(family.model_inputs),
     )
     with storage.replacing_folder(out_dir, {"stage": "tokenizer"}) as folder:
         fast.save_pretrained(folder)
@@ -196,14 +215,32 @@ def save_tokenizer(tok, family: FamilySpec, out_dir: str, *, model_max_length: i
                 json.dump(stamp, f, indent=1)
 
 
+TOKENIZER_CONFIG = "tokenizer_config.json"
+
+
+def set_model_inputs(folder: str, family: FamilySpec) -> None:
+    """Make the tokenizer in a local folder return what the family's model takes (a tokenizer
+    saved before this was recorded, or reused from elsewhere, may return token_type_ids)."""
+    path = os.path.join(folder, TOKENIZER_CONFIG)
+    settings = {}
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            settings = json.load(f)
+    settings["model_input_names"] = list(family.model_inputs)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(settings, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+
+
 def read_tokenizer_json(config: RunConfig) -> tuple[str, bytes]:
     """The folder later stages read the tokenizer from, and its tokenizer.json."""
     folder = tokenizer_source(config)
     path = storage.join(folder, TOKENIZER_FILE)
     if not storage.exists(path):
-        if config.tokenizer.path:
-            raise UserError(f"tokenizer.path {folder} has no {TOKENIZER_FILE}",
-                            hint="point it at a folder saved by a Hugging Face fast tokenizer")
+        if _reused_from(config):
+            raise UserError(f"{_reused_from(config)} has no {TOKENIZER_FILE}",
+                            hint="point it at a folder saved by a Hugging Face fast tokenizer "
+                            "(AutoTokenizer.from_pretrained(P).save_pretrained(P) writes one)")
         raise UserError(f"no tokenizer at {folder}",
                         hint="run the tokenizer stage first, or set tokenizer.path")
     return folder, storage.read_bytes(path)
@@ -256,11 +293,11 @@ def check_replacement(config: RunConfig, *, overwrite: bool,
     current = storage.join(out, TOKENIZER_FILE)
     if not storage.exists(current):
         return True
-    if config.tokenizer.path:
+    if _reused_from(config):
         _, wanted = read_tokenizer_json(config)
         if fingerprint(wanted) == fingerprint(storage.read_bytes(current)):
             return True  # the same tokenizer: copying it again changes nothing
-        why = f"tokenizer.path {config.tokenizer.path} is another tokenizer"
+        why = f"{_reused_from(config)} is another tokenizer"
     else:
         stamp_path = storage.join(out, TRAINING_STAMP)
         stamp = _training_stamp(config, sources or corpus.resolve_sources(config.data))
@@ -286,7 +323,7 @@ def _check_reused(config: RunConfig) -> None:
     missing = [t for t in needed if tok.token_to_id(t) is None]
     if missing:
         raise UserError(
-            f"tokenizer.path {config.tokenizer.path} lacks {family.name}'s special tokens "
+            f"{_reused_from(config)} lacks {family.name}'s special tokens "
             f"{', '.join(missing[:5])}",
             hint="train one with tokenizer.kind, or use a tokenizer made for this family",
         )
@@ -303,7 +340,7 @@ def _start(config: RunConfig) -> None:
 
 def run_tokenizer(config: RunConfig, *, overwrite: bool = False) -> None:
     out = tokenizer_dir(config)
-    if config.tokenizer.path:
+    if _reused_from(config):
         corpus.check_apart(config.data, config.output_dir)
         storage.check_output_dir(config.output_dir)
         _check_reused(config)
@@ -311,9 +348,9 @@ def run_tokenizer(config: RunConfig, *, overwrite: bool = False) -> None:
         _start(config)
         if write:
             with storage.replacing_folder(out, {"stage": "tokenizer",
-                                                "source": config.tokenizer.path}) as folder:
+                                                "source": tokenizer_source(config)}) as folder:
                 copy_tokenizer_files(config, folder)
-        log.info("reusing tokenizer %s -> %s", config.tokenizer.path, out)
+        log.info("reusing the tokenizer of %s -> %s", _reused_from(config), out)
         return
     family = FAMILIES[config.model.family]
     sources = corpus.resolve_sources(config.data)
@@ -359,6 +396,6 @@ def copy_tokenizer_files(config: RunConfig, dest: str) -> None:
     """Copy the run's tokenizer files into another folder (local or gs://): the exported model,
     a reused tokenizer's place in output_dir, or a local copy of one on GCS."""
     for name in storage.listdir(tokenizer_source(config)):
-        if os.path.basename(name) != TRAINING_STAMP:
+        if is_tokenizer_file(os.path.basename(name)):
             storage.write_bytes(storage.join(dest, os.path.basename(name)),
                                 storage.read_bytes(name))

@@ -1,7 +1,7 @@
 """The train stage: shards in, checkpoints, TensorBoard events and metrics.json out.
 
     python -m payload train --config run.yaml [--worker-index I --num-workers N] [--resume]
-    run_train(config, worker_index=0, num_workers=1, resume=False)
+    run_train(config, worker_index=0, num_workers=1, resume=False, hardware=CPU)
 
 Parse and check everything first (manifest, shards, tokenizer, sizes: a mistake is one line and
 nothing is written), then build the strategy, model and optimizer, then a custom loop whose step
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from payload import checkpoints, records, storage
 from payload.errors import UserError
 from payload.families import FAMILIES
-from payload.strategy import build_strategy, cluster_facts, plan_strategy
+from payload.strategy import CPU, Hardware, build_strategy, cluster_facts, plan_strategy
 
 logger = logging.getLogger(__name__)
 
@@ -142,9 +142,11 @@ def run_train(
     num_workers: int = 1,
     resume: bool = False,
     overwrite: bool = False,
+    hardware: Hardware = CPU,
 ) -> None:
     checkpoints.check_flags(resume=resume, overwrite=overwrite)
-    plan = plan_strategy(cluster_facts(config, worker_index=worker_index, num_workers=num_workers))
+    plan = plan_strategy(cluster_facts(hardware, worker_index=worker_index,
+                                       num_workers=num_workers))
     # Before anything imports TensorFlow: TPU_LOAD_LIBRARY is read when it loads.
     os.environ.update(plan.env)
     # TensorFlow's own INFO chatter (sharding callbacks, collectives) would drown the step lines.
@@ -301,6 +303,11 @@ class Trainer:
         try:
             if resume:
                 ckpts.restore_latest()
+            elif config.model.init_from:
+                from payload.pretrained import load_weights
+
+                source = load_weights(self.model, config.model.init_from)
+                log(f"starting from the weights in {source}")
             start = int(self.optimizer.iterations.numpy())
             history = self._load_history(start) if resume else {"evals": [], "train": []}
             if resume:
@@ -309,6 +316,12 @@ class Trainer:
                 log(f"already at step {start} of {steps}; nothing to train")
                 self._finish_metrics(history, start)
                 return
+            if self.plan.is_chief:
+                if resume:
+                    note = schedule_change(_read_schedule(out), config.train, start)
+                    if note:
+                        log(note)
+                storage.write_text(_schedule_path(out), json.dumps(_schedule(config.train)) + "\n")
             self._loop(ckpts, start, history)
         finally:
             ckpts.close()
@@ -465,6 +478,53 @@ class Trainer:
                 ),
             }
         storage.write_text(self.metrics_path, json.dumps(payload, indent=1) + "\n")
+
+
+# The schedule the checkpoints in a folder are trained on (the TF checkpoint holds only the
+# optimizer's variables), so a resume can say when its schedule differs.
+SCHEDULE = "schedule.json"
+
+
+def _schedule_path(output_dir: str) -> str:
+    return storage.join(checkpoints.checkpoint_dir(output_dir), SCHEDULE)
+
+
+def _schedule(train_cfg) -> dict:
+    return {"steps": train_cfg.steps, "warmup_steps": train_cfg.warmup_steps,
+            "learning_rate": train_cfg.learning_rate}
+
+
+def _read_schedule(output_dir: str) -> dict | None:
+    path = _schedule_path(output_dir)
+    if storage.exists(path):
+        return json.loads(storage.read_text(path))
+    metrics = storage.join(output_dir, "metrics.json")  # runs from before schedule.json
+    if storage.exists(metrics):
+        return {"steps": json.loads(storage.read_text(metrics)).get("steps")}
+    return None
+
+
+def schedule_change(old: dict | None, train_cfg, updates_done: int) -> str | None:
+    """One line for a resume whose train.steps differs from the run it continues: the
+    learning-rate schedule (linear decay to zero at train.steps) is stretched or squeezed."""
+    from payload.optimization import learning_rate_at
+
+    if not old or not old.get("steps") or old["steps"] == train_cfg.steps:
+        return None
+    before = learning_rate_at(old.get("learning_rate", train_cfg.learning_rate),
+                              old.get("warmup_steps", train_cfg.warmup_steps), old["steps"],
+                              updates_done)
+    after = learning_rate_at(train_cfg.learning_rate, train_cfg.warmup_steps, train_cfg.steps,
+                             updates_done)
+    how = "stretched" if train_cfg.steps > old["steps"] else "squeezed"
+    moves = ("stays" if math.isclose(after, before) else
+             "goes back up" if after > before else "drops")
+    return (
+        f"train.steps changed from {old['steps']} to {train_cfg.steps} since the checkpoints "
+        f"were written: the learning-rate schedule is {how} to decay linearly to 0 at step "
+        f"{train_cfg.steps}, so at step {updates_done} the rate {moves} from {before:.3g} "
+        f"(the old schedule) to {after:.3g}"
+    )
 
 
 def weights_digest(model) -> str:

@@ -114,3 +114,16 @@ def tpuctl_home(tmp_path, monkeypatch):
     home = tmp_path / "home"
     monkeypatch.setenv("TPUCTL_HOME", str(home))
     return home
+
+
+@pytest.fixture(scope="session")
+def gcs_sandbox():
+    """A network namespace where TensorFlow's own gs:// and google-cloud-storage both reach one
+    fake Cloud Storage (tests/fakes/gcs.py), up once for the whole session."""
+    from tests.fakes.gcs import GcsSandbox, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    with GcsSandbox() as sandbox:
+        yield sandbox

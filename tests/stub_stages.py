@@ -30,6 +30,7 @@ def main() -> int:
     parser.add_argument("--num-workers", type=int, default=1)
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--overwrite", action="store_true")
+    parser.add_argument("--hardware", default="cpu")
     args = parser.parse_args()
     behaviour_file = Path(__file__).with_suffix(".json")
     behaviour = json.loads(behaviour_file.read_text()) if behaviour_file.exists() else {}

@@ -7,8 +7,9 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from launcher import run
-from launcher.cli import STAGE_ENTRY_ENV, app
+from launcher import records, run
+from launcher.cli import app
+from launcher.launch import STAGE_ENTRY_ENV
 from tests.helpers import REPO, install_stub, tiny_config, wait_for
 
 runner = CliRunner()
@@ -27,7 +28,7 @@ def local_run(tmp_path, tpuctl_home, monkeypatch):
 def _live(config):
     from payload.config import load_config
 
-    plan = run.current_job(run.state_dir(), load_config(config).name).plan()
+    plan = records.current_job(records.state_dir(), load_config(config).name).plan()
     from launcher.executors import LocalExecutor
 
     return run.live_processes(LocalExecutor(plan.workers), plan)
@@ -124,12 +125,16 @@ def test_a_missing_corpus_is_refused_before_anything_starts(local_run, tmp_path)
     assert not (tmp_path / "out").exists(), "nothing is written"
 
 
-def test_gcp_provider_without_cloud_is_a_clear_error(tmp_path, tpuctl_home):
+def test_gcp_provider_without_credentials_is_one_line(tmp_path, tpuctl_home, monkeypatch):
+    monkeypatch.delenv("TPUCTL_TPU_API_ENDPOINT", raising=False)
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "no-such-key.json"))
     config = tiny_config(tmp_path, output_dir="gs://b/run", cluster={
-        "provider": "gcp", "project": "p", "zone": "us-central2-b", "accelerator_type": "v4-8",
-        "runtime_version": "tpu-vm-tf-2.18.0-pjrt"})
+        "provider": "gcp", "project": "my-project", "zone": "us-central2-b",
+        "accelerator_type": "v4-8", "runtime_version": "tpu-ubuntu2204-base"})
     result = runner.invoke(app, ["train", "-c", str(config)])
-    assert "gcp provider needs `tpuctl up`" in str(result.exception)
+    assert result.exit_code != 0
+    assert "credentials" in str(result.exception), result.output
+    assert not tpuctl_home.exists(), "nothing is written before the cloud answers"
 
 
 def test_logs_without_a_job_is_a_user_error(local_run):
@@ -187,7 +192,7 @@ def test_workers_stop_themselves_when_a_peer_dies_while_detached(local_run, tpuc
                                                                  monkeypatch):
     import signal
 
-    from launcher.cli import PEER_TIMEOUT_ENV
+    from launcher.launch import PEER_TIMEOUT_ENV
 
     monkeypatch.setenv(PEER_TIMEOUT_ENV, "3")
     config = local_run({"steps": {"train": 600}})
@@ -209,8 +214,8 @@ def test_local_flag_runs_any_config_as_local_workers(tmp_path, tpuctl_home, monk
 
     monkeypatch.setenv(STAGE_ENTRY_ENV, str(install_stub(tmp_path / "stub")))
     config = tiny_config(tmp_path, output_dir=str(tmp_path / "out"), cluster={
-        "provider": "gcp", "project": "p", "zone": "us-central2-b", "accelerator_type": "v4-32",
-        "runtime_version": "tpu-vm-tf-2.18.0-pjrt"})
+        "provider": "gcp", "project": "my-project", "zone": "us-central2-b", "accelerator_type": "v4-32",
+        "runtime_version": "tpu-ubuntu2204-base"})
     result = runner.invoke(app, ["train", "-c", str(config), "--local", "--workers", "3",
                                  "--stages", "tokenizer,prepare"])
     assert result.exit_code == 0, result.output

@@ -9,21 +9,20 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from launcher import jobs, run
+from launcher.environment import EnvMode, plan_environment
 from launcher.plan import (
     ALL_STAGES,
-    EnvMode,
     Plan,
     Stage,
-    Topology,
     Worker,
     build_plan,
     free_tpu_script,
     parse_stages,
-    plan_environment,
     render_plan,
 )
 from payload.config import parse_config
 from payload.errors import UserError
+from payload.strategy import CPU, Hardware
 
 RAW = {
     "name": "unit",
@@ -39,24 +38,27 @@ def config(**over):
     return parse_config({**RAW, **over})
 
 
-def workers(n, tpu=False):
+def workers(n):
     return tuple(Worker(index=i, host=f"10.0.0.{i + 2}", address=f"10.0.0.{i + 2}",
-                        coordination_port=29477, tpu=tpu) for i in range(n))
+                        coordination_port=29477) for i in range(n))
 
 
 ENV = plan_environment(python="/opt/py/bin/python", wheelhouse_digest=None,
                        requirements=("tensorflow==2.20.0", "tf-keras==2.20.1"), tpu=False)
 
 
-GCP = {"provider": "gcp", "project": "p", "zone": "us-central2-b", "accelerator_type": "v4-32",
-       "runtime_version": "tpu-vm-tf-2.18.0-pod-pjrt"}
+GCP = {"provider": "gcp", "project": "my-project", "zone": "us-central2-b", "accelerator_type": "v4-32",
+       "runtime_version": "tpu-ubuntu2204-base"}
 
 
-def plan(n=2, topology=Topology.CPU_WORKERS, tpu=False, cfg=None, **kw):
+POD = Hardware.tpu("v4-32", "unit")
+
+
+def plan(n=2, hardware=CPU, cfg=None, **kw):
     if cfg is None:
-        cfg = config(cluster=GCP) if topology is not Topology.CPU_WORKERS else config()
-    return build_plan(cfg, workers(n, tpu), job_id="unit-1", payload_digest="abc",
-                      environment=ENV, topology=topology, **kw)
+        cfg = config(cluster=GCP) if hardware is not CPU else config()
+    return build_plan(cfg, workers(n), job_id="unit-1", payload_digest="abc",
+                      environment=ENV, hardware=hardware, **kw)
 
 
 def test_cpu_workers_run_every_stage_with_shares_and_tf_config():
@@ -85,7 +87,7 @@ def test_single_cpu_worker_has_no_tf_config():
 
 
 def test_tpu_pod_trains_on_worker_zero_after_freeing_every_host():
-    p = plan(4, Topology.TPU_POD, tpu=True)
+    p = plan(4, POD)
     names = [s.name for s in p.steps]
     assert names == ["tokenizer", "prepare", "free-tpu", "train", "export"]
     free = p.steps[2]
@@ -142,7 +144,7 @@ def test_parse_stages():
 def test_no_workers_and_nothing_to_run_are_user_errors():
     with pytest.raises(UserError):
         build_plan(config(), (), job_id="x", payload_digest="a", environment=ENV,
-                   topology=Topology.CPU_WORKERS)
+                   hardware=CPU)
     with pytest.raises(UserError, match="nothing to run"):
         plan(cfg=config(tokenizer={"path": "/t"}), stages=(Stage.TOKENIZER,))
 
@@ -160,7 +162,7 @@ def test_environment_modes_and_keys():
     tpu = plan_environment(python=None, wheelhouse_digest=None, requirements=reqs, tpu=True)
     assert index.mode is EnvMode.CREATE
     assert "tensorflow==2.20.0" in index.setup[2] and "tensorflow-tpu" not in index.setup[2]
-    assert "tensorflow-tpu==2.20.0" in tpu.setup[2] and "libtpu-releases" in tpu.setup[2]
+    assert "tensorflow-tpu==2.20.0" in tpu.setup[2] and "libtpu-tf-releases" in tpu.setup[2]
     assert "--no-deps tf-keras==2.20.1" in tpu.setup[2]
     keys = {e.key for e in (existing, house, index, tpu)}
     assert len(keys) == 4
@@ -174,7 +176,7 @@ def test_environment_modes_and_keys():
 
 
 def test_plan_round_trips_through_json_and_renders():
-    p = plan(2, Topology.TPU_POD, tpu=True)
+    p = plan(2, POD)
     assert Plan.from_json(p.to_json()) == p
     text = render_plan(p)
     assert "step 3: free-tpu on workers 0, 1" in text
@@ -207,7 +209,7 @@ def test_config_values_never_change_what_runs(python, corpus, output_dir):
     except UserError:  # a root ("/", "..", the checkout) is no output_dir (issue 8)
         assume(False)
     p = build_plan(cfg, workers(2), job_id="unit-1", payload_digest="abc", environment=env,
-                   topology=Topology.CPU_WORKERS)
+                   hardware=CPU)
     for step in p.steps:
         for command in step.commands:
             expected = ["env", *(f"{k}={v}" for k, v in command.env), *command.argv]
@@ -230,3 +232,29 @@ def test_job_commands_parse():
     assert poll.state is jobs.JobState.EXITED and poll.rc == 3 and poll.stage == "train"
     assert poll.lines == ("line 1", "line 2") and poll.partial == "part"
     assert jobs.parse_poll("running - -\n").stage == ""
+
+
+def test_providers_are_one_table_and_a_record_reopens_the_same_reach(tmp_path, monkeypatch):
+    from launcher import providers
+    from payload.config import CLUSTERS
+
+    monkeypatch.setenv("TPUCTL_HOME", str(tmp_path))
+    # Every provider the launcher serves is one the config knows.
+    assert set(providers.PROVIDERS) <= set(CLUSTERS)
+    ssh_config = config(cluster={"provider": "ssh", "hosts": ["10.0.0.5", "10.0.0.6"],
+                                 "user": "me", "known_hosts": "/keys/kh", "port": 2222})
+    provider = providers.provider_for(ssh_config)
+    fleet = provider.fleet()
+    assert [w.host for w in fleet.workers] == ["10.0.0.5", "10.0.0.6"]
+    assert fleet.hardware is CPU and not fleet.shares_launcher_machine
+    again = providers.reopen(provider.reach(fleet), fleet.workers)
+    assert again == provider
+    local = providers.provider_for(ssh_config, local_override=True, num_workers=3)
+    local_fleet = local.fleet()
+    assert len(local_fleet.workers) == 3 and local_fleet.shares_launcher_machine
+    assert providers.reopen(local.reach(local_fleet), local_fleet.workers).fleet().workers == (
+        local_fleet.workers)
+    with pytest.raises(UserError, match="--workers only applies with --local"):
+        providers.provider_for(ssh_config, num_workers=2)
+    with pytest.raises(UserError, match="provider 'nope'"):
+        providers.reopen({"provider": "nope"}, ())

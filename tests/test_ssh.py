@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from launcher import run
-from launcher.cli import STAGE_ENTRY_ENV, app
+from launcher import records, run
+from launcher.cli import app
+from launcher.launch import STAGE_ENTRY_ENV
 from tests.helpers import REPO, install_stub, tiny_config, wait_for
 
 runner = CliRunner()
@@ -201,7 +202,7 @@ def test_live_processes_counts_the_job(ssh_run, fleet):
     assert started.exit_code == 0, started.output
     from launcher.executors import SshExecutor, SshSettings
 
-    plan = run.current_job(run.state_dir(), "fleet").plan()
+    plan = records.current_job(records.state_dir(), "fleet").plan()
     with SshExecutor(plan.workers, SshSettings(user="root", known_hosts=fleet.known_hosts,
                                                 identity_file=fleet.identity_file)) as ex:
         assert all(n >= 2 for n in run.live_processes(ex, plan).values())
@@ -228,8 +229,9 @@ def _tiny_wheel(folder: Path) -> Path:
 
 def test_wheelhouse_environment_is_created_once_and_cached(fleet, tmp_path):
     from launcher import ship
+    from launcher.environment import EnvMode, plan_environment
     from launcher.executors import SshExecutor, SshSettings
-    from launcher.plan import EnvMode, Worker, job_paths, plan_environment
+    from launcher.plan import Worker, job_paths
 
     house = tmp_path / "wheels"
     _tiny_wheel(house)
@@ -297,3 +299,28 @@ def test_a_worker_failing_to_start_leaves_none_running(ssh_run, fleet):
             saved.rename(blocker)
     assert "worker-2: cannot make the job folder" in str(result.exception)
     # The fixture checks that workers 0 and 1, which did start, were stopped.
+
+
+def test_stop_reaches_the_jobs_own_workers_after_the_config_changed(ssh_run, fleet):
+    """A job is reopened from its record: with the config now naming one other host and a
+    known_hosts file that does not exist, `stop` still stops the job on the three workers it
+    runs on, and `status` and `logs` still show them."""
+    import yaml
+
+    config = ssh_run({"steps": {"train": 600}})
+    started = runner.invoke(app, ["train", "-c", str(config), "--detach"])
+    assert started.exit_code == 0, started.output
+    wait_for(lambda: all(any("stub_stages.py train" in p for p in fleet.job_processes(i))
+                         for i in range(fleet.size)), timeout_s=60)
+    raw = yaml.safe_load(Path(config).read_text())
+    raw["cluster"]["hosts"] = ["192.0.2.1"]  # TEST-NET: nothing answers there
+    raw["cluster"]["known_hosts"] = str(Path(config).parent / "no-such-known-hosts")
+    Path(config).write_text(yaml.safe_dump(raw))
+    status = runner.invoke(app, ["status", "-c", str(config)])
+    assert status.exit_code == 0, status.output
+    assert status.output.count("running") == 3, status.output
+    stopped = runner.invoke(app, ["stop", "-c", str(config)])
+    assert stopped.exit_code == 0, stopped.output
+    assert "stopped on every worker" in stopped.output
+    for i in range(fleet.size):
+        wait_for(lambda i=i: not fleet.job_processes(i), timeout_s=15)

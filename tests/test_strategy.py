@@ -6,8 +6,10 @@ from payload import strategy
 from payload.config import parse_config
 from payload.errors import UserError
 from payload.strategy import (
+    CPU,
     TPU_STEPS_PER_EXECUTION,
     ClusterFacts,
+    Hardware,
     StrategyKind,
     cluster_facts,
     plan_strategy,
@@ -26,10 +28,10 @@ def gcp_config(accelerator: str = "v4-8", **extra):
             "output_dir": "gs://bucket/run",
             "cluster": {
                 "provider": "gcp",
-                "project": "p",
+                "project": "my-project",
                 "zone": "us-central2-b",
                 "accelerator_type": accelerator,
-                "runtime_version": "tpu-vm-tf-2.20.0",
+                "runtime_version": "tpu-ubuntu2204-base",
                 **extra,
             },
             "data": {"corpus": ["gs://bucket/text.txt"]},
@@ -39,34 +41,40 @@ def gcp_config(accelerator: str = "v4-8", **extra):
     )
 
 
+def tpu(accelerator: str = "v4-8", name: str = "pod-run") -> Hardware:
+    """What the launcher's gcp provider reports for a TPU node of this type and name."""
+    return Hardware.tpu(accelerator, name)
+
+
 def test_single_host_tpu_uses_the_local_tpu():
-    plan = plan_strategy(cluster_facts(gcp_config(), worker_index=0, num_workers=1, environ={}))
+    plan = plan_strategy(cluster_facts(tpu(), worker_index=0, num_workers=1, environ={}))
     assert plan.kind is StrategyKind.TPU_HOST and plan.tpu == "local"
     assert plan.runs_training and plan.is_chief and plan.env == {}
     assert plan.steps_per_execution == TPU_STEPS_PER_EXECUTION
 
 
 def test_pod_slice_is_driven_from_worker_zero_by_the_tpu_name():
-    config = gcp_config("v4-32")
-    chief = plan_strategy(cluster_facts(config, worker_index=0, num_workers=4, environ={}))
+    hardware = tpu("v4-32")
+    chief = plan_strategy(cluster_facts(hardware, worker_index=0, num_workers=4, environ={}))
     assert chief.kind is StrategyKind.TPU_POD and chief.tpu == "pod-run"
     assert chief.env == {"TPU_LOAD_LIBRARY": "0"} and chief.runs_training
     for index in (1, 2, 3):
-        other = plan_strategy(cluster_facts(config, worker_index=index, num_workers=4, environ={}))
+        other = plan_strategy(cluster_facts(hardware, worker_index=index, num_workers=4,
+                                            environ={}))
         assert not other.runs_training and other.env == {} and not other.is_chief
-    assert training_workers(config.cluster, 4) == [0]
+    assert training_workers(hardware, 4) == [0]
 
 
 def test_pod_slice_uses_an_explicit_tpu_name():
-    config = gcp_config("v4-32", tpu_name="my-tpu")
+    hardware = tpu("v4-32", "my-tpu")
     assert (
-        plan_strategy(cluster_facts(config, worker_index=0, num_workers=4, environ={})).tpu
+        plan_strategy(cluster_facts(hardware, worker_index=0, num_workers=4, environ={})).tpu
         == "my-tpu"
     )
 
 
 def test_cpu_single_process_uses_the_default_strategy():
-    plan = plan_strategy(ClusterFacts(provider="local", num_workers=1))
+    plan = plan_strategy(ClusterFacts(hardware=CPU, num_workers=1))
     assert plan.kind is StrategyKind.CPU and plan.steps_per_execution == 1 and plan.is_chief
 
 
@@ -74,24 +82,12 @@ def test_cpu_workers_use_multi_worker_mirrored_from_tf_config():
     for index in (0, 1):
         plan = plan_strategy(
             ClusterFacts(
-                provider="local", num_workers=2, worker_index=index, tf_config=tf_config(index)
+                hardware=CPU, num_workers=2, worker_index=index, tf_config=tf_config(index)
             )
         )
         assert plan.kind is StrategyKind.CPU_MULTI_WORKER and plan.runs_training
         assert plan.is_chief == (index == 0)
-    assert training_workers(parse_config_local().cluster, 3) == [0, 1, 2]
-
-
-def parse_config_local():
-    return parse_config(
-        {
-            "name": "x",
-            "output_dir": "/tmp/x",
-            "data": {"corpus": ["a.txt"]},
-            "model": {"family": "gpt2"},
-            "train": {"steps": 10, "batch_size": 8, "learning_rate": 1e-3},
-        }
-    )
+    assert training_workers(CPU, 3) == [0, 1, 2]
 
 
 @pytest.mark.parametrize(
@@ -104,19 +100,19 @@ def parse_config_local():
 )
 def test_cpu_workers_without_a_usable_tf_config_are_refused(tf_conf, message):
     with pytest.raises(UserError, match=message):
-        plan_strategy(ClusterFacts(provider="ssh", num_workers=2, tf_config=tf_conf))
+        plan_strategy(ClusterFacts(hardware=CPU, num_workers=2, tf_config=tf_conf))
 
 
 def test_worker_index_out_of_range_is_refused():
     with pytest.raises(UserError, match="--worker-index 2"):
-        plan_strategy(ClusterFacts(provider="local", num_workers=2, worker_index=2))
+        plan_strategy(ClusterFacts(hardware=CPU, num_workers=2, worker_index=2))
 
 
 def test_cpu_plan_builds_the_default_strategy():
     tf = pytest.importorskip("tensorflow")
     from payload.strategy import build_strategy
 
-    strategy = build_strategy(plan_strategy(ClusterFacts(provider="local", num_workers=1)))
+    strategy = build_strategy(plan_strategy(ClusterFacts(hardware=CPU, num_workers=1)))
     assert strategy is tf.distribute.get_strategy()
 
 
@@ -126,5 +122,46 @@ def test_pod_hosts_other_than_worker_zero_do_not_train(caplog):
     from payload.train import run_train
 
     caplog.set_level(logging.INFO)
-    run_train(gcp_config("v4-32"), worker_index=2, num_workers=4)  # no data, no TPU: returns
+    run_train(gcp_config("v4-32"), worker_index=2, num_workers=4,
+              hardware=tpu("v4-32"))  # no data, no TPU: returns
     assert "worker 0 drives training" in caplog.text
+
+
+def test_pod_driver_reaches_the_hosts_servers_listed_by_the_launcher():
+    hardware = tpu("v4-32")
+    servers = strategy.tpu_workers(["10.0.0.2:8470", "10.0.0.3:8470"])
+    assert servers == "grpc://10.0.0.2:8470,grpc://10.0.0.3:8470"
+    chief = plan_strategy(cluster_facts(hardware, worker_index=0, num_workers=2,
+                                        environ={strategy.TPU_WORKERS_ENV: servers}))
+    assert chief.tpu == servers and chief.env == {"TPU_LOAD_LIBRARY": "0"}
+
+
+def test_no_tpu_is_an_error_unless_the_tpu_api_is_a_stand_in():
+    tf = pytest.importorskip("tensorflow")
+    from payload.strategy import build_strategy
+
+    real = plan_strategy(cluster_facts(tpu(), worker_index=0, num_workers=1, environ={}))
+    with pytest.raises(UserError, match="no TPU found on this worker"):
+        build_strategy(real)
+    stand_in = plan_strategy(cluster_facts(
+        tpu(), worker_index=0, num_workers=1,
+        environ={"TPUCTL_TPU_API_ENDPOINT": "http://127.0.0.1:1"}))
+    assert stand_in.stand_in
+    assert build_strategy(stand_in) is tf.distribute.get_strategy()
+
+
+def test_a_pod_driver_waits_for_its_servers_then_says_which_one_is_missing(monkeypatch):
+    import socket
+
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    listening.listen()
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    dead_port = closed.getsockname()[1]
+    closed.close()
+    alive = f"127.0.0.1:{listening.getsockname()[1]}"
+    strategy.wait_for_servers(f"grpc://{alive}", timeout_s=5)
+    with pytest.raises(UserError, match=f"127.0.0.1:{dead_port} did not start"):
+        strategy.wait_for_servers(f"grpc://{alive},grpc://127.0.0.1:{dead_port}", timeout_s=1)
+    listening.close()

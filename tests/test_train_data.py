@@ -69,3 +69,31 @@ def test_shuffling_follows_the_seed(tmp_path):
         return first_column(ds, 10).tolist()
 
     assert order(1) == order(1) and order(1) != order(2)
+
+
+def masked(ids, seed):
+    """An objective with randomness, as MLM masking has: the stateless seed decides the mask."""
+    noise = tf.random.stateless_uniform(tf.shape(ids), seed, maxval=1000, dtype=tf.int32)
+    return {"input_ids": ids, "noise": noise}
+
+
+@pytest.mark.parametrize(("batch", "start"), [(4, 37), (4, 128), (64, 3), (512, 2)])
+def test_a_resumed_pipeline_sees_exactly_what_an_uninterrupted_one_sees_next(
+        tmp_path, batch, start):
+    """Same records and same masks from `start` on, over epoch ends, for batch sizes that put
+    several batches into one parsed group (and a start inside a group) or one."""
+    files = write_shards(tmp_path, 3, 300)
+
+    def batches(start_batch, count, pipeline_id=0):
+        ds = input_pipeline(files, record_len=RECORD_LEN, dtype="int32", batch_size=batch,
+                            objective=masked, seed=7, start_batch=start_batch,
+                            pipeline_id=pipeline_id, num_pipelines=2)
+        return [(b["input_ids"].numpy(), b["noise"].numpy()) for b in ds.take(count)]
+
+    follow = 6
+    for pipeline_id in (0, 1):
+        uninterrupted = batches(0, start + follow, pipeline_id)[start:]
+        resumed = batches(start, follow, pipeline_id)
+        for (ids_a, noise_a), (ids_b, noise_b) in zip(uninterrupted, resumed, strict=True):
+            np.testing.assert_array_equal(ids_a, ids_b)
+            np.testing.assert_array_equal(noise_a, noise_b)

@@ -1,0 +1,14 @@
+output "email" {
+  description = "Email of the service account."
+  value       = google_service_account.main.email
+}
+
+output "custom_role" {
+  description = "Full name of the custom role with the TPU permissions (projects/P/roles/ID)."
+  value       = google_project_iam_custom_role.main.name
+}
+
+output "tpu_permissions" {
+  description = "The permissions the custom role grants."
+  value       = local.tpu_permissions
+}

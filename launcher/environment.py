@@ -1,0 +1,132 @@
+"""Where the workers' Python comes from: an existing interpreter, a venv from a wheelhouse, or a
+venv from the package index; and the small scripts that set it up on a worker.
+
+    env = plan_environment(python=None, wheelhouse_digest=None,
+                           requirements=("tensorflow==2.20.0",), tpu=True)
+    env.mode, env.key, env.setup        # pure: ship.py runs env.setup on each worker
+
+Environments are keyed by a hash of what they contain, so an unchanged set-up is found on the
+worker and skipped. Nothing here touches a file, a process or the network.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shlex
+from dataclasses import dataclass
+from enum import Enum
+
+# Where tpuctl keeps its files on a worker, relative to the folder commands start in (the SSH
+# user's home; a local worker's own working directory).
+WORKER_ROOT = ".tpuctl"
+
+
+class EnvMode(str, Enum):
+    """Where the worker's Python environment comes from."""
+
+    CREATE = "create"  # a venv installed from the package index
+    WHEELHOUSE = "wheelhouse"  # a venv installed from a shipped folder of wheels
+    EXISTING = "existing"  # a Python already on the workers; only the payload is added
+
+
+@dataclass(frozen=True, kw_only=True)
+class Environment:
+    """The Python every stage runs with on a worker, and what it takes to set it up."""
+
+    mode: EnvMode
+    python: str  # interpreter that runs the stages, relative to the worker root or absolute
+    key: str  # hash of what the environment contains; set-up is skipped when it exists
+    dir: str  # where the environment (or its completion marker) lives on the worker
+    requirements: tuple[str, ...]
+    setup: tuple[str, ...]  # argv of the set-up command (pure; run by ship.py)
+
+
+# Runs on a worker with the existing Python: are the pinned packages there, at those versions?
+VERSION_CHECK = """\
+import re, sys
+from importlib import metadata
+bad = []
+for req in sys.argv[1:]:
+    name = re.split(r"[<>=!~;\\[ ]", req, maxsplit=1)[0]
+    pin = re.search(r"==\\s*([^,; ]+)", req)
+    try:
+        have = metadata.version(name)
+    except metadata.PackageNotFoundError:
+        bad.append(name + " is missing"); continue
+    if pin and have != pin.group(1):
+        bad.append(f"{name} is {have}, needs {pin.group(1)}")
+if bad:
+    print("; ".join(bad)); sys.exit(1)
+"""
+# Unpacks the payload wheel into its folder (a wheel is a zip; no pip needed for pure code).
+PAYLOAD_UNPACK = """\
+import os, shutil, sys, zipfile
+wheel, target = sys.argv[1], sys.argv[2]
+shutil.rmtree(target + ".tmp", ignore_errors=True)
+with zipfile.ZipFile(wheel) as archive:
+    archive.extractall(target + ".tmp")
+shutil.rmtree(target, ignore_errors=True)
+os.rename(target + ".tmp", target)
+open(os.path.join(target, ".complete"), "w").close()
+os.remove(wheel)
+"""
+# Where Google's TensorFlow release tests take the libtpu builds made for TensorFlow (the
+# tensorflow-tpu wheel itself is on PyPI). Which libtpu build TF 2.20 wants is not published;
+# see the README's Google Cloud section for what a first real run must confirm.
+TPU_WHEELS_INDEX = "https://storage.googleapis.com/libtpu-tf-releases/index.html"
+
+
+def tpu_requirements(requirements: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(normal, no-deps) requirements for a TPU VM: the TPU build of TensorFlow, and tf-keras
+    without its dependencies (they would pull the CPU TensorFlow back in)."""
+    normal, nodeps = [], []
+    for req in requirements:
+        name = re.split(r"[<>=!~;\[ ]", req, maxsplit=1)[0].lower()
+        if name == "tensorflow":
+            normal.append("tensorflow-tpu" + req[len(name):])
+        elif name == "tf-keras":
+            nodeps.append(req)
+        else:
+            normal.append(req)
+    return tuple(normal), tuple(nodeps)
+
+
+def environment_key(*parts: str) -> str:
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def plan_environment(
+    *, python: str | None, wheelhouse_digest: str | None, requirements: tuple[str, ...],
+    tpu: bool,
+) -> Environment:
+    """The worker environment: existing Python, a venv from a wheelhouse, or one from the index.
+
+    Its key hashes everything it contains, so an unchanged set-up is found and skipped.
+    """
+    requirements = tuple(sorted(requirements))
+    if python:
+        key = environment_key("existing", python, *requirements)
+        env_dir = f"{WORKER_ROOT}/env/{key}"
+        return Environment(mode=EnvMode.EXISTING, python=python, key=key, dir=env_dir,
+                           requirements=requirements,
+                           setup=(python, "-c", VERSION_CHECK, *requirements))
+    normal, nodeps = tpu_requirements(requirements) if tpu else (requirements, ())
+    if wheelhouse_digest:
+        mode = EnvMode.WHEELHOUSE
+        key = environment_key("wheelhouse", wheelhouse_digest, *normal, "--no-deps", *nodeps)
+        source = ["--no-index", "--find-links", f"{WORKER_ROOT}/wheelhouse/{wheelhouse_digest}"]
+    else:
+        mode = EnvMode.CREATE
+        key = environment_key("index", *normal, "--no-deps", *nodeps)
+        source = ["--find-links", TPU_WHEELS_INDEX] if tpu else []
+    env_dir = f"{WORKER_ROOT}/env/{key}"
+    pip = [f"{env_dir}/bin/python", "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    script = [f"rm -rf {shlex.quote(env_dir)}",
+              shlex.join(["python3", "-m", "venv", env_dir])]
+    if normal:
+        script.append(shlex.join([*pip, *source, *normal]))
+    if nodeps:
+        script.append(shlex.join([*pip, *source, "--no-deps", *nodeps]))
+    return Environment(mode=mode, python=f"{env_dir}/bin/python", key=key, dir=env_dir,
+                       requirements=requirements, setup=("sh", "-c", " && ".join(script)))

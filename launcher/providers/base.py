@@ -1,0 +1,105 @@
+"""What every provider offers the launcher: its fleet, a way to reach it, and a record of both.
+
+    class MyProvider:                     # one file per provider, listed in PROVIDERS
+        name = "mine"
+        @classmethod
+        def from_config(cls, config, *, num_workers): ...
+        @classmethod
+        def from_reach(cls, reach, workers): ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
+
+from launcher.plan import Worker
+from payload.strategy import Hardware
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fleet:
+    """The workers a provider offers, and what they are."""
+
+    workers: tuple[Worker, ...]
+    hardware: Hardware
+    # Local processes share the launcher's disk, credentials and Python: the launcher can check
+    # what the stages would refuse before anything starts, and the workers can run its Python.
+    shares_launcher_machine: bool = False
+    python: str | None = None  # an interpreter every worker can use when the config names none
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of `tpuctl doctor`."""
+
+    name: str
+    verdict: str  # ok | fix | skip
+    detail: str = ""
+
+    def line(self) -> str:
+        return f"{self.verdict:<5} {self.name}" + (f": {self.detail}" if self.detail else "")
+
+
+class Provider(Protocol):
+    """What the launcher needs from a kind of cluster.
+
+    local: worker processes on this machine; ssh: the configured hosts; gcp: a TPU VM or pod
+    slice that `up` creates, whose workers the TPU API names, and which can be taken away
+    (`trouble`).
+    """
+
+    name: ClassVar[str]
+
+    @classmethod
+    def from_config(cls, config, *, num_workers: int | None) -> Provider:
+        """The provider a run config describes (`num_workers`: the --workers option)."""
+
+    @classmethod
+    def from_reach(cls, reach: dict, workers: tuple[Worker, ...]) -> Provider:
+        """The provider of a recorded job, from what `reach` returned then."""
+
+    def up_plan(self) -> list[str]:
+        """What `up` would create and what it costs, as lines; touches nothing remote."""
+
+    def up(self, on_event: Callable[[str], None]) -> None:
+        """Create what the cluster needs (nothing for local and ssh)."""
+
+    def down(self, on_event: Callable[[str], None], *, delete_bucket: bool = False) -> None:
+        """Remove what `up` created (nothing for local and ssh)."""
+
+    def describe(self) -> list[str]:
+        """The cluster as it is now, for `tpuctl status` (empty for local and ssh)."""
+
+    def billing(self) -> str | None:
+        """What keeps costing money while nothing runs (a TPU left up), or None."""
+
+    def doctor(self) -> list[Check]:
+        """Checks of the set-up that catch failed runs before they cost anything."""
+
+    def fleet(self) -> Fleet:
+        """The workers, how they are addressed, and their hardware."""
+
+    def planned_fleet(self) -> Fleet:
+        """The fleet as far as it is known without asking anyone (dry runs): for a cloud, the
+        accelerator table's hosts with placeholder addresses."""
+
+    def price(self) -> str | None:
+        """What the fleet costs per hour, as words (None when tpuctl does not bill anything)."""
+
+    def trouble(self) -> str | None:
+        """Why the fleet cannot go on (its machines were taken away), or None."""
+
+    def connect(self, workers: tuple[Worker, ...]):
+        """An executor (launcher.executors) for these workers."""
+
+    def worker_config(self, config):
+        """The run config as the workers see it: what is shipped and recorded."""
+
+    def stage_inputs(self, config, on_event: Callable[[str], None]):
+        """Put what the workers must read but cannot see (a laptop's corpus) where they can;
+        the config that points at it (unchanged for local and ssh)."""
+
+    def reach(self, fleet: Fleet) -> dict:
+        """How to reach this fleet again later, as JSON data for the job record."""

@@ -1,0 +1,168 @@
+"""`tpuctl doctor` for gcp: the checks that catch most failed cloud runs before they cost anything.
+
+    for check in checks(config, site):
+        print(check.line())          # "ok    TPU API enabled" / "fix   ..." / "skip  ..."
+
+Each check asks Google (or the stand-ins) one question and says ok, what to fix, or why it was
+not checked. Nothing is created or changed.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Iterator
+
+from launcher.providers import gcp_site
+from launcher.providers.base import Check
+from launcher.providers.gcp_site import Site
+from payload import accelerators, tpu_api
+from payload.errors import UserError
+
+OS_LOGIN_KEY = "enable-oslogin"
+
+
+def _check(name: str, run: Callable[[], str | None]) -> Check:
+    """ok when `run` returns None or a remark, fix when it raises a UserError."""
+    try:
+        remark = run()
+    except UserError as exc:
+        return Check(name, "fix", str(exc))
+    return Check(name, "ok", remark or "")
+
+
+def checks(config, site: Site) -> Iterator[Check]:
+    cluster = config.cluster
+    api = site.api
+    acc = accelerators.accelerator(cluster.accelerator_type)
+    credentials = _check("Google Cloud credentials", tpu_api.check_credentials)
+    yield credentials
+    if credentials.verdict != "ok":
+        return
+    enabled = _check(f"Cloud TPU API enabled in {cluster.project}",
+                     lambda: f"{len(api.accelerator_types(cluster.zone))} types in "
+                             f"{cluster.zone}")
+    yield enabled
+    if enabled.verdict != "ok":
+        return
+
+    def offered() -> str:
+        for zone in site.zones:
+            if acc.name not in api.accelerator_types(zone):
+                raise UserError(f"{zone} does not offer {acc.name} to this project",
+                                hint="choose another zone (cluster.zone) or type")
+        return ", ".join(site.zones)
+
+    yield _check(f"{acc.name} offered", offered)
+
+    def runtime() -> str:
+        versions = api.runtime_versions(cluster.zone)
+        if cluster.runtime not in versions:
+            raise UserError(f"runtime {cluster.runtime} is not offered in {cluster.zone}",
+                            hint="leave cluster.runtime_version out to take the default")
+        return cluster.runtime
+
+    yield _check("runtime version offered", runtime)
+    yield _quota_check(cluster)
+    yield _bucket_check(cluster)
+    yield from _remote_policy_checks(cluster)
+    yield _ssh_check(site, api)
+
+
+def _quota_check(cluster) -> Check:
+    return Check("TPU quota", "skip",
+                 "the TPU API does not report quota; see it with `gcloud alpha services quota "
+                 f"list --service=tpu.googleapis.com --consumer=projects/{cluster.project}` or "
+                 "in the console (IAM & Admin > Quotas)")
+
+
+def _bucket_check(cluster) -> Check:
+    from google.api_core import exceptions as gexc
+
+    from payload import storage
+
+    def look() -> str:
+        try:
+            bucket = storage.client(cluster.project).lookup_bucket(cluster.bucket_name)
+        except gexc.Forbidden:
+            raise UserError(f"bucket {cluster.bucket_name} exists but this account may not use "
+                            "it", hint="set cluster.bucket to another name") from None
+        if bucket is None:
+            return f"gs://{cluster.bucket_name} does not exist yet: `tpuctl up` creates it"
+        return f"gs://{cluster.bucket_name} exists and is readable"
+
+    return _check("bucket", look)
+
+
+def _remote_policy_checks(cluster) -> Iterator[Check]:
+    """OS Login and the guest-attributes org policy: asked through Compute Engine's and the
+    Org Policy API's REST endpoints (not faked here: skipped against the stand-in)."""
+    if tpu_api.stand_in():
+        yield Check("OS Login off", "skip", "not checked against the TPU API stand-in")
+        yield Check("guest attributes allowed", "skip",
+                    "not checked against the TPU API stand-in")
+        return
+    session = _session()
+    project = cluster.project
+
+    def os_login() -> str:
+        reply = session.get(f"https://compute.googleapis.com/compute/v1/projects/{project}",
+                            timeout=30)
+        if reply.status_code != 200:
+            raise UserError(f"could not read project metadata ({reply.status_code})",
+                            hint="grant compute.projects.get, or check OS Login yourself")
+        items = reply.json().get("commonInstanceMetadata", {}).get("items", [])
+        if any(i.get("key") == OS_LOGIN_KEY and str(i.get("value")).lower() == "true"
+               for i in items):
+            raise UserError("OS Login is on for the project: the ssh-keys metadata tpuctl "
+                            "installs is ignored",
+                            hint="set metadata enable-oslogin=FALSE on the TPU's project, or "
+                            "grant yourself roles/compute.osAdminLogin and set cluster.user "
+                            "to your OS Login user")
+        return ""
+
+    def guest_attributes() -> str:
+        url = (f"https://orgpolicy.googleapis.com/v2/projects/{project}/policies/"
+               "compute.disableGuestAttributesAccess:getEffectivePolicy")
+        reply = session.get(url, timeout=30)
+        if reply.status_code != 200:
+            raise UserError(f"could not read the org policy ({reply.status_code})",
+                            hint="grant orgpolicy.policy.get, or ask an admin whether "
+                            f"{tpu_api.GUEST_ATTRIBUTES_POLICY} is enforced")
+        rules = reply.json().get("spec", {}).get("rules", [])
+        if any(rule.get("enforce") for rule in rules):
+            raise UserError(f"{tpu_api.GUEST_ATTRIBUTES_POLICY} is enforced: the TPU cannot "
+                            "publish its host keys, and tpuctl never trusts one on first use",
+                            hint="ask an admin to lift it for this project")
+        return ""
+
+    yield _check("OS Login off", os_login)
+    yield _check("guest attributes allowed (host keys)", guest_attributes)
+
+
+def _session():
+    import google.auth
+    from google.auth.transport.requests import AuthorizedSession
+
+    credentials, _ = google.auth.default(
+        scopes=["https://www.googleapis.com/auth/cloud-platform"])
+    return AuthorizedSession(credentials)
+
+
+def _ssh_check(site: Site, api: tpu_api.TpuApi) -> Check:
+    def reach() -> str:
+        found = gcp_site.find_node(site, api)
+        if found is None or not found[0].endpoints:
+            return "no TPU yet; checked after `tpuctl up`"
+        node, _ = found
+        for i, endpoint in enumerate(node.endpoints):
+            address = gcp_site.ssh_address(endpoint)
+            try:
+                with socket.create_connection((address, 22), timeout=10):
+                    pass
+            except OSError as exc:
+                raise UserError(f"worker {i} ({address}) port 22 does not answer from here "
+                                f"({exc})", hint="add this machine's address to "
+                                "cluster.ssh_source_ranges and run `tpuctl up`") from None
+        return f"{len(node.endpoints)} worker(s) answer on port 22"
+
+    return _check("SSH reachable from here", reach)

@@ -1,0 +1,337 @@
+"""`tpuctl up` and `tpuctl down` for the gcp provider: Terraform for what lasts, the TPU API for
+queued requests, and a check by listing that nothing of the run is left billing.
+
+    print("\\n".join(up_plan(config, site)))   # what `up --dry-run` shows: no credentials
+    up(config, site, on_event=print)               # idempotent: a second run changes nothing
+    down(config, site, on_event=print)             # idempotent; cleans what a failed `up` left
+
+Terraform (infra/) holds the bucket, the SSH firewall rule, the workers' service account and,
+unless the request is queued, the TPU VM itself (google_tpu_v2_vm). A queued request goes
+through the TPU API because Terraform's queued-resource type has neither spot capacity nor a
+queueing deadline: tpuctl always sets the deadline (cluster.queue_hours) and deletes a request
+that FAILED or was SUSPENDED, so it never holds quota or turns into a TPU billing with no job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from launcher import terraform
+from launcher.providers import gcp_site
+from launcher.providers.gcp_site import Site
+from payload import accelerators, prices, tpu_api
+from payload.errors import UserError
+
+# Terraform's module: the repository's infra/ (tests point this at a twin of it).
+INFRA_MODULE = terraform.INFRA_DIR
+
+CAPACITY_WORDS = ("RESOURCE_EXHAUSTED", "no more capacity", "capacity", "stockout")
+RUN_LABEL = "tpuctl-run"
+
+
+def terraform_vars(config, site: Site, *, zone: str, create_tpu: bool,
+                   create_bucket: bool, public_key: str) -> terraform.TerraformVars:
+    """The run config as infra/'s variables: the one place that maps one to the other."""
+    cluster = config.cluster
+    corpus_buckets = sorted({c[len("gs://"):].split("/", 1)[0] for c in config.data.corpus
+                             if c.startswith("gs://")} - {cluster.bucket_name})
+    return terraform.TerraformVars(
+        project=cluster.project, region=accelerators.region_of(zone), zone=zone,
+        run_name=config.name, tpu_name=site.tpu_name,
+        accelerator_type=cluster.accelerator_type, runtime_version=cluster.runtime,
+        provisioning=cluster.provisioning, create_tpu=create_tpu, bucket=cluster.bucket_name,
+        create_bucket=create_bucket, corpus_bucket=corpus_buckets[0] if corpus_buckets else None,
+        network=cluster.network, subnetwork=cluster.subnetwork,
+        ssh_source_ranges=tuple(cluster.ssh_source_ranges or ()), ssh_user=site.user,
+        ssh_public_key=public_key)
+
+
+def accelerator_of(config) -> accelerators.Accelerator:
+    return accelerators.accelerator(config.cluster.accelerator_type)
+
+
+def hourly_price(config) -> prices.Price:
+    cluster = config.cluster
+    return prices.hourly_price(accelerator_of(config), cluster.zone, cluster.provisioning)
+
+
+def node_price(node: tpu_api.Node, zone: str, provisioning: str) -> str:
+    """The node's price per hour from the table, as words ("no ... price" when unknown)."""
+    try:
+        acc = accelerators.accelerator(node.accelerator_type)
+    except UserError:
+        return f"no price for {node.accelerator_type}"
+    price = prices.hourly_price(acc, zone, provisioning)
+    return f"${price.usd_per_hour:,.2f}/h" if price.known else price.describe()
+
+
+def running_cost(node: tpu_api.Node, zone: str, provisioning: str) -> str:
+    """Price per hour, time up so far (from the node's creation) and what that has cost."""
+    import time
+
+    per_hour = node_price(node, zone, provisioning)
+    if node.create_time is None:
+        return per_hour
+    hours = max(0.0, time.time() - node.create_time) / 3600
+    try:
+        price = prices.hourly_price(accelerators.accelerator(node.accelerator_type), zone,
+                                    provisioning)
+    except UserError:
+        price = None
+    spent = (f", about ${price.usd_per_hour * hours:,.2f} so far" if price and price.known
+             else "")
+    return f"{per_hour}; up {hours:.1f} h{spent} (price table of {prices.PRICE_TABLE_DATE})"
+
+
+def up_plan(config, site: Site) -> list[str]:
+    """What `tpuctl up` would create and what it costs per hour; reads nothing remote."""
+    cluster = config.cluster
+    acc = accelerator_of(config)
+    how = "a queued request (TPU API)" if _queued(cluster) else "Terraform"
+    lines = [
+        f"project {cluster.project}, zone {cluster.zone}"
+        + (f" (then {', '.join(cluster.fallback_zones)})" if cluster.fallback_zones else ""),
+        f"bucket gs://{cluster.bucket_name} (created unless it exists; kept by `down`)",
+        f"firewall rule: tcp/22 from {', '.join(cluster.ssh_source_ranges or ['(not set)'])}",
+        "service account for the workers (objects in the bucket, read its own TPU)",
+        f"TPU {site.tpu_name}: {acc.name} ({acc.chips} chips of TPU {acc.generation}, "
+        f"{acc.hosts} host{'s' if acc.hosts > 1 else ''}), runtime {cluster.runtime}, "
+        f"{cluster.provisioning.replace('_', '-')}, by {how}"
+        + (f", waiting up to {cluster.queue_hours:g} h" if _queued(cluster) else ""),
+        f"SSH as {site.user} with {site.identity_file}",
+        f"cost: {hourly_price(config).describe()}",
+    ]
+    if not cluster.ssh_source_ranges:
+        lines.append("missing: cluster.ssh_source_ranges (`up` refuses without it)")
+    return lines
+
+
+def _queued(cluster) -> bool:
+    # Terraform's TPU VM cannot target a reservation; the queue can.
+    return bool(cluster.queued or cluster.reservation)
+
+
+def _bucket_exists(bucket: str, project: str) -> bool:
+    """Whether the bucket exists and is ours to use; taken by someone else is an error."""
+    from google.api_core import exceptions as gexc
+
+    from payload import storage
+
+    try:
+        return storage.client(project).lookup_bucket(bucket) is not None
+    except gexc.Forbidden:
+        raise UserError(f"bucket {bucket} exists but this account may not use it (its name is "
+                        "taken by another project, or access is missing)",
+                        hint="set cluster.bucket to another name") from None
+
+
+def _is_capacity(error: UserError) -> bool:
+    text = str(error)
+    return any(word.lower() in text.lower() for word in CAPACITY_WORDS)
+
+
+def up(config, site: Site, on_event: Callable[[str], None]) -> None:
+    cluster, api = config.cluster, site.api
+    if not cluster.ssh_source_ranges:
+        raise UserError("cluster.ssh_source_ranges is not set: `tpuctl up` opens SSH only to "
+                        "the addresses you list", hint="add the address you connect from, for "
+                        "example ssh_source_ranges: [203.0.113.7/32]")
+    tpu_api.check_credentials()
+    terraform.require_terraform()
+    acc = accelerator_of(config)
+    offered = api.accelerator_types(cluster.zone)  # also: is the API enabled?
+    if offered and acc.name not in offered:
+        raise UserError(f"zone {cluster.zone} does not offer {acc.name} to project "
+                        f"{cluster.project} (the API lists {len(offered)} types there)",
+                        hint="pick another zone or type; `tpuctl doctor` shows what is offered")
+    public_key = gcp_site.ensure_key(Path(site.identity_file))
+    tf = terraform.Terraform(terraform.work_dir(config.name), module=INFRA_MODULE)
+    before = _outputs_or_none(tf)
+    create_bucket = (before is not None and before.bucket_created) or not _bucket_exists(
+        cluster.bucket_name, cluster.project)
+    queued = _queued(cluster)
+    zones = _zones_to_try(site)
+    made_tpu = False
+    try:
+        for i, zone in enumerate(zones):
+            on_event(f"terraform: {'bucket, firewall, service account' if queued else 'all'} "
+                     f"in {zone}")
+            terraform.write_vars(tf.folder, terraform_vars(
+                config, site, zone=zone, create_tpu=not queued, create_bucket=create_bucket,
+                public_key=public_key))
+            try:
+                tf.init(on_event)
+                made_tpu = not queued
+                tf.apply(on_event)
+            except UserError as exc:
+                if _is_capacity(exc) and i + 1 < len(zones):
+                    on_event(f"no capacity in {zone}: {exc}; trying {zones[i + 1]}")
+                    continue
+                raise
+            site.record_zone(zone)
+            if queued:
+                made_tpu = True
+                _queue(config, site, tf.outputs(), zone, public_key, on_event)
+            break
+        node, zone = gcp_site.wait_ready(site, api, on_event)
+        gcp_site.write_known_hosts(site, api, node, zone)
+    except BaseException as exc:
+        if made_tpu:
+            _undo_tpu(config, site, tf, public_key, create_bucket, on_event)
+        if isinstance(exc, UserError):
+            then = "then `tpuctl up` again, or `tpuctl down` to remove the rest"
+            raise UserError(f"{exc.message}; nothing that bills is left (the bucket, "
+                            "firewall rule and service account stay, free while unused)",
+                            hint=f"{exc.hint}; {then}" if exc.hint else f"fix it, {then}"
+                            ) from None
+        raise
+    mismatch = accelerators.host_mismatch(acc, len(node.endpoints))
+    if mismatch:
+        on_event(mismatch)
+    on_event(f"TPU {node.name} is READY in {site.recorded_zone()}: {len(node.endpoints)} "
+             f"worker(s); {hourly_price(config).describe()}. When done: `tpuctl down`")
+
+
+def _zones_to_try(site: Site) -> list[str]:
+    recorded = site.recorded_zone()
+    if recorded:
+        return [recorded]  # a TPU may already be there: never make a second one elsewhere
+    return list(site.zones)
+
+
+def _outputs_or_none(tf: terraform.Terraform):
+    if not tf.state_file.exists():
+        return None
+    try:
+        return tf.outputs()
+    except UserError:
+        return None
+
+
+def _queue(config, site: Site, outputs, zone: str, public_key: str,
+           on_event: Callable[[str], None]) -> None:
+    """Ask for the TPU through the queue and wait until it is ACTIVE, within the deadline."""
+    cluster, api = config.cluster, site.api
+    deadline_s = cluster.queue_hours * 3600
+    if api.get_queued(site.tpu_name, zone) is None:
+        node = {
+            "accelerator_type": cluster.accelerator_type, "runtime_version": cluster.runtime,
+            "network_config": {"network": cluster.network, "enable_external_ips": True,
+                               **({"subnetwork": cluster.subnetwork} if cluster.subnetwork
+                                  else {})},
+            "service_account": {"email": outputs.service_account,
+                                "scope": ["https://www.googleapis.com/auth/cloud-platform"]},
+            "tags": [outputs.network_tag],
+            "metadata": {"ssh-keys": f"{site.user}:{public_key}"},
+            "labels": {RUN_LABEL: config.name},
+        }
+        on_event(f"queueing a request for {cluster.accelerator_type} in {zone} (deadline "
+                 f"{cluster.queue_hours:g} h)")
+        api.create_queued(site.tpu_name, node, spot=cluster.provisioning != "on_demand",
+                          valid_for_s=deadline_s, reservation=cluster.reservation, zone=zone)
+    request = tpu_api.wait_for(
+        lambda: api.get_queued(site.tpu_name, zone),
+        lambda q: q is None or q.state in tpu_api.QUEUE_DONE_STATES,
+        timeout_s=deadline_s + 600, every_s=gcp_site.POLL_S,
+        on_wait=lambda q: on_event(f"queued request {site.tpu_name}: {q.state}"))
+    if request is None:
+        raise UserError(f"the queued request {site.tpu_name} disappeared while waiting")
+    if request.state != "ACTIVE":
+        api.delete_queued(site.tpu_name, zone)
+        reason = request.error or "no reason given"
+        raise UserError(f"the queued request {site.tpu_name} ended {request.state}: {reason} "
+                        "(the request was deleted so it holds no quota)")
+
+
+def _undo_tpu(config, site: Site, tf: terraform.Terraform, public_key: str,
+              create_bucket: bool, on_event: Callable[[str], None]) -> None:
+    """After a failed `up`: remove the TPU or its queued request, keep what costs nothing."""
+    api = site.api
+    on_event("up failed: removing the TPU so that nothing bills")
+    for zone in site.zones:
+        api.delete_queued(site.tpu_name, zone)
+    zone = site.recorded_zone() or site.zones[0]
+    terraform.write_vars(tf.folder, terraform_vars(config, site, zone=zone, create_tpu=False,
+                                                   create_bucket=create_bucket,
+                                                   public_key=public_key))
+    try:
+        tf.apply(on_event)
+    except UserError as exc:
+        on_event(f"terraform could not remove the TPU: {exc}")
+    for zone in site.zones:
+        api.delete_node(site.tpu_name, zone)
+
+
+def _leftovers(site: Site, run_name: str) -> list[str]:
+    """Nodes and queued requests of this run still in any of its zones."""
+    api, found = site.api, []
+    for zone in site.zones:
+        for node in api.list_nodes(zone):
+            if node.name == site.tpu_name or node.labels.get(RUN_LABEL) == run_name:
+                found.append(f"TPU {node.name} in {zone} ({node.state})")
+        for request in api.list_queued(zone):
+            if request.name == site.tpu_name or site.tpu_name in request.node_ids:
+                found.append(f"queued request {request.name} in {zone} ({request.state})")
+    return found
+
+
+def down(config, site: Site, on_event: Callable[[str], None], *,
+         delete_bucket: bool = False) -> None:
+    api = site.api
+    tf = terraform.Terraform(terraform.work_dir(config.name), module=INFRA_MODULE)
+    tpu_api.check_credentials()
+    if not tf.state_file.exists() and not _leftovers(site, config.name):
+        raise UserError(f"run {config.name} was never brought up from this machine (no "
+                        f"Terraform state in {tf.folder}) and the TPU API shows nothing of it",
+                        hint="nothing to take down")
+    for zone in site.zones:
+        if api.delete_queued(site.tpu_name, zone):
+            on_event(f"deleted the queued request {site.tpu_name} in {zone}")
+    if tf.state_file.exists():
+        before = _outputs_or_none(tf)
+        created_bucket = before is not None and before.bucket_created
+        public_key = gcp_site.ensure_key(Path(site.identity_file))
+        zone = site.recorded_zone() or site.zones[0]
+        if delete_bucket:
+            if not created_bucket:
+                raise UserError(f"--delete-bucket: gs://{config.cluster.bucket_name} was not "
+                                "created by `tpuctl up`, so tpuctl never deletes it")
+            _empty_bucket(config, on_event)
+            tf.init(on_event)
+            tf.destroy(on_event)
+        else:
+            terraform.write_vars(tf.folder, terraform_vars(
+                config, site, zone=zone, create_tpu=False, create_bucket=created_bucket,
+                public_key=public_key))
+            tf.init(on_event)
+            tf.apply(on_event)
+    for zone in site.zones:
+        if api.delete_node(site.tpu_name, zone):
+            on_event(f"deleted TPU {site.tpu_name} in {zone}")
+    left = _leftovers(site, config.name)
+    if left:
+        raise UserError("still there after `down`: " + "; ".join(left),
+                        hint="run `tpuctl down` again; if it stays, delete it in the console")
+    kept = "" if delete_bucket else f"; kept gs://{config.cluster.bucket_name}"
+    on_event(f"nothing of run {config.name} is left billing in {', '.join(site.zones)} "
+             f"(checked through the TPU API){kept}")
+
+
+def _empty_bucket(config, on_event: Callable[[str], None]) -> None:
+    """Delete the objects tpuctl wrote (every version); refuse while others are there."""
+    from payload import storage
+
+    bucket = storage.client(config.cluster.project).bucket(config.cluster.bucket_name)
+    names = [b.name for b in bucket.list_blobs()]
+    owned_prefixes = {n.split("/", 1)[0] + "/" for n in names if "/.tpuctl/" in n}
+    foreign = [n for n in names if not any(n.startswith(p) for p in owned_prefixes)]
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5
+                                          else "")
+        raise UserError(f"--delete-bucket: gs://{config.cluster.bucket_name} holds objects "
+                        f"tpuctl did not write: {shown}",
+                        hint="move or delete them yourself first; the bucket was kept")
+    for blob in bucket.list_blobs(versions=True):
+        blob.delete()
+    on_event(f"emptied gs://{config.cluster.bucket_name} ({len(names)} objects of tpuctl)")

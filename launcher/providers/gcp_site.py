@@ -1,0 +1,150 @@
+"""Where a gcp run's TPU is, and how tpuctl logs in to it: the site, its SSH key and known_hosts.
+
+    site = Site(run_name="demo", project="my-project", zones=("us-central2-b",),
+                tpu_name="demo", user="me", identity_file=key, known_hosts=kh)
+    node, zone = find_node(site, site.api)          # the run's node and its zone, or None
+    write_known_hosts(site, site.api, node, zone)   # host keys from the guest attributes
+    node, zone = wait_ready(site, site.api, on_event=print)
+
+Host keys come from the guest attributes each worker publishes (hostkeys/ssh-ed25519) and are
+written to a known_hosts of tpuctl's own every time a command starts, so SSH is strict from the
+first connection and a recreated TPU's new keys are picked up, never trusted on first use.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher.records import state_dir
+from payload import tpu_api
+from payload.errors import UserError
+
+# The TPU worker server's port: a pod slice's driver on worker 0 reaches every host there.
+TPU_WORKER_PORT = 8470
+READY_TIMEOUT_S = 30 * 60
+POLL_S = 10.0
+ZONE_FILE = "site.json"
+
+
+def run_state(run_name: str) -> Path:
+    """TPUCTL_HOME/gcp/RUN: the key tpuctl made, the known_hosts, the zone the TPU is in."""
+    return state_dir() / "gcp" / run_name
+
+
+def default_identity(run_name: str) -> Path:
+    return run_state(run_name) / "id_ed25519"
+
+
+def ensure_key(path: Path) -> str:
+    """The OpenSSH public key of `path`, making an ed25519 key pair there first if needed."""
+    public = path.with_name(path.name + ".pub")
+    if not path.exists():
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+        key = Ed25519PrivateKey.generate()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        private = key.private_bytes(serialization.Encoding.PEM,
+                                    serialization.PrivateFormat.OpenSSH,
+                                    serialization.NoEncryption())
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(private)
+        openssh = key.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                                serialization.PublicFormat.OpenSSH)
+        public.write_bytes(openssh + b" tpuctl\n")
+    if not public.exists():
+        raise UserError(f"cluster.identity_file: no public key next to {path}",
+                        hint=f"put it at {public} (ssh-keygen -y -f {path} > {public})")
+    return public.read_text().strip()
+
+
+def write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Site:
+    """Where the run's TPU is and how to log in to it."""
+
+    run_name: str
+    project: str
+    zones: tuple[str, ...]  # the configured zone first, then the fallbacks
+    tpu_name: str
+    user: str
+    identity_file: str
+    known_hosts: str
+    provisioning: str = "on_demand"  # what the price table charges
+    uid: str | None = None  # the node a job ran on; another id means its machines are gone
+
+    @property
+    def api(self) -> tpu_api.TpuApi:
+        return tpu_api.TpuApi(project=self.project, zone=self.zones[0])
+
+    def recorded_zone(self) -> str | None:
+        path = run_state(self.run_name) / ZONE_FILE
+        return json.loads(path.read_text()).get("zone") if path.is_file() else None
+
+    def record_zone(self, zone: str) -> None:
+        write_atomically(run_state(self.run_name) / ZONE_FILE, json.dumps({"zone": zone}))
+
+
+def ssh_address(endpoint: tpu_api.Endpoint) -> str:
+    return endpoint.external_ip or endpoint.internal_ip
+
+
+def find_node(site: Site, api: tpu_api.TpuApi) -> tuple[tpu_api.Node, str] | None:
+    """The run's node and its zone (the recorded zone first), or None."""
+    recorded = site.recorded_zone()
+    zones = ([recorded] if recorded else []) + [z for z in site.zones if z != recorded]
+    for zone in zones:
+        node = api.get_node(site.tpu_name, zone)
+        if node is not None:
+            return node, zone
+    return None
+
+
+def write_known_hosts(site: Site, api: tpu_api.TpuApi, node: tpu_api.Node, zone: str) -> None:
+    keys = api.host_keys(node.name, len(node.endpoints), zone)
+    missing = [i for i in range(len(node.endpoints)) if i not in keys]
+    if missing:
+        raise UserError(
+            f"TPU {node.name}: worker {missing[0]} publishes no {tpu_api.HOST_KEY_TYPE} host "
+            "key in its guest attributes, so its identity cannot be checked",
+            hint=f"the org policy {tpu_api.GUEST_ATTRIBUTES_POLICY} may hide guest attributes: "
+            "ask an admin to allow them for this project; tpuctl never trusts a host key on "
+            "first use")
+    lines = [f"{ssh_address(e)} {tpu_api.HOST_KEY_TYPE} {keys[i]}"
+             for i, e in enumerate(node.endpoints)]
+    write_atomically(Path(site.known_hosts), "\n".join(lines) + "\n")
+
+
+def wait_ready(site: Site, api: tpu_api.TpuApi, on_event: Callable[[str], None], *,
+               timeout_s: float = READY_TIMEOUT_S) -> tuple[tpu_api.Node, str]:
+    """Poll until the run's node is READY; a failed or vanished node is an error."""
+    deadline = time.monotonic() + timeout_s
+    last = ""
+    while True:
+        found = find_node(site, api)
+        if found is not None and found[0].ready and found[0].endpoints:
+            return found
+        state = found[0].describe() if found else "not created yet"
+        if state != last:
+            on_event(f"TPU {site.tpu_name}: {state}")
+            last = state
+        if found is not None and found[0].state in tpu_api.GONE_STATES:
+            raise UserError(f"TPU {site.tpu_name} is {state} instead of READY",
+                            hint="`tpuctl down` removes it; `tpuctl up` tries again")
+        if time.monotonic() > deadline:
+            raise UserError(f"TPU {site.tpu_name} was not READY after "
+                            f"{timeout_s / 60:.0f} minutes ({state})",
+                            hint="`tpuctl status` shows it; `tpuctl down` removes it")
+        time.sleep(min(POLL_S, max(0.2, deadline - time.monotonic())))

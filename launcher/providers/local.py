@@ -1,0 +1,128 @@
+"""Local worker processes: the local CPU mode (`tpuctl train --local`) and `provider: local`.
+
+    provider = LocalProvider.from_config(config, num_workers=2)
+    provider.fleet().workers[1].base_dir          # ~/.tpuctl/local/NAME/worker-1
+
+Each worker is a process group started in its own folder under the state folder, so the
+relative paths of a plan mean the same as in an SSH user's home. They share this machine's
+disk, credentials and Python, and coordinate over loopback ports that are free when planned.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from launcher.agent import worker_label
+from launcher.executors import LocalExecutor
+from launcher.plan import Worker
+from launcher.providers.base import Check, Fleet
+from launcher.records import state_dir
+from payload.config import MAX_LOCAL_WORKERS, LocalCluster
+from payload.errors import UserError
+from payload.strategy import CPU
+
+NAME = "local"
+DEFAULT_WORKERS = 2
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports free right now on this machine, for local workers' TF coordination."""
+    sockets, ports = [], []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+            ports.append(s.getsockname()[1])
+    finally:
+        for s in sockets:
+            s.close()
+    return ports
+
+
+def check_count(count: int) -> None:
+    if not 1 <= count <= MAX_LOCAL_WORKERS:
+        raise UserError(f"--workers {count}: need between 1 and {MAX_LOCAL_WORKERS} workers")
+
+
+def local_workers(name: str, count: int, ports: list[int]) -> tuple[Worker, ...]:
+    check_count(count)
+    base = state_dir() / "local" / name
+    return tuple(
+        Worker(index=i, host="localhost", address="localhost", coordination_port=ports[i],
+               base_dir=str(base / worker_label(i)))
+        for i in range(count)
+    )
+
+
+@dataclass(frozen=True)
+class LocalProvider:
+    run_name: str
+    count: int
+    known: tuple[Worker, ...] | None = None  # a recorded job's workers
+
+    name = NAME
+
+    @classmethod
+    def from_config(cls, config, *, num_workers: int | None) -> LocalProvider:
+        cluster = config.cluster
+        count = num_workers if num_workers is not None else (
+            cluster.workers if isinstance(cluster, LocalCluster) else DEFAULT_WORKERS)
+        check_count(count)
+        return cls(config.name, count)
+
+    @classmethod
+    def from_reach(cls, reach: dict, workers: tuple[Worker, ...]) -> LocalProvider:
+        return cls(reach["run_name"], len(workers), workers)
+
+    def up_plan(self) -> list[str]:
+        return ["local workers: nothing to create, nothing billed by tpuctl"]
+
+    def up(self, on_event: Callable[[str], None]) -> None:
+        on_event("local workers need nothing created")
+
+    def down(self, on_event: Callable[[str], None], *, delete_bucket: bool = False) -> None:
+        on_event("local workers: nothing to remove")
+
+    def describe(self) -> list[str]:
+        return []
+
+    def billing(self) -> str | None:
+        return None
+
+    def doctor(self) -> list[Check]:
+        return [Check("local workers", "skip", "nothing to check before a run; `tpuctl train "
+                      "--dry-run` shows the plan")]
+
+    def fleet(self) -> Fleet:
+        workers = self.known or local_workers(self.run_name, self.count, free_ports(self.count))
+        return Fleet(workers=workers, hardware=CPU, shares_launcher_machine=True,
+                     python=sys.executable)
+
+    def planned_fleet(self) -> Fleet:
+        return self.fleet()
+
+    def price(self) -> str | None:
+        return None
+
+    def trouble(self) -> str | None:
+        return None
+
+    def connect(self, workers: tuple[Worker, ...]) -> LocalExecutor:
+        return LocalExecutor(workers)
+
+    def worker_config(self, config):
+        """A `local` cluster of this many workers (whatever the file says, under --local),
+        keeping where the environment comes from."""
+        cluster = LocalCluster(provider=NAME, workers=self.count, python=config.cluster.python,
+                               wheelhouse=config.cluster.wheelhouse)
+        return config.model_copy(update={"cluster": cluster})
+
+    def stage_inputs(self, config, on_event: Callable[[str], None]):
+        return config
+
+    def reach(self, fleet: Fleet) -> dict:
+        return {"provider": NAME, "run_name": self.run_name}

@@ -1,0 +1,106 @@
+"""Hosts the user already has, reached over SSH: `provider: ssh`.
+
+    provider = SshProvider.from_config(config, num_workers=None)
+    with provider.connect(provider.fleet().workers) as executor: ...
+
+Host keys are checked against `cluster.known_hosts` and never added. The job record keeps the
+user, key and known_hosts paths, and the plan keeps the hosts, so a job is reopened on the hosts
+it ran on whatever the config says later.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from launcher.executors import SshExecutor, SshSettings
+from launcher.plan import Worker
+from launcher.providers.base import Check, Fleet
+from payload.errors import UserError
+from payload.strategy import CPU
+
+NAME = "ssh"
+# Where MultiWorkerMirroredStrategy workers listen for each other on SSH hosts.
+DEFAULT_COORDINATION_PORT = 29_477
+UNREACHABLE_HINT = "check cluster.hosts and that sshd runs there, then retry"
+
+
+def ssh_settings(cluster) -> SshSettings:
+    """How to log in to an `ssh` cluster's hosts."""
+    identity = os.path.expanduser(cluster.identity_file) if cluster.identity_file else None
+    return SshSettings(user=cluster.user, known_hosts=os.path.expanduser(cluster.known_hosts),
+                       identity_file=identity)
+
+
+@dataclass(frozen=True)
+class SshProvider:
+    settings: SshSettings
+    workers: tuple[Worker, ...]
+
+    name = NAME
+
+    @classmethod
+    def from_config(cls, config, *, num_workers: int | None) -> SshProvider:
+        if num_workers is not None:
+            raise UserError("--workers only applies with --local",
+                            hint="an ssh cluster runs on every host in cluster.hosts")
+        cluster = config.cluster
+        workers = tuple(
+            # A port per worker, so workers that share an address (or a host) never clash.
+            Worker(index=i, host=host, address=host,
+                   coordination_port=DEFAULT_COORDINATION_PORT + i, ssh_port=cluster.port)
+            for i, host in enumerate(cluster.hosts)
+        )
+        return cls(ssh_settings(cluster), workers)
+
+    @classmethod
+    def from_reach(cls, reach: dict, workers: tuple[Worker, ...]) -> SshProvider:
+        settings = SshSettings(user=reach["user"], known_hosts=reach["known_hosts"],
+                               identity_file=reach["identity_file"])
+        return cls(settings, workers)
+
+    def up_plan(self) -> list[str]:
+        return ["ssh hosts: nothing to create, nothing billed by tpuctl"]
+
+    def up(self, on_event: Callable[[str], None]) -> None:
+        on_event("ssh hosts need nothing created")
+
+    def down(self, on_event: Callable[[str], None], *, delete_bucket: bool = False) -> None:
+        on_event("ssh hosts: nothing to remove")
+
+    def describe(self) -> list[str]:
+        return []
+
+    def billing(self) -> str | None:
+        return None
+
+    def doctor(self) -> list[Check]:
+        return [Check("ssh hosts", "skip", "nothing to check before a run; `tpuctl train "
+                      "--dry-run` shows the plan")]
+
+    def fleet(self) -> Fleet:
+        return Fleet(workers=self.workers, hardware=CPU)
+
+    def planned_fleet(self) -> Fleet:
+        return self.fleet()
+
+    def price(self) -> str | None:
+        return None
+
+    def trouble(self) -> str | None:
+        return None
+
+    def connect(self, workers: tuple[Worker, ...]) -> SshExecutor:
+        return SshExecutor(workers, self.settings, unreachable_hint=UNREACHABLE_HINT)
+
+    def worker_config(self, config):
+        return config
+
+    def stage_inputs(self, config, on_event: Callable[[str], None]):
+        return config
+
+    def reach(self, fleet: Fleet) -> dict:
+        return {"provider": NAME, "user": self.settings.user,
+                "known_hosts": self.settings.known_hosts,
+                "identity_file": self.settings.identity_file}

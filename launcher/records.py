@@ -1,0 +1,107 @@
+"""Jobs as the launcher machine remembers them, under the state folder (TPUCTL_HOME, default
+~/.tpuctl): what was planned, how its workers were reached, and a copy of every worker's log.
+
+    record = save_job(state_dir(), plan, config_text, reach=provider.reach(fleet))
+    record = current_job(state_dir(), "demo")        # the newest job of run "demo"
+    record.plan(), record.reach(), record.log_file(0)
+
+A record stands alone: `tpuctl logs`, `stop`, `status` and `ssh` reopen a job from it (the
+provider rebuilds its connection from `reach`), never from what the config says now, so a config
+edited after the job started cannot send a command to other machines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher.agent import worker_label
+from launcher.plan import Plan
+from payload.errors import UserError
+
+PLAN = "plan.json"
+REACH = "reach.json"
+CONFIG = "config.yaml"
+CURRENT = "current"
+
+
+class NoJob(UserError):
+    """The run has no job recorded on this machine."""
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get("TPUCTL_HOME") or Path.home() / ".tpuctl")
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One job's folder on the launcher machine."""
+
+    folder: Path
+
+    @property
+    def job_id(self) -> str:
+        return self.folder.name
+
+    @property
+    def plan_file(self) -> Path:
+        return self.folder / PLAN
+
+    @property
+    def config_file(self) -> Path:
+        return self.folder / CONFIG
+
+    def agent_file(self, worker: int) -> Path:
+        return self.folder / f"agent-{worker}.json"
+
+    def log_file(self, worker: int) -> Path:
+        return self.folder / "logs" / f"{worker_label(worker)}.log"
+
+    def plan(self) -> Plan:
+        return Plan.from_json(self.plan_file.read_text())
+
+    def reach(self) -> dict:
+        """How the job's workers were reached: the provider's own record of them."""
+        path = self.folder / REACH
+        if not path.is_file():
+            raise UserError(f"job {self.job_id} was started by an older tpuctl and does not "
+                            "record how to reach its workers",
+                            hint="start a new job with `tpuctl train`")
+        return json.loads(path.read_text())
+
+
+def jobs_dir(base: Path, name: str) -> Path:
+    return base / "jobs" / name
+
+
+def save_job(base: Path, plan: Plan, config_text: str, reach: dict) -> JobRecord:
+    """Write a new job's record and make it the run's current job."""
+    record = JobRecord(jobs_dir(base, plan.name) / plan.job_id)
+    (record.folder / "logs").mkdir(parents=True, exist_ok=True)
+    record.config_file.write_text(config_text)
+    for w in plan.workers:
+        record.agent_file(w.index).write_text(json.dumps(plan.agent_plan(w.index)))
+    (record.folder / REACH).write_text(json.dumps(reach, indent=1))
+    record.plan_file.write_text(plan.to_json())
+    (jobs_dir(base, plan.name) / CURRENT).write_text(plan.job_id)
+    return record
+
+
+def current_job(base: Path, name: str, job_id: str | None = None) -> JobRecord:
+    """The job `job_id` of run `name`, or the run's newest job."""
+    folder = jobs_dir(base, name)
+    if job_id is None:
+        pointer = folder / CURRENT
+        if not pointer.is_file():
+            raise NoJob(f"no job of run '{name}' started from this machine",
+                            hint="start one with `tpuctl train`")
+        job_id = pointer.read_text().strip()
+    if not job_id or "/" in job_id or job_id.startswith("."):
+        raise UserError(f"--job {job_id!r} is not a job id", hint="ids look like NAME-YYYYMMDD-"
+                        "HHMMSS-XXXX; `tpuctl status` shows the current one")
+    record = JobRecord(folder / job_id)
+    if not record.plan_file.is_file():
+        raise UserError(f"no job '{job_id}' of run '{name}' on this machine")
+    return record

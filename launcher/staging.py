@@ -1,0 +1,115 @@
+"""Local corpus files, uploaded once to content-addressed places in a bucket that TPU workers read.
+
+    staged = stage_corpus(["./texts/a.txt", "./texts/*.jsonl"], bucket="my-bucket",
+                          on_event=print)                     # ["gs://my-bucket/corpus/<h>/a.txt", ...]
+
+A file goes to gs://BUCKET/corpus/<sha256 of its bytes>/<its name>: outside every run's
+output_dir, shared by every run that reads the same bytes, and never deleted by tpuctl except by
+`tpuctl down --delete-bucket`. A file already there with the same MD5 is skipped, so a second
+run (or a rerun after an interrupted upload) uploads only what is missing; an object only
+appears once its upload completed. Uploads run in parallel; `on_event` hears the progress.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from payload import storage
+from payload.errors import UserError
+
+PREFIX = "corpus"
+# What marks the staging area as tpuctl's own (see `tpuctl down --delete-bucket`).
+OWNER_MARKER = f"{PREFIX}/.tpuctl/staged-by-tpuctl"
+PARALLEL = 8
+CHUNK = 8 << 20
+
+
+@dataclass(frozen=True)
+class LocalFile:
+    path: str
+    size: int
+    sha256: str
+    md5_b64: str
+
+    def object_name(self) -> str:
+        return f"{PREFIX}/{self.sha256[:32]}/{os.path.basename(self.path)}"
+
+
+def is_local(entry: str) -> bool:
+    return not entry.startswith(("gs://", "hf:"))
+
+
+def local_files(entries: list[str]) -> list[str]:
+    """The files local corpus entries name (globs and folders expanded), in corpus order."""
+    from payload import corpus
+    from payload.config import DataConfig
+
+    local = [e for e in entries if is_local(e)]
+    if not local:
+        return []
+    return [s.path for s in corpus.resolve_sources(DataConfig(corpus=local))]
+
+
+def fingerprint(path: str) -> LocalFile:
+    sha, md5 = hashlib.sha256(), hashlib.md5()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            sha.update(chunk)
+            md5.update(chunk)
+    return LocalFile(path=path, size=os.path.getsize(path), sha256=sha.hexdigest(),
+                     md5_b64=base64.b64encode(md5.digest()).decode())
+
+
+def stage_corpus(entries: list[str], *, bucket: str,
+                 on_event: Callable[[str], None] = lambda m: None) -> list[str]:
+    """The corpus with every local file replaced by its staged gs:// copy (uploaded if needed)."""
+    paths = local_files(entries)
+    if not paths:
+        return list(entries)
+    client = storage.client()
+    target = client.bucket(bucket)
+    files = [fingerprint(p) for p in paths]
+    total = sum(f.size for f in files)
+    done = {"bytes": 0, "uploaded": 0}
+    lock = threading.Lock()
+
+    def upload(item: LocalFile) -> None:
+        blob = target.blob(item.object_name())
+        existing = target.get_blob(item.object_name())
+        if existing is not None and existing.size == item.size and existing.md5_hash == (
+                item.md5_b64):
+            outcome = "kept"
+        else:
+            blob.upload_from_filename(item.path, checksum="md5")
+            outcome = "uploaded"
+        with lock:
+            done["bytes"] += item.size
+            done["uploaded"] += outcome == "uploaded"
+            on_event(f"staging the corpus: {done['bytes'] / 1e6:,.1f} of {total / 1e6:,.1f} MB "
+                     f"({os.path.basename(item.path)} {outcome})")
+
+    try:
+        target.blob(OWNER_MARKER).upload_from_string(b"files under corpus/ were staged by "
+                                                     b"tpuctl\n")
+        with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
+            list(pool.map(upload, files))
+    except OSError as exc:
+        raise UserError(f"staging the corpus to gs://{bucket}/{PREFIX}/ failed: {exc}",
+                        hint="rerun: files already uploaded are kept") from None
+    on_event(f"corpus staged in gs://{bucket}/{PREFIX}/: {len(files)} files, "
+             f"{done['uploaded']} uploaded, {len(files) - done['uploaded']} already there")
+    staged = iter(f"gs://{bucket}/{f.object_name()}" for f in files)
+    by_path = {p: next(staged) for p in paths}
+    out: list[str] = []
+    for entry in entries:
+        if is_local(entry):
+            out.extend(by_path[p] for p in local_files([entry]))
+        else:
+            out.append(entry)
+    return out

@@ -1,0 +1,387 @@
+"""The one place that runs Terraform and reads what it made: variables in, outputs out.
+
+    tf = Terraform(work_dir("my-run"))
+    variables = TerraformVars(...)  # project, zone, tpu_name, accelerator_type, ...
+    write_vars(tf.folder, variables)
+    tf.init()
+    tf.apply(on_line=print)      # ChangeSummary(add=..., change=0, remove=0); again: none
+    outputs = tf.outputs()       # InfraOutputs(bucket=..., tpu_name=..., ...)
+    tf.destroy(on_line=print)
+
+Every run has its own working folder under the launcher's state folder (TPUCTL_HOME/infra/RUN):
+a copy of the module (the repository's infra/ unless told otherwise), the variables file and
+the run's local state, so runs never share state and nothing is written into the checkout.
+Terraform runs with -json; its messages reach `on_line` as text, and when it fails, its own
+last error becomes a one-line UserError.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Literal
+
+from launcher.records import state_dir
+from payload.errors import UserError, one_line
+
+INFRA_DIR = Path(__file__).resolve().parent.parent / "infra"
+VARS_FILE = "terraform.tfvars.json"
+STATE_FILE = "terraform.tfstate"
+STAGED_LIST = ".tpuctl-module-files"  # what stage_module copied, so the next copy replaces it
+INSTALL_HINT = ("install Terraform 1.9 or newer (https://developer.hashicorp.com/terraform/install) "
+                "and make sure `terraform` is on PATH")
+
+# Never copied from the module source: Terraform's own files of whoever ran it there.
+_NOT_STAGED = re.compile(r"(^|/)(\.terraform(/|$)|__pycache__/)|\.tfstate(\.backup)?$"
+                         r"|(^|/)terraform\.tfvars(\.json)?$|\.terraform\.lock\.hcl$")
+_RUN_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+
+Verb = Literal["init", "apply", "destroy", "output"]
+OnLine = Callable[[str], None]
+
+
+# ---------------------------------------------------------------------------------------------
+# The outputs contract: infra/outputs.tf has exactly these, and InfraOutputs is their one reader.
+
+
+@dataclass(frozen=True)
+class InfraOutputs:
+    """What `tpuctl up` made, as the root module's outputs say."""
+
+    bucket: str
+    tpu_name: str
+    zone: str
+    accelerator_type: str
+    runtime_version: str
+    service_account: str
+    bucket_created: bool
+    tpu_created: bool
+    network_tag: str  # a TPU made by a queued request must carry it for the SSH rule
+
+    @classmethod
+    def from_output_json(cls, text: str, where: str = "the Terraform state") -> InfraOutputs:
+        """Parse `terraform output -json`; a missing or mistyped output is a UserError."""
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"terraform output in {where} is not JSON ({exc.msg})",
+                            hint="run `tpuctl up` again") from None
+        if not isinstance(raw, dict) or not raw:
+            raise UserError(f"no Terraform outputs in {where}: nothing has been applied there",
+                            hint="run `tpuctl up` first")
+        values, problems = {}, []
+        for f in fields(cls):
+            entry = raw.get(f.name)
+            if not isinstance(entry, dict) or "value" not in entry:
+                problems.append(f"'{f.name}' is missing")
+                continue
+            value = entry["value"]
+            wanted = _OUTPUT_TYPES[f.name]
+            if type(value) is not wanted:
+                problems.append(f"'{f.name}' is {type(value).__name__}, not {wanted.__name__}")
+            values[f.name] = value
+        if problems:
+            raise UserError(f"the Terraform outputs in {where} are not the ones tpuctl reads: "
+                            + ", ".join(problems),
+                            hint="that state was made by another version of infra/; "
+                                 "run `tpuctl up` again")
+        return cls(**values)
+
+
+_OUTPUT_TYPES: dict[str, type] = {f.name: {"str": str, "bool": bool}[str(f.type)]
+                                  for f in fields(InfraOutputs)}
+OUTPUTS: tuple[str, ...] = tuple(_OUTPUT_TYPES)
+
+
+# ---------------------------------------------------------------------------------------------
+# The variables: TerraformVars has exactly infra/variables.tf's variables; write_vars is the one
+# writer of the variables file.
+
+
+@dataclass(frozen=True, kw_only=True)
+class TerraformVars:
+    """Plain values for infra/'s variables (the run config is mapped to these elsewhere).
+
+    Required fields are the environment-specific ones, as in infra/variables.tf; the defaults
+    here equal the module's (a test compares them).
+    """
+
+    project: str
+    region: str
+    zone: str
+    run_name: str
+    tpu_name: str
+    accelerator_type: str
+    runtime_version: str
+    provisioning: str = "on_demand"  # on_demand | spot | preemptible
+    create_tpu: bool
+    bucket: str
+    create_bucket: bool
+    noncurrent_version_retention_days: int = 7
+    corpus_bucket: str | None = None
+    network: str = "default"
+    subnetwork: str | None = None
+    enable_external_ips: bool = True
+    ssh_source_ranges: tuple[str, ...]
+    ssh_user: str
+    ssh_public_key: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    allow_self_delete: bool = False
+    tpu_permission_scope: str = "node"  # node | project
+
+    def __post_init__(self):
+        # Catches a caller's slip (a bare string for a list, a string for a flag) before
+        # Terraform reports it against a file the user never wrote.
+        for f in fields(self):
+            value = getattr(self, f.name)
+            kind = str(f.type)
+            ok = {
+                "str": isinstance(value, str),
+                "str | None": value is None or isinstance(value, str),
+                "bool": type(value) is bool,
+                "int": type(value) is int,
+                "tuple[str, ...]": (isinstance(value, (list, tuple))
+                                    and all(isinstance(v, str) for v in value)),
+                "Mapping[str, str]": (isinstance(value, Mapping)
+                                      and all(isinstance(k, str) and isinstance(v, str)
+                                              for k, v in value.items())),
+            }[kind]
+            if not ok:
+                raise TypeError(f"TerraformVars.{f.name} must be {kind}, got {value!r}")
+        object.__setattr__(self, "ssh_source_ranges", tuple(self.ssh_source_ranges))
+        object.__setattr__(self, "labels", dict(self.labels))
+
+    def tfvars(self) -> dict:
+        """The variables as Terraform reads them from JSON."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values["ssh_source_ranges"] = list(self.ssh_source_ranges)
+        values["labels"] = dict(sorted(self.labels.items()))
+        return values
+
+
+def write_vars(folder: Path, variables: TerraformVars) -> Path:
+    """Write folder/terraform.tfvars.json (Terraform loads it by itself); whole or not at all."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / VARS_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(variables.tfvars(), indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# Plans: the commands as data.
+
+
+def work_dir(run_name: str, home: Path | None = None) -> Path:
+    """The run's Terraform folder: TPUCTL_HOME/infra/RUN (default ~/.tpuctl/infra/RUN)."""
+    if not _RUN_NAME.match(run_name):
+        raise ValueError(f"not a run name: {run_name!r}")
+    if home is None:
+        home = state_dir()
+    return home / "infra" / run_name
+
+
+def terraform_argv(binary: str, folder: Path, verb: Verb) -> list[str]:
+    """The command line for one Terraform step in `folder`, never asking for input."""
+    common = [binary, f"-chdir={folder}", verb]
+    if verb == "init":
+        return [*common, "-input=false", "-no-color", "-json"]
+    if verb in ("apply", "destroy"):
+        return [*common, "-input=false", "-no-color", "-json", "-auto-approve"]
+    if verb == "output":
+        return [*common, "-no-color", "-json"]
+    raise ValueError(f"unknown Terraform step {verb!r}")
+
+
+def terraform_env(base: Mapping[str, str]) -> dict[str, str]:
+    """The environment Terraform runs with: told it is automated, no prompts, no update check."""
+    return {**base, "TF_IN_AUTOMATION": "1", "TF_INPUT": "0", "CHECKPOINT_DISABLE": "1"}
+
+
+def staged_files(source: Path) -> list[Path]:
+    """The module's files to copy (relative paths), without Terraform's own working files."""
+    found = []
+    for path in sorted(source.rglob("*")):
+        rel = path.relative_to(source)
+        if path.is_file() and not _NOT_STAGED.search(rel.as_posix()):
+            found.append(rel)
+    return found
+
+
+def require_terraform(binary: str = "terraform") -> str:
+    """The Terraform executable's path, or a UserError that says how to install it."""
+    found = shutil.which(binary)
+    if found is None:
+        raise UserError(f"Terraform is not installed (no `{binary}` on PATH)", hint=INSTALL_HINT)
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Doing it.
+
+
+@dataclass(frozen=True)
+class ChangeSummary:
+    """What an apply or destroy changed, as Terraform counts it."""
+
+    add: int
+    change: int
+    remove: int
+
+    @property
+    def none(self) -> bool:
+        return self.add == self.change == self.remove == 0
+
+
+@dataclass
+class _Outcome:
+    rc: int = 0
+    errors: list[str] = field(default_factory=list)  # error diagnostics, one line each
+    plain: list[str] = field(default_factory=list)  # lines that were not JSON (stderr)
+    changes: ChangeSummary | None = None
+
+
+def _diagnostic_line(diag: dict) -> str:
+    detail = (diag.get("detail") or "").strip().split("\n\n")[0]
+    summary = diag.get("summary") or "unknown error"
+    return one_line(f"{summary}: {detail}" if detail else summary)
+
+
+def _take_line(line: str, outcome: _Outcome, on_line: OnLine) -> None:
+    try:
+        message = json.loads(line) if line.startswith("{") else None
+    except json.JSONDecodeError:
+        message = None
+    if not isinstance(message, dict):
+        if line.strip():
+            outcome.plain.append(line)
+            on_line(line)
+        return
+    kind = message.get("type")
+    if kind == "diagnostic":
+        diag = message.get("diagnostic") or {}
+        text = _diagnostic_line(diag)
+        if diag.get("severity") == "error":
+            outcome.errors.append(text)
+            on_line(f"Error: {text}")
+        else:
+            on_line(f"Warning: {text}")
+        return
+    if kind == "change_summary" and (message.get("changes") or {}).get("operation") != "plan":
+        c = message["changes"]
+        outcome.changes = ChangeSummary(int(c.get("add", 0)), int(c.get("change", 0)),
+                                        int(c.get("remove", 0)))
+    if message.get("@message") and kind != "version":
+        on_line(str(message["@message"]))
+
+
+class Terraform:
+    """Terraform steps in one run's working folder, on a copy of `module`."""
+
+    def __init__(self, folder: Path, *, module: Path = INFRA_DIR, binary: str = "terraform",
+                 env: Mapping[str, str] | None = None):
+        self.folder = Path(folder).resolve()
+        self.module = Path(module).resolve()
+        self.binary = binary
+        self._env = env
+        if self.folder == self.module or self.module in self.folder.parents:
+            raise UserError(f"the Terraform working folder {self.folder} is inside the module "
+                            f"{self.module}", hint="set TPUCTL_HOME to a folder outside it")
+
+    @property
+    def state_file(self) -> Path:
+        return self.folder / STATE_FILE
+
+    def init(self, on_line: OnLine | None = None) -> None:
+        """Copy the module into the working folder (replacing the last copy) and `init` it."""
+        self.stage_module()
+        self._run("init", on_line or _ignore)
+
+    def apply(self, on_line: OnLine) -> ChangeSummary:
+        """`apply` with the variables file; returns what changed (nothing, the second time)."""
+        return self._run("apply", on_line).changes or ChangeSummary(0, 0, 0)
+
+    def destroy(self, on_line: OnLine) -> ChangeSummary:
+        """`destroy` everything in the run's state; nothing to do when nothing was applied."""
+        if not self.state_file.exists():
+            return ChangeSummary(0, 0, 0)
+        return self._run("destroy", on_line).changes or ChangeSummary(0, 0, 0)
+
+    def outputs(self) -> InfraOutputs:
+        """The outputs of the last apply, checked against the contract."""
+        argv = terraform_argv(require_terraform(self.binary), self.folder, "output")
+        proc = subprocess.run(argv, capture_output=True, text=True, errors="replace",
+                              env=terraform_env(self._base_env()), check=False)
+        if proc.returncode != 0:
+            lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+            error = next((ln for ln in reversed(lines) if ln.startswith("Error:")),
+                         lines[-1] if lines else f"exit status {proc.returncode}")
+            raise UserError(f"terraform output failed in {self.folder}: {one_line(error)}",
+                            hint="run `tpuctl up` again")
+        return InfraOutputs.from_output_json(proc.stdout, where=str(self.folder))
+
+    def stage_module(self) -> list[Path]:
+        """Copy the module's files into the working folder; files copied last time and since
+        removed from the module are removed (only those: the state and variables stay)."""
+        if not self.module.is_dir() or not any(self.module.glob("*.tf")):
+            raise UserError(f"no Terraform module at {self.module}",
+                            hint="reinstall tpuctl or pass the folder of a module")
+        self.folder.mkdir(parents=True, exist_ok=True)
+        listing = self.folder / STAGED_LIST
+        previous = listing.read_text(encoding="utf-8").splitlines() if listing.exists() else []
+        files = staged_files(self.module)
+        keep = {f.as_posix() for f in files}
+        for rel in previous:
+            stale = self.folder / rel
+            if rel not in keep and stale.is_file() and self.folder in stale.parents:
+                stale.unlink()
+        for rel in files:
+            target = self.folder / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(self.module / rel, target)  # follows links: the copy stands alone
+        tmp = listing.with_name(listing.name + ".tmp")
+        tmp.write_text("".join(f"{k}\n" for k in sorted(keep)), encoding="utf-8")
+        os.replace(tmp, listing)
+        return files
+
+    def _base_env(self) -> Mapping[str, str]:
+        return self._env if self._env is not None else os.environ
+
+    def _run(self, verb: Verb, on_line: OnLine) -> _Outcome:
+        argv = terraform_argv(require_terraform(self.binary), self.folder, verb)
+        outcome = _Outcome()
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, text=True, errors="replace",
+                                env=terraform_env(self._base_env()))
+        try:
+            assert proc.stdout is not None
+            for raw in proc.stdout:
+                _take_line(raw.rstrip("\n"), outcome, on_line)
+        except BaseException as exc:
+            # Let Terraform finish what it is doing and save its state: one interrupt is a
+            # graceful stop (Ctrl-C already sent it one; a second would make it quit at once).
+            if not isinstance(exc, KeyboardInterrupt):
+                proc.send_signal(signal.SIGINT)
+            for _ in proc.stdout or ():
+                pass
+            proc.wait()
+            raise
+        outcome.rc = proc.wait()
+        if outcome.rc != 0:
+            error = (outcome.errors[-1] if outcome.errors
+                     else outcome.plain[-1] if outcome.plain else f"exit status {outcome.rc}")
+            raise UserError(f"terraform {verb} failed: {one_line(error)}",
+                            hint=f"Terraform's working folder is {self.folder}")
+        return outcome
+
+
+def _ignore(_line: str) -> None:
+    pass

@@ -1,0 +1,390 @@
+"""The gcp provider end to end against stand-ins: `tpuctl up` runs real terraform on the twin
+module (whose TPU resource creates the node through the TPU API, as google_tpu_v2_vm does), the
+TPU API is tests/fakes/tpu_api.py driven by the real google-cloud-tpu client, and the node's
+workers are the real sshd fleet, publishing the fleet's real host keys as guest attributes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from launcher.cli import app
+from launcher.launch import STAGE_ENTRY_ENV
+from tests.fakes.tpu_api import FakeTpuApi, Worker, no_capacity, quota_exceeded
+from tests.helpers import install_stub, wait_for
+
+runner = CliRunner()
+REPO = Path(__file__).resolve().parent.parent
+TWIN = REPO / "tests" / "terraform_twin"
+
+
+def _key_body(host_key: str) -> str:
+    return host_key.split()[1]
+
+
+@pytest.fixture(scope="module")
+def storage_emulator():
+    server_mod = pytest.importorskip("gcp_storage_emulator.server")
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    server = server_mod.create_server("127.0.0.1", port, in_memory=True)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def cloud(fleet, storage_emulator, tmp_path, tpuctl_home, monkeypatch):
+    """A fake TPU API whose nodes are the fleet's first `hosts` workers, terraform on the twin."""
+    if fleet.port != 22:
+        pytest.skip("TPU workers listen on port 22: needs the fleet in network namespaces")
+    if shutil.which("terraform") is None:
+        pytest.skip("needs terraform on PATH (make setup-terraform)")
+    from launcher.providers import gcp_infra, gcp_site
+    from payload import storage
+
+    monkeypatch.setattr(gcp_infra, "INFRA_MODULE", TWIN)
+    monkeypatch.setattr(gcp_site, "POLL_S", 0.1)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", storage_emulator)
+    monkeypatch.setenv("TF_CLI_CONFIG_FILE", "/dev/null")
+    monkeypatch.setattr(storage, "_client", None)
+    # The project's bucket exists already: `up` uses it as it is (and never deletes it).
+    if storage.client().lookup_bucket("test-project-tpuctl") is None:
+        storage.client().create_bucket("test-project-tpuctl")
+    with FakeTpuApi() as api:
+        monkeypatch.setenv("TPUCTL_TPU_API_ENDPOINT", api.endpoint)
+        api.use_fleet = lambda indexes: api.set_workers(
+            [Worker(fleet.hosts[i], host_keys={"ssh-ed25519": _key_body(fleet.host_keys[i])})
+             for i in indexes])
+        api.use_fleet([0, 1])
+        yield api
+    storage._client = None
+
+
+def gcp_config(folder: Path, fleet, **cluster) -> Path:
+    shared = fleet.shared / folder.name[:40]
+    shared.mkdir(exist_ok=True)
+    corpus = shared / "corpus.txt"
+    corpus.write_text("".join(f"line {i} of a tiny corpus\n" for i in range(100)))
+    raw = {
+        "name": "tpurun",
+        "output_dir": str(shared / "out"),
+        "cluster": {"provider": "gcp", "project": "test-project", "zone": "us-central2-b",
+                    "accelerator_type": "v4-16", "ssh_source_ranges": ["10.0.0.0/8"],
+                    "user": "root", "identity_file": fleet.identity_file,
+                    "python": sys.executable, **cluster},
+        "data": {"corpus": str(corpus), "seq_len": 32},
+        "tokenizer": {"kind": "bpe", "vocab_size": 300},
+        "model": {"family": "gpt2", "hidden_size": 32, "num_layers": 1, "num_heads": 2,
+                  "intermediate_size": 64},
+        "train": {"steps": 4, "batch_size": 4, "learning_rate": 1e-3},
+    }
+    path = folder / "tpuctl.yaml"
+    folder.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def _one_line_error(result, *needles):
+    assert result.exit_code != 0, result.output
+    message = str(result.exception)
+    for needle in needles:
+        assert needle in message, message
+    return message
+
+
+def test_up_dry_run_needs_no_credentials_and_touches_nothing(tmp_path, tpuctl_home,
+                                                             monkeypatch):
+    monkeypatch.delenv("TPUCTL_TPU_API_ENDPOINT", raising=False)
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "none.json"))
+    for accelerator, price in (("v4-8", "$12.88/h"), ("v4-32", "$51.52/h")):
+        path = tmp_path / accelerator / "tpuctl.yaml"
+        path.parent.mkdir()
+        path.write_text(yaml.safe_dump({
+            "name": "priced",
+            "cluster": {"provider": "gcp", "project": "my-project", "zone": "us-central2-b",
+                        "accelerator_type": accelerator},
+            "data": {"corpus": "gs://b/c.txt"}, "model": {"family": "roberta"},
+            "train": {"steps": 10, "batch_size": 8, "learning_rate": 1e-3}}))
+        result = _invoke("up", "-c", path, "--dry-run")
+        assert result.exit_code == 0, result.output
+        assert price in result.output and "prices change" in result.output
+        assert "gs://my-project-tpuctl" in result.output
+        assert "missing: cluster.ssh_source_ranges" in result.output
+        # The training plan too, before any TPU exists: the table's hosts, the same price.
+        plan = _invoke("train", "-c", path, "--dry-run")
+        assert plan.exit_code == 0, plan.output
+        assert f"cost: {price}" in plan.output
+        hosts = 1 if accelerator == "v4-8" else 4
+        assert f"{hosts} workers, hardware tpu/{accelerator}/priced" in plan.output
+    assert not tpuctl_home.exists()
+
+
+def test_up_train_down_on_a_stand_in_pod_slice(cloud, fleet, tmp_path, tpuctl_home,
+                                               monkeypatch):
+    config = gcp_config(tmp_path, fleet)
+    up = _invoke("up", "-c", config)
+    assert up.exit_code == 0, up.output
+    assert "TPU tpurun is READY" in up.output and "tpuctl down" in up.output
+    # The v4-16 table says 2 hosts and the API agrees: nothing to report.
+    assert "accelerator table" not in up.output
+    known = (tpuctl_home / "gcp/tpurun/known_hosts").read_text().splitlines()
+    assert known == [f"{fleet.hosts[i]} {fleet.host_keys[i]}" for i in (0, 1)]
+    node = cloud.node("tpurun")
+    assert node["metadata"]["ssh-keys"].startswith("root:ssh-ed25519 ")
+    assert node["labels"]["tpuctl-run"] == "tpurun"
+    uid = node["id"]
+    # up twice changes nothing.
+    again = _invoke("up", "-c", config)
+    assert again.exit_code == 0, again.output
+    assert cloud.node("tpurun")["id"] == uid
+    assert len(cloud.requests("CreateNode")) == 1
+
+    monkeypatch.setenv(STAGE_ENTRY_ENV, str(install_stub(fleet.shared / tmp_path.name[:40]
+                                                         / "stub")))
+    trained = _invoke("train", "-c", config)
+    assert trained.exit_code == 0, trained.output
+    # The laptop's corpus went to the bucket, where TPU hosts can read it.
+    assert "corpus staged in gs://test-project-tpuctl/corpus/: 1 files, 1 uploaded" in (
+        trained.output)
+    shipped = yaml.safe_load(next(tpuctl_home.glob("jobs/tpurun/*/config.yaml")).read_text())
+    assert shipped["data"]["corpus"][0].startswith("gs://test-project-tpuctl/corpus/")
+    # A pod slice: every host serves its TPU while worker 0 drives training.
+    assert "worker-0 | train 0/2" in trained.output
+    assert "worker-1 | train" not in trained.output
+    assert trained.output.count("no TPU to serve here") == 2
+    assert "TPUCTL_TPU_WORKERS" not in trained.output
+    assert "TPU tpurun is still up ($25.76/h)" in trained.output
+
+    status = _invoke("status", "-c", config)
+    assert status.exit_code == 0, status.output
+    assert "TPU tpurun (v4-16 in us-central2-b): READY" in status.output
+    assert f"worker-1: {fleet.hosts[1]}" in status.output and "$25.76/h" in status.output
+
+    down = _invoke("down", "-c", config)
+    assert down.exit_code == 0, down.output
+    assert "nothing of run tpurun is left billing" in down.output
+    assert cloud.node_names() == []
+    twice = _invoke("down", "-c", config)
+    assert twice.exit_code == 0, twice.output
+
+
+def test_a_recreated_tpu_gets_new_addresses_and_keys_and_old_jobs_are_gone(
+        cloud, fleet, tmp_path, tpuctl_home, monkeypatch):
+    config = gcp_config(tmp_path, fleet)
+    monkeypatch.setenv(STAGE_ENTRY_ENV, str(install_stub(fleet.shared / tmp_path.name[:40]
+                                                         / "stub")))
+    assert _invoke("up", "-c", config).exit_code == 0
+    first = _invoke("train", "-c", config, "--detach")
+    assert first.exit_code == 0, first.output
+    wait_for(lambda: _invoke("status", "-c", config).output.count("exited") == 2, 60)
+    # Preempted and recreated elsewhere: other hosts, other keys.
+    cloud.preempt("tpurun")
+    status = _invoke("status", "-c", config)
+    assert "PREEMPTED" in status.output, status.output
+    assert _invoke("down", "-c", config).exit_code == 0
+    cloud.use_fleet([2, 1])
+    assert _invoke("up", "-c", config).exit_code == 0
+    known = (tpuctl_home / "gcp/tpurun/known_hosts").read_text().splitlines()
+    assert known[0] == f"{fleet.hosts[2]} {fleet.host_keys[2]}"
+    stale = _invoke("logs", "-c", config, "--no-follow")
+    _one_line_error(stale, "the job's machines are gone", "recreated")
+    second = _invoke("train", "-c", config)
+    assert second.exit_code == 0, second.output
+    assert "worker-0 | train 0/2 on worker-2" in second.output
+    assert _invoke("down", "-c", config).exit_code == 0
+
+
+def test_a_host_key_that_does_not_match_is_refused_and_nothing_runs(cloud, fleet, tmp_path,
+                                                                    monkeypatch):
+    config = gcp_config(tmp_path, fleet)
+    assert _invoke("up", "-c", config).exit_code == 0
+    cloud.set_host_key("tpurun", 1, _key_body(fleet.host_keys[2]))
+    monkeypatch.setenv(STAGE_ENTRY_ENV, str(install_stub(fleet.shared / tmp_path.name[:40]
+                                                         / "stub")))
+    result = _invoke("train", "-c", config)
+    _one_line_error(result, "worker-1", "host key does not match")
+    assert not fleet.job_processes(0) and not fleet.job_processes(1)
+    assert _invoke("down", "-c", config).exit_code == 0
+
+
+def test_a_worker_without_a_published_host_key_names_the_org_policy(cloud, fleet, tmp_path):
+    config = gcp_config(tmp_path, fleet)
+    cloud.hide_guest_attributes()
+    result = _invoke("up", "-c", config)
+    _one_line_error(result, "publishes no ssh-ed25519 host key",
+                    "compute.disableGuestAttributesAccess", "nothing that bills is left")
+    assert cloud.node_names() == []  # the failed up removed the TPU it made
+    cloud.hide_guest_attributes(False)
+    assert _invoke("down", "-c", config).exit_code == 0
+
+
+def test_queued_request_waits_then_becomes_the_tpu(cloud, fleet, tmp_path):
+    config = gcp_config(tmp_path, fleet, queued=True, provisioning="spot", queue_hours=2)
+    cloud.plan_queued_resource("tpurun", wait_polls=3)
+    up = _invoke("up", "-c", config)
+    assert up.exit_code == 0, up.output
+    assert "WAITING_FOR_RESOURCES" in up.output and "READY" in up.output
+    body = cloud.requests("CreateQueuedResource")[0].body
+    assert body["queueingPolicy"]["validUntilDuration"] == "7200s"
+    assert "spot" in body
+    assert body["tpu"]["nodeSpec"][0]["node"]["tags"][0].startswith("tpuctl-")
+    assert len(cloud.requests("CreateNode")) == 0  # not Terraform: the queue made it
+    assert _invoke("down", "-c", config).exit_code == 0
+    assert cloud.node_names() == [] and cloud.requests("ListQueuedResources")[-1] is not None
+
+
+def test_a_failed_queued_request_is_shown_and_deleted(cloud, fleet, tmp_path):
+    from tests.fakes.tpu_api import ApiError
+
+    config = gcp_config(tmp_path, fleet, queued=True)
+    cloud.plan_queued_resource("tpurun", wait_polls=1, outcome="FAILED",
+                               error=ApiError("RESOURCE_EXHAUSTED", "no v4 capacity today"))
+    result = _invoke("up", "-c", config)
+    _one_line_error(result, "ended FAILED", "no v4 capacity today", "holds no quota")
+    with pytest.raises(KeyError):
+        cloud.queued_resource("tpurun")
+    assert _invoke("down", "-c", config).exit_code == 0
+
+
+@pytest.mark.parametrize("case", ["quota", "permission", "api-disabled"])
+def test_api_refusals_are_one_line_with_the_apis_reason(cloud, fleet, tmp_path, case):
+    from tests.fakes.tpu_api import permission_denied, service_disabled
+
+    config = gcp_config(tmp_path, fleet)
+    error, needle = {
+        "quota": (quota_exceeded("us-central2-b", "TPUV4PodPerProjectPerZone"), "quota"),
+        "permission": (permission_denied("tpu.acceleratorTypes.list", "projects/test-project"),
+                       "permission denied"),
+        "api-disabled": (service_disabled("test-project"), "gcloud services enable tpu"),
+    }[case]
+    cloud.fail("ListAcceleratorTypes", error)
+    result = _invoke("up", "-c", config)
+    _one_line_error(result, needle)
+    assert cloud.node_names() == []
+
+
+def test_no_capacity_in_the_zone_falls_back_to_the_next(cloud, fleet, tmp_path):
+    config = gcp_config(tmp_path, fleet, fallback_zones=["us-central2-a"])
+    cloud.fail_operation("CreateNode", no_capacity("us-central2-b"))
+    up = _invoke("up", "-c", config)
+    assert up.exit_code == 0, up.output
+    assert "trying us-central2-a" in up.output
+    assert "READY in us-central2-a" in up.output
+    down = _invoke("down", "-c", config)
+    assert down.exit_code == 0, down.output
+
+
+def test_down_of_a_run_never_up_is_one_line(cloud, fleet, tmp_path):
+    config = gcp_config(tmp_path, fleet)
+    _one_line_error(_invoke("down", "-c", config), "never brought up")
+
+
+@pytest.mark.parametrize(("change", "needle"), [
+    ({"accelerator_type": "v9-8"}, "unknown accelerator type 'v9-8'"),
+    ({"accelerator_type": "v6e-8"}, "v6e-8"),
+    ({"zone": "europe-west4-a"}, "does not offer v4-16"),
+    ({"runtime_version": "tpu-vm-tf-2.18.0-pod-pjrt"}, "runtime_version"),
+    ({"runtime_version": "no-such-runtime"}, "unknown runtime_version"),
+    ({"project": None}, "cluster.project"),
+    ({"bucket": "UPPER_case"}, "not a bucket name"),
+    ({"ssh_source_ranges": ["0.0.0.0/0"]}, "whole internet"),
+    ({"ssh_source_ranges": ["not-a-cidr"]}, "not a CIDR"),
+    ({"tpu_name": "9lives"}, "not a TPU name"),
+    ({"fallback_zones": ["us-east1-d"]}, "cluster.fallback_zones"),
+    ({"ssh_source_ranges": None}, "ssh_source_ranges is not set"),
+])
+def test_gcp_bad_inputs_are_one_line_and_create_nothing(cloud, fleet, tmp_path, change,
+                                                        needle):
+    config = gcp_config(tmp_path, fleet)
+    raw = yaml.safe_load(config.read_text())
+    for key, value in change.items():
+        if value is None:
+            raw["cluster"].pop(key)
+        else:
+            raw["cluster"][key] = value
+    config.write_text(yaml.safe_dump(raw))
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", "launcher.cli", "up", "-c", str(config)],
+                          capture_output=True, text=True, timeout=120, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], lines
+    assert cloud.node_names() == [] and not cloud.requests("CreateNode")
+
+
+def test_the_tpu_api_endpoint_reaches_the_workers(cloud, fleet, tmp_path, tpuctl_home):
+    """Workers get the stand-in endpoint too, and with it train on the CPU."""
+    config = gcp_config(tmp_path, fleet)
+    assert _invoke("up", "-c", config).exit_code == 0
+    dry = _invoke("train", "-c", config, "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert f"TPUCTL_TPU_API_ENDPOINT={cloud.endpoint}" in dry.output
+    assert "--hardware tpu/v4-16/tpurun" in dry.output
+    assert "python -m payload.tpu_server" in dry.output.replace(sys.executable, "python")
+    assert "TPUCTL_TPU_WORKERS=grpc://" in dry.output
+    assert json.loads((tpuctl_home / "gcp/tpurun/site.json").read_text()) == {
+        "zone": "us-central2-b"}
+    assert _invoke("down", "-c", config).exit_code == 0
+
+
+def test_doctor_checks_against_the_stand_ins(cloud, fleet, tmp_path):
+    from tests.fakes.tpu_api import service_disabled
+
+    config = gcp_config(tmp_path, fleet)
+    before = _invoke("doctor", "-c", config)
+    assert before.exit_code == 0, before.output
+    assert "ok    Cloud TPU API enabled in test-project" in before.output
+    assert "ok    v4-16 offered" in before.output
+    assert "ok    runtime version offered: tpu-ubuntu2204-base" in before.output
+    assert "gs://test-project-tpuctl exists and is readable" in before.output
+    assert "skip  TPU quota" in before.output
+    assert "no TPU yet" in before.output
+    assert _invoke("up", "-c", config).exit_code == 0
+    after = _invoke("doctor", "-c", config)
+    assert "ok    SSH reachable from here: 2 worker(s) answer on port 22" in after.output
+    cloud.set_accelerator_types(["v5litepod-8"], zone="us-central2-b")
+    missing = _invoke("doctor", "-c", config)
+    assert missing.exit_code == 1
+    assert "fix   v4-16 offered: us-central2-b does not offer v4-16" in missing.output
+    cloud.fail("ListAcceleratorTypes", service_disabled("test-project"), times=None)
+    disabled = _invoke("doctor", "-c", config)
+    assert disabled.exit_code == 1
+    assert "gcloud services enable tpu.googleapis.com" in disabled.output
+    cloud.clear_failures()
+    assert _invoke("down", "-c", config).exit_code == 0
+
+
+def test_status_shows_state_symptoms_and_cost(cloud, fleet, tmp_path):
+    config = gcp_config(tmp_path, fleet)
+    before = _invoke("status", "-c", config)
+    assert "none in us-central2-b (bring it up with `tpuctl up`)" in before.output
+    assert _invoke("up", "-c", config).exit_code == 0
+    cloud.set_health("tpurun", "UNHEALTHY_MAINTENANCE", "maintenance soon")
+    cloud.set_symptoms("tpurun", [("HBM_OUT_OF_MEMORY", "worker 1 ran out of HBM", "1")])
+    status = _invoke("status", "-c", config)
+    assert status.exit_code == 0, status.output
+    assert "health UNHEALTHY_MAINTENANCE" in status.output
+    assert "HBM_OUT_OF_MEMORY: worker 1 ran out of HBM" in status.output
+    assert "$25.76/h; up 0.0 h, about $0.00 so far" in status.output
+    assert "no job yet" in status.output
+    assert _invoke("down", "-c", config).exit_code == 0

@@ -1,0 +1,294 @@
+"""infra/ checked without Google Cloud: format, structure (python-hcl2), checkov, and that the
+module, its twin and the launcher's wrapper agree on variables and outputs."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from launcher.terraform import OUTPUTS, TerraformVars
+from scripts.infra_docs import INFRA, load_module, module_folders, stale_readmes
+from tests.conftest import REPO
+
+TWIN = REPO / "tests" / "terraform_twin"
+CHECKOV = REPO / ".venv-checkov" / "bin" / "checkov"
+
+# Values whose shape is known, so a validation block must reject a wrong one.
+SHAPED = {"project", "region", "zone", "run_name", "tpu_name", "accelerator_type",
+          "runtime_version", "provisioning", "bucket", "noncurrent_version_retention_days",
+          "corpus_bucket", "network", "subnetwork", "ssh_source_ranges", "ssh_user",
+          "ssh_public_key", "labels", "tpu_permission_scope"}
+# Values that depend on the user's environment: the run config decides, never a default here.
+NO_DEFAULT = {"project", "region", "zone", "run_name", "tpu_name", "accelerator_type",
+              "runtime_version", "create_tpu", "bucket", "create_bucket", "ssh_source_ranges",
+              "ssh_user", "ssh_public_key"}
+# Which provider a resource type belongs to, to check that each module declares what it uses.
+PROVIDER_OF = {"google_tpu_v2_vm": "google-beta", "random_id": "random",
+               "terraform_data": "terraform"}
+
+
+@pytest.fixture(scope="module")
+def root():
+    return load_module(INFRA)
+
+
+@pytest.fixture(scope="module")
+def modules():
+    return {folder: load_module(folder) for folder in [*module_folders(), TWIN]}
+
+
+def _submodule(name: str):
+    return load_module(INFRA / "modules" / name)
+
+
+def _expr(value) -> str:
+    return json.dumps(value)
+
+
+def test_layout_follows_terraform_google_modules():
+    for folder in [INFRA, *sorted((INFRA / "modules").iterdir())]:
+        for name in ("main.tf", "variables.tf", "outputs.tf", "versions.tf", "README.md"):
+            assert (folder / name).is_file(), folder / name
+    assert {p.name for p in (INFRA / "examples").iterdir()} == {"single_host", "pod_slice"}
+    for example in (INFRA / "examples").iterdir():
+        assert (example / "README.md").is_file() and (example / "main.tf").is_file()
+
+
+def test_every_variable_is_typed_and_described_and_every_output_described(modules):
+    assert len(modules) == 8  # root, 4 modules, 2 examples, the twin
+    for folder, module in modules.items():
+        assert module.variables, folder
+        for name, body in module.variables.items():
+            assert body.get("type"), f"{folder}: variable {name} has no type"
+            assert str(body.get("description", "")).strip(), f"{folder}: {name} undescribed"
+        for name, body in module.outputs.items():
+            assert str(body.get("description", "")).strip(), f"{folder}: output {name}"
+
+
+def test_root_outputs_are_the_launchers_contract(root):
+    assert list(root.outputs) == list(OUTPUTS)
+
+
+def test_twin_has_the_same_variables_and_outputs_as_infra(root):
+    twin = load_module(TWIN)
+    assert set(twin.variables) == set(root.variables)
+    assert list(twin.outputs) == list(root.outputs)
+    # Not only the names: the twin reads infra's own files, so the validations run in its tests.
+    for linked in ("variables.tf", "names.tf"):
+        assert (TWIN / linked).resolve() == (INFRA / linked).resolve(), linked
+
+
+def test_terraform_vars_are_the_root_variables_with_the_same_defaults(root):
+    wrapper = {f.name: f for f in dataclasses.fields(TerraformVars)}
+    assert list(wrapper) == list(root.variables)
+    for name, body in root.variables.items():
+        f = wrapper[name]
+        has_default = (f.default is not dataclasses.MISSING
+                       or f.default_factory is not dataclasses.MISSING)
+        assert has_default == ("default" in body), name
+        if has_default:
+            value = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            assert value == body["default"], name
+
+
+def test_shaped_values_are_validated_and_environment_values_have_no_default(root):
+    validated = {name for name, body in root.variables.items() if body.get("validation")}
+    assert validated >= SHAPED, SHAPED - validated
+    no_default = {name for name, body in root.variables.items() if "default" not in body}
+    assert no_default == NO_DEFAULT
+    provisioning = _expr(root.variables["provisioning"]["validation"])
+    for choice in ("on_demand", "spot", "preemptible"):
+        assert choice in provisioning
+    # The modules that take shaped values check them too.
+    assert _submodule("tpu_vm").variables["provisioning"].get("validation")
+    assert _submodule("tpu_vm").variables["accelerator_type"].get("validation")
+    assert _submodule("ssh_firewall").variables["source_ranges"].get("validation")
+    assert _submodule("bucket").variables["name"].get("validation")
+
+
+def test_validation_patterns_accept_and_reject_known_shapes(root):
+    """The regexes in variables.tf (HCL's regex is RE2; these patterns mean the same in Python)."""
+    def pattern(name: str) -> re.Pattern:
+        condition = root.variables[name]["validation"][0]["condition"]
+        found = re.search(r'regex\("((?:[^"\\]|\\.)*)"', condition)
+        assert found, condition
+        return re.compile(found.group(1).encode().decode("unicode_escape"))
+
+    cases = {
+        "accelerator_type": (["v4-8", "v4-32", "v5litepod-16", "v5p-8", "v6e-8"],
+                             ["v4", "v5e-8", "V4-8", "v4-8 ", "tpu-v4-8"]),
+        "zone": (["us-central2-b", "europe-west4-a", "northamerica-northeast1-c"],
+                 ["us-central2", "us-central2-b1", "US-central2-b"]),
+        "tpu_name": (["a", "my-run-2", "x" * 63], ["1run", "run-", "Run", "x" * 64, "my_run"]),
+        "project": (["my-project-123"], ["12345678", "My-Project", "short"]),
+        "ssh_public_key": (["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB+x/y= me@host"],
+                           ["AAAAC3Nza", "ssh-ed25519 AAAA\nssh-rsa BBBB", "ssh-dss AAAA"]),
+    }
+    for name, (good, bad) in cases.items():
+        regex = pattern(name)
+        for value in good:
+            assert regex.fullmatch(value), (name, value)
+        for value in bad:
+            assert not regex.fullmatch(value), (name, value)
+
+
+def test_bucket_is_private_versioned_and_never_force_destroyed(root):
+    bucket = _submodule("bucket").resources["google_storage_bucket"]["main"]
+    assert bucket["uniform_bucket_level_access"] is True
+    assert bucket["public_access_prevention"] == "enforced"
+    assert bucket["force_destroy"] is False
+    assert bucket["versioning"] == [{"enabled": True}]
+    rule = bucket["lifecycle_rule"][0]
+    assert rule["action"] == [{"type": "Delete"}]
+    assert rule["condition"] == [
+        {"days_since_noncurrent_time": "${var.noncurrent_version_retention_days}"}]
+    assert bucket["labels"] == "${var.labels}"
+    # In the TPU's region, and only made when asked.
+    call = root.blocks["module"]["bucket"]
+    assert call["location"] == "${var.region}"
+    assert call["count"] == "${var.create_bucket ? 1 : 0}"
+
+
+def test_firewall_opens_only_ssh_from_the_given_ranges_to_the_tpu(root):
+    rule = _submodule("ssh_firewall").resources["google_compute_firewall"]["main"]
+    assert rule["direction"] == "INGRESS"
+    assert rule["allow"] == [{"protocol": "tcp", "ports": ["22"]}]
+    assert rule["source_ranges"] == "${var.source_ranges}"
+    assert rule["target_tags"] == ["${var.target_tag}"]
+    assert "deny" not in rule
+    call = root.blocks["module"]["ssh_firewall"]
+    assert call["source_ranges"] == "${var.ssh_source_ranges}"
+    assert call["target_tag"] == "${local.network_tag}"
+    assert root.blocks["module"]["tpu_vm"]["network_tag"] == "${local.network_tag}"
+
+
+def test_service_account_has_least_privilege():
+    module = _submodule("service_account")
+    members = module.resources["google_storage_bucket_iam_member"]
+    assert members["bucket"]["role"] == "roles/storage.objectAdmin"
+    assert members["bucket"]["bucket"] == "${var.bucket}"
+    assert members["corpus"]["role"] == "roles/storage.objectViewer"
+    assert members["corpus"]["count"] == "${var.corpus_bucket == null ? 0 : 1}"
+    # TPU permissions: a custom role, delete only when asked, bound with a condition.
+    permissions = _expr(module.blocks["locals"])
+    assert '[\\"tpu.nodes.get\\", \\"tpu.operations.get\\"]' in permissions
+    assert 'var.allow_self_delete ? [\\"tpu.nodes.delete\\"] : []' in permissions
+    binding = module.resources["google_project_iam_member"]["main"]
+    assert binding["role"] == "${google_project_iam_custom_role.main.name}"
+    assert "condition" in _expr(binding["dynamic"])
+    assert "resource.name" in _expr(binding["dynamic"])
+    assert set(module.resources) == {"google_service_account", "google_storage_bucket_iam_member",
+                                     "random_id", "google_project_iam_custom_role",
+                                     "google_project_iam_member"}
+
+
+def test_no_basic_roles_anywhere_and_project_bindings_use_custom_roles(modules):
+    for path in INFRA.rglob("*.tf"):
+        text = path.read_text()
+        assert not re.search(r"roles/(editor|owner|viewer)\b", text), path
+    for folder, module in modules.items():
+        for rtype in ("google_project_iam_member", "google_project_iam_binding"):
+            for name, body in module.resources.get(rtype, {}).items():
+                assert not str(body["role"]).startswith("roles/"), (folder, rtype, name)
+
+
+def test_tpu_vm_takes_its_settings_from_the_variables(root):
+    tpu = _submodule("tpu_vm").resources["google_tpu_v2_vm"]["main"]
+    assert tpu["provider"] == "google-beta"
+    assert tpu["scheduling_config"] == [{"preemptible": '${var.provisioning == "preemptible"}',
+                                         "spot": '${var.provisioning == "spot"}'}]
+    assert tpu["service_account"] == [{
+        "email": "${var.service_account_email}",
+        "scope": ["https://www.googleapis.com/auth/cloud-platform"]}]
+    assert tpu["tags"] == ["${var.network_tag}"]
+    assert tpu["metadata"] == {"ssh-keys": "${var.ssh_user}:${trimspace(var.ssh_public_key)}"}
+    network = tpu["network_config"][0]
+    assert network["enable_external_ips"] == "${var.enable_external_ips}"
+    assert "var.network" in network["network"]
+    call = root.blocks["module"]["tpu_vm"]
+    assert call["count"] == "${var.create_tpu ? 1 : 0}"
+    assert call["labels"] == "${local.labels}"
+    labels = _expr(root.blocks["locals"])
+    assert '\\"tpuctl-run\\" = var.run_name' in labels
+
+
+def test_a_single_resource_of_a_type_is_named_main(modules):
+    for folder, module in modules.items():
+        if folder == TWIN:  # the twin names its stand-ins after infra's modules
+            continue
+        for rtype, named in module.resources.items():
+            if len(named) == 1:
+                assert list(named) == ["main"], (folder, rtype)
+
+
+def test_versions_are_pinned_and_cover_the_providers_used(modules):
+    bounded = re.compile(r">=\s*[0-9.]+\s*,\s*<\s*[0-9.]+")
+    for folder, module in modules.items():
+        settings = {k: v for block in module.blocks["terraform"] for k, v in block.items()}
+        assert bounded.fullmatch(settings["required_version"]), folder
+        declared = {name: spec for entry in settings.get("required_providers", [])
+                    for name, spec in entry.items()}
+        for name, spec in declared.items():
+            assert spec["source"] == f"hashicorp/{name}", (folder, name)
+            assert bounded.match(spec["version"]), (folder, name, spec["version"])
+        used = {PROVIDER_OF.get(rtype, rtype.split("_")[0]) for rtype in module.resources}
+        used |= {"google-beta"} if any(
+            body.get("provider") == "google-beta"
+            for named in module.resources.values() for body in named.values()) else set()
+        used -= {"terraform"}
+        assert used <= set(declared), (folder, used - set(declared))
+    root_providers = {name for block in modules[INFRA].blocks["terraform"]
+                      for entry in block["required_providers"] for name in entry}
+    assert root_providers == {"google", "google-beta", "random"}
+
+
+def test_readme_tables_are_current():
+    assert stale_readmes() == []
+    readme = (INFRA / "README.md").read_text()
+    # The split with the TPU API and every permission are explained where users look.
+    assert "google_tpu_v2_queued_resource" in readme and "valid_until_duration" in readme
+    for permission in ("roles/storage.objectAdmin", "roles/storage.objectViewer",
+                       "tpu.nodes.get", "tpu.operations.get", "tpu.nodes.delete"):
+        assert f"`{permission}`" in readme, permission
+
+
+def _terraform() -> str:
+    found = shutil.which("terraform")
+    if found is None:
+        pytest.skip("terraform is not installed (make setup-terraform installs one)")
+    return found
+
+
+def test_terraform_fmt_check_passes(tmp_path):
+    terraform = _terraform()
+    env = {"PATH": "/usr/bin:/bin", "TF_CLI_CONFIG_FILE": str(tmp_path / "none.tfrc")}
+    (tmp_path / "none.tfrc").write_text("")
+    for folder in (INFRA, TWIN):
+        proc = subprocess.run([terraform, "fmt", "-check", "-recursive", "-diff", str(folder)],
+                              capture_output=True, text=True, env=env, timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_checkov_finds_no_failed_check_and_every_skip_has_a_reason():
+    if not CHECKOV.exists():
+        pytest.skip("checkov is not installed: make setup-checkov")
+    proc = subprocess.run([str(CHECKOV), "--directory", str(INFRA), "--framework", "terraform",
+                           "--skip-download", "--compact", "--output", "json"],
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    report = json.loads(proc.stdout)
+    summary, results = report["summary"], report["results"]
+    failed = [(c["check_id"], c["resource"]) for c in results.get("failed_checks", [])]
+    assert failed == [] and proc.returncode == 0, failed or proc.stderr[-2000:]
+    assert summary["parsing_errors"] == 0
+    passed = {c["check_id"] for c in results["passed_checks"]}
+    # The bucket and the firewall were scanned (UBLA, public access prevention, versioning,
+    # no SSH from anywhere).
+    assert {"CKV_GCP_29", "CKV_GCP_114", "CKV_GCP_78", "CKV_GCP_2"} <= passed
+    for check in results.get("skipped_checks", []):
+        reason = (check.get("check_result") or {}).get("suppress_comment", "")
+        assert len(reason.strip()) > 20, check["check_id"]

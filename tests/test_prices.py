@@ -1,0 +1,68 @@
+"""Hourly prices from the versioned table, checked against hand calculations."""
+
+import pytest
+
+from payload.accelerators import ACCELERATORS, accelerator
+from payload.errors import UserError
+from payload.prices import PRICE_NOTE, PRICE_TABLE_DATE, hourly_price
+
+
+def test_v4_8_on_demand_by_hand():
+    price = hourly_price(accelerator("v4-8"), "us-central2-b", "on_demand")
+    assert price.known and price.chips == 4 and price.region == "us-central2"
+    assert price.per_chip == 3.22
+    assert price.usd_per_hour == pytest.approx(12.88)  # 4 chips x 3.22
+    assert price.source_date == PRICE_TABLE_DATE
+    text = price.describe()
+    assert text.startswith("$12.88/h for v4-8 (4 chips x $3.2200, on-demand, us-central2;")
+    assert PRICE_TABLE_DATE in text and PRICE_NOTE in text
+
+
+def test_v4_32_counts_chips_not_cores():
+    price = hourly_price(accelerator("v4-32"), "us-central2-b", "on_demand")
+    assert price.chips == 16
+    assert price.usd_per_hour == pytest.approx(51.52)  # 16 x 3.22
+    assert hourly_price(accelerator("v4-32"), "us-central2-b", "spot").usd_per_hour == (
+        pytest.approx(14.72))  # 16 x 0.92
+
+
+def test_v5litepod_16_on_demand_and_spot():
+    acc = accelerator("v5litepod-16")
+    assert hourly_price(acc, "us-central1-a", "on_demand").usd_per_hour == pytest.approx(19.20)
+    spot = hourly_price(acc, "us-central1-a", "spot")
+    assert spot.usd_per_hour == pytest.approx(3.408)  # 16 x 0.213
+    assert "$3.41/h" in spot.describe() and "spot" in spot.describe()
+
+
+def test_preemptible_is_billed_at_the_spot_rate():
+    acc = accelerator("v5p-8")
+    spot = hourly_price(acc, "us-east5-a", "spot")
+    pre = hourly_price(acc, "us-east5-a", "preemptible")
+    assert pre.usd_per_hour == spot.usd_per_hour == pytest.approx(4 * 1.56)
+    assert pre.provisioning == "preemptible"
+
+
+def test_missing_region_is_an_explicit_unknown():
+    price = hourly_price(accelerator("v4-8"), "europe-west4-a", "on_demand")
+    assert not price.known and price.usd_per_hour is None and price.per_chip is None
+    assert price.describe().startswith(
+        "no on-demand price for TPU v4 in europe-west4 in the price table of")
+    # On-demand exists in us-west4 for v5e, spot does not: no number is invented for it.
+    acc = accelerator("v5litepod-8")
+    assert hourly_price(acc, "us-west4-a", "on_demand").usd_per_hour == pytest.approx(9.60)
+    assert hourly_price(acc, "us-west4-a", "spot").usd_per_hour is None
+
+
+def test_unknown_provisioning_is_one_line():
+    with pytest.raises(UserError) as info:
+        hourly_price(accelerator("v4-8"), "us-central2-b", "reserved")
+    assert str(info.value) == (
+        "unknown provisioning 'reserved'; use one of on_demand, spot, preemptible")
+
+
+def test_every_type_has_an_on_demand_price_in_some_zone_that_offers_it():
+    for acc in ACCELERATORS.values():
+        prices = [hourly_price(acc, zone, "on_demand") for zone in acc.zones]
+        known = [p for p in prices if p.known]
+        assert known, acc.name
+        assert all(p.usd_per_hour == pytest.approx(p.per_chip * acc.chips) for p in known)

@@ -1,0 +1,236 @@
+"""Named sizes: one description of the architecture per config, parameter counts from the shapes
+that agree with the real models (TensorFlow's and PyTorch's) for every family and size, and the
+T5 v1.1 shape (gated-GELU, untied head, 64-wide heads) trained, exported and loaded in PyTorch."""
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from payload.config import dump_config, parse_config
+from payload.errors import UserError
+from payload.sizes import SIZES, architecture, count_parameters, describe_model, parameter_count
+from tests.conftest import REPO, assert_user_error, run_payload, write_config
+
+TORCH_PYTHON = REPO / ".venv-torch" / "bin" / "python"
+TORCH_READY = REPO / ".venv-torch" / ".installed"
+# The vocabularies the published models were counted with.
+PUBLISHED_VOCAB = {"bert": 30522, "roberta": 50265, "gpt2": 50257, "t5": 32128}
+
+
+def run_config(model: dict, **data):
+    return parse_config({
+        "name": "m",
+        "output_dir": "/tmp/m",
+        "data": {"corpus": ["a.txt"], "seq_len": 128, **data},
+        "model": model,
+        "train": {"steps": 1, "batch_size": 8, "learning_rate": 1e-3},
+    })
+
+
+def every_size():
+    return [(family, size) for family, sizes in SIZES.items() for size in sizes]
+
+
+# --- one description of the architecture ---------------------------------------------------
+
+
+def test_nothing_set_keeps_the_default_shape_and_a_size_fills_none_of_the_shape_keys():
+    model = run_config({"family": "roberta"}).model
+    assert (model.size, model.hidden_size, model.num_layers, model.num_heads,
+            model.intermediate_size) == (None, 256, 4, 4, 1024)
+    partial = run_config({"family": "gpt2", "hidden_size": 512, "num_heads": 8}).model
+    assert (partial.hidden_size, partial.num_layers, partial.num_heads) == (512, 4, 8)
+    sized = run_config({"family": "roberta", "size": "base"}).model
+    assert sized.size == "base" and sized.hidden_size is None
+
+
+@pytest.mark.parametrize("model", [{"family": "t5", "size": "small"}, {"family": "bert"},
+                                   {"family": "gpt2", "init_from": "/models/gpt2"}])
+def test_the_resolved_config_loads_again(model):
+    # The launcher ships dump_config's YAML to the workers, which load it.
+    import yaml
+
+    config = run_config(model)
+    assert parse_config(yaml.safe_load(dump_config(config))) == config
+
+
+@pytest.mark.parametrize(
+    ("model", "named"),
+    [
+        ({"size": "base", "hidden_size": 768}, "model.size and model.hidden_size"),
+        ({"num_layers": 2, "config": "c.json"}, "model.num_layers and model.config"),
+        ({"size": "base", "init_from": "gs://b/m"}, "model.size and model.init_from"),
+        ({"config": "c.json", "init_from": "/m"}, "model.config and model.init_from"),
+    ],
+)
+def test_two_descriptions_of_the_architecture_are_refused(model, named):
+    with pytest.raises(UserError, match=re.escape(f"{named} both describe the architecture: "
+                                                  "set only one")):
+        run_config({"family": "roberta", **model})
+
+
+def test_an_unknown_size_lists_the_family_s_sizes():
+    with pytest.raises(UserError, match=r"model\.size 'xl' is not a bert size; choose one of "
+                                        r"tiny, small, base, large"):
+        run_config({"family": "bert", "size": "xl"})
+    assert run_config({"family": "gpt2", "size": "xl"}).model.size == "xl"
+
+
+def test_the_stage_refuses_two_descriptions_in_one_line(tmp_path):
+    config = write_config(tmp_path / "run.yaml", {
+        "name": "t", "output_dir": str(tmp_path / "out"), "data": {"corpus": ["a.txt"]},
+        "model": {"family": "gpt2", "size": "small", "num_layers": 6},
+        "train": {"steps": 1, "batch_size": 8, "learning_rate": 1e-3},
+    })
+    proc = run_payload("tokenizer", "--config", str(config), check=False)
+    assert_user_error(proc, "model.size and model.num_layers both describe the architecture")
+    assert not (tmp_path / "out").exists()
+
+
+# --- parameter counts ------------------------------------------------------------------------
+
+
+def test_published_sizes_have_their_published_parameter_counts():
+    def count(family, size):
+        return parameter_count(run_config({"family": family, "size": size}),
+                               PUBLISHED_VOCAB[family])
+
+    assert count("gpt2", "small") == 124_439_808  # GPT-2's "124M", exactly
+    expected_millions = {
+        ("roberta", "base"): 125, ("roberta", "large"): 355, ("bert", "base"): 110,
+        ("bert", "large"): 335, ("gpt2", "medium"): 355, ("gpt2", "large"): 774,
+        ("gpt2", "xl"): 1558, ("t5", "small"): 77, ("t5", "base"): 248, ("t5", "large"): 783,
+    }
+    for (family, size), millions in expected_millions.items():
+        assert count(family, size) / 1e6 == pytest.approx(millions, rel=0.01), (family, size)
+
+
+def test_the_plan_line_names_the_shape_the_count_and_the_vocabulary(tmp_path):
+    config = run_config({"family": "roberta", "size": "base"})
+    assert describe_model(config) == ("roberta base (12 layers, hidden 768, 12 heads): 110.7M "
+                                      "parameters, vocabulary 32,000")  # tokenizer.vocab_size
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(architecture(
+        run_config({"family": "gpt2", "size": "small"}), 50257)))
+    continued = run_config({"family": "gpt2", "init_from": str(folder)})
+    assert describe_model(continued) == (f"gpt2 from model.init_from {folder}: 124.4M "
+                                         "parameters, vocabulary 50,257")
+
+
+def test_a_config_json_and_a_transformers_config_count_the_same():
+    settings = architecture(run_config({"family": "t5", "size": "base"}), 1000)
+    counted = parameter_count(settings)
+    assert parameter_count(run_config({"family": "t5", "size": "base"}), 1000) == counted
+    assert parameter_count(settings, vocab_size=2000) == counted + 2 * 1000 * 768  # untied head
+    split = count_parameters(settings)
+    assert split.non_embedding == counted - 2 * 1000 * 768
+
+
+@pytest.fixture(scope="module")
+def tensorflow_counts():
+    """The TF models' own counts for tiny and small of every family (vocabulary 1000), and an
+    explicit shape, with the configs they were built from."""
+    pytest.importorskip("tensorflow")
+    from payload.model import TokenIds, build_model, model_config
+
+    vocab = TokenIds(vocab_size=1000, special=(0, 1, 2, 3, 4), pad=1, unk=3, mask=4, bos=0,
+                     eos=2)
+    found = []
+    for family in SIZES:
+        for model in ({"family": family, "size": "tiny"}, {"family": family, "size": "small"},
+                      {"family": family, "hidden_size": 48, "num_layers": 3, "num_heads": 4,
+                       "intermediate_size": 80}):
+            config = run_config(model, seq_len=64)
+            hf = model_config(config.model, vocab=vocab, seq_len=64)
+            found.append((config, hf.to_dict(), build_model(hf).count_params()))
+    return found
+
+
+def test_the_count_from_shapes_is_the_tensorflow_model_s_own(tensorflow_counts):
+    for config, hf, real in tensorflow_counts:
+        assert parameter_count(config, 1000) == real, config.model
+        assert parameter_count(hf) == real, config.model  # from its transformers config
+
+
+def pytorch_counts(configs: list[dict], tmp_path: Path) -> list[int]:
+    if not TORCH_READY.exists():
+        pytest.skip("no transformers 5.x environment (.venv-torch; `make setup-torch`)")
+    path = tmp_path / "configs.json"
+    path.write_text(json.dumps(configs))
+    result = subprocess.run(
+        [str(TORCH_PYTHON), str(Path(__file__).with_name("torch_param_count.py")), str(path)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.torch
+def test_every_size_counts_as_the_pytorch_model_does(tmp_path):
+    # The big sizes are built on PyTorch's meta device: shapes only, no memory.
+    configs = [architecture(run_config({"family": family, "size": size}),
+                            PUBLISHED_VOCAB[family]) for family, size in every_size()]
+    real = pytorch_counts(configs, tmp_path)
+    ours = [parameter_count(c) for c in configs]
+    assert ours == real, [(fs, o, r) for fs, o, r in zip(every_size(), ours, real, strict=True)
+                          if o != r]
+
+
+@pytest.mark.torch
+def test_tensorflow_and_pytorch_models_of_one_config_have_the_same_count(tensorflow_counts,
+                                                                         tmp_path):
+    real = pytorch_counts([hf for _, hf, _ in tensorflow_counts], tmp_path)
+    assert real == [count for _, _, count in tensorflow_counts]
+
+
+# --- T5 v1.1 end to end ------------------------------------------------------------------------
+
+
+@pytest.mark.torch
+def test_t5_v1_1_trains_exports_and_gives_the_same_logits_in_pytorch(tmp_path):
+    pytest.importorskip("tensorflow")
+    from safetensors.numpy import load_file
+    from train_helpers import config_dict, make_run_dir
+
+    from payload.export import run_export, trained_model
+    from payload.train import run_train
+
+    out = make_run_dir(tmp_path, "t5")
+    raw = config_dict(out, "t5", steps=4, warmup_steps=0, checkpoint_every=4, eval_every=4)
+    raw["model"] = {"family": "t5", "size": "tiny", "dropout": 0.0}
+    config = parse_config(raw)
+    run_train(config)
+    run_export(config)
+    folder = out / "model"
+    saved = json.loads((folder / "config.json").read_text())
+    assert (saved["feed_forward_proj"], saved["tie_word_embeddings"], saved["d_kv"],
+            saved["num_heads"], saved["d_model"]) == ("gated-gelu", False, 64, 4, 256)
+    weights = load_file(str(folder / "model.safetensors"))
+    assert {"encoder.block.0.layer.1.DenseReluDense.wi_0.weight",
+            "decoder.block.3.layer.2.DenseReluDense.wi_1.weight"} <= set(weights)
+    assert weights["lm_head.weight"].shape == weights["shared.weight"].shape == (600, 256)
+    assert not np.array_equal(weights["lm_head.weight"], weights["shared.weight"])
+
+    model, tokenizer, _ = trained_model(config)
+    ids = np.array(tokenizer(["The interpreter reads the module and runs it.", "A list"],
+                             padding="longest")["input_ids"], dtype=np.int64)
+    logits = model(ids, decoder_input_ids=ids[:, :5], training=False).logits.numpy()
+    np.save(tmp_path / "ids.npy", ids)
+    if not TORCH_READY.exists():
+        pytest.skip("no transformers 5.x environment (.venv-torch; `make setup-torch`)")
+    result = subprocess.run(
+        [str(TORCH_PYTHON), str(Path(__file__).with_name("torch_logits.py")), str(folder), "t5",
+         str(tmp_path / "ids.npy"), str(tmp_path / "logits.npy")],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert not json.loads(result.stdout.strip().splitlines()[-1])["problems"]
+    torch_logits = np.load(tmp_path / "logits.npy")
+    # Relative: the untied head's logits are large (no d_model**-0.5 scaling before it).
+    np.testing.assert_allclose(torch_logits, logits, atol=1e-4 * np.abs(logits).max())
+    assert (torch_logits.argmax(-1) == logits.argmax(-1)).mean() > 0.99

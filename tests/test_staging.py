@@ -1,0 +1,90 @@
+"""Staging a local corpus to a bucket: content-addressed, skipped when unchanged, resumable."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+from launcher import staging
+from payload import storage
+
+
+@pytest.fixture
+def bucket(monkeypatch):
+    server_mod = pytest.importorskip("gcp_storage_emulator.server")
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    server = server_mod.create_server("127.0.0.1", port, in_memory=True,
+                                      default_bucket="stage-test")
+    server.start()
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
+    monkeypatch.setattr(storage, "_client", None)
+    try:
+        yield "stage-test"
+    finally:
+        server.stop()
+
+
+def corpus(tmp_path):
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"part-{i}.txt").write_text(f"document {i}\n" * (2000 + i))
+    (folder / "notes.jsonl").write_text('{"text": "a json document"}\n')
+    return folder
+
+
+def test_staging_uploads_once_and_keeps_corpus_order(tmp_path, bucket):
+    folder = corpus(tmp_path)
+    events = []
+    staged = staging.stage_corpus([str(folder / "part-*.txt"), "gs://other/x.txt",
+                                   str(folder / "notes.jsonl")], bucket=bucket,
+                                  on_event=events.append)
+    assert [s.rsplit("/", 1)[-1] for s in staged] == [
+        "part-0.txt", "part-1.txt", "part-2.txt", "x.txt", "notes.jsonl"]
+    assert staged[3] == "gs://other/x.txt"
+    for path in staged[:3] + staged[4:]:
+        assert path.startswith(f"gs://{bucket}/corpus/")
+        name = path.rsplit("/", 1)[-1]
+        assert storage.read_bytes(path) == (folder / name).read_bytes()
+    assert "4 files, 4 uploaded, 0 already there" in events[-1]
+    assert any("MB" in e for e in events[:-1])
+    again = []
+    assert staging.stage_corpus([str(folder / "part-*.txt"), "gs://other/x.txt",
+                                 str(folder / "notes.jsonl")], bucket=bucket,
+                                on_event=again.append) == staged
+    assert "0 uploaded, 4 already there" in again[-1]
+    # A changed file goes to a new place; the others stay where they are.
+    (folder / "part-1.txt").write_text("changed\n")
+    changed = staging.stage_corpus([str(folder / "part-*.txt")], bucket=bucket)
+    assert changed[0] == staged[0] and changed[2] == staged[2] and changed[1] != staged[1]
+
+
+def test_an_interrupted_staging_finishes_on_the_next_run(tmp_path, bucket, monkeypatch):
+    folder = corpus(tmp_path)
+    from google.cloud.storage import Blob
+
+    real = Blob.upload_from_filename
+    calls = {"n": 0}
+
+    def flaky(self, filename, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise ConnectionError("network dropped")
+        return real(self, filename, *args, **kwargs)
+
+    monkeypatch.setattr(staging, "PARALLEL", 1)
+    monkeypatch.setattr(Blob, "upload_from_filename", flaky)
+    with pytest.raises(staging.UserError, match="rerun: files already uploaded are kept"):
+        staging.stage_corpus([str(folder / "part-*.txt")], bucket=bucket)
+    monkeypatch.setattr(Blob, "upload_from_filename", real)
+    events = []
+    staged = staging.stage_corpus([str(folder / "part-*.txt")], bucket=bucket,
+                                  on_event=events.append)
+    assert "3 files, 1 uploaded, 2 already there" in events[-1]  # the one that failed
+    assert all(storage.exists(p) for p in staged)
+    assert os.path.basename(staged[1]) == "part-1.txt"

@@ -273,9 +273,10 @@ def staging_file(path: str) -> tuple[IO[bytes], str]:
 def remove(path: str) -> None:
     note_change("remove", path)
     if is_gcs(path):
-        blob = _blob(path)
-        if blob.exists():
-            blob.delete()
+        from google.api_core import exceptions
+
+        with contextlib.suppress(exceptions.NotFound):  # gone already, like a local remove
+            _blob(path).delete()
         return
     _remove_quietly(path)
 

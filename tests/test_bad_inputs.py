@@ -47,14 +47,17 @@ def _yaml(root: Path, **sections) -> str:
 
 
 def _model_config(root: Path, kind: str) -> Path:
+    """A run whose model.config is a folder (holding a config.json) or a file that is not JSON."""
     if kind == "folder":
-        folder = root / "model-config"
-        folder.mkdir()
-        (folder / "config.json").write_text('{"model_type": "roberta"}')
-        return folder
-    path = root / "config.txt"
-    path.write_text("hidden_size = 64\n")
-    return path
+        target = root / "model-config"
+        target.mkdir()
+        (target / "config.json").write_text('{"model_type": "roberta"}')
+    else:
+        target = root / "config.txt"
+        target.write_text("hidden_size = 64\n")
+    raw = base_config(root / "out", _corpus(root))
+    raw["model"] = {"family": "roberta", "config": str(target)}
+    return write_config(root / "run.yaml", raw)
 
 
 def _jsonl(root: Path) -> Path:
@@ -123,11 +126,9 @@ CASES = [
      ["output_dir", "whole bucket", "gs://bucket"]),
     ("corpus-s3", lambda r: _config(r, data={"corpus": ["s3://bucket/a.txt"]}), ("prepare",),
      ["data.corpus", "s3://bucket/a.txt"]),
-    ("model-config-folder", lambda r: _config(r, model={"config": str(_model_config(r,
-                                                                              "folder"))}),
+    ("model-config-folder", lambda r: _model_config(r, "folder"),
      ("preflight", ALL, False, False), ["model.config", "model-config", "is a folder"]),
-    ("model-config-not-json", lambda r: _config(r, model={"config": str(_model_config(r,
-                                                                                "text"))}),
+    ("model-config-not-json", lambda r: _model_config(r, "text"),
      ("preflight", ALL, False, False), ["model.config", "config.txt", "not JSON"]),
     ("jsonl-without-text-field", lambda r: write_config(r / "run.yaml", base_config(
         r / "out", _jsonl(r))), ("preflight", ALL, False, False),

@@ -446,11 +446,17 @@ class Trainer:
         }
 
     def _finish_metrics(self, history: dict, step: int) -> None:
-        """A run cut short after its last checkpoint has no final figures yet: write them."""
+        """A run cut short after its last checkpoint wrote no final figures: its last
+        evaluation and the final figures are written now, as the uninterrupted run would have
+        (the training loss of the last steps went with the process)."""
         written = (json.loads(storage.read_text(self.metrics_path))
                    if storage.exists(self.metrics_path) else {})
-        if "final" not in written:
-            self._write_metrics(history, step, final=True)
+        if "final" in written:
+            return
+        evaluate = self._evaluator(self._build_steps()[1])
+        if evaluate and all(e["step"] != step for e in history["evals"]):
+            history["evals"].append(evaluate(step))
+        self._write_metrics(history, step, final=True)
 
     def _write_metrics(self, history: dict, step: int, *, final: bool = False, rate=None) -> None:
         if not self.plan.is_chief:

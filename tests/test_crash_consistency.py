@@ -12,9 +12,10 @@ What "exactly" means per stage:
 - prepare: every file under data/ (shards, receipts, parts, manifest) byte-identical, and the
   same file names everywhere in output_dir (config.yaml and .tpuctl/ hold paths and hosts).
 - train: the final step in the checkpoint index and metrics.json, the same checkpoint files
-  (no leftovers), the same evaluation steps; and the same weights when the rerun started from
-  scratch (a resumed run reads its batches in another order by design, see payload/data.py).
-  logs/tensorboard is left out: a resumed run adds an events file, which TensorBoard merges.
+  (no leftovers), the same evaluation steps, and the same values of every checkpointed
+  variable (weights and optimizer state; a resumed run sees the batches an uninterrupted one
+  would). logs/tensorboard is left out: a resumed run adds an events file, which TensorBoard
+  merges.
 - export: while killed, model/ is the old model or the new one (never neither); after the
   rerun, the same files with byte-identical weights as the uninterrupted export, and it loads
   with transformers.
@@ -185,6 +186,15 @@ def test_prepare_killed_at_seeded_points_reruns_to_the_same_shards(world):
     print(f"prepare: killed at {chosen} of {world.changes['prepare']} changes")
 
 
+def _variables(out: Path) -> dict:
+    """Every variable of the newest checkpoint (the save counter aside: it counts saves)."""
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(str(out / "checkpoints"))
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+            if not name.startswith("save_counter") and name != "_CHECKPOINTABLE_OBJECT_GRAPH"}
+
+
 def _final_step(out: Path) -> tuple[int, int]:
     index = (out / "checkpoints" / "checkpoint").read_text()
     latest = int(re.search(r'model_checkpoint_path: "ckpt-(\d+)"', index).group(1))
@@ -196,6 +206,10 @@ def test_train_killed_at_seeded_points_reruns_to_the_final_step(world):
     ckpt_files = set(tree(reference / "checkpoints"))
     evals = [e["step"] for e in json.loads((reference / "metrics.json").read_text())["evals"]]
     assert _final_step(reference) == (4, 4)
+    pytest.importorskip("tensorflow")
+    import numpy as np
+
+    wanted = _variables(reference)
     chosen = points("train", world.changes["train"])
     for point in chosen:
         out = world.copy("prep", "victim")
@@ -208,6 +222,10 @@ def test_train_killed_at_seeded_points_reruns_to_the_final_step(world):
             proc = world.ok("train", "victim")
             assert weights(proc.stdout) == world.trained_weights, point
         assert _final_step(out) == (4, 4), point
+        got = _variables(out)
+        assert sorted(got) == sorted(wanted), point
+        for name, value in wanted.items():
+            np.testing.assert_array_equal(got[name], value, err_msg=f"{name} at {point}")
         assert set(tree(out / "checkpoints")) == ckpt_files, point
         assert [e["step"] for e in json.loads((out / "metrics.json").read_text())["evals"]] \
             == evals, point

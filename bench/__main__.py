@@ -13,13 +13,13 @@ from pathlib import Path
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-SUITES = ["bench.prepare_bench", "bench.train_bench", "bench.launch_bench"]
+SUITES = ["bench.prepare_bench", "bench.train_bench", "bench.launch_bench", "bench.gcs_bench"]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--quick", action="store_true", help="smaller inputs (a smoke run)")
-    parser.add_argument("--only", help="run one suite: prepare, train or launch")
+    parser.add_argument("--only", help="run one suite: prepare, train, launch or gcs")
     args = parser.parse_args()
     results: dict = {"machine": {"cores": os.cpu_count(), "python": platform.python_version()},
                      "started": time.strftime("%Y-%m-%dT%H:%M:%S")}

@@ -52,7 +52,7 @@ def _ship_times(fleet, sizes: tuple[int, ...], repeats: int) -> dict[int, float]
                            requirements=ship.worker_requirements(), tpu=False)
     with tempfile.TemporaryDirectory() as tmp:
         wheel, digest = ship.build_wheel(Path(tmp))
-        paths = job_paths("bench", digest)
+        paths = tuple(job_paths("bench", digest, w.index) for w in workers)
         results = {}
         with SshExecutor(workers, settings) as executor:
             for n in sizes:
@@ -72,8 +72,8 @@ def _ship_times(fleet, sizes: tuple[int, ...], repeats: int) -> dict[int, float]
                 for _ in range(repeats):
                     started = time.perf_counter()
                     on_workers(chosen, lambda w: (
-                        executor.run(w, ship.probe_command(env, paths, None)),
-                        executor.put(w, str(wheel), paths.wheel)))
+                        executor.run(w, ship.probe_command(env, paths[w.index], None)),
+                        executor.put(w, str(wheel), paths[w.index].wheel)))
                     fanout.append(time.perf_counter() - started)
                 results[f"fanout-{n}"] = statistics.median(fanout)
     return results

@@ -103,6 +103,9 @@ def _ours_fit(config: Path) -> dict:
         "window_losses": {t["step"]: t["loss"] for t in train},
         "eval_loss_start": metrics["evals"][0]["loss"],
         "eval_loss_end": metrics["evals"][-1]["loss"],
+        # Model FLOPs utilisation against the CPU probe the train stage ran at its start.
+        "mfu": final.get("mfu"),
+        "peak_flops": metrics.get("utilisation", {}).get("peak_flops_per_device"),
     }
 
 
@@ -188,6 +191,14 @@ def _print(f: dict) -> None:
     for name, ours, ref, ratio, target in rows:
         print(f"{name:22}{ours:>12}{ref:>12}{ratio:>10}{target:>10}")
     print(f"pipeline rate / training consumption: {f['pipeline_vs_consumption']:.1f}x")
+    ours, ref = f["ours_fit"], f["reference_fit"]
+    if ours.get("mfu") is not None and ref.get("mfu") is not None:
+        print(
+            "CPU utilisation (model FLOPs / float32 matmul probe of the same process): ours "
+            f"{ours['mfu']:.1%} of {ours['peak_flops'] / 1e9:,.1f} GFLOP/s, reference "
+            f"{ref['mfu']:.1%} of {ref['peak_flops'] / 1e9:,.1f} GFLOP/s (its MLM head at every "
+            "position: more FLOPs per step)"
+        )
     first, last = f["loss_window"]
     print(
         f"mean training loss, steps {first}-{last} of the same schedule: ours "

@@ -154,7 +154,17 @@ def fit_reference(config_path: str, steps: int) -> dict:
     # Keras reports the running mean of the epoch: recover each step's own loss.
     means = timer.losses
     losses = [means[0]] + [(i + 1) * means[i] - i * means[i - 1] for i in range(1, len(means))]
-    return {"steps": timed, "seconds": seconds, "steps_per_s": timed / seconds, "losses": losses}
+    steps_per_s = timed / seconds
+    # Utilisation as the train stage measures it: the model FLOPs this model does per step (its
+    # MLM head at every position) over a matmul probe run here, after training.
+    from payload.runplan import step_flops
+    from payload.utilisation import cpu_peak_flops
+
+    flops = step_flops(hf_config.to_dict(), seq_len=config.data.seq_len,
+                       mlm_probability=1.0).total * config.train.batch_size
+    peak = cpu_peak_flops()
+    return {"steps": timed, "seconds": seconds, "steps_per_s": steps_per_s, "losses": losses,
+            "mfu": flops * steps_per_s / peak, "peak_flops": peak}
 
 
 def main() -> None:

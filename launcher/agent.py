@@ -5,14 +5,19 @@
 The launcher starts this detached (launcher.jobs) and only watches; the steps advance here, so
 a job keeps going when the launcher's connection drops. Between steps every worker writes its
 exit code under the plan's barrier folder (in output_dir, which all workers see) and waits for
-the others; a failed peer ends the wait with an error. Standard library only (plus
-payload.storage for gs://), since it runs with whatever Python the worker has.
+the others; a failed peer ends the wait with an error. Worker 0 keeps output_dir's run lock
+(launcher.runlock) beating while the job runs and lets it go when the job ends, however it
+ends short of SIGKILL. Before training, a worker that listens for the others checks that its
+coordination port is free. Standard library only (plus payload.storage for gs://), since it
+runs with whatever Python the worker has.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -26,6 +31,9 @@ ABORT_MARK = "abort"
 DONE = "done"
 # The stage a worker reports when it stopped because another worker failed.
 ABORTED = "aborted"
+# Secrets handed over at start on standard input (launcher.jobs.start_command), kept in this
+# process's memory only: each goes into the environment of the commands that name it.
+_secrets: dict[str, str] = {}
 
 
 def worker_label(index: int) -> str:
@@ -103,13 +111,56 @@ class Peers:
         return None
 
 
-def _keep_beating(peers: Peers, every_s: float) -> None:
+class RunLock:
+    """Worker 0's hold on output_dir's run lock: beats with the others' heartbeat, released
+    once at the end (a beat never brings a released lock back)."""
+
+    def __init__(self, output_dir: str, job: str):
+        from launcher import runlock
+
+        self._runlock = runlock
+        self.output_dir = output_dir
+        self.job = job
+        self._guard = threading.Lock()
+        self._held = True
+
+    def beat(self) -> None:
+        with self._guard:
+            if self._held and not self._runlock.beat(self.output_dir, self.job):
+                self._held = False
+                print(f"tpuctl: the run lock of {self.output_dir} is not this job's any more "
+                      "(another run took it over)", flush=True)
+
+    def release(self) -> None:
+        with self._guard:
+            if self._held:
+                self._held = False
+                self._runlock.release(self.output_dir, self.job)
+
+
+def _keep_beating(peers: Peers, lock: RunLock | None, every_s: float) -> None:
     while True:
-        try:
-            peers.beat()
-        except Exception as exc:  # a missed beat is not worth ending the job over
-            print(f"tpuctl: heartbeat failed: {exc}", flush=True)
+        for beating in (peers, lock):
+            if beating is None:
+                continue
+            try:
+                beating.beat()
+            except Exception as exc:  # a missed beat is not worth ending the job over
+                print(f"tpuctl: heartbeat failed: {exc}", flush=True)
         time.sleep(every_s)
+
+
+def port_in_use(port: int) -> bool:
+    """Whether another process listens on `port` here (as TensorFlow's server will bind it:
+    every address). gRPC binds with SO_REUSEPORT, so a second server on the same port would
+    not fail by itself: it would quietly share the port with someone else's job."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("", port))
+        except OSError:
+            return True
+    return False
 
 
 def _end(proc: subprocess.Popen) -> None:
@@ -198,11 +249,20 @@ def _run_step(step: dict, plan: dict, job_dir: Path, peers: Peers, check_s: floa
     job's exit code."""
     name, me, barrier_dir = step["name"], plan["worker"], plan["barrier_dir"]
     command = step["command"]
+    port = plan.get("coordination_port")
+    if command is not None and name == "train" and port and port_in_use(port):
+        print(f"== tpuctl: {worker_label(me)} cannot train: its coordination port {port} is in "
+              "use on this host (another job or program listens there); run again to pick "
+              "other ports ==", flush=True)
+        _mark(barrier_dir, name, me, 1)
+        _copy_log(plan["log"], plan["log_copy"])
+        return 1
     if command is not None:
         print(f"== tpuctl: {name} on {worker_label(me)} ==", flush=True)
         started = time.monotonic()
-        rc, reason = _run_stage(command["argv"], {**os.environ, **command["env"]}, peers,
-                                name, check_s, service)
+        env = {**os.environ, **command["env"],
+               **{k: _secrets[k] for k in command.get("secrets", ()) if _secrets.get(k)}}
+        rc, reason = _run_stage(command["argv"], env, peers, name, check_s, service)
         if reason:
             return _abort(job_dir, plan, name, reason)
         _mark(barrier_dir, name, me, rc)
@@ -219,14 +279,47 @@ def _run_step(step: dict, plan: dict, job_dir: Path, peers: Peers, check_s: floa
     return None
 
 
+def _terminated(signum, frame):
+    raise SystemExit(128 + signum)
+
+
 def run(plan_path: str) -> int:
     plan = json.loads(Path(plan_path).read_text())
-    job_dir = Path(plan_path).parent
+    if plan.get("secrets_on_stdin"):
+        _secrets.update(json.loads(sys.stdin.readline() or "{}"))
+    # `tpuctl stop` sends SIGTERM to the whole group: end through `finally`, lock released.
+    signal.signal(signal.SIGTERM, _terminated)
+    lock = RunLock(plan["output_dir"], plan["job_id"]) if plan.get("holds_run_lock") else None
+    try:
+        return _walk(plan, Path(plan_path).parent, lock)
+    finally:
+        if lock is not None:
+            try:
+                lock.release()
+            except Exception as exc:  # it stops beating: it goes stale, then is taken over
+                print(f"tpuctl: could not release the run lock: {exc}", flush=True)
+        if plan.get("delete_when_done"):
+            _delete_own_tpu(plan)
+
+
+def _delete_own_tpu(plan: dict) -> None:
+    """`train --down`: the job ended (done, failed, stopped or at a limit), so worker 0 deletes
+    its TPU itself, whether or not a launcher is still watching."""
+    from payload import tpu_api
+
+    try:
+        print(f"== tpuctl: {tpu_api.delete_own_node(**plan['delete_when_done'])} ==", flush=True)
+    except Exception as exc:  # the launcher's `down` (or the user's) is the fallback
+        print(f"== tpuctl: could not delete the TPU: {exc}; run `tpuctl down` ==", flush=True)
+    _copy_log(plan["log"], plan["log_copy"])
+
+
+def _walk(plan: dict, job_dir: Path, lock: RunLock | None) -> int:
     me = plan["worker"]
     barrier_dir = plan["barrier_dir"]
     check_s = 2.0 if _storage().is_gcs(barrier_dir) else POLL_S
     peers = Peers(barrier_dir, me, plan["all_workers"], plan["stale_after_s"])
-    threading.Thread(target=_keep_beating, args=(peers, plan["heartbeat_s"]),
+    threading.Thread(target=_keep_beating, args=(peers, lock, plan["heartbeat_s"]),
                      daemon=True).start()
     for step in plan["steps"]:
         name = step["name"]

@@ -195,15 +195,31 @@ def train(
         "--workers", help="Local worker processes (with --local; default: cluster.workers or 2)."
     )] = None,
     stages: Annotated[str | None, typer.Option(
-        "--stages", help="Comma-separated subset of tokenizer,prepare,train,export.")] = None,
+        "--stages",
+        help="Comma-separated subset of tokenizer,prepare,train,export,publish.")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the newest "
                                          "checkpoint.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Redo stages whose outputs "
                                             "exist.")] = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; touch "
-                                          "nothing.")] = False,
+    dry_run: DryRunOpt = False,
     detach: Annotated[bool, typer.Option("--detach", help="Start the job and return "
                                          "without streaming its logs.")] = False,
+    down: Annotated[bool, typer.Option("--down", help="Delete the TPU when the job ends, fails "
+                                       "or hits a limit, even with the launcher gone.")] = False,
+    auto_resume: Annotated[int, typer.Option(
+        "--auto-resume", help="Recover from up to this many preemptions (recreate, ship, "
+        "resume).", min=0)] = 0,
+    download: Annotated[Path | None, typer.Option(
+        "--download", help="Copy model/ into this local folder when the job has finished.")
+    ] = None,
+    max_hours: Annotated[float | None, typer.Option(
+        "--max-hours", help="Stop (checkpoint, export) after this many billed hours.")] = None,
+    max_cost: Annotated[float | None, typer.Option(
+        "--max-cost", help="Stop (checkpoint, export) at this cost in USD (gcp).")] = None,
+    push_to_hub: Annotated[str | None, typer.Option(
+        "--push-to-hub", metavar="OWNER/NAME", help="After export, publish model/ with a model "
+        "card to this Hugging Face repository (sets hub.repo; token: HF_TOKEN or hf auth "
+        "login).")] = None,
 ) -> None:
     """Ship the payload to every worker, set up its environment, run the pipeline stages."""
     from launcher import launch
@@ -211,30 +227,87 @@ def train(
 
     if num_workers is not None and num_workers < 1:
         raise UserError(f"--workers {num_workers}: need at least 1 worker")
-    the_launch = launch.plan_train(config_path, local=local, num_workers=num_workers,
-                                   stages=planning.parse_stages(stages), resume=resume,
-                                   overwrite=overwrite, dry_run=dry_run)
+    if download is not None:
+        _check_download_target(download)
+    options = launch.TrainOptions(
+        local=local, num_workers=num_workers, stages=planning.parse_stages(stages),
+        resume=resume, overwrite=overwrite, dry_run=dry_run, down=down,
+        auto_resume=auto_resume, max_hours=max_hours, max_cost=max_cost,
+        push_to_hub=push_to_hub)
+    the_launch = launch.plan_train(config_path, options)
     if dry_run:
         typer.echo(planning.render_plan(the_launch.plan))
         typer.echo(f"model: {_model_line(the_launch.config)}")
         price = the_launch.provider.price()
         if price:
             typer.echo(f"cost: {price}")
+        if down:
+            typer.echo("when the job ends: worker 0 deletes the TPU (--down)")
+        _print_run_plan(the_launch, read_remote=False)
+        _print_publishing(the_launch)
         return
     console = _console()
-    with _shipping_progress(console, len(the_launch.plan.workers)) as on_event:
-        job = launch.start(the_launch, on_event=on_event,
-                           on_note=lambda message: console.print(message, markup=False))
-    with job:
+
+    def note(message: str) -> None:
+        console.print(message, markup=False)
+
+    def started(job) -> None:
         work = job.set_up
         console.print(f"workers ready ({'set up: ' + ', '.join(work) if work else 'all cached'})")
         console.print(f"job {job.plan.job_id} started on {len(job.plan.workers)} workers "
                       f"(stages: {', '.join(s.name for s in job.plan.steps)})", markup=False)
-        if detach:
-            console.print(f"follow it with `tpuctl logs -c {config_path}`", markup=False)
-            return
-        outcome = launch.follow(job, _line_printer(console, len(job.plan.workers)))
+
+    with _shipping_progress(console, len(the_launch.plan.workers)) as on_event:
+        job = launch.start(the_launch, on_event=on_event, on_note=note)
+    started(job)
+    # Once, when the job has started (a refusal at start stays the only line printed).
+    _print_run_plan(the_launch, read_remote=True)
+    _print_publishing(the_launch)
+    if detach:
+        job.close()
+        console.print(f"follow it with `tpuctl logs -c {config_path}`", markup=False)
+        return
+    job, outcome = launch.follow_to_end(
+        the_launch, job, sink=_line_printer(console, len(job.plan.workers)), on_note=note,
+        on_started=started)
+    job.close()
+    if down and not outcome.detached:
+        job.provider.down(on_event=note)
+    if download is not None and outcome.ok and not outcome.detached:
+        note(launch.download_model(job.plan.output_dir, download))
     _report(outcome, job, config_path)
+
+
+def _print_run_plan(the_launch, *, read_remote: bool) -> None:
+    """The run's figures (parameters, tokens, FLOPs, time, cost) and any mis-sizing warning."""
+    from launcher.estimate import describe
+
+    lines, warnings = describe(the_launch, read_remote=read_remote)
+    for line in lines:
+        typer.echo(line)
+    for line in warnings:
+        typer.echo(f"warning: {line}", err=True)
+
+
+def _print_publishing(the_launch) -> None:
+    repo = the_launch.config.hub.repo
+    if not repo or not any(s.name == "publish" for s in the_launch.plan.steps):
+        return
+    private = "private" if the_launch.config.hub.private else "public"
+    if the_launch.hub is None:
+        typer.echo(f"publish: model/ to {repo} ({private} if created) after export; the token "
+                   "is checked when the run starts")
+    else:
+        typer.echo(f"publish: model/ to {repo} ({private} if created) after export, as "
+                   f"{the_launch.hub.user} at {the_launch.hub.endpoint} (token checked)")
+
+
+def _check_download_target(target: Path) -> None:
+    from launcher.launch import download_target_problem
+
+    problem = download_target_problem(target)
+    if problem:
+        raise UserError(problem, hint="choose another --download folder")
 
 
 def _model_line(config) -> str:
@@ -253,6 +326,9 @@ def _shipping_progress(console, num_workers: int):
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    if not console.is_terminal:  # a transient bar shows nothing in a pipe or a file
+        yield lambda worker, message: None
+        return
     lock = threading.Lock()
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/"
                   "{task.total} workers"), TimeElapsedColumn(), console=console,
@@ -291,12 +367,13 @@ def stop(config_path: ConfigOpt = DEFAULT_CONFIG, job: JobOpt = None) -> None:
     """Stop the job on every worker; nothing is left running."""
     from launcher import launch
     from launcher.agent import worker_label
+    from launcher.run import stopped_everywhere
 
     with launch.open_job(config_path, job) as opened:
         results = launch.stop_job(opened)
     for index, result in results.items():
         typer.echo(f"{worker_label(index)}: {result}")
-    if any(r != "stopped" for r in results.values()):
+    if not stopped_everywhere(results):
         raise typer.Exit(1)
     typer.echo(f"job {opened.plan.job_id} stopped on every worker")
 
@@ -310,10 +387,14 @@ def status(config_path: ConfigOpt = DEFAULT_CONFIG, job: JobOpt = None) -> None:
 
     from launcher import launch
     from launcher.records import NoJob
+    from payload import budget
 
     console = _console()
     for line in launch.cluster_provider(config_path).describe():
         console.print(line, markup=False)
+    limits = budget.describe(launch.load(config_path))
+    if limits:
+        console.print(limits, markup=False)
     try:
         opened = launch.open_job(config_path, job)
     except NoJob as exc:
@@ -321,13 +402,14 @@ def status(config_path: ConfigOpt = DEFAULT_CONFIG, job: JobOpt = None) -> None:
         return
     with opened:
         rows = launch.job_status(opened)
-    table = Table(title=f"job {opened.plan.job_id}")
+    table = Table(title=Text(f"job {opened.plan.job_id}"))
     for column in ("worker", "host", "state", "stage", "step", "exit", "last line"):
         table.add_column(column, overflow="fold")
     for row in rows:
-        table.add_row(row["worker"], row["host"], row["state"], row["stage"] or "-",
-                      row["step"] or "-", "-" if row["rc"] is None else str(row["rc"]),
-                      Text(row["last"][-80:]))
+        # Text, not markup: a log line such as "[/job:worker/replica:0/...]" is shown as it is.
+        table.add_row(*(Text(cell) for cell in (
+            row["worker"], row["host"], row["state"], row["stage"] or "-", row["step"] or "-",
+            "-" if row["rc"] is None else str(row["rc"]), row["last"][-80:])))
     console.print(table)
     console.print(f"outputs: {opened.plan.output_dir}  logs: {opened.plan.output_dir}/logs  "
                   f"local log copies: {opened.record.folder / 'logs'}", markup=False)
@@ -373,10 +455,27 @@ def _error_messages():
     }
 
 
+def _usage_line(exc) -> str:
+    """A usage error (a bad option, value or command, as click words it) on one line."""
+    ctx = getattr(exc, "ctx", None)
+    where = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+    return one_line(exc.format_message()).rstrip(".") + where
+
+
 def main() -> None:
-    """Console entry point: one line and exit status 2 for user mistakes, unless TPUCTL_DEBUG."""
+    """Console entry point: one line and exit status 2 for user mistakes (usage errors
+    included), unless TPUCTL_DEBUG."""
     try:
-        app()  # standalone: usage errors print themselves and exit 2
+        # Not standalone: click's own multi-line usage report would go around the table below.
+        code = app(prog_name="tpuctl", standalone_mode=False)
+    except typer.Abort:
+        typer.echo("Aborted!", err=True)
+        sys.exit(1)
+    except typer.TyperException as exc:  # click's usage errors and other ClickExceptions
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            sys.exit(2)  # bare `tpuctl`: the help was printed
+        typer.echo(f"error: {_usage_line(exc)}", err=True)
+        sys.exit(exc.exit_code)
     except Exception as exc:
         table = _error_messages()
         message = next((m for t, m in table.items() if isinstance(exc, t)), None)
@@ -384,6 +483,7 @@ def main() -> None:
             raise
         typer.echo(f"error: {message(exc)}", err=True)
         sys.exit(getattr(exc, "exit_code", 2))
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

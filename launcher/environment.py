@@ -59,17 +59,52 @@ for req in sys.argv[1:]:
 if bad:
     print("; ".join(bad)); sys.exit(1)
 """
-# Unpacks the payload wheel into its folder (a wheel is a zip; no pip needed for pure code).
+# Python that does a set-up at most once, whoever else tries at the same time: under an exclusive
+# lock (flock) on a file beside what it builds, it skips when the completion marker is there,
+# else builds and then writes the marker. Two jobs sharing a home (NFS) never build the same
+# environment or payload at once; the second waits, then reuses.
+ONCE = """\
+import fcntl, os, shutil, subprocess, sys, zipfile
+def once(folder, build):
+    os.makedirs(os.path.dirname(folder) or ".", exist_ok=True)
+    with open(folder + ".lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        if os.path.exists(os.path.join(folder, ".complete")):
+            return "reused"
+        build()
+        os.makedirs(folder, exist_ok=True)
+        open(os.path.join(folder, ".complete"), "w").close()
+        return "built"
+"""
+# Unpacks the payload wheel into its folder (a wheel is a zip; no pip needed for pure code):
+# python -c ONCE+PAYLOAD_UNPACK WHEEL TARGET. The wheel is this job's copy: removed either way.
 PAYLOAD_UNPACK = """\
-import os, shutil, sys, zipfile
-wheel, target = sys.argv[1], sys.argv[2]
-shutil.rmtree(target + ".tmp", ignore_errors=True)
-with zipfile.ZipFile(wheel) as archive:
-    archive.extractall(target + ".tmp")
-shutil.rmtree(target, ignore_errors=True)
-os.rename(target + ".tmp", target)
-open(os.path.join(target, ".complete"), "w").close()
-os.remove(wheel)
+def _unpack(wheel=sys.argv[1], target=sys.argv[2]):
+    shutil.rmtree(target + ".tmp", ignore_errors=True)
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(target + ".tmp")
+    shutil.rmtree(target, ignore_errors=True)
+    os.rename(target + ".tmp", target)
+try:
+    print("payload", once(sys.argv[2], _unpack))
+finally:
+    os.remove(sys.argv[1])
+"""
+# Runs a set-up command once per folder: python -c ONCE+RUN_ONCE FOLDER ARGV...
+RUN_ONCE = """\
+def _run(argv=sys.argv[2:]):
+    code = subprocess.call(argv)
+    if code:
+        sys.exit(code)
+print("env", once(sys.argv[1], _run))
+"""
+# Puts a copied folder into place once: python -c ONCE+MOVE_ONCE COPY FOLDER (COPY is removed).
+MOVE_ONCE = """\
+def _move(copy=sys.argv[1], folder=sys.argv[2]):
+    shutil.rmtree(folder, ignore_errors=True)
+    os.rename(copy, folder)
+print("wheelhouse", once(sys.argv[2], _move))
+shutil.rmtree(sys.argv[1], ignore_errors=True)
 """
 # Where Google's TensorFlow release tests take the libtpu builds made for TensorFlow (the
 # tensorflow-tpu wheel itself is on PyPI). Which libtpu build TF 2.20 wants is not published;

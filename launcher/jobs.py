@@ -1,16 +1,18 @@
 """The detached job on a worker, as shell commands: start, poll, stop, count what is left.
 
-    executor.run(worker, start_command(plan.paths, plan.environment.python))
-    poll = parse_poll(executor.run(worker, poll_command(plan.paths, offset)).stdout)
+    paths = plan.paths[worker.index]                  # each worker's own job folder
+    executor.run(worker, start_command(paths, plan.environment.python))
+    poll = parse_poll(executor.run(worker, poll_command(paths, offset)).stdout)
     poll.state, poll.rc, poll.lines, poll.stage
 
 A job is the agent (launcher.agent) started with `setsid -f` in its own session and process group
 (forked off, so the starting shell never waits for it), stdin from /dev/null and output appended
-to a log file, so it outlives the SSH connection (or the laptop) that started it. Its group id
-goes to a pid file and its exit code to an rc file. Closing an SSH channel does not stop a
-remote process, and the SSH signal request is refused for root, so `stop_command` signals the
-recorded process group itself. The commands are plain strings for `sh`: the same ones run on
-local workers and over SSH.
+to a log file, so it outlives the SSH connection (or the laptop) that started it. Its group id,
+with what identifies it (launcher.groups), goes to a pid file and its exit code to an rc file.
+Closing an SSH channel does not stop a remote process, and the SSH signal request is refused
+for root, so `stop_command` signals the recorded process group itself, after checking that it
+is still the job's, and never once the job has an exit code. The commands are plain strings
+for `sh`: the same ones run on local workers and over SSH.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import shlex
 from dataclasses import dataclass
 from enum import Enum
 
+from launcher.groups import FUNCTIONS, load_group, record_group
 from launcher.plan import JobPaths
 
 POLL_MAX_LINES = 2000
@@ -45,38 +48,43 @@ def _q(path: str) -> str:
     return shlex.quote(path)
 
 
-def start_command(paths: JobPaths, python: str) -> str:
-    """Start the agent detached; prints its process group id once it is recorded."""
+# The starting shell's variable holding the job's secrets (JSON) when it has any: set by the
+# executor (`run(..., secret_env=...)`: in the local process's environment, or as a shell
+# assignment inside the script SSH sends on its encrypted channel), never in an argument or a
+# file. The shell hands the value to the agent on a pipe and starts it without the variable.
+SECRETS_ENV = "TPUCTL_SECRETS"
+
+
+def start_command(paths: JobPaths, python: str, *, secrets: bool = False) -> str:
+    """Start the agent detached; prints its process group id once it is recorded. With
+    `secrets`, the agent's standard input is a pipe carrying $TPUCTL_SECRETS (printf is a shell
+    builtin: the value is in no process's arguments), and the agent's environment lacks it."""
     agent = shlex.join(["env", f"PYTHONPATH={paths.payload_dir}", "PYTHONUNBUFFERED=1", python,
                         "-m", "launcher.agent", paths.agent_plan])
     rc_tmp = paths.rc + ".tmp"
-    inner = (f"echo $$ > {_q(paths.pid)}; {agent}; "
+    inner = (f"{record_group(paths.pid, paths.job_dir)}; {agent}; "
              f"echo $? > {_q(rc_tmp)} && mv {_q(rc_tmp)} {_q(paths.rc)}")
+    detach = f"nohup setsid -f sh -c {_q(inner)} < /dev/null >> {_q(paths.log)} 2>&1"
+    if secrets:
+        detach = (f'printf "%s\\n" "${SECRETS_ENV}" | env -u {SECRETS_ENV} nohup setsid -f sh -c '
+                  f"{_q(inner)} >> {_q(paths.log)} 2>&1")
     return (
         f"rm -f {_q(paths.pid)} {_q(paths.rc)} && "
-        f"{{ nohup setsid -f sh -c {_q(inner)} < /dev/null >> {_q(paths.log)} 2>&1; }} && "
+        f"{{ {detach}; }} && {'unset ' + SECRETS_ENV + '; ' if secrets else ''}"
         f"i=0; while [ ! -s {_q(paths.pid)} ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; "
-        f"cat {_q(paths.pid)}"
+        f"cut -d' ' -f1 {_q(paths.pid)}"
     )
 
 
-# Members of process group $pg that are not zombies: PID 1 here reaps orphans late, so a
-# killed process can linger as a zombie that holds nothing.
-_LIVE_MEMBERS = (
-    'live() { n=0; for p in $(pgrep -g "$pg" 2>/dev/null); do '
-    's=$(sed "s/.*) //" /proc/$p/stat 2>/dev/null | cut -d" " -f1); '
-    '[ -n "$s" ] && [ "$s" != Z ] && n=$((n+1)); done; echo $n; }; '
-)
-
-
 def poll_command(paths: JobPaths, line_offset: int, max_lines: int = POLL_MAX_LINES) -> str:
-    """First line `STATE RC STAGE`, then up to max_lines log lines after line_offset."""
+    """First line `STATE RC STAGE`, then up to max_lines log lines after line_offset. A job is
+    running only while its recorded group, identity checked, has live processes."""
     return (
         f"cd {_q(paths.job_dir)} 2>/dev/null || {{ echo none - -; exit 0; }}; "
         'stage=$(cat stage 2>/dev/null | head -c 40); [ -n "$stage" ] || stage=-; '
         'if [ -s rc ]; then echo "exited $(cat rc) $stage"; '
-        'elif [ -s pid ] && pg=$(cat pid) && '
-        f'{{ {_LIVE_MEMBERS}[ "$(live)" -gt 0 ]; }}; then echo "running - $stage"; '
+        f'elif [ -s pid ] && {{ {load_group("pid")}{FUNCTIONS}[ "$(live)" -gt 0 ]; }}; then '
+        'echo "running - $stage"; '
         # The job may have finished between the first look at rc and counting its processes.
         'elif [ -s rc ]; then echo "exited $(cat rc) $stage"; '
         'elif [ -s pid ]; then echo "gone - $stage"; else echo "none - $stage"; fi; '
@@ -96,32 +104,29 @@ def parse_poll(output: str) -> Poll:
     return Poll(state=state, rc=rc, lines=tuple(complete), partial=partial, stage=stage)
 
 
-def _job_group(paths: JobPaths, no_job: str) -> str:
-    """Shell that reads the job's process group into $pg and defines `live`; prints `no_job`
-    and exits when the job has no recorded group."""
-    return (f"pg=$(cat {_q(paths.pid)} 2>/dev/null); "
-            f'case "$pg" in ""|*[!0-9]*) echo {_q(no_job)}; exit 0;; esac; '
-            f"{_LIVE_MEMBERS}")
-
-
 def stop_command(paths: JobPaths, grace_s: float = 5.0) -> str:
     """SIGTERM the job's process group, SIGKILL what is left after grace_s; prints `stopped N`
-    (N = processes still alive afterwards, 0 when all are gone)."""
+    (N = processes still alive afterwards, 0 when all are gone), or `ended RC` for a job that
+    has an exit code: that one is never signalled. Neither is a recorded group that is not the
+    job's any more (its id taken by another process)."""
     tries = max(1, int(grace_s / 0.1))
+    rc = _q(paths.rc)
     return (
-        _job_group(paths, "stopped 0")
-        + 'kill -TERM -"$pg" 2>/dev/null; '
+        f'if [ -s {rc} ]; then echo "ended $(cat {rc})"; exit 0; fi; '
+        + load_group(paths.pid) + FUNCTIONS
+        + 'ours || { echo "stopped 0"; exit 0; }; '
+        'kill -TERM -"$pg" 2>/dev/null; '
         f'i=0; while [ "$(live)" -gt 0 ] && [ $i -lt {tries} ]; do sleep 0.1; i=$((i+1)); done; '
-        'if [ "$(live)" -gt 0 ]; then kill -KILL -"$pg" 2>/dev/null; i=0; '
+        'if [ "$(live)" -gt 0 ] && ours; then kill -KILL -"$pg" 2>/dev/null; i=0; '
         'while [ "$(live)" -gt 0 ] && [ $i -lt 30 ]; do sleep 0.1; i=$((i+1)); done; fi; '
-        f"[ -s {_q(paths.rc)} ] || echo {STOPPED_RC} > {_q(paths.rc)}; "
+        f"[ -s {rc} ] || echo {STOPPED_RC} > {rc}; "
         'echo "stopped $(live)"'
     )
 
 
 def live_count_command(paths: JobPaths) -> str:
     """How many processes of the job's group are alive (zombies excluded)."""
-    return _job_group(paths, "0") + "live"
+    return load_group(paths.pid) + FUNCTIONS + "live"
 
 
 def progress_command(paths: JobPaths) -> str:

@@ -1,11 +1,10 @@
 """The train use-case and the jobs it leaves: work out a run, start it, reopen it later.
 
     from launcher.plan import render_plan
-    launch = plan_train(Path("tpuctl.yaml"), local=True, num_workers=2, stages=ALL_STAGES,
-                        resume=False, overwrite=False)
+    launch = plan_train(Path("tpuctl.yaml"), TrainOptions(local=True, num_workers=2))
     print(render_plan(launch.plan))                   # `--dry-run` stops here
-    with start(launch, on_event=progress) as job:     # check, ship, record, submit
-        outcome = follow(job, sink=print_line)
+    job = start(launch, on_event=progress)            # check, stage, ship, record, submit
+    job, outcome = follow_to_end(launch, job, sink=print_line)   # recovers preemptions
     with open_job(Path("tpuctl.yaml"), job_id=None) as job:   # logs, stop, status, ssh
         stop_job(job)
 
@@ -24,11 +23,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from launcher import records, run, ship
+from launcher import estimate, hub, records, run, ship
 from launcher.environment import plan_environment
 from launcher.plan import ALL_STAGES, Plan, Stage, Worker, build_plan
 from launcher.providers import Fleet, Provider, provider_for, reopen
-from payload import tpu_api
+from payload import storage, tpu_api
 from payload.errors import UserError
 
 # Test hook: run stages as `PYTHON FILE STAGE ...` instead of `PYTHON -m payload STAGE ...`.
@@ -44,6 +43,23 @@ def load(config_path: Path):
 
 
 @dataclass(frozen=True, kw_only=True)
+class TrainOptions:
+    """What `tpuctl train` was asked for on its command line."""
+
+    local: bool = False
+    num_workers: int | None = None  # --workers (local only)
+    stages: tuple[Stage, ...] = ALL_STAGES
+    resume: bool = False
+    overwrite: bool = False
+    dry_run: bool = False
+    down: bool = False  # delete the TPU when the job ends, even with no launcher watching
+    auto_resume: int = 0  # preemptions to recover from
+    max_hours: float | None = None  # override train.max_hours
+    max_cost: float | None = None  # override train.max_cost
+    push_to_hub: str | None = None  # override hub.repo: publish model/ there after export
+
+
+@dataclass(frozen=True, kw_only=True)
 class Launch:
     """Everything `train` will do, worked out before anything is touched."""
 
@@ -53,9 +69,10 @@ class Launch:
     fleet: Fleet
     wheel: bytes
     wheelhouse: tuple[str, str] | None  # (folder, digest)
-    stages: tuple[Stage, ...] = ALL_STAGES
-    resume: bool = False
-    overwrite: bool = False
+    options: TrainOptions = TrainOptions()
+    config_path: Path = Path("tpuctl.yaml")
+    started_from: str = ""  # user@host:config, as the run lock names the job to others
+    hub: object = None  # launcher.hub.HubAccess when the run publishes (checked; holds the token)
 
 
 @dataclass
@@ -93,18 +110,39 @@ def new_job_id(name: str) -> str:
     return f"{name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
 
 
-def plan_train(config_path: Path, *, local: bool, num_workers: int | None,
-               stages: tuple[Stage, ...], resume: bool, overwrite: bool,
-               dry_run: bool = False) -> Launch:
+def _with_limits(config, options: TrainOptions):
+    """The config with --max-hours / --max-cost in place of train.max_hours / max_cost, checked
+    as if the file said so."""
+    overrides = {k: v for k, v in (("max_hours", options.max_hours),
+                                   ("max_cost", options.max_cost)) if v is not None}
+    if not overrides:
+        return config
+    from payload.config import parse_config
+
+    raw = config.model_dump(mode="json")
+    raw["train"].update(overrides)
+    return parse_config(raw, source="--max-hours/--max-cost")
+
+
+def plan_train(config_path: Path, options: TrainOptions) -> Launch:
     """Everything `train` will do, as data; reads files and picks ports, writes nothing. A dry
     run asks no one where the workers are (a cloud's are placeholders from its table)."""
-    if resume and overwrite:
+    if options.resume and options.overwrite:
         raise UserError("--resume and --overwrite contradict each other",
                         hint="--resume continues the checkpoints, --overwrite starts again over "
                         "them: pass one")
-    provider = provider_for(load(config_path), local_override=local, num_workers=num_workers)
-    config = provider.worker_config(load(config_path))
-    fleet = provider.planned_fleet() if dry_run else provider.fleet()
+    if options.auto_resume < 0:
+        raise UserError(f"--auto-resume {options.auto_resume}: give how many preemptions to "
+                        "recover from (0 or more)")
+    provider = provider_for(load(config_path), local_override=options.local,
+                            num_workers=options.num_workers)
+    config = _with_limits(provider.worker_config(load(config_path)), options)
+    if options.push_to_hub:
+        from payload.config import with_hub_repo
+
+        config = with_hub_repo(config, options.push_to_hub)
+    fleet = provider.planned_fleet() if options.dry_run else provider.fleet()
+    estimate.refuse_unsplittable_batch(config, fleet, options.stages)
     cluster = config.cluster
     python = cluster.python or (fleet.python if not cluster.wheelhouse else None)
     wheelhouse = ((cluster.wheelhouse, ship.wheelhouse_digest(cluster.wheelhouse))
@@ -119,11 +157,28 @@ def plan_train(config_path: Path, *, local: bool, num_workers: int | None,
     the_plan = build_plan(
         config, fleet.workers, job_id=new_job_id(config.name),
         payload_digest=ship.payload_digest(wheel), environment=environment,
-        hardware=fleet.hardware, stages=stages, resume=resume, overwrite=overwrite,
-        stage_entry=(entry,) if entry else ("-m", "payload"), stale_after_s=peer_timeout_s(),
-        forward_env=tpu_api.forwarded_env())
+        hardware=fleet.hardware, stages=options.stages, resume=options.resume,
+        overwrite=options.overwrite, stage_entry=(entry,) if entry else ("-m", "payload"),
+        stale_after_s=peer_timeout_s(),
+        forward_env=tpu_api.forwarded_env() + storage.forwarded_env(),
+        hub_env=hub.forwarded_env())
+    publishes = any(step.name == Stage.PUBLISH.value for step in the_plan.steps)
+    access = hub.check_access(config.hub.repo) if publishes and not options.dry_run else None
     return Launch(config=config, plan=the_plan, provider=provider, fleet=fleet, wheel=wheel,
-                  wheelhouse=wheelhouse, stages=stages, resume=resume, overwrite=overwrite)
+                  wheelhouse=wheelhouse, options=options, config_path=config_path,
+                  started_from=started_from(config_path), hub=access)
+
+
+def started_from(config_path: Path) -> str:
+    """Where a run was started: `user@host:/path/to/tpuctl.yaml`."""
+    import getpass
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return f"{user}@{socket.gethostname()}:{config_path.resolve()}"
 
 
 def check_before_start(launch: Launch) -> None:
@@ -132,45 +187,67 @@ def check_before_start(launch: Launch) -> None:
     if launch.fleet.shares_launcher_machine:
         from payload.preflight import check_before_start as stages_would_refuse
 
-        stages_would_refuse(launch.config, stages=launch.stages, resume=launch.resume,
-                            overwrite=launch.overwrite)
+        options = launch.options
+        stages_would_refuse(launch.config, stages=options.stages, resume=options.resume,
+                            overwrite=options.overwrite)
 
 
-def _refuse_if_running(executor, base: Path, name: str, workers: tuple[Worker, ...]) -> None:
-    """The run's current job must not still be running on these workers."""
+def _refuse_if_running(executor, base: Path, name: str, workers: tuple[Worker, ...]) -> str | None:
+    """The run's current job must not still be running on these workers; its id when it is
+    seen ended there (its run lock, if left behind, can then be taken over at once)."""
     try:
         previous = records.current_job(base, name).plan()
     except (UserError, OSError, ValueError, KeyError, TypeError):
-        return
+        return None
     if [w.host for w in previous.workers] != [w.host for w in workers]:
-        return
-    if any(s["state"] == "running" for s in run.status(executor, previous)):
+        return None
+    states = [s["state"] for s in run.status(executor, previous)]
+    if "running" in states:
         raise UserError(f"job {previous.job_id} of run '{name}' is still running",
                         hint="watch it with `tpuctl logs` or end it with `tpuctl stop`")
+    return previous.job_id if "unreachable" not in states else None
 
 
 def start(launch: Launch, *, on_event: Callable[[Worker, str], None] = lambda w, m: None,
-          on_note: Callable[[str], None] = lambda m: None) -> Job:
-    """Check, stage inputs, ship, record and submit: the job runs detached on every worker when
-    this returns. `on_event` hears shipping per worker, `on_note` the rest."""
+          on_note: Callable[[str], None] = lambda m: None, dead_job: str | None = None) -> Job:
+    """Check, stage inputs, ship, take the run lock, record and submit: the job runs detached
+    on every worker when this returns. `on_event` hears shipping per worker, `on_note` the
+    rest (a dead job's run lock taken over, for one). `dead_job`: a job the caller knows has
+    ended (its machines were taken away), whose run lock is taken over at once."""
     from payload.config import dump_config
 
     check_before_start(launch)
     launch = dataclasses.replace(launch, config=launch.provider.stage_inputs(launch.config,
                                                                              on_note))
+    if launch.options.down:
+        launch = dataclasses.replace(launch, plan=dataclasses.replace(
+            launch.plan, delete_when_done=launch.provider.node_to_delete(on_note)))
     base = records.state_dir()
     the_plan = launch.plan
     executor = launch.provider.connect(the_plan.workers)
+    locked = False
     try:
-        _refuse_if_running(executor, base, launch.config.name, the_plan.workers)
+        ended = _refuse_if_running(executor, base, launch.config.name, the_plan.workers) or (
+            dead_job)
         wheel = ship.write_wheel(base / "wheels", launch.wheel)
         done = ship.ship(executor, the_plan.workers, the_plan.environment, the_plan.paths, wheel,
                          wheelhouse=launch.wheelhouse, on_event=on_event)
         run.check_shared_output(executor, the_plan)
+        holder = {"job": the_plan.job_id, "run": the_plan.name, "from": launch.started_from,
+                  "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                  "stale_after_s": the_plan.stale_after_s}
+        note = run.take_run_lock(executor, the_plan, holder, dead_job=ended)
+        locked = True
+        if note:
+            on_note(note)
         record = records.save_job(base, the_plan, dump_config(launch.config),
                                   launch.provider.reach(launch.fleet))
-        run.submit(executor, the_plan, record)
+        launch.provider.record_billing(the_plan.output_dir)
+        run.submit(executor, the_plan, record,
+                   secrets=launch.hub.secrets() if launch.hub else None)
     except BaseException:
+        if locked:
+            run.release_run_lock(executor, the_plan)
         executor.close()
         raise
     set_up = sorted({k for d in done for k, v in d.items() if v})
@@ -211,10 +288,11 @@ def only(the_plan: Plan, workers: tuple[Worker, ...]) -> Plan:
 
 
 def follow(job: Job, sink: Callable[[int, str], None], *, worker: int | None = None,
-           keep_following: bool = True, from_start: bool = True) -> run.Outcome:
-    """Stream the job's logs (all workers, or one) until it ends; fail-fast over all workers."""
+           keep_following: bool = True) -> run.Outcome:
+    """Stream the job's logs (all workers, or one) from the start until it ends; fail-fast
+    over all workers."""
     chosen = job.plan.workers if worker is None else (select(job.plan.workers, worker),)
-    book = run.LogBook(job.record, chosen, from_start=from_start)
+    book = run.LogBook(job.record, chosen)
     try:
         return run.watch(job.executor, only(job.plan, chosen), book, sink,
                          follow=keep_following, fail_fast=keep_following and worker is None,
@@ -236,3 +314,113 @@ def stop_job(job: Job) -> dict[int, str]:
 
 def job_status(job: Job) -> list[dict]:
     return run.status(job.executor, job.plan)
+
+
+def _steps_reached(job: Job) -> int | None:
+    """The newest training step the chief's log (the launcher's copy) mentions."""
+    import re
+
+    path = job.record.log_file(0)
+    if not path.is_file():
+        return None
+    steps = re.findall(r"\bstep (\d+)", path.read_text(errors="replace"))
+    return int(steps[-1]) if steps else None
+
+
+def _keep_lock_beating(output_dir: str, job_id: str, stop_event) -> None:
+    """While the TPU is gone nobody beats the run lock: the launcher does, so no other run
+    takes the output_dir over during a recovery (if the launcher can reach output_dir)."""
+    from launcher import runlock
+
+    while not stop_event.wait(5.0):
+        try:
+            runlock.beat(output_dir, job_id)
+        except Exception:  # the lock may be unreachable from here; it then waits as stale
+            return
+
+
+def follow_to_end(launch: Launch, job: Job, *, sink: Callable[[int, str], None],
+                  on_note: Callable[[str], None] = lambda m: None,
+                  on_started: Callable[[Job], None] = lambda job: None
+                  ) -> tuple[Job, run.Outcome]:
+    """Follow a started job to its end; when its machines are taken away (a preempted TPU) and
+    --auto-resume allows, replace them, ship again and resume from the newest checkpoint,
+    recording each recovery in output_dir (launcher.recoveries). The last job and how it
+    ended."""
+    import threading
+
+    from launcher import recoveries
+
+    def shipping(worker: Worker, message: str) -> None:
+        if message != "ready":
+            on_note(f"{worker.label}: {message}")
+
+    done = 0
+    while True:
+        outcome = follow(job, sink)
+        if not outcome.lost_fleet or done >= launch.options.auto_resume:
+            return job, outcome
+        done += 1
+        lost_at = _steps_reached(job)
+        on_note(f"{outcome.reason}: recovering ({done} of {launch.options.auto_resume})")
+        job.close()
+        beating = threading.Event()
+        threading.Thread(target=_keep_lock_beating, daemon=True,
+                         args=(job.plan.output_dir, job.plan.job_id, beating)).start()
+        try:
+            launch.provider.recover(on_note)
+            resume = recoveries.has_checkpoint(job.plan.output_dir)
+            options = dataclasses.replace(launch.options, resume=resume, overwrite=False)
+            launch = plan_train(launch.config_path, options)
+        finally:
+            beating.set()
+        entry = recoveries.record(job.plan.output_dir, reason=outcome.reason,
+                                  old_job=job.plan.job_id, new_job=launch.plan.job_id,
+                                  lost_at_step=lost_at)
+        on_note(f"recovery {done}: {entry['summary']}")
+        job = start(launch, on_event=shipping, on_note=on_note, dead_job=job.plan.job_id)
+        on_started(job)
+
+
+DOWNLOAD_MARKER = ".tpuctl-download"
+
+
+def download_target_problem(target: Path) -> str | None:
+    """Why `--download TARGET` would put something the user owns at risk (None: it would not)."""
+    if target.exists() and not target.is_dir():
+        return f"--download {target} is a file"
+    if target.is_dir() and any(target.iterdir()) and not (target / DOWNLOAD_MARKER).exists():
+        return (f"--download {target} holds files tpuctl did not download there; they would "
+                "be replaced")
+    return None
+
+
+def download_model(output_dir: str, target: Path) -> str:
+    """Copy output_dir/model/ (only once it is complete) into `target`, replacing an earlier
+    download there in one rename: a crash leaves the old copy or the new one."""
+    import shutil
+
+    from payload import storage
+
+    problem = download_target_problem(target)
+    if problem:
+        raise UserError(problem, hint="choose another --download folder")
+    source = storage.join(output_dir, "model")
+    if not storage.is_complete(source):
+        raise UserError(f"{source} is not complete (no export finished there)",
+                        hint="run the export stage: `tpuctl train --stages export`")
+    staging = target.with_name(f".{target.name}.tpuctl-new")
+    old = target.with_name(f".{target.name}.tpuctl-old")
+    shutil.rmtree(staging, ignore_errors=True)  # names only tpuctl uses
+    prefix = source.rstrip("/") + "/"
+    for path in storage.walk_files(source):
+        local = staging / path[len(prefix):]
+        local.parent.mkdir(parents=True, exist_ok=True)
+        local.write_bytes(storage.read_bytes(path))
+    (staging / DOWNLOAD_MARKER).write_text(f"copied from {source}\n")
+    if target.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        target.rename(old)
+    staging.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
+    return f"model/ copied to {target}"

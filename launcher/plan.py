@@ -22,6 +22,7 @@ from enum import Enum
 
 from launcher.agent import worker_label
 from launcher.environment import WORKER_ROOT, Environment, EnvMode
+from launcher.groups import FUNCTIONS, load_group
 from payload.errors import UserError
 from payload.stages import Stage
 from payload.strategy import Device, Hardware, fleet_strategy
@@ -35,6 +36,7 @@ STAGE_ENV = (
     ("TF_USE_LEGACY_KERAS", "1"),
 )
 TPU_DEVICES = ("/dev/accel*", "/dev/vfio/*")
+HUB_TOKEN_ENV = "HF_TOKEN"  # how huggingface_hub reads a token; the publish stage's only secret
 LIBTPU_LOCKFILE = "/tmp/libtpu_lockfile"
 
 
@@ -58,6 +60,9 @@ class Command:
     worker: int
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...] = ()
+    # Names of secrets (HF_TOKEN) the worker's agent adds to this command's environment from
+    # what it was handed in memory at start (launcher.jobs); never their values.
+    secrets: tuple[str, ...] = ()
 
     def shell_line(self) -> str:
         """One shell line: `env K=V ... argv`, every word quoted."""
@@ -86,7 +91,8 @@ class Step:
 
 @dataclass(frozen=True, kw_only=True)
 class JobPaths:
-    """A job's files on each worker, relative to the worker's starting folder."""
+    """A job's files on one worker, relative to the worker's starting folder. Each worker has
+    its own job folder, so workers that share a home (NFS) never share a pid, log or plan."""
 
     job_dir: str
     config: str
@@ -99,6 +105,17 @@ class JobPaths:
 
 
 @dataclass(frozen=True, kw_only=True)
+class NodeToDelete:
+    """The TPU worker 0 deletes when the job ends (`train --down`), checked by its unique id."""
+
+    project: str
+    zone: str
+    name: str
+    uid: str
+    api_endpoint: str | None = None  # the TPU API stand-in the launcher used (tests), or Google
+
+
+@dataclass(frozen=True, kw_only=True)
 class Plan:
     job_id: str
     name: str
@@ -106,7 +123,7 @@ class Plan:
     hardware: Hardware
     workers: tuple[Worker, ...]
     steps: tuple[Step, ...]
-    paths: JobPaths
+    paths: tuple[JobPaths, ...]  # per worker, by index
     environment: Environment
     payload_digest: str
     # Where workers meet between steps: every worker writes its exit code here and waits for
@@ -116,6 +133,7 @@ class Plan:
     # Workers beat a counter in barrier_dir this often; one silent for stale_after_s is dead.
     heartbeat_s: float = 5.0
     stale_after_s: float = 120.0
+    delete_when_done: NodeToDelete | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -124,15 +142,36 @@ class Plan:
     def from_json(cls, text: str) -> Plan:
         return _from_data(cls, json.loads(text))
 
+    def coordination_port(self, worker: int) -> int | None:
+        """The port this worker's training listens on for the others (None: no TF_CONFIG)."""
+        train = next((s for s in self.steps if s.name == Stage.TRAIN.value), None)
+        command = train.command_for(worker) if train else None
+        if command is None or "TF_CONFIG" not in dict(command.env):
+            return None
+        return self.workers[worker].coordination_port
+
+    def secret_names(self, worker: int) -> tuple[str, ...]:
+        """The secrets this worker's commands need, by name."""
+        return tuple(sorted({name for step in self.steps for c in step.commands
+                             if c.worker == worker for name in c.secrets}))
+
     def agent_plan(self, worker: int) -> dict:
         """What the agent on one worker needs: its commands per step, who to wait for."""
         return {
             "job_id": self.job_id,
             "worker": worker,
             "barrier_dir": self.barrier_dir,
-            "log": self.paths.log,
+            "output_dir": self.output_dir,
+            # Worker 0 keeps the run lock (launcher.runlock) beating and lets it go at the end.
+            "holds_run_lock": worker == 0,
+            "delete_when_done": (dataclasses.asdict(self.delete_when_done)
+                                 if worker == 0 and self.delete_when_done else None),
+            "coordination_port": self.coordination_port(worker),
+            "log": self.paths[worker].log,
             "log_copy": self.log_copies[worker],
             "all_workers": [w.index for w in self.workers],
+            # The agent reads its secrets from its standard input at start (launcher.jobs).
+            "secrets_on_stdin": bool(self.secret_names(worker)),
             "heartbeat_s": self.heartbeat_s,
             "stale_after_s": self.stale_after_s,
             "steps": [
@@ -148,48 +187,80 @@ class Plan:
 
 
 def _spec(command: Command | None) -> dict | None:
-    return None if command is None else {"argv": list(command.argv), "env": dict(command.env)}
+    if command is None:
+        return None
+    spec = {"argv": list(command.argv), "env": dict(command.env)}
+    if command.secrets:
+        spec["secrets"] = list(command.secrets)
+    return spec
 
 
 def parse_stages(text: str | None) -> tuple[Stage, ...]:
     """`--stages prepare,train` as stages in pipeline order."""
-    if not text:
+    if text is None:
         return ALL_STAGES
     names = [s.strip() for s in text.split(",") if s.strip()]
     valid = [s.value for s in ALL_STAGES]
     unknown = [n for n in names if n not in valid]
-    if unknown or not names:
-        raise UserError(f"--stages: unknown stage '{unknown[0] if unknown else text}'",
+    if unknown:
+        raise UserError(f"--stages: unknown stage '{unknown[0]}'",
                         hint=f"choose from {', '.join(valid)}")
+    if not names:
+        raise UserError(f"--stages {text!r} names no stage", hint=f"choose from "
+                        f"{', '.join(valid)}, or leave --stages out to run them all")
     return tuple(s for s in ALL_STAGES if s.value in names)
 
 
-def job_paths(job_id: str, payload_digest: str) -> JobPaths:
-    job_dir = f"{WORKER_ROOT}/jobs/{job_id}"
+def job_paths(job_id: str, payload_digest: str, worker: int) -> JobPaths:
+    job_dir = f"{WORKER_ROOT}/jobs/{job_id}/{worker_label(worker)}"
     payload_dir = f"{WORKER_ROOT}/payload/{payload_digest}"
     return JobPaths(
         job_dir=job_dir, config=f"{job_dir}/config.yaml", agent_plan=f"{job_dir}/agent.json",
         log=f"{job_dir}/worker.log", pid=f"{job_dir}/pid", rc=f"{job_dir}/rc",
-        payload_dir=payload_dir, wheel=f"{payload_dir}.whl",
+        payload_dir=payload_dir, wheel=f"{job_dir}/payload.whl",
     )
 
 
-def free_tpu_script(devices: tuple[str, ...] = TPU_DEVICES, lockfile: str = LIBTPU_LOCKFILE) -> str:
-    """Shell that stops this user's processes holding the TPU, then drops a stale libtpu lock.
+def free_tpu_script(devices: tuple[str, ...] = TPU_DEVICES, lockfile: str = LIBTPU_LOCKFILE,
+                    jobs_dir: str = f"{WORKER_ROOT}/jobs") -> str:
+    """Shell that frees the TPU before training: it stops what earlier tpuctl jobs left holding
+    it, refuses (one line, exit 1) when anything else holds it, then drops a stale libtpu lock.
 
-    A crashed or detached earlier run keeps the chips open and the next one fails to start.
+    A crashed or detached earlier run keeps the chips open and the next one fails to start. A
+    holder is an earlier job's when its process group is one recorded in a pid file under
+    `jobs_dir`, identity checked (launcher.groups); it is stopped if that job has ended (or its
+    leader is gone), and refused while the job still runs. Anything else (another program, a
+    notebook) is named with its pid and command, never signalled.
     """
-    patterns = "|".join(devices)
+    patterns = "|".join((*devices, lockfile))
+    jobs = shlex.quote(jobs_dir)
+    lock = shlex.quote(lockfile)
     return (
-        'me=$(id -u); '
-        'for p in /proc/[0-9]*; do pid=${p#/proc/}; '
-        '[ "$pid" = "$$" ] && continue; '
-        '[ "$(stat -c %u "$p" 2>/dev/null)" = "$me" ] || continue; '
-        'for fd in "$p"/fd/*; do case "$(readlink "$fd" 2>/dev/null)" in '
-        f'{patterns}) echo "tpuctl: stopping stale TPU holder $pid"; '
-        'kill -9 "$pid" 2>/dev/null; break;; esac; done; done; '
-        f'if [ -e {shlex.quote(lockfile)} ]; then echo "tpuctl: removing stale {lockfile}"; '
-        f'rm -f {shlex.quote(lockfile)}; fi; true'
+        FUNCTIONS
+        + 'state() { sed "s/.*) //" "/proc/$1/stat" 2>/dev/null | cut -d" " -f1; }; '
+        'mine=$(sed "s/.*) //" /proc/$$/stat | cut -d" " -f3); killed=""; busy=""; '
+        'for p in /proc/[0-9]*; do hp=${p#/proc/}; [ "$hp" = "$$" ] && continue; held=""; '
+        'for fd in "$p"/fd/*; do link=$(readlink "$fd" 2>/dev/null); '
+        f'case "$link" in {patterns}) held=$link; break;; esac; done; '
+        '[ -n "$held" ] || continue; '
+        'hpg=$(sed "s/.*) //" "$p/stat" 2>/dev/null | cut -d" " -f3); '
+        '[ -n "$hpg" ] && [ "$hpg" != "$mine" ] || continue; rec=""; '
+        f'for f in {jobs}/*/worker-*/pid {jobs}/*/pid; do [ -f "$f" ] || continue; '
+        + load_group("", word='"$f"')
+        + '[ "$pg" = "$hpg" ] && ours && { rec=$f; break; }; done; '
+        'if [ -n "$rec" ] && { [ -s "${rec%pid}rc" ] || [ ! -e "/proc/$pg" ]; }; then '
+        'echo "tpuctl: stopping pid $hp, left holding $held by tpuctl job $tag"; '
+        'kill -KILL -"$pg" 2>/dev/null; killed="$killed $hp"; '
+        'elif [ -n "$rec" ]; then '
+        'busy="$busy, pid $hp of tpuctl job $tag (still running: tpuctl stop ends it)"; '
+        'else cmd=$(tr "\\000" " " < "$p/cmdline" 2>/dev/null | cut -c1-60); cmd=${cmd% }; '
+        'busy="$busy, pid $hp ($cmd) holding $held"; fi; done; '
+        'if [ -n "$busy" ]; then echo "tpuctl: the TPU is in use by${busy#,}: end that '
+        '(kill PID) or wait for it, then run again" >&2; exit 1; fi; '
+        'for k in $killed; do i=0; while [ -n "$(state "$k")" ] && [ "$(state "$k")" != Z ] '
+        '&& [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done; done; '
+        f'if [ -e {lock} ]; then echo "tpuctl: removing stale {lockfile}"; rm -f {lock}; fi; '
+        'true'
     )
 
 
@@ -207,19 +278,24 @@ def build_plan(
     stage_entry: tuple[str, ...] = ("-m", "payload"),
     stale_after_s: float = 120.0,
     forward_env: tuple[tuple[str, str], ...] = (),
+    hub_env: tuple[tuple[str, str], ...] = (),
+    delete_when_done: NodeToDelete | None = None,
 ) -> Plan:
     """The whole job as data. `stage_entry` is how the interpreter starts a stage;
-    `forward_env` is what every stage gets from the launcher's environment."""
+    `forward_env` is what every stage gets from the launcher's environment, `hub_env` what the
+    publish stage gets (HF_ENDPOINT; the token goes as a secret, by name)."""
     if not workers:
         raise UserError("no workers to run on", hint="use --workers 1 or more")
-    paths = job_paths(job_id, payload_digest)
+    if [w.index for w in workers] != list(range(len(workers))):
+        raise ValueError("workers must be numbered 0..n-1 in order")
+    paths = tuple(job_paths(job_id, payload_digest, w.index) for w in workers)
     n = len(workers)
-    base_env = (*STAGE_ENV, ("PYTHONPATH", paths.payload_dir), *forward_env)
+    base_env = (*STAGE_ENV, ("PYTHONPATH", paths[0].payload_dir), *forward_env)
     flags = (*(("--resume",) if resume else ()), *(("--overwrite",) if overwrite else ()))
 
     def stage(name: Stage, index: int, share: tuple[int, int] | None,
               extra_env: tuple[tuple[str, str], ...] = ()) -> Command:
-        argv = [environment.python, *stage_entry, name.value, "--config", paths.config]
+        argv = [environment.python, *stage_entry, name.value, "--config", paths[index].config]
         if name is Stage.TRAIN:
             argv += ["--hardware", hardware.spec()]
         if share is not None:
@@ -262,6 +338,13 @@ def build_plan(
         steps.append(Step(name=Stage.TRAIN.value, commands=tuple(commands), services=services))
     if Stage.EXPORT in wanted:
         steps.append(Step(name=Stage.EXPORT.value, commands=(stage(Stage.EXPORT, 0, None),)))
+    if Stage.PUBLISH in wanted and config.hub.repo:
+        publish = stage(Stage.PUBLISH, 0, None, hub_env)
+        steps.append(Step(name=Stage.PUBLISH.value, commands=(
+            dataclasses.replace(publish, secrets=(HUB_TOKEN_ENV,)),)))
+    elif Stage.PUBLISH in wanted and stages == (Stage.PUBLISH,):
+        raise UserError("--stages publish: there is no Hub repository to publish to",
+                        hint="pass --push-to-hub OWNER/NAME or set hub.repo")
     if not steps:
         raise UserError("nothing to run: the tokenizer stage is skipped when tokenizer.path or "
                         "model.init_from brings the tokenizer", hint="choose other --stages")
@@ -276,6 +359,7 @@ def build_plan(
         log_copies=tuple(storage.join(config.output_dir, "logs", f"{w.label}.log")
                          for w in workers),
         heartbeat_s=min(5.0, stale_after_s / 4), stale_after_s=stale_after_s,
+        delete_when_done=delete_when_done,
     )
 
 
@@ -289,8 +373,9 @@ def render_plan(plan: Plan) -> str:
         lines.append(f"  {w.label}: {where}  tf={w.address}:{w.coordination_port}")
     env = plan.environment
     lines += [f"environment: {env.mode.value} {env.python}  (key {env.key})",
-              f"payload: {plan.paths.payload_dir}",
-              f"job files: {plan.paths.job_dir}/ (config.yaml, worker.log, pid, rc)"]
+              f"payload: {plan.paths[0].payload_dir}",
+              f"job files: {plan.paths[0].job_dir.rsplit('/', 1)[0]}/worker-N/ (config.yaml, "
+              "worker.log, pid, rc)"]
     if env.mode is EnvMode.EXISTING:
         lines.append(f"  set-up: check {env.python} has {' '.join(env.requirements)}")
     elif env.setup:
@@ -299,7 +384,9 @@ def render_plan(plan: Plan) -> str:
         lines.append(f"step {number}: {step.name} on workers "
                      f"{', '.join(str(w) for w in step.workers)}; then wait for all")
         for c in step.commands:
-            lines.append(f"  {worker_label(c.worker)}$ {c.shell_line()}")
+            handed = (f"   [+ {', '.join(c.secrets)}: in memory, from the launcher]"
+                      if c.secrets else "")
+            lines.append(f"  {worker_label(c.worker)}$ {c.shell_line()}{handed}")
         for c in step.services:
             lines.append(f"  {worker_label(c.worker)} (while it runs)$ {c.shell_line()}")
     return "\n".join(lines)

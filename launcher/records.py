@@ -32,7 +32,11 @@ class NoJob(UserError):
 
 
 def state_dir() -> Path:
-    return Path(os.environ.get("TPUCTL_HOME") or Path.home() / ".tpuctl")
+    path = Path(os.environ.get("TPUCTL_HOME") or Path.home() / ".tpuctl")
+    if path.exists() and not path.is_dir():
+        raise UserError(f"the state folder {path} (TPUCTL_HOME) is a file, not a folder",
+                        hint="point TPUCTL_HOME at a folder, or move that file away")
+    return path
 
 
 @dataclass(frozen=True)
@@ -60,7 +64,12 @@ class JobRecord:
         return self.folder / "logs" / f"{worker_label(worker)}.log"
 
     def plan(self) -> Plan:
-        return Plan.from_json(self.plan_file.read_text())
+        try:
+            return Plan.from_json(self.plan_file.read_text())
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise UserError(f"job {self.job_id} was recorded by another version of tpuctl and "
+                            "its plan cannot be read here",
+                            hint="start a new job with `tpuctl train`") from None
 
     def reach(self) -> dict:
         """How the job's workers were reached: the provider's own record of them."""

@@ -1,8 +1,9 @@
 """Run a plan on workers: submit the detached job, watch it (streaming logs, fail-fast), stop it.
 
     check_shared_output(executor, plan)
+    note = take_run_lock(executor, plan, holder)        # one run at a time per output_dir
     submit(executor, plan, record)                      # record: launcher.records.save_job
-    book = LogBook(record, plan.workers, from_start=True)
+    book = LogBook(record, plan.workers)
     outcome = watch(executor, plan, book, sink=print_line, trouble=provider.trouble)
     stop(executor, plan); status(executor, plan)
 
@@ -13,6 +14,8 @@ same. The launcher keeps a copy of every worker's log in the job's record (launc
 
 from __future__ import annotations
 
+import contextlib
+import json
 import secrets
 import shlex
 import threading
@@ -39,7 +42,7 @@ _ABORTED_RANK = 2
 
 
 def _python_snippet(plan: Plan, code: str, *args: str) -> str:
-    return shlex.join(["env", f"PYTHONPATH={plan.paths.payload_dir}",
+    return shlex.join(["env", f"PYTHONPATH={plan.paths[0].payload_dir}",
                        plan.environment.python, "-c", code, *args])
 
 
@@ -74,17 +77,66 @@ def check_shared_output(executor, plan: Plan) -> None:
             hint="use gs://BUCKET/PREFIX or a folder mounted on every worker (NFS, gcsfuse)")
 
 
-def submit(executor, plan: Plan, record: JobRecord) -> list[int]:
-    """Copy the job's files to every worker and start the agent; the process group ids."""
+def take_run_lock(executor, plan: Plan, holder: dict, *, dead_job: str | None = None) -> str:
+    """Take output_dir's run lock for this job, through worker 0 (launcher.runlock); a note
+    when a dead job's lock was taken over, "" otherwise. Held by a live job: a UserError."""
+    first = plan.workers[0]
+    res = executor.run(first, _python_snippet(
+        plan, _RUNLOCK, "take", plan.output_dir, json.dumps(holder), dead_job or ""))
+    answer = _last_json(res.stdout)
+    if "error" in answer:
+        raise UserError(answer["error"])
+    if not res.ok or "note" not in answer:
+        last = (res.stderr or res.stdout).strip().splitlines()
+        raise UserError(f"{first.label} cannot take the run lock in {plan.output_dir}: "
+                        f"{last[-1] if last else 'exit ' + str(res.rc)}")
+    return answer["note"]
+
+
+def release_run_lock(executor, plan: Plan) -> None:
+    """Let output_dir's run lock go if this job still holds it (best effort: a lock left behind
+    stops beating and is taken over later)."""
+    with contextlib.suppress(WorkerUnreachable):
+        executor.run(plan.workers[0], _python_snippet(plan, _RUNLOCK, "release", plan.output_dir,
+                                                      plan.job_id), timeout_s=60)
+
+
+_RUNLOCK = "import sys\nfrom launcher import runlock\nsys.exit(runlock.main(sys.argv[1:]))"
+
+
+def _last_json(text: str) -> dict:
+    for line in reversed(text.strip().splitlines()):
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return {}
+
+
+def submit(executor, plan: Plan, record: JobRecord,
+           secrets: dict[str, str] | None = None) -> list[int]:
+    """Copy the job's files to every worker and start the agent; the process group ids.
+    `secrets` (name -> value) reach only the agents of workers whose commands name them, in
+    memory (launcher.jobs.start_command); they are in no file, argument or record."""
 
     def start(worker: Worker) -> int:
-        made = executor.run(worker, f"mkdir -p {shlex.quote(plan.paths.job_dir)}")
+        paths = plan.paths[worker.index]
+        names = plan.secret_names(worker.index)
+        handed = {name: (secrets or {}).get(name, "") for name in names}
+        made = executor.run(worker, f"mkdir -p {shlex.quote(paths.job_dir)}")
         if not made.ok:
-            raise UserError(f"{worker.label}: cannot make the job folder {plan.paths.job_dir}: "
+            raise UserError(f"{worker.label}: cannot make the job folder {paths.job_dir}: "
                             f"{one_line(made.stderr or made.stdout)[-200:]}")
-        executor.put(worker, str(record.config_file), plan.paths.config)
-        executor.put(worker, str(record.agent_file(worker.index)), plan.paths.agent_plan)
-        res = executor.run(worker, jobs.start_command(plan.paths, plan.environment.python))
+        executor.put(worker, str(record.config_file), paths.config)
+        executor.put(worker, str(record.agent_file(worker.index)), paths.agent_plan)
+        command = jobs.start_command(paths, plan.environment.python, secrets=bool(names))
+        if names:
+            res = executor.run(worker, command,
+                               secret_env={jobs.SECRETS_ENV: json.dumps(handed)})
+        else:
+            res = executor.run(worker, command)
         pid = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else ""
         if not res.ok or not pid.isdigit():
             raise UserError(f"{worker.label}: the job did not start: "
@@ -100,21 +152,34 @@ def submit(executor, plan: Plan, record: JobRecord) -> list[int]:
 
 
 class LogBook:
-    """The launcher's copy of every worker's log, and the line each one is at."""
+    """The launcher's copy of every worker's log, and the line each one is at.
 
-    def __init__(self, record: JobRecord, workers, *, from_start: bool):
+    The copies only grow: lines already in a copy (from an earlier `train` or `logs`) are
+    streamed again but not written twice, so a re-attach that finds the workers gone leaves
+    what was saved."""
+
+    def __init__(self, record: JobRecord, workers):
         self._files = {}
+        self._kept: dict[int, int] = {}  # lines already in each copy
+        self._seen: dict[int, int] = {}  # lines streamed so far
         self.offsets: dict[int, int] = {}
         for w in workers:
             path = record.log_file(w.index)
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._files[w.index] = path.open("w" if from_start else "a", encoding="utf-8")
+            with path.open("a+b") as existing:
+                existing.seek(0)
+                self._kept[w.index] = sum(chunk.count(b"\n") for chunk in
+                                          iter(lambda f=existing: f.read(1 << 20), b""))
+            self._files[w.index] = path.open("a", encoding="utf-8")
+            self._seen[w.index] = 0
             self.offsets[w.index] = 0
         self.tails: dict[int, list[str]] = {w.index: [] for w in workers}
 
     def add(self, worker: int, line: str) -> None:
-        self._files[worker].write(line + "\n")
-        self._files[worker].flush()
+        if self._seen[worker] >= self._kept[worker]:
+            self._files[worker].write(line + "\n")
+            self._files[worker].flush()
+        self._seen[worker] += 1
         tail = self.tails[worker]
         tail.append(line)
         del tail[:-TAIL_LINES]
@@ -131,6 +196,7 @@ class Outcome:
     failed_worker: int | None = None
     reason: str = ""
     tail: list[str] = field(default_factory=list)
+    lost_fleet: bool = False  # the provider says the machines were taken away (preempted)
 
 
 @dataclass
@@ -146,7 +212,8 @@ def _follow_worker(executor, plan: Plan, worker: Worker, book: LogBook, sink, se
                    halt: threading.Event, follow: bool) -> None:
     while not halt.is_set():
         try:
-            res = executor.run(worker, jobs.poll_command(plan.paths, book.offsets[worker.index]),
+            res = executor.run(worker, jobs.poll_command(plan.paths[worker.index],
+                                                         book.offsets[worker.index]),
                                timeout_s=60)
         except WorkerUnreachable as exc:
             seen.error = str(exc)
@@ -225,20 +292,26 @@ def watch(executor, plan: Plan, book: LogBook, sink: Callable[[int, str], None],
                 if reason:
                     halt.set()
                     stop(executor, plan)
-                    return Outcome(ok=False, reason=reason)
+                    return Outcome(ok=False, reason=reason, lost_fleet=True)
             time.sleep(0.1)
     except KeyboardInterrupt:
         halt.set()
         return Outcome(ok=False, detached=True)
     if failure is not None:
         halt.set()
+        # A worker that fails or stops answering may be a machine taken away: ask first.
+        lost = trouble() if follow else None
+        if lost:
+            stop(executor, plan)
+            return Outcome(ok=False, reason=lost, lost_fleet=True)
         stop(executor, plan)
         for t in threads:
             t.join(timeout=5)
-        # What the workers printed while being stopped.
+        # What the workers printed while being stopped (not from one that stopped answering:
+        # asking it again would only wait out the retries once more).
         drain = threading.Event()
-        on_workers(plan.workers, lambda w: _follow_worker(
-            executor, plan, w, book, sink, _Seen(), drain, False))
+        on_workers([w for w in plan.workers if not seen[w.index].error], lambda w:
+                   _follow_worker(executor, plan, w, book, sink, _Seen(), drain, False))
         return _failed(book, *failure)
     for t in threads:
         t.join()
@@ -253,25 +326,41 @@ def watch(executor, plan: Plan, book: LogBook, sink: Callable[[int, str], None],
     return Outcome(ok=True)
 
 
+STOPPED = "stopped"
+ENDED = "already ended"
+
+
 def stop(executor, plan: Plan) -> dict[int, str]:
-    """Stop the job's process group on every worker; what each one reported."""
+    """Stop the job's process group on every worker (a worker's job that already has an exit
+    code is left alone); what each one reported. Then let the run lock go."""
 
     def stop_one(worker: Worker) -> str:
         try:
-            res = executor.run(worker, jobs.stop_command(plan.paths), timeout_s=60)
+            res = executor.run(worker, jobs.stop_command(plan.paths[worker.index]), timeout_s=60)
         except WorkerUnreachable as exc:
             return f"unreachable ({exc})"
         out = res.stdout.strip().split()
-        return "stopped" if out[-2:] == ["stopped", "0"] else f"still running: {res.stdout!r}"
+        if out[-2:] == ["stopped", "0"]:
+            return STOPPED
+        if len(out) >= 2 and out[-2] == "ended":
+            return f"{ENDED} (exit {out[-1]})"
+        return f"still running: {res.stdout!r}"
 
-    return dict(zip((w.index for w in plan.workers), on_workers(plan.workers, stop_one),
-                    strict=True))
+    results = dict(zip((w.index for w in plan.workers), on_workers(plan.workers, stop_one),
+                       strict=True))
+    if stopped_everywhere(results):
+        release_run_lock(executor, plan)
+    return results
+
+
+def stopped_everywhere(results: dict[int, str]) -> bool:
+    return all(r == STOPPED or r.startswith(ENDED) for r in results.values())
 
 
 def live_processes(executor, plan: Plan) -> dict[int, int]:
     """Processes of the job alive on each worker (zombies excluded)."""
     counts = on_workers(plan.workers, lambda w: int(
-        executor.run(w, jobs.live_count_command(plan.paths)).stdout.strip() or 0))
+        executor.run(w, jobs.live_count_command(plan.paths[w.index])).stdout.strip() or 0))
     return dict(zip((w.index for w in plan.workers), counts, strict=True))
 
 
@@ -280,9 +369,10 @@ def status(executor, plan: Plan) -> list[dict]:
 
     def one(worker: Worker) -> dict:
         try:
-            res = executor.run(worker, jobs.poll_command(plan.paths, 10**9))
-            step, last = jobs.parse_progress(
-                executor.run(worker, jobs.progress_command(plan.paths)).stdout)
+            paths = plan.paths[worker.index]
+            res = executor.run(worker, jobs.poll_command(paths, 10**9))
+            progress = executor.run(worker, jobs.progress_command(paths)).stdout
+            step, last = jobs.parse_progress(progress)
         except WorkerUnreachable as exc:
             return {"worker": worker.label, "host": worker.host, "state": "unreachable",
                     "stage": "", "step": "", "rc": None, "last": str(exc)}

@@ -7,7 +7,8 @@ the worker environment, all cached so an unchanged second run does no package wo
 The payload goes into its own folder on each worker (`.tpuctl/payload/<digest>`, put on
 PYTHONPATH by the plan), so an existing Python (a custom image, a shared venv) is used without
 being modified. Environments are keyed by a hash of what they contain (launcher.environment); a
-`.complete` marker records a finished set-up.
+`.complete` marker records a finished set-up, and set-ups run under a lock on the worker, so two
+jobs sharing a home never build the same environment or payload at once.
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from launcher.environment import (
+    MOVE_ONCE,
+    ONCE,
     PAYLOAD_UNPACK,
+    RUN_ONCE,
     VERSION_CHECK,
     WORKER_ROOT,
     Environment,
@@ -148,14 +152,14 @@ def _mark_complete(folder: str) -> str:
 
 
 def _unpack_command(python: str, paths: JobPaths) -> str:
-    return shlex.join([python, "-c", PAYLOAD_UNPACK, paths.wheel, paths.payload_dir])
+    return shlex.join([python, "-c", ONCE + PAYLOAD_UNPACK, paths.wheel, paths.payload_dir])
 
 
 def _check_and_unpack_command(environment: Environment, paths: JobPaths) -> str:
     """An existing Python's version check and the payload unpacking in one process: on a
     busy host every interpreter start counts."""
     code = ("import sys\n_wheel, _target = sys.argv[1:3]\ndel sys.argv[1:3]\n" + VERSION_CHECK
-            + "sys.argv[1:] = [_wheel, _target]\n" + PAYLOAD_UNPACK)
+            + "sys.argv[1:] = [_wheel, _target]\n" + ONCE + PAYLOAD_UNPACK)
     return (shlex.join([environment.python, "-c", code, paths.wheel, paths.payload_dir,
                         *environment.requirements])
             + " && " + _mark_complete(environment.dir))
@@ -166,7 +170,14 @@ def _env_python_for_extract(environment: Environment) -> str:
 
 
 def _setup_command(environment: Environment) -> str:
-    return f"{shlex.join(environment.setup)} && {_mark_complete(environment.dir)}"
+    """The environment's set-up, done once: a second job setting up the same environment at
+    the same time (a shared home) waits for the first, then reuses what it built."""
+    return shlex.join([_env_python_for_extract(environment), "-c", ONCE + RUN_ONCE,
+                       environment.dir, *environment.setup])
+
+
+def _move_wheelhouse_command(python: str, copy: str, target: str) -> str:
+    return shlex.join([python, "-c", ONCE + MOVE_ONCE, copy, target])
 
 
 def _env_error(worker: Worker, environment: Environment, output: str, rc: int) -> UserError:
@@ -182,19 +193,26 @@ def _env_error(worker: Worker, environment: Environment, output: str, rc: int) -
 
 def ship_one(executor, worker: Worker, environment: Environment, paths: JobPaths, wheel: Path,
              wheelhouse: tuple[str, str] | None, on_event: Callable[[Worker, str], None]) -> dict:
-    """Bring one worker up to date in as few round trips as possible; what had to be done."""
+    """Bring one worker up to date in as few round trips as possible; what this job had to do
+    itself (another job may have built a part first while this one waited for it)."""
     wh_digest = wheelhouse[1] if wheelhouse else None
     present = set(executor.run(worker, probe_command(environment, paths, wh_digest)).stdout.split())
     done = {"payload": "payload" not in present, "env": "env" not in present,
             "wheelhouse": bool(wheelhouse) and "wheelhouse" not in present}
+    python = _env_python_for_extract(environment)
     if done["wheelhouse"]:
         folder, digest = wheelhouse
         target = _wheelhouse_dir(digest)
+        copy = f"{paths.job_dir}/wheelhouse"  # this job's own copy, moved into place once
         files = sorted(p for p in Path(folder).iterdir() if p.is_file())
         on_event(worker, f"copying the wheelhouse ({len(files)} files)")
         for f in files:
-            executor.put(worker, str(f), f"{target}/{f.name}")
-        executor.run(worker, _mark_complete(target))
+            executor.put(worker, str(f), f"{copy}/{f.name}")
+        res = executor.run(worker, _move_wheelhouse_command(python, copy, target))
+        if not res.ok:
+            raise UserError(f"{worker.label}: could not put the wheelhouse in place: "
+                            f"{(res.stderr or res.stdout).strip()[-200:]}")
+        done["wheelhouse"] = "wheelhouse built" in res.stdout
     if done["payload"]:
         on_event(worker, "copying the payload")
         executor.put(worker, str(wheel), paths.wheel)
@@ -203,6 +221,7 @@ def ship_one(executor, worker: Worker, environment: Environment, paths: JobPaths
         res = executor.run(worker, _check_and_unpack_command(environment, paths))
         if not res.ok:
             raise _env_error(worker, environment, res.stdout + res.stderr, res.rc)
+        done["payload"] = "payload built" in res.stdout
         on_event(worker, "ready")
         return done
     if done["env"]:
@@ -210,18 +229,21 @@ def ship_one(executor, worker: Worker, environment: Environment, paths: JobPaths
         res = executor.run(worker, _setup_command(environment), timeout_s=3600)
         if not res.ok:
             raise _env_error(worker, environment, res.stdout + res.stderr, res.rc)
+        done["env"] = "env built" in res.stdout
     if done["payload"]:
-        res = executor.run(worker, _unpack_command(_env_python_for_extract(environment), paths))
+        res = executor.run(worker, _unpack_command(python, paths))
         if not res.ok:
             raise UserError(f"{worker.label}: could not unpack the payload: "
                             f"{(res.stderr or res.stdout).strip()[-200:]}")
+        done["payload"] = "payload built" in res.stdout
     on_event(worker, "ready")
     return done
 
 
-def ship(executor, workers: tuple[Worker, ...], environment: Environment, paths: JobPaths,
-         wheel: Path, *, wheelhouse: tuple[str, str] | None = None,
+def ship(executor, workers: tuple[Worker, ...], environment: Environment,
+         paths: tuple[JobPaths, ...], wheel: Path, *, wheelhouse: tuple[str, str] | None = None,
          on_event: Callable[[Worker, str], None] = lambda w, m: None) -> list[dict]:
-    """Bring every worker up to date in parallel; the first failure is raised."""
-    return on_workers(workers, lambda w: ship_one(executor, w, environment, paths, wheel,
-                                                  wheelhouse, on_event))
+    """Bring every worker up to date in parallel (`paths`: each worker's, by index); the first
+    failure is raised."""
+    return on_workers(workers, lambda w: ship_one(executor, w, environment, paths[w.index],
+                                                  wheel, wheelhouse, on_event))

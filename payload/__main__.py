@@ -78,6 +78,10 @@ def run_stage(args: argparse.Namespace) -> None:
         from payload.export import run_export
 
         run_export(config)
+    elif stage is Stage.PUBLISH:
+        from payload.publish import run_publish
+
+        run_publish(config)
 
 
 def _alive(pid: int) -> bool:

@@ -64,10 +64,18 @@ class _ClusterBase(_Section):
             raise ValueError("set at most one of cluster.python and cluster.wheelhouse")
         return self
 
+    def hourly_usd(self) -> float | None:
+        """What the cluster costs per hour by tpuctl's price table (None: nothing billed)."""
+        return None
+
 
 class LocalCluster(_ClusterBase):
     provider: Literal["local"]
     workers: int = Field(2, ge=1, le=MAX_LOCAL_WORKERS)
+
+
+# A host name, IPv4 or IPv6 address (IPv6 zones after %): nothing a shell or ssh reads twice.
+_HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:%-]*$")
 
 
 class SshCluster(_ClusterBase):
@@ -77,6 +85,25 @@ class SshCluster(_ClusterBase):
     identity_file: str | None = None
     known_hosts: str
     port: int = Field(22, ge=1, le=65535)
+
+    @field_validator("hosts")
+    @classmethod
+    def _plain_hosts(cls, hosts: list[str]) -> list[str]:
+        # One worker per host: a host listed twice would be two workers fighting over one
+        # machine's TPU chips, and is nearly always a copy-paste slip (--local runs several
+        # workers on one machine on purpose).
+        seen = set()
+        for host in hosts:
+            if "@" in host:
+                raise ValueError(f"'{host}': write the user as cluster.user, not in the host")
+            if host.count(":") == 1 or host.startswith("["):
+                raise ValueError(f"'{host}': write the port as cluster.port, not in the host")
+            if not _HOST.match(host):
+                raise ValueError(f"'{host}' is not a host name or address")
+            if host.lower() in seen:
+                raise ValueError(f"'{host}' is listed twice; each host runs one worker")
+            seen.add(host.lower())
+        return hosts
 
 
 _PROJECT = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
@@ -211,6 +238,12 @@ class GcpCluster(_ClusterBase):
     def bucket_name(self) -> str:
         return self.bucket or default_bucket(self.project)
 
+    def hourly_usd(self) -> float | None:
+        from payload import accelerators, prices
+
+        acc = accelerators.accelerator(self.accelerator_type)
+        return prices.hourly_price(acc, self.zone, self.provisioning).usd_per_hour
+
     @property
     def runtime(self) -> str:
         """The runtime image: as configured, or the TensorFlow route's default for the type."""
@@ -338,6 +371,30 @@ class TrainConfig(_Section):
     eval_every: int = Field(500, gt=0)
     eval_batches: int = Field(20, gt=0)
     seed: int = 0
+    # Hard stops, counted as billed (payload.budget): at the limit the run checkpoints,
+    # exports and stops.
+    max_hours: float | None = Field(None, gt=0)
+    max_cost: float | None = Field(None, gt=0)  # USD, by the price table (gcp only)
+
+
+# A Hub repository id: OWNER/NAME, each letters, digits, '-', '_' and '.', not starting or
+# ending with '-' or '.', NAME at most 96 characters (the Hub's own rule).
+HUB_REPO = re.compile(r"^[A-Za-z0-9]([\w.-]{0,94}[A-Za-z0-9])?/[A-Za-z0-9]([\w.-]{0,94}[A-Za-z0-9])?$")
+
+
+class HubConfig(_Section):
+    # Publish model/ (with a generated model card) to this Hugging Face model repository after
+    # export; `tpuctl train --push-to-hub OWNER/NAME` sets it for one run.
+    repo: str | None = None
+    private: bool = False  # for a repository the run creates; an existing one stays as it is
+
+    @field_validator("repo")
+    @classmethod
+    def _repo(cls, value: str | None) -> str | None:
+        if value is not None and (not HUB_REPO.match(value) or ".." in value or "--" in value):
+            raise ValueError(f"'{value}' is not a Hub repository id: write OWNER/NAME (letters, "
+                             "digits, '-', '_', '.')")
+        return value
 
 
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -383,6 +440,7 @@ class RunConfig(_Section):
     tokenizer: TokenizerConfig = Field(default_factory=lambda: TokenizerConfig())
     model: ModelConfig
     train: TrainConfig
+    hub: HubConfig = Field(default_factory=lambda: HubConfig())
 
     @field_validator("output_dir")
     @classmethod
@@ -437,6 +495,11 @@ class RunConfig(_Section):
                     f"{self.tokenizer.kind} with {family.name}'s {len(family.special_tokens)} "
                     f"special tokens; use at least {minimum}"
                 )
+        if self.train.max_cost is not None and self.cluster.hourly_usd() is None:
+            raise ValueError(
+                "train.max_cost needs a price per hour, and tpuctl's price table has none for "
+                "this cluster (only gcp TPUs are priced); use train.max_hours instead"
+            )
         if self.train.warmup_steps > self.train.steps:
             raise ValueError(
                 f"train.warmup_steps={self.train.warmup_steps} is more than train.steps="
@@ -592,8 +655,8 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 def load_config(path: str | os.PathLike) -> RunConfig:
     path = Path(path)
     if path.is_dir():
-        raise UserError(f"the config {path} is a folder, not a file",
-                        hint="pass the YAML file itself: -c PATH/tpuctl.yaml")
+        raise UserError(f"{path} is a folder, not a config file",
+                        hint=f"pass -c {path / 'tpuctl.yaml'}, or run `tpuctl init {path}`")
     if not path.is_file():
         raise UserError(
             f"no config file at {path}", hint="pass -c PATH, or run `tpuctl init` to write one"
@@ -644,6 +707,15 @@ def check_model_config_file(path: str, family: str) -> dict:
         raise UserError(f"model.config is a {config['model_type']} config but model.family is "
                         f"{family}", hint="make them agree")
     return config
+
+
+def with_hub_repo(config: RunConfig, repo: str) -> RunConfig:
+    """The config with `hub.repo` set (what `--push-to-hub OWNER/NAME` does)."""
+    try:
+        hub = HubConfig(repo=repo, private=config.hub.private)
+    except ValidationError as exc:
+        raise UserError(f"--push-to-hub: {_describe(exc.errors()[0], HubConfig)}") from None
+    return config.model_copy(update={"hub": hub})
 
 
 def dump_config(config: RunConfig) -> str:

@@ -1,6 +1,6 @@
 """The pipeline's stages by name, and which share of the work a worker takes: spelled once here.
 
-    for stage in Stage: print(stage.value)            # tokenizer, prepare, train, export
+    for stage in Stage: print(stage.value)   # tokenizer, prepare, train, export, publish
     check_share(worker_index=1, num_workers=3)         # a UserError when out of range
 
 `python -m payload STAGE`, the launcher's plan and the pre-flight checks all name stages
@@ -19,6 +19,7 @@ class Stage(str, Enum):
     PREPARE = "prepare"
     TRAIN = "train"
     EXPORT = "export"
+    PUBLISH = "publish"  # model/ to a Hub repository; planned only when hub.repo is set
 
 
 STAGE_NAMES = tuple(s.value for s in Stage)

@@ -85,6 +85,16 @@ def _gcs():
     return _client
 
 
+EMULATOR_ENV = "STORAGE_EMULATOR_HOST"  # google-cloud-storage's own setting for a stand-in
+
+
+def forwarded_env() -> tuple[tuple[str, str], ...]:
+    """What the launcher passes on to every stage so workers use the same Cloud Storage (a
+    stand-in the launcher was pointed at, in tests)."""
+    host = os.environ.get(EMULATOR_ENV)
+    return ((EMULATOR_ENV, host),) if host else ()
+
+
 def client(project: str | None = None):
     """The Cloud Storage client this module uses (for callers that manage buckets)."""
     del project  # one client serves every project the credentials may use
@@ -224,6 +234,68 @@ def write_bytes(path: str, data: bytes) -> None:
 
 def write_text(path: str, text: str) -> None:
     write_bytes(path, text.encode("utf-8"))
+
+
+def create_exclusive(path: str, data: bytes, *, replacing: bytes | None = None) -> bool:
+    """Create `path` holding `data` only if it does not exist (or, given `replacing`, only if it
+    still holds exactly those bytes), in one atomic step: of two writers racing, exactly one
+    gets True. Readers see all of `data` or no file. gs:// uses a generation precondition
+    (`if_generation_match`: 0 for "no object yet"); a local disk links a finished temporary file
+    into place (link(2) fails on an existing name, like O_EXCL, which is used where a filesystem
+    has no hard links), and replaces by renaming the old file aside, checking it, then creating.
+    """
+    if is_gcs(path):
+        from google.api_core.exceptions import NotFound, PreconditionFailed
+
+        blob = _blob(path)
+        generation = 0
+        try:
+            if replacing is not None:
+                blob.reload()
+                generation = blob.generation
+                held = _blob(path).download_as_bytes(if_generation_match=generation)
+                if held != replacing:
+                    return False
+            blob.upload_from_string(data, if_generation_match=generation)
+        except (NotFound, PreconditionFailed):
+            return False
+        return True
+    parent = os.path.dirname(path) or "."
+    makedirs(parent)
+    if replacing is not None:
+        aside = f"{path}.{os.getpid()}-{os.urandom(4).hex()}.old"
+        try:
+            os.rename(path, aside)
+        except FileNotFoundError:
+            return False
+        with open(aside, "rb") as f:
+            held = f.read()
+        if held != replacing:  # someone else's by now: put it back (unless replaced again)
+            with contextlib.suppress(FileExistsError):
+                os.link(aside, path)
+            _remove_quietly(aside)
+            return False
+        _remove_quietly(aside)
+    fd, tmp = tempfile.mkstemp(dir=parent, prefix=".tmp-", suffix="-" + os.path.basename(path))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
+                raise_disk_error(exc, path)
+            try:  # no hard links here (gcsfuse): an exclusive create, then the bytes
+                created = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                return False
+            with os.fdopen(created, "wb") as f:
+                f.write(data)
+        return True
+    finally:
+        _remove_quietly(tmp)
 
 
 def publish_file(local_tmp: str, path: str) -> None:

@@ -220,6 +220,16 @@ def wait_for_servers(tpu: str, timeout_s: float = SERVER_WAIT_S) -> None:
                 time.sleep(1.0)
 
 
+TPU_DEVICE_GLOBS = ("/dev/accel*", "/dev/vfio/[0-9]*")
+
+
+def tpu_devices_present() -> bool:
+    """Whether this host has TPU chips (the device files a TPU VM has)."""
+    import glob
+
+    return any(glob.glob(pattern) for pattern in TPU_DEVICE_GLOBS)
+
+
 def build_strategy(plan: StrategyPlan):
     """Make the tf.distribute strategy the plan describes (TensorFlow is imported here)."""
     for key, value in plan.env.items():
@@ -227,7 +237,13 @@ def build_strategy(plan: StrategyPlan):
     import tensorflow as tf
 
     if plan.kind in (StrategyKind.TPU_HOST, StrategyKind.TPU_POD):
-        if plan.tpu and plan.tpu.startswith("grpc://") and not plan.stand_in:
+        if plan.stand_in and not tpu_devices_present():
+            # The TPU API is a stand-in (tests): these workers have no TPU by design, and
+            # reaching for the slice's servers would only wait for them.
+            print("tpuctl: no TPU here and the TPU API is a stand-in: training on the CPU",
+                  flush=True)
+            return tf.distribute.get_strategy()
+        if plan.tpu and plan.tpu.startswith("grpc://"):
             wait_for_servers(plan.tpu)
         try:
             resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=plan.tpu)

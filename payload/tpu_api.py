@@ -319,3 +319,43 @@ def wait_for(poll, done, *, timeout_s: float, every_s: float = 10.0, on_wait=Non
         if on_wait is not None:
             on_wait(result)
         time.sleep(every_s)
+
+
+METADATA_TOKEN = ("http://metadata.google.internal/computeMetadata/v1/instance/"
+                  "service-accounts/default/token")
+GOOGLE_ENDPOINT = "https://tpu.googleapis.com"
+
+
+def delete_own_node(*, project: str, zone: str, name: str, uid: str,
+                    api_endpoint: str | None = None) -> str:
+    """From a worker of the node: delete it (the run asked for `--down`). Standard library
+    only, so the job's agent can call it with whatever Python the worker has; the credentials
+    are the TPU's service account, from the metadata server (none for a stand-in at
+    `api_endpoint`, which the launcher passes on when it used one). Deletes
+    only the node with this unique id: never a node recreated under the same name."""
+    import json as _json
+    import urllib.error
+    import urllib.request
+
+    endpoint = api_endpoint or GOOGLE_ENDPOINT
+    headers = {}
+    if not api_endpoint:
+        token_request = urllib.request.Request(METADATA_TOKEN,
+                                               headers={"Metadata-Flavor": "Google"})
+        with urllib.request.urlopen(token_request, timeout=10) as reply:
+            headers["Authorization"] = f"Bearer {_json.loads(reply.read())['access_token']}"
+    url = f"{endpoint}/v2/projects/{project}/locations/{zone}/nodes/{name}"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers),
+                                    timeout=30) as reply:
+            node = _json.loads(reply.read())
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return f"TPU {name} is already gone"
+        raise
+    if str(node.get("id")) != str(uid):
+        return f"TPU {name} is another node now (id {node.get('id')}); not deleting it"
+    request = urllib.request.Request(url, method="DELETE", headers=headers)
+    with urllib.request.urlopen(request, timeout=30):
+        pass
+    return f"deleting TPU {name} (the run asked for --down)"

@@ -22,9 +22,17 @@ import time
 from dataclasses import dataclass
 
 from payload import checkpoints, records, storage
+from payload.budget import Budget
 from payload.errors import UserError
 from payload.families import FAMILIES
-from payload.strategy import CPU, Hardware, build_strategy, cluster_facts, plan_strategy
+from payload.strategy import (
+    CPU,
+    Hardware,
+    StrategyKind,
+    build_strategy,
+    cluster_facts,
+    plan_strategy,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -162,7 +170,11 @@ def run_train(
         storage.claim_output_dir(config.output_dir)
     strategy = build_strategy(plan)
     check_batch_size(config.train.batch_size, strategy.num_replicas_in_sync)
-    Trainer(config, inputs, strategy, plan).train(resume=resume)
+    from payload.utilisation import meter_for
+
+    meter = meter_for(config, inputs.hf_config, strategy, hardware)
+    log(f"model FLOPs per step {meter.flops_per_step:.3g}; peak: {meter.peak_source}")
+    Trainer(config, inputs, strategy, plan, meter=meter).train(resume=resume)
 
 
 def check_batch_size(batch_size: int, replicas: int) -> None:
@@ -174,7 +186,7 @@ def check_batch_size(batch_size: int, replicas: int) -> None:
 
 
 class Trainer:
-    def __init__(self, config, inputs: RunInputs, strategy, plan):
+    def __init__(self, config, inputs: RunInputs, strategy, plan, meter=None):
         import tensorflow as tf
         import tf_keras
 
@@ -182,6 +194,7 @@ class Trainer:
         from payload.optimization import build_optimizer
 
         self.config, self.inputs, self.strategy, self.plan = config, inputs, strategy, plan
+        self.meter = meter  # payload.utilisation: tokens/s per device and MFU in every report
         self.family = config.model.family
         self.objective = objective_for(config, inputs.vocab)
         tf_keras.mixed_precision.set_global_policy(
@@ -195,6 +208,8 @@ class Trainer:
             self.optimizer, self.schedule = build_optimizer(config.train)
             self.optimizer.build(self.model.trainable_variables)
         self.tokens_per_step = config.train.batch_size * config.data.seq_len
+        self.budget = Budget.for_run(config)
+        self.stopped: str | None = None  # why training ended before train.steps
         out = config.output_dir
         self.metrics_path = storage.join(out, "metrics.json")
         self.writer = (
@@ -381,13 +396,35 @@ class Trainer:
             if evaluate and (step % every.eval_every == 0 or step == steps):
                 result = evaluate(step)
                 history["evals"].append(result)
-            if step % every.checkpoint_every == 0 or step == steps:
+            over = self._over_budget() if step < steps else None
+            if step % every.checkpoint_every == 0 or step == steps or over:
                 ckpts.save(step)
+            if over:
+                self.stopped = over
+                log(f"stopping at step {step} of {steps}: {over}; the checkpoint of step "
+                    f"{step} is saved and the export follows")
+                break
             if step % every.eval_every == 0 or step == steps:
                 self._write_metrics(history, step)
         self._write_metrics(history, step, final=True, rate=(rate_steps, rate_time))
         # Every worker prints it: in a multi-worker run the lines must agree (replicas in sync).
         log(f"finished at step {step}; weights sha256 {weights_digest(self.model)}")
+
+    def _over_budget(self) -> str | None:
+        """Why the run must stop now (train.max_hours / max_cost), agreed by every worker."""
+        if self.budget is None:
+            return None
+        reason = self.budget.exceeded()
+        if self.plan.kind is StrategyKind.CPU_MULTI_WORKER:
+            import tensorflow as tf
+
+            # Each worker reads its own clock: they stop together when any of them is over.
+            flag = 1.0 if reason else 0.0
+            anyone = self.strategy.reduce(tf.distribute.ReduceOp.MAX, self.strategy.run(
+                lambda: tf.constant(flag)), axis=None)
+            if float(anyone) > 0 and reason is None:
+                reason = "another worker reached the run's time or cost limit"
+        return reason
 
     def _report(self, step: int, loss: float, steps_per_s: float, steady: float) -> dict:
         """One readable line and TensorBoard scalars for the steps since the last report."""
@@ -397,15 +434,20 @@ class Trainer:
         lr = float(self.schedule(step - 1))
         tokens_per_s = self.tokens_per_step * steps_per_s
         eta = (steps - step) / max(steady, 1e-9)
+        use = self.meter.fields(steps_per_s) if self.meter else {}
         log(
             f"step {step}/{steps}  loss {loss:.4f}  lr {lr:.3g}  "
-            f"tokens/s {tokens_per_s:,.0f}  eta {_duration(eta)}"
+            f"tokens/s {tokens_per_s:,.0f}  {self.meter.words(use) + '  ' if use else ''}"
+            f"eta {_duration(eta)}"
         )
         with self.writer.as_default(step=step):
             tf.summary.scalar("train/loss", loss)
             tf.summary.scalar("train/learning_rate", lr)
             tf.summary.scalar("train/tokens_per_s", tokens_per_s)
-        return {"step": step, "loss": loss, "learning_rate": lr, "tokens_per_s": tokens_per_s}
+            for tag, value in (self.meter.scalars(use) if use else {}).items():
+                tf.summary.scalar(tag, value)
+        return {"step": step, "loss": loss, "learning_rate": lr, "tokens_per_s": tokens_per_s,
+                **use}
 
     def _evaluator(self, eval_chunk):
         import tensorflow as tf
@@ -470,6 +512,7 @@ class Trainer:
             "seq_len": config.data.seq_len,
             "replicas": self.strategy.num_replicas_in_sync,
             "strategy": self.plan.kind.value,
+            **({"utilisation": self.meter.header()} if self.meter else {}),
             **history,
         }
         if final:
@@ -482,7 +525,10 @@ class Trainer:
                 "tokens_per_s": (
                     self.tokens_per_step * steady_steps / steady_time if steady_time else None
                 ),
+                "stopped": self.stopped,
             }
+            if self.meter and steady_time:
+                payload["final"].update(self.meter.fields(steady_steps / steady_time))
         storage.write_text(self.metrics_path, json.dumps(payload, indent=1) + "\n")
 
 

@@ -59,8 +59,11 @@ def _wait_port(host: str, port: int, timeout_s: float = 10.0) -> None:
 
 
 class Fleet:
-    def __init__(self, size: int, *, use_netns: bool | None = None):
+    def __init__(self, size: int, *, use_netns: bool | None = None,
+                 login_shell: str | None = None):
         self.size = size
+        # root's login shell on the workers (their own /etc/passwd), e.g. /usr/bin/tcsh.
+        self.login_shell = login_shell
         self.token = secrets.token_hex(2)
         self.root = FLEET_ROOT / f"tpuctl-fleet-{self.token}"
         self.shared = self.root / "shared"
@@ -183,6 +186,13 @@ class Fleet:
                 target.mkdir(parents=True, exist_ok=True)
                 binds.append(f"mount --bind {shlex.quote(str(keep))} "
                              f"{shlex.quote(str(target))} && ")
+        if self.login_shell:
+            passwd = wdir / "passwd"
+            passwd.write_text("".join(
+                f"{':'.join([*line.rstrip(chr(10)).split(':')[:6], self.login_shell])}\n"
+                if line.startswith("root:") else line
+                for line in Path("/etc/passwd").read_text().splitlines(keepends=True)))
+            binds.append(f"mount --bind {shlex.quote(str(passwd))} /etc/passwd && ")
         setup = (
             "".join(binds)
             + f"mount --rbind {wdir / 'root'} /root && "

@@ -59,3 +59,29 @@ def wait_for(predicate, timeout_s: float = 30.0, interval_s: float = 0.1):
             return value
         time.sleep(interval_s)
     raise AssertionError(f"timed out after {timeout_s}s waiting for {predicate}")
+
+
+NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"
+
+
+def process_with_pid(pid: int, argv: list[str], attempts: int = 500):
+    """An unrelated process, leader of its own session and group, that gets exactly `pid`:
+    how a finished job's recorded process group id comes to be reused. The kernel hands out
+    the id after the one in ns_last_pid (root only); other processes forking at the same moment
+    can take it first, so this tries again. None where ids cannot be steered."""
+    import os
+    import subprocess
+
+    wait_for(lambda: not os.path.exists(f"/proc/{pid}"), timeout_s=30)
+    for _ in range(attempts):
+        try:
+            with open(NS_LAST_PID, "w") as f:
+                f.write(str(pid - 1))
+        except OSError:
+            return None
+        proc = subprocess.Popen(argv, start_new_session=True)
+        if proc.pid == pid:
+            return proc
+        proc.kill()
+        proc.wait()
+    return None

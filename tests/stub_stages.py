@@ -4,7 +4,8 @@
 
 What it does wrong on purpose comes from `stub_stages.json` next to it:
 {"fail": {"prepare": 1}} exits 3 in prepare on worker 1; {"steps": {"train": 200}} makes the
-train stage print that many steps, 0.1 s apart.
+train stage print that many steps, 0.1 s apart; {"checkpoint_every": 10} makes worker 0 write
+checkpoints/checkpoint (TensorFlow's index) every 10 steps, and `--resume` start from it.
 """
 
 import argparse
@@ -55,8 +56,16 @@ def main() -> int:
     elif args.stage == "train":
         shards = sorted((out / "data" / "train").glob("shard-*"))
         print(f"training on {len(shards)} shards", flush=True)
-        for step in range(1, behaviour.get("steps", {}).get("train", 3) + 1):
+        every = behaviour.get("checkpoint_every")  # checkpoint as TensorFlow's index names it
+        index = out / "checkpoints" / "checkpoint"
+        start = 0
+        if args.resume and index.exists():
+            start = int(index.read_text().split("ckpt-")[1].split('"')[0])
+            print(f"resuming from step {start}", flush=True)
+        for step in range(start + 1, behaviour.get("steps", {}).get("train", 3) + 1):
             print(f"step {step} loss {1.0 / step:.3f}", flush=True)
+            if every and step % every == 0 and me == 0:
+                _write(index, f'model_checkpoint_path: "ckpt-{step}"\n')
             time.sleep(0.1)
         _write(out / "checkpoints" / f"ckpt-{me}", "w")
         if me == 0:

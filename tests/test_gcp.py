@@ -32,16 +32,18 @@ def _key_body(host_key: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def storage_emulator():
+def storage_emulator(fleet):
+    """Cloud Storage on the fleet's bridge: the launcher and the workers see the same one."""
     server_mod = pytest.importorskip("gcp_storage_emulator.server")
+    host = f"{fleet.subnet}.1" if fleet.use_netns else "127.0.0.1"
     sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
+    sock.bind((host, 0))
     port = sock.getsockname()[1]
     sock.close()
-    server = server_mod.create_server("127.0.0.1", port, in_memory=True)
+    server = server_mod.create_server(host, port, in_memory=True)
     server.start()
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://{host}:{port}"
     finally:
         server.stop()
 
@@ -64,7 +66,9 @@ def cloud(fleet, storage_emulator, tmp_path, tpuctl_home, monkeypatch):
     # The project's bucket exists already: `up` uses it as it is (and never deletes it).
     if storage.client().lookup_bucket("test-project-tpuctl") is None:
         storage.client().create_bucket("test-project-tpuctl")
-    with FakeTpuApi() as api:
+    # On the fleet's bridge: the launcher here and the workers in their namespaces both reach it
+    # (worker 0 deletes its own TPU through it after `train --down`).
+    with FakeTpuApi(host=f"{fleet.subnet}.1") as api:
         monkeypatch.setenv("TPUCTL_TPU_API_ENDPOINT", api.endpoint)
         api.use_fleet = lambda indexes: api.set_workers(
             [Worker(fleet.hosts[i], host_keys={"ssh-ed25519": _key_body(fleet.host_keys[i])})
@@ -90,7 +94,8 @@ def gcp_config(folder: Path, fleet, **cluster) -> Path:
         "tokenizer": {"kind": "bpe", "vocab_size": 300},
         "model": {"family": "gpt2", "hidden_size": 32, "num_layers": 1, "num_heads": 2,
                   "intermediate_size": 64},
-        "train": {"steps": 4, "batch_size": 4, "learning_rate": 1e-3},
+        # v4-16: 8 chips, one replica each (payload.runplan.replicas_of)
+        "train": {"steps": 4, "batch_size": 8, "learning_rate": 1e-3},
     }
     path = folder / "tpuctl.yaml"
     folder.mkdir(parents=True, exist_ok=True)
@@ -122,7 +127,7 @@ def test_up_dry_run_needs_no_credentials_and_touches_nothing(tmp_path, tpuctl_ho
             "cluster": {"provider": "gcp", "project": "my-project", "zone": "us-central2-b",
                         "accelerator_type": accelerator},
             "data": {"corpus": "gs://b/c.txt"}, "model": {"family": "roberta"},
-            "train": {"steps": 10, "batch_size": 8, "learning_rate": 1e-3}}))
+            "train": {"steps": 10, "batch_size": 16, "learning_rate": 1e-3}}))
         result = _invoke("up", "-c", path, "--dry-run")
         assert result.exit_code == 0, result.output
         assert price in result.output and "prices change" in result.output
@@ -387,4 +392,150 @@ def test_status_shows_state_symptoms_and_cost(cloud, fleet, tmp_path):
     assert "HBM_OUT_OF_MEMORY: worker 1 ran out of HBM" in status.output
     assert "$25.76/h; up 0.0 h, about $0.00 so far" in status.output
     assert "no job yet" in status.output
+    raw = yaml.safe_load(config.read_text())
+    raw["train"].update(max_hours=10, max_cost=250)
+    config.write_text(yaml.safe_dump(raw))
+    limited = _invoke("status", "-c", config)
+    assert "stops at train.max_hours 10 or train.max_cost $250.00: checkpoint, export" in (
+        limited.output), limited.output
+    assert _invoke("down", "-c", config).exit_code == 0
+
+
+def _stub(fleet, tmp_path, behaviour, monkeypatch):
+    monkeypatch.setenv(STAGE_ENTRY_ENV, str(install_stub(fleet.shared / tmp_path.name[:40]
+                                                         / "stub", behaviour)))
+
+
+def test_a_detached_job_with_down_deletes_its_own_tpu(cloud, fleet, tmp_path, monkeypatch):
+    """--down with no launcher watching: worker 0 deletes the TPU through the API itself."""
+    config = gcp_config(tmp_path, fleet)
+    assert _invoke("up", "-c", config).exit_code == 0
+    _stub(fleet, tmp_path, {"steps": {"train": 5}}, monkeypatch)
+    started = _invoke("train", "-c", config, "--down", "--detach")
+    assert started.exit_code == 0, started.output
+    assert "letting the workers delete their own TPU" in started.output
+
+    def deleting():
+        return cloud.node_names() == [] or cloud.node("tpurun")["state"] == "DELETING"
+
+    log = fleet.shared / tmp_path.name[:40] / "out" / "logs" / "worker-0.log"
+    try:
+        wait_for(deleting, timeout_s=90)
+    except AssertionError:
+        raise AssertionError(log.read_text() if log.exists() else "no log") from None
+    assert len(cloud.requests("DeleteNode")) == 1
+    assert "deleting TPU tpurun (the run asked for --down)" in log.read_text()
+    assert _invoke("down", "-c", config).exit_code == 0
+    assert cloud.node_names() == []
+
+
+def test_preemption_is_recovered_with_auto_resume(cloud, fleet, tmp_path, tpuctl_home,
+                                                  monkeypatch):
+    """The node is preempted mid-training and its workers' processes die: --auto-resume 1
+    deletes it, recreates it, ships again and resumes from the newest checkpoint."""
+    import threading
+
+    from launcher import launch, run
+
+    monkeypatch.setattr(run, "TROUBLE_EVERY_S", 1.0)
+    config = gcp_config(tmp_path, fleet)
+    assert _invoke("up", "-c", config).exit_code == 0
+    first_uid = cloud.node("tpurun")["id"]
+    _stub(fleet, tmp_path, {"steps": {"train": 60}, "checkpoint_every": 10}, monkeypatch)
+    out = fleet.shared / tmp_path.name[:40] / "out"
+
+    def preempt_mid_training():
+        wait_for(lambda: "step 25 " in "".join(
+            p.read_text() for p in tpuctl_home.glob("jobs/tpurun/*/logs/worker-0.log")),
+            timeout_s=90, interval_s=0.05)
+        cloud.preempt("tpurun")
+        for i in (0, 1):
+            for line in fleet.job_processes(i):
+                os.kill(int(line.split(":")[0]), 9)
+
+    killer = threading.Thread(target=preempt_mid_training, daemon=True)
+    killer.start()
+    result = _invoke("train", "-c", config, "--auto-resume", "1")
+    killer.join(timeout=5)
+    assert result.exit_code == 0, result.output
+    assert "PREEMPTED: recovering (1 of 1)" in result.output
+    assert "resuming from step" in result.output
+    history = json.loads((out / "recoveries.json").read_text())
+    assert len(history) == 1 and "PREEMPTED" in history[0]["reason"]
+    redone = history[0]["lost_at_step"] - history[0]["resumed_from_step"]
+    assert 0 <= redone <= 10, history  # at most checkpoint_every steps trained twice
+    assert "step 60 loss" in result.output
+    assert cloud.node("tpurun")["id"] != first_uid
+    billing = json.loads((out / ".tpuctl" / "billing.json").read_text())["nodes"]
+    assert [n["uid"] for n in billing] == [first_uid, cloud.node("tpurun")["id"]]
+    assert billing[0]["deleted"] is not None and billing[1]["deleted"] is None
+    assert _invoke("down", "-c", config).exit_code == 0
+    del launch
+
+
+def test_without_auto_resume_a_preemption_ends_the_run_naming_it(cloud, fleet, tmp_path,
+                                                                  tpuctl_home, monkeypatch):
+    from launcher import run
+
+    monkeypatch.setattr(run, "TROUBLE_EVERY_S", 1.0)
+    config = gcp_config(tmp_path, fleet)
+    assert _invoke("up", "-c", config).exit_code == 0
+    _stub(fleet, tmp_path, {"steps": {"train": 600}}, monkeypatch)
+    import threading
+
+    def preempt():
+        wait_for(lambda: "step 5 " in "".join(
+            p.read_text() for p in tpuctl_home.glob("jobs/tpurun/*/logs/worker-0.log")),
+            timeout_s=90, interval_s=0.05)
+        cloud.preempt("tpurun")
+
+    threading.Thread(target=preempt, daemon=True).start()
+    result = _invoke("train", "-c", config, "--down")
+    assert result.exit_code == 1, result.output
+    assert "TPU tpurun is PREEMPTED" in result.output
+    assert cloud.node_names() == []  # --down: nothing is left, billing or holding quota
+    assert "still up" not in result.output
+
+
+def test_queued_request_is_cancelled_when_the_launcher_gives_up(cloud, fleet, tmp_path):
+    config = gcp_config(tmp_path, fleet, queued=True, queue_hours=0.0005)
+    cloud.plan_queued_resource("tpurun", wait_polls=None)  # waits until its deadline
+    result = _invoke("up", "-c", config)
+    _one_line_error(result, "queued request tpurun", "holds no quota")
+    with pytest.raises(KeyError):
+        cloud.queued_resource("tpurun")
+    assert cloud.node_names() == []
+
+
+def test_a_limit_reached_mid_run_checkpoints_exports_and_deletes_the_tpu(
+        cloud, fleet, tmp_path, monkeypatch):
+    """The real stages on the stand-in pod slice (worker 0 trains on the CPU, the TPU API being
+    a stand-in), detached: train.max_hours is over at the first check, so training stops after
+    a checkpoint, the export follows, and worker 0 deletes the TPU (--down)."""
+    monkeypatch.delenv(STAGE_ENTRY_ENV, raising=False)
+    config = gcp_config(tmp_path, fleet)
+    raw = yaml.safe_load(config.read_text())
+    raw["train"].update(steps=200, checkpoint_every=100, eval_every=100, eval_batches=1)
+    config.write_text(yaml.safe_dump(raw))
+    assert _invoke("up", "-c", config).exit_code == 0
+    started = _invoke("train", "-c", config, "--down", "--detach", "--max-hours", "0.000001")
+    assert started.exit_code == 0, started.output
+    out = fleet.shared / tmp_path.name[:40] / "out"
+    log = out / "logs" / "worker-0.log"
+
+    def deleting():
+        return cloud.node_names() == [] or cloud.node("tpurun")["state"] == "DELETING"
+
+    try:
+        wait_for(deleting, timeout_s=400, interval_s=1.0)
+    except AssertionError:
+        raise AssertionError(log.read_text() if log.exists() else "no log") from None
+    text = log.read_text()
+    assert "train.max_hours 1e-06 reached" in text
+    metrics = json.loads((out / "metrics.json").read_text())
+    stopped_at = metrics["final"]["step"]
+    assert 0 < stopped_at < 200 and metrics["final"]["stopped"].startswith("train.max_hours")
+    assert (out / "checkpoints" / f"ckpt-{stopped_at}.index").exists()
+    assert (out / "model" / "config.json").exists()
+    assert "deleting TPU tpurun (the run asked for --down)" in text
     assert _invoke("down", "-c", config).exit_code == 0

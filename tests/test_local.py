@@ -184,7 +184,7 @@ def test_workers_stop_themselves_when_a_peer_fails_while_detached(local_run, tpu
     # Nobody is watching: worker 0 notices worker 1's failure itself and ends its training.
     wait_for(lambda: _job_states(config).count("exited") == 2, timeout_s=30, interval_s=0.3)
     assert _live(config) == {0: 0, 1: 0}
-    log = next(tpuctl_home.glob("local/t/worker-0/.tpuctl/jobs/*/worker.log")).read_text()
+    log = next(tpuctl_home.glob("local/t/worker-0/.tpuctl/jobs/*/worker-0/worker.log")).read_text()
     assert "stopping, train failed on worker-1" in log
 
 
@@ -199,10 +199,10 @@ def test_workers_stop_themselves_when_a_peer_dies_while_detached(local_run, tpuc
     started = runner.invoke(app, ["train", "-c", str(config), "--local", "--detach"])
     assert started.exit_code == 0, started.output
     wait_for(lambda: "step 2 loss" in _read_logs(config, "step 2 loss"), timeout_s=60)
-    pid_file = next(tpuctl_home.glob("local/t/worker-1/.tpuctl/jobs/*/pid"))
-    os.killpg(int(pid_file.read_text()), signal.SIGKILL)  # worker 1's host "dies"
+    pid_file = next(tpuctl_home.glob("local/t/worker-1/.tpuctl/jobs/*/worker-1/pid"))
+    os.killpg(int(pid_file.read_text().split()[0]), signal.SIGKILL)  # worker 1's host "dies"
     wait_for(lambda: _live(config)[0] == 0, timeout_s=30, interval_s=0.3)
-    log = next(tpuctl_home.glob("local/t/worker-0/.tpuctl/jobs/*/worker.log")).read_text()
+    log = next(tpuctl_home.glob("local/t/worker-0/.tpuctl/jobs/*/worker-0/worker.log")).read_text()
     assert "worker-1 stopped answering" in log
     # A launcher re-attaching now reports the vanished worker first.
     result = runner.invoke(app, ["logs", "-c", str(config)])
@@ -220,7 +220,7 @@ def test_local_flag_runs_any_config_as_local_workers(tmp_path, tpuctl_home, monk
                                  "--stages", "tokenizer,prepare"])
     assert result.exit_code == 0, result.output
     assert len(list((tmp_path / "out/data/train").glob("shard-*-of-00003*"))) == 3
-    shipped = next(tpuctl_home.glob("local/t/worker-2/.tpuctl/jobs/*/config.yaml"))
+    shipped = next(tpuctl_home.glob("local/t/worker-2/.tpuctl/jobs/*/worker-2/config.yaml"))
     # The stages pick their strategy from this: local CPU workers, not the TPU of the file.
     assert yaml.safe_load(shipped.read_text())["cluster"]["provider"] == "local"
     assert yaml.safe_load(shipped.read_text())["cluster"]["workers"] == 3

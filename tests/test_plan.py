@@ -1,8 +1,12 @@
 """The pure plan: which steps run where, with which commands; quoting that nothing can break."""
 
+import contextlib
 import json
+import os
 import shlex
+import signal
 import subprocess
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -10,6 +14,7 @@ from hypothesis import strategies as st
 
 from launcher import jobs, run
 from launcher.environment import EnvMode, plan_environment
+from launcher.groups import record_group
 from launcher.plan import (
     ALL_STAGES,
     Plan,
@@ -23,6 +28,7 @@ from launcher.plan import (
 from payload.config import parse_config
 from payload.errors import UserError
 from payload.strategy import CPU, Hardware
+from tests.helpers import wait_for
 
 RAW = {
     "name": "unit",
@@ -69,21 +75,30 @@ def test_cpu_workers_run_every_stage_with_shares_and_tf_config():
     assert prepare.workers == (0, 1, 2)
     argv = prepare.command_for(2).argv
     assert argv[:3] == ("/opt/py/bin/python", "-m", "payload")
-    assert argv[3:] == ("prepare", "--config", p.paths.config, "--worker-index", "2",
+    assert argv[3:] == ("prepare", "--config", p.paths[2].config, "--worker-index", "2",
                         "--num-workers", "3")
+    # Each worker has its own job folder (workers may share a home), one payload folder.
+    assert p.paths[2].job_dir == ".tpuctl/jobs/unit-1/worker-2"
+    assert len({(x.job_dir, x.pid, x.rc, x.log, x.agent_plan, x.wheel) for x in p.paths}) == 3
+    assert len({x.payload_dir for x in p.paths}) == 1
     assert train.workers == (0, 1, 2)
     tf_config = json.loads(dict(train.command_for(1).env)["TF_CONFIG"])
     assert tf_config == {"cluster": {"worker": ["10.0.0.2:29477", "10.0.0.3:29477",
                                                 "10.0.0.4:29477"]},
                          "task": {"type": "worker", "index": 1}}
-    assert dict(prepare.command_for(0).env)["PYTHONPATH"] == p.paths.payload_dir
+    assert dict(prepare.command_for(0).env)["PYTHONPATH"] == p.paths[0].payload_dir
+    # Worker 1 listens for the others on its port, checked free before training; worker 0
+    # holds the run lock.
+    assert p.agent_plan(1)["coordination_port"] == 29477
+    assert p.agent_plan(0)["holds_run_lock"] and not p.agent_plan(1)["holds_run_lock"]
     assert p.barrier_dir == "/shared/out/.tpuctl/jobs/unit-1"
     assert p.log_copies[2] == "/shared/out/logs/worker-2.log"
 
 
 def test_single_cpu_worker_has_no_tf_config():
-    train = plan(1).steps[2]
-    assert "TF_CONFIG" not in dict(train.commands[0].env)
+    p = plan(1)
+    assert "TF_CONFIG" not in dict(p.steps[2].commands[0].env)
+    assert p.agent_plan(0)["coordination_port"] is None
 
 
 def test_tpu_pod_trains_on_worker_zero_after_freeing_every_host():
@@ -101,22 +116,104 @@ def test_tpu_pod_trains_on_worker_zero_after_freeing_every_host():
     assert "TF_CONFIG" not in dict(train.commands[0].env)
 
 
-def test_free_tpu_script_frees_only_this_users_holders(tmp_path):
-    lock = tmp_path / "libtpu_lockfile"
-    lock.write_text("")
-    # A process of ours holding a stand-in device file is stopped; the lock file goes.
-    device = tmp_path / "accel0"
-    device.write_text("")
-    holder = subprocess.Popen(["sh", "-c", f"exec 3<{device}; sleep 30"])
+def _holder(cwd, device, *, record=None, ended=False):
+    """A process holding `device` open. With `record` (a job folder under cwd), its group is
+    recorded as tpuctl records a job's (launcher.groups); with `ended` too, the job's leader
+    wrote its exit code and left while the holder lives on, as a crashed TF process does."""
+    if record is None:
+        proc = subprocess.Popen(["sh", "-c", f"exec 3<{device}; exec sleep 60"], cwd=cwd,
+                                start_new_session=True)
+        wait_for(lambda: any(os.readlink(f"/proc/{proc.pid}/fd/{fd}") == str(device)
+                             for fd in os.listdir(f"/proc/{proc.pid}/fd")))
+        return proc, proc.pid
+    folder = cwd / record
+    folder.mkdir(parents=True)
+    body = (f"sleep 60 3<{device} & echo 0 > {folder}/rc" if ended
+            else f"exec 3<{device}; sleep 60")
+    proc = subprocess.Popen(["setsid", "sh", "-c",
+                             f"{record_group(str(folder / 'pid'), record)}; {body}"], cwd=cwd)
+    wait_for(lambda: (folder / "pid").exists() and (not ended or (folder / "rc").exists()))
+    holders = wait_for(lambda: [int(p) for p in os.listdir("/proc") if p.isdigit()
+                                and _holds(int(p), device) and _group(int(p)) == proc.pid])
+    return proc, holders[0]
+
+
+def _group(pid):
+    with contextlib.suppress(OSError):
+        return os.getpgid(pid)
+    return None
+
+
+def _holds(pid, device):
     try:
-        out = subprocess.run(["sh", "-c", free_tpu_script((f"{tmp_path}/accel*",), str(lock))],
-                             capture_output=True, text=True, timeout=30)
-        assert out.returncode == 0
-        assert holder.wait(timeout=5) == -9
-        assert f"stale TPU holder {holder.pid}" in out.stdout
-        assert not lock.exists()
-    finally:
-        holder.kill()
+        return any(os.readlink(f"/proc/{pid}/fd/{fd}") == str(device)
+                   for fd in os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return False
+
+
+def _alive(pid):
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.fixture
+def tpu_box(tmp_path):
+    """A stand-in TPU (device file and libtpu lock file) and a way to run the script."""
+    device, lock = tmp_path / "accel0", tmp_path / "libtpu_lockfile"
+    device.write_text("")
+    lock.write_text("")
+    started = []
+
+    def free():
+        return subprocess.run(["sh", "-c", free_tpu_script((f"{tmp_path}/accel*",), str(lock))],
+                              capture_output=True, text=True, timeout=60, cwd=tmp_path)
+
+    yield device, lock, free, started
+    for proc in started:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.kill()
+        proc.wait()
+
+
+def test_free_tpu_stops_what_an_ended_tpuctl_job_left(tmp_path, tpu_box):
+    device, lock, free, started = tpu_box
+    proc, holder = _holder(tmp_path, device, record=".tpuctl/jobs/old-1/worker-0", ended=True)
+    started.append(proc)
+    out = free()
+    assert out.returncode == 0, out.stderr
+    assert (f"stopping pid {holder}, left holding {device} by tpuctl job "
+            ".tpuctl/jobs/old-1/worker-0") in out.stdout
+    wait_for(lambda: not _alive(holder), timeout_s=5)
+    assert not lock.exists()
+
+
+def test_free_tpu_names_other_holders_and_signals_nothing(tmp_path, tpu_box):
+    device, lock, free, started = tpu_box
+    other, other_pid = _holder(tmp_path, device)
+    started.append(other)
+    running, running_pid = _holder(tmp_path, device, record=".tpuctl/jobs/live-1/worker-0")
+    started.append(running)
+    # A pid file naming `other`'s group with another start time: the id was reused, so the
+    # recorded job is not what holds the device now.
+    reused = tmp_path / ".tpuctl/jobs/gone-1/worker-0"
+    reused.mkdir(parents=True)
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    (reused / "pid").write_text(f"{other_pid} 1 {boot} .tpuctl/jobs/gone-1/worker-0\n")
+    (reused / "rc").write_text("0\n")
+    out = free()
+    assert out.returncode == 1
+    line = out.stderr.strip()
+    assert len(line.splitlines()) == 1, line
+    assert f"pid {other_pid} (sleep 60) holding {device}" in line
+    assert f"pid {running_pid} of tpuctl job .tpuctl/jobs/live-1/worker-0 (still running" in line
+    assert "stopping" not in out.stdout
+    assert _alive(other_pid) and _alive(running_pid)
+    assert lock.exists(), "the lock of a live holder stays"
 
 
 def test_cpu_workers_skip_free_tpu():
@@ -136,6 +233,9 @@ def test_stage_subset_resume_and_overwrite_flags():
 
 def test_parse_stages():
     assert parse_stages(None) == ALL_STAGES
+    for empty in ("", " ", ","):
+        with pytest.raises(UserError, match="names no stage"):
+            parse_stages(empty)
     assert parse_stages("export, tokenizer") == (Stage.TOKENIZER, Stage.EXPORT)
     with pytest.raises(UserError, match="unknown stage 'trian'"):
         parse_stages("trian")
@@ -226,7 +326,7 @@ def test_config_values_never_change_what_runs(python, corpus, output_dir):
 
 def test_job_commands_parse():
     p = plan(1)
-    start = jobs.start_command(p.paths, "/opt/py bin/python")
+    start = jobs.start_command(p.paths[0], "/opt/py bin/python")
     assert "setsid -f sh -c" in start and "'/opt/py bin/python'" in start
     poll = jobs.parse_poll("exited 3 train\nline 1\nline 2\npart")
     assert poll.state is jobs.JobState.EXITED and poll.rc == 3 and poll.stage == "train"
@@ -256,5 +356,13 @@ def test_providers_are_one_table_and_a_record_reopens_the_same_reach(tmp_path, m
         local_fleet.workers)
     with pytest.raises(UserError, match="--workers only applies with --local"):
         providers.provider_for(ssh_config, num_workers=2)
+    # Coordination ports: consecutive from a base drawn per job (not a fixed 29477 + i), so two
+    # jobs on the same hosts rarely meet.
+    bases = set()
+    for _ in range(20):
+        ports = [w.coordination_port for w in providers.provider_for(ssh_config).fleet().workers]
+        assert ports[1] == ports[0] + 1 and 20_000 <= ports[0] < 32_000 - 1
+        bases.add(ports[0])
+    assert len(bases) > 1
     with pytest.raises(UserError, match="provider 'nope'"):
         providers.reopen({"provider": "nope"}, ())

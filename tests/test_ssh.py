@@ -32,8 +32,9 @@ def ssh_run(fleet, tmp_path, tpuctl_home, monkeypatch, request):
         spec = {"provider": "ssh", "hosts": hosts or fleet.hosts, "user": "root",
                 "identity_file": fleet.identity_file, "known_hosts": fleet.known_hosts,
                 "port": fleet.port, "python": PYTHON, **cluster}
+        # A batch that 1, 2 or 3 workers (one replica each) can split: the launcher refuses others.
         return tiny_config(shared, output_dir=output_dir or str(shared / "out"), cluster=spec,
-                           name="fleet")
+                           name="fleet", train={"batch_size": 6})
 
     yield make
     _assert_nothing_left(fleet)
@@ -74,10 +75,11 @@ def test_train_on_three_ssh_workers(ssh_run, fleet, tpuctl_home):
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [
         "ckpt-0", "ckpt-1", "ckpt-2"]
     assert (out / "model/config.json").exists()
-    # Every worker ran on its own host, TF_CONFIG naming all three.
+    # Every worker ran on its own host, TF_CONFIG naming all three (ports drawn per job).
+    plan = records.current_job(records.state_dir(), "fleet").plan()
     for i, host in enumerate(fleet.hosts):
         assert f"worker-{i} | prepare {i}/3 on worker-{i}" in result.output
-        assert f"{host}:{29477 + i}" in result.output
+        assert f"{host}:{plan.workers[i].coordination_port}" in result.output
         log = (out / f"logs/worker-{i}.log").read_text()
         assert f"worker-{i} finished" in log
         assert list(tpuctl_home.glob(f"jobs/fleet/*/logs/worker-{i}.log"))
@@ -240,16 +242,16 @@ def test_wheelhouse_environment_is_created_once_and_cached(fleet, tmp_path):
                            requirements=("tinydep==1.0",), tpu=False)
     assert env.mode is EnvMode.WHEELHOUSE
     wheel, payload_digest = ship.build_wheel(tmp_path / "build")
-    paths = job_paths("wheelhouse-test", payload_digest)
     workers = tuple(Worker(index=i, host=h, address=h, coordination_port=0, ssh_port=fleet.port)
                     for i, h in enumerate(fleet.hosts[:2]))
+    paths = tuple(job_paths("wheelhouse-test", payload_digest, w.index) for w in workers)
     settings = SshSettings(user="root", known_hosts=fleet.known_hosts,
                            identity_file=fleet.identity_file)
     with SshExecutor(workers, settings) as executor:
         first = ship.ship(executor, workers, env, paths, wheel, wheelhouse=(str(house), digest))
         # (The payload itself may be there from earlier tests in this session.)
         assert all(d["env"] and d["wheelhouse"] for d in first)
-        check = executor.run(workers[1], f"env PYTHONPATH={paths.payload_dir} {env.python} -c "
+        check = executor.run(workers[1], f"env PYTHONPATH={paths[1].payload_dir} {env.python} -c "
                              "'import tinydep, payload.errors; print(tinydep.VALUE)'")
         assert check.stdout.strip() == "42", check.stderr
         again = ship.ship(executor, workers, env, paths, wheel, wheelhouse=(str(house), digest))

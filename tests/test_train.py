@@ -201,3 +201,34 @@ def test_a_save_cut_short_leaves_the_previous_checkpoint_in_use(tmp_path, caplog
     run_train(run_config(out, "gpt2", steps=40, checkpoint_every=10, eval_every=10), resume=True)
     assert "at step 20 of 40" in caplog.text
     assert json.loads((out / "metrics.json").read_text())["final"]["step"] == 40
+
+
+def test_a_time_limit_stops_training_after_a_checkpoint(tmp_path, roberta_dir):
+    """train.max_hours: training stops at the first check over the limit, with a checkpoint of
+    that step, and says why in metrics.json (the export stage follows in a job)."""
+    out = fresh_copy(roberta_dir, tmp_path)
+    config = run_config(out, "roberta", steps=400)
+    config = config.model_copy(update={"train": config.train.model_copy(
+        update={"max_hours": 1e-9, "checkpoint_every": 1000, "eval_every": 1000})})
+    run_train(config)
+    metrics = json.loads((out / "metrics.json").read_text())
+    final = metrics["final"]
+    assert final["stopped"].startswith("train.max_hours 1e-09 reached")
+    assert 0 < final["step"] < 400
+    assert (out / "checkpoints" / f"ckpt-{final['step']}.index").exists()
+
+
+def test_a_billing_record_counts_every_node_the_run_used(tmp_path):
+    from payload import budget
+
+    out = str(tmp_path)
+    budget.record_node(out, uid="1", zone="z", created=1000.0)
+    budget.record_deleted(out, "1", when=1000.0 + 1800)
+    budget.record_node(out, uid="2", zone="z", created=5000.0)
+    budget.record_node(out, uid="2", zone="z", created=5000.0)  # recorded once
+    nodes = json.loads((tmp_path / ".tpuctl" / "billing.json").read_text())["nodes"]
+    assert budget.billed_hours(nodes, now=5000.0 + 3600) == pytest.approx(1.5)
+    limit = budget.Budget(output_dir=out, max_hours=None, max_cost=20.0, usd_per_hour=12.88,
+                          started=0.0)
+    assert limit.exceeded(now=5000.0 + 3600) is None  # 1.5 h billed: $19.32
+    assert limit.exceeded(now=5000.0 + 5400) == "train.max_cost $20.00 reached ($25.76 so far)"

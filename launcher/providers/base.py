@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
-from launcher.plan import Worker
+from launcher.plan import NodeToDelete, Worker
 from payload.strategy import Hardware
 
 
@@ -77,6 +77,17 @@ class Provider(Protocol):
 
     def doctor(self) -> list[Check]:
         """Checks of the set-up that catch failed runs before they cost anything."""
+
+    def node_to_delete(self, on_event: Callable[[str], None]) -> NodeToDelete:
+        """What the job's worker 0 deletes when the job ends (`train --down`), with the
+        permission to do so in place; a UserError for providers that bill nothing."""
+
+    def record_billing(self, output_dir: str) -> None:
+        """Note in output_dir that the run uses the fleet now (what time and cost limits count)."""
+
+    def recover(self, on_event: Callable[[str], None]) -> None:
+        """Replace a fleet that was taken away (a preempted TPU) with a new one, READY; a
+        UserError where that cannot be done."""
 
     def fleet(self) -> Fleet:
         """The workers, how they are addressed, and their hardware."""

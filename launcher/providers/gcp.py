@@ -19,13 +19,14 @@ import getpass
 from collections.abc import Callable
 
 from launcher.executors import SshExecutor, SshSettings
-from launcher.plan import Worker
+from launcher.plan import NodeToDelete, Worker
 from launcher.providers import gcp_doctor, gcp_infra, gcp_site
 from launcher.providers.base import Check, Fleet
 from launcher.providers.gcp_site import Site
+from payload import budget
 from payload.errors import UserError
 from payload.strategy import Hardware
-from payload.tpu_api import GONE_STATES
+from payload.tpu_api import GONE_STATES, stand_in
 
 NAME = "gcp"
 UNREACHABLE_HINT = "check the TPU with `tpuctl status`; if it was preempted, `tpuctl up` again"
@@ -166,6 +167,32 @@ class GcpProvider:
 
     def doctor(self) -> list[Check]:
         return list(gcp_doctor.checks(self._config(), self.site))
+
+    def node_to_delete(self, on_event: Callable[[str], None]) -> NodeToDelete:
+        node, zone = self._ready_node()
+        gcp_infra.allow_self_delete(self._config(), self.site, on_event)
+        return NodeToDelete(project=self.site.project, zone=zone, name=node.name, uid=node.uid,
+                            api_endpoint=stand_in())
+
+    def record_billing(self, output_dir: str) -> None:
+        found = gcp_site.find_node(self.site, self.api)
+        if found is not None and found[0].create_time is not None:
+            node, zone = found
+            budget.record_node(output_dir, uid=node.uid, zone=zone, created=node.create_time)
+
+    def recover(self, on_event: Callable[[str], None]) -> None:
+        """Delete the preempted node (it still holds quota), then `up` again: the same zone, or
+        the next fallback zone when it has no capacity."""
+        config, site = self._config(), self.site
+        found = gcp_site.find_node(site, self.api)
+        if found is not None:
+            node, zone = found
+            on_event(f"deleting TPU {node.name} ({node.describe()}) in {zone}")
+            self.api.delete_node(node.name, zone)
+            if config.output_dir:
+                budget.record_deleted(config.output_dir, node.uid)
+        gcp_infra.recreate(config, site, on_event)
+        self.site = dataclasses.replace(self.site, uid=None)
 
     def up(self, on_event: Callable[[str], None]) -> None:
         gcp_infra.up(self._config(), self.site, on_event)

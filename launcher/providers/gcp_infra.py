@@ -44,7 +44,7 @@ def terraform_vars(config, site: Site, *, zone: str, create_tpu: bool,
         create_bucket=create_bucket, corpus_bucket=corpus_buckets[0] if corpus_buckets else None,
         network=cluster.network, subnetwork=cluster.subnetwork,
         ssh_source_ranges=tuple(cluster.ssh_source_ranges or ()), ssh_user=site.user,
-        ssh_public_key=public_key)
+        ssh_public_key=public_key, allow_self_delete=site.self_delete_allowed())
 
 
 def accelerator_of(config) -> accelerators.Accelerator:
@@ -131,7 +131,8 @@ def _is_capacity(error: UserError) -> bool:
     return any(word.lower() in text.lower() for word in CAPACITY_WORDS)
 
 
-def up(config, site: Site, on_event: Callable[[str], None]) -> None:
+def up(config, site: Site, on_event: Callable[[str], None], *,
+       zones: list[str] | None = None) -> None:
     cluster, api = config.cluster, site.api
     if not cluster.ssh_source_ranges:
         raise UserError("cluster.ssh_source_ranges is not set: `tpuctl up` opens SSH only to "
@@ -151,7 +152,7 @@ def up(config, site: Site, on_event: Callable[[str], None]) -> None:
     create_bucket = (before is not None and before.bucket_created) or not _bucket_exists(
         cluster.bucket_name, cluster.project)
     queued = _queued(cluster)
-    zones = _zones_to_try(site)
+    zones = zones or _zones_to_try(site)
     made_tpu = False
     try:
         for i, zone in enumerate(zones):
@@ -191,6 +192,44 @@ def up(config, site: Site, on_event: Callable[[str], None]) -> None:
         on_event(mismatch)
     on_event(f"TPU {node.name} is READY in {site.recorded_zone()}: {len(node.endpoints)} "
              f"worker(s); {hourly_price(config).describe()}. When done: `tpuctl down`")
+
+
+def recreate(config, site: Site, on_event: Callable[[str], None]) -> None:
+    """After a preemption, once the node is deleted: take it out of Terraform's state (an apply
+    without the TPU), drop its queued request, then `up` again, in the zone it was in first
+    and then in the other zones of the run."""
+    tf = terraform.Terraform(terraform.work_dir(config.name), module=INFRA_MODULE)
+    before = _outputs_or_none(tf)
+    recorded = site.recorded_zone() or site.zones[0]
+    if before is not None and before.tpu_created:
+        terraform.write_vars(tf.folder, terraform_vars(
+            config, site, zone=recorded, create_tpu=False, create_bucket=before.bucket_created,
+            public_key=gcp_site.ensure_key(Path(site.identity_file))))
+        tf.init(on_event)
+        tf.apply(on_event)
+    for zone in site.zones:
+        site.api.delete_queued(site.tpu_name, zone)
+    up(config, site, on_event, zones=[recorded, *(z for z in site.zones if z != recorded)])
+
+
+def allow_self_delete(config, site: Site, on_event: Callable[[str], None]) -> None:
+    """Give the workers' service account the right to delete their own TPU (`train --down`):
+    one Terraform apply, nothing else changes."""
+    if site.self_delete_allowed():
+        return
+    site.allow_self_delete()
+    tf = terraform.Terraform(terraform.work_dir(config.name), module=INFRA_MODULE)
+    before = _outputs_or_none(tf)
+    if before is None:
+        raise UserError(f"run {config.name} has no Terraform state here: `--down` needs a TPU "
+                        "made by `tpuctl up`", hint="run `tpuctl up` first")
+    on_event("terraform: letting the workers delete their own TPU (train --down)")
+    terraform.write_vars(tf.folder, terraform_vars(
+        config, site, zone=site.recorded_zone() or site.zones[0], create_tpu=before.tpu_created,
+        create_bucket=before.bucket_created,
+        public_key=gcp_site.ensure_key(Path(site.identity_file))))
+    tf.init(on_event)
+    tf.apply(on_event)
 
 
 def _zones_to_try(site: Site) -> list[str]:

@@ -89,12 +89,25 @@ class Site:
     def api(self) -> tpu_api.TpuApi:
         return tpu_api.TpuApi(project=self.project, zone=self.zones[0])
 
-    def recorded_zone(self) -> str | None:
+    def _state(self) -> dict:
         path = run_state(self.run_name) / ZONE_FILE
-        return json.loads(path.read_text()).get("zone") if path.is_file() else None
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+    def recorded_zone(self) -> str | None:
+        return self._state().get("zone")
 
     def record_zone(self, zone: str) -> None:
-        write_atomically(run_state(self.run_name) / ZONE_FILE, json.dumps({"zone": zone}))
+        write_atomically(run_state(self.run_name) / ZONE_FILE,
+                         json.dumps({**self._state(), "zone": zone}))
+
+    def self_delete_allowed(self) -> bool:
+        """Whether `up` gave the workers' service account the right to delete this TPU (asked
+        for by `train --down`; kept for every later `up` and `down` of the run)."""
+        return bool(self._state().get("self_delete"))
+
+    def allow_self_delete(self) -> None:
+        write_atomically(run_state(self.run_name) / ZONE_FILE,
+                         json.dumps({**self._state(), "self_delete": True}))
 
 
 def ssh_address(endpoint: tpu_api.Endpoint) -> str:

@@ -124,5 +124,16 @@ class LocalProvider:
     def stage_inputs(self, config, on_event: Callable[[str], None]):
         return config
 
+    def node_to_delete(self, on_event: Callable[[str], None]):
+        raise UserError("--down deletes a cloud TPU when the job ends; a local cluster has "
+                        "none", hint="leave --down out")
+
+    def record_billing(self, output_dir: str) -> None:
+        return None
+
+    def recover(self, on_event: Callable[[str], None]) -> None:
+        raise UserError("local workers cannot be replaced by tpuctl",
+                        hint="--auto-resume recovers preempted cloud TPUs")
+
     def reach(self, fleet: Fleet) -> dict:
         return {"provider": NAME, "run_name": self.run_name}

@@ -11,6 +11,7 @@ it ran on whatever the config says later.
 from __future__ import annotations
 
 import os
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -21,9 +22,17 @@ from payload.errors import UserError
 from payload.strategy import CPU
 
 NAME = "ssh"
-# Where MultiWorkerMirroredStrategy workers listen for each other on SSH hosts.
-DEFAULT_COORDINATION_PORT = 29_477
+# Where MultiWorkerMirroredStrategy workers listen for each other: consecutive ports from a base
+# drawn per job in this range (below Linux's ephemeral ports, 32768 and up), so two jobs or two
+# users on the same hosts rarely meet; a worker checks its port is free before training.
+COORDINATION_PORTS = range(20_000, 32_000)
 UNREACHABLE_HINT = "check cluster.hosts and that sshd runs there, then retry"
+
+
+def coordination_ports(count: int) -> list[int]:
+    """`count` consecutive ports from a base drawn at random for this job."""
+    base = COORDINATION_PORTS.start + secrets.randbelow(len(COORDINATION_PORTS) - count)
+    return list(range(base, base + count))
 
 
 def ssh_settings(cluster) -> SshSettings:
@@ -46,10 +55,10 @@ class SshProvider:
             raise UserError("--workers only applies with --local",
                             hint="an ssh cluster runs on every host in cluster.hosts")
         cluster = config.cluster
+        ports = coordination_ports(len(cluster.hosts))
         workers = tuple(
-            # A port per worker, so workers that share an address (or a host) never clash.
-            Worker(index=i, host=host, address=host,
-                   coordination_port=DEFAULT_COORDINATION_PORT + i, ssh_port=cluster.port)
+            Worker(index=i, host=host, address=host, coordination_port=ports[i],
+                   ssh_port=cluster.port)
             for i, host in enumerate(cluster.hosts)
         )
         return cls(ssh_settings(cluster), workers)
@@ -99,6 +108,17 @@ class SshProvider:
 
     def stage_inputs(self, config, on_event: Callable[[str], None]):
         return config
+
+    def node_to_delete(self, on_event: Callable[[str], None]):
+        raise UserError("--down deletes a cloud TPU when the job ends; a ssh cluster has "
+                        "none", hint="leave --down out")
+
+    def record_billing(self, output_dir: str) -> None:
+        return None
+
+    def recover(self, on_event: Callable[[str], None]) -> None:
+        raise UserError("ssh workers cannot be replaced by tpuctl",
+                        hint="--auto-resume recovers preempted cloud TPUs")
 
     def reach(self, fleet: Fleet) -> dict:
         return {"provider": NAME, "user": self.settings.user,

@@ -1,0 +1,188 @@
+"""The launcher's bad-input catalogue: every row ends with exactly one `error:` line naming the
+key or value, exit status 2, no traceback, and nothing created or started (no state folder, no
+output_dir, no new file anywhere in the run's folder), through the real `tpuctl` entry point."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.helpers import REPO
+
+BLACKHOLE = "192.0.2.1"  # TEST-NET-1: nothing answers; no row may get as far as connecting
+
+
+def _config(box: Path, **over) -> dict:
+    raw = {
+        "name": "t",
+        "output_dir": str(box / "out"),
+        "cluster": {"provider": "local", "workers": 2},
+        "data": {"corpus": str(box / "corpus.txt")},
+        "tokenizer": {"kind": "bpe", "vocab_size": 300},
+        "model": {"family": "gpt2", "hidden_size": 32, "num_layers": 1, "num_heads": 2},
+        "train": {"steps": 4, "batch_size": 4, "learning_rate": 1e-3},
+    }
+    raw.update(over)
+    return raw
+
+
+def _write(box: Path, name: str, raw) -> str:
+    path = box / name
+    path.write_text(raw if isinstance(raw, str) else yaml.safe_dump(raw))
+    return str(path)
+
+
+def _ssh(box: Path, **cluster) -> str:
+    """An ssh config whose key files are good unless a row says otherwise."""
+    spec = {"provider": "ssh", "hosts": [BLACKHOLE], "user": "me",
+            "identity_file": str(box / "key"), "known_hosts": str(box / "known_hosts"),
+            **cluster}
+    return _write(box, "ssh.yaml", _config(box, cluster=spec))
+
+
+def _file(box: Path, name: str, data: bytes, mode: int = 0o600) -> str:
+    path = box / name
+    path.write_bytes(data)
+    path.chmod(mode)
+    return str(path)
+
+
+def _key(box: Path, name: str, passphrase: str = "") -> str:
+    path = box / name
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-f", str(path)],
+                   check=True)
+    return str(path)
+
+
+# (id, arguments or a function of the run folder giving them, environment, needles)
+ROWS = [
+    ("workers-not-a-number", ["train", "--local", "--workers", "abc"], {}, ["'--workers'"]),
+    ("workers-too-many", ["train", "--local", "--workers", "100000"], {}, ["--workers 100000"]),
+    ("workers-zero", ["train", "--local", "--workers", "0"], {}, ["--workers 0"]),
+    ("workers-negative", ["train", "--local", "--workers", "-3"], {}, ["--workers -3"]),
+    ("worker-negative", ["logs", "--worker", "-1"], {}, ["'--worker'"]),
+    ("worker-without-value", ["logs", "--worker"], {}, ["'--worker'"]),
+    ("worker-out-of-range", ["ssh", "--worker", "5", "--", "true"], {}, ["--worker 5"]),
+    ("shell-without-worker", ["ssh"], {}, ["a shell needs one worker", "--worker N"]),
+    ("resume-and-overwrite", ["train", "--local", "--resume", "--overwrite"], {},
+     ["--resume and --overwrite"]),
+    ("stages-empty", ["train", "--local", "--stages", ""], {}, ["--stages ''"]),
+    ("stages-only-commas", ["train", "--local", "--stages", ","], {}, ["--stages ','"]),
+    ("stages-unknown", ["train", "--local", "--stages", "train,bogus"], {}, ["'bogus'"]),
+    ("unknown-command", ["trian"], {}, ["'trian'"]),
+    ("unknown-option", ["train", "--bogus"], {}, ["--bogus"]),
+    ("config-missing", lambda b: ["train", "-c", str(b / "nothere.yaml")], {},
+     ["nothere.yaml"]),
+    ("config-a-folder", lambda b: ["train", "-c", str(b)], {}, ["is a folder"]),
+    ("config-not-yaml", lambda b: ["train", "-c", _write(b, "bad.yaml", "name: t\n  x: [\n")],
+     {}, ["bad.yaml line 2"]),
+    ("config-binary", lambda b: ["train", "-c", _file(b, "bin.yaml", bytes(range(256)))], {},
+     ["bin.yaml is not UTF-8"]),
+    ("config-empty", lambda b: ["train", "-c", _write(b, "empty.yaml", "")], {},
+     ["empty.yaml is empty"]),
+    ("config-unknown-key",
+     lambda b: ["train", "-c", _write(b, "x.yaml", {**_config(b), "extra": 1})], {},
+     ["unknown key 'extra'"]),
+    ("peer-timeout-not-a-number", ["train", "--local"], {"TPUCTL_PEER_TIMEOUT_S": "abc"},
+     ["TPUCTL_PEER_TIMEOUT_S='abc'"]),
+    ("peer-timeout-zero", ["train", "--local"], {"TPUCTL_PEER_TIMEOUT_S": "0"},
+     ["TPUCTL_PEER_TIMEOUT_S='0'"]),
+    ("peer-timeout-infinite", ["train", "--local"], {"TPUCTL_PEER_TIMEOUT_S": "inf"},
+     ["TPUCTL_PEER_TIMEOUT_S='inf'"]),
+    ("peer-timeout-nan", ["train", "--local"], {"TPUCTL_PEER_TIMEOUT_S": "nan"},
+     ["TPUCTL_PEER_TIMEOUT_S='nan'"]),
+    ("state-folder-is-a-file", lambda b: ["train", "--local"],
+     {"TPUCTL_HOME": "{box}/afile"}, ["TPUCTL_HOME", "afile"]),
+    ("job-a-relative-path", ["logs", "--job", "../x"], {}, ["--job '../x'"]),
+    ("job-an-absolute-path", ["stop", "--job", "/etc"], {}, ["--job '/etc'"]),
+    ("job-empty", ["status", "--job", ""], {}, ["--job ''"]),
+    ("logs-without-a-job", ["logs"], {}, ["no job of run 't'"]),
+    ("stop-without-a-job", ["stop"], {}, ["no job of run 't'"]),
+    ("init-into-a-file", lambda b: ["init", str(b / "corpus.txt")], {}, ["corpus.txt is a file"]),
+    ("init-over-a-config", lambda b: ["init", str(b)], {}, ["tpuctl.yaml already exists"]),
+    ("ssh-with-workers", lambda b: ["train", "--workers", "2", "-c", _ssh(b)], {},
+     ["--workers only applies with --local"]),
+    ("host-with-user", lambda b: ["train", "-c", _ssh(b, hosts=["root@10.0.0.2"])], {},
+     ["cluster.hosts", "'root@10.0.0.2'", "cluster.user"]),
+    ("host-with-port", lambda b: ["train", "-c", _ssh(b, hosts=["10.0.0.2:2222"])], {},
+     ["cluster.hosts", "'10.0.0.2:2222'", "cluster.port"]),
+    ("host-bracketed", lambda b: ["train", "-c", _ssh(b, hosts=["[::1]:22"])], {},
+     ["'[::1]:22'", "cluster.port"]),
+    ("host-twice", lambda b: ["train", "-c", _ssh(b, hosts=["w1", "w2", "W1"])], {},
+     ["cluster.hosts", "'W1' is listed twice"]),
+    ("host-empty", lambda b: ["train", "-c", _ssh(b, hosts=[""])], {},
+     ["cluster.hosts", "'' is not a host"]),
+    ("host-an-option", lambda b: ["train", "-c", _ssh(b, hosts=["-oProxyCommand=x"])], {},
+     ["'-oProxyCommand=x' is not a host"]),
+    ("known-hosts-missing", lambda b: ["train", "-c", _ssh(b, known_hosts=str(b / "none"))],
+     {}, ["cluster.known_hosts: no file at", "none"]),
+    ("known-hosts-a-folder", lambda b: ["train", "-c", _ssh(b, known_hosts=str(b))], {},
+     ["cluster.known_hosts: no file at"]),
+    ("known-hosts-binary", lambda b: ["train", "-c", _ssh(
+        b, known_hosts=_file(b, "kh.bin", bytes(range(255, -1, -1)) * 4))], {},
+     ["cluster.known_hosts", "kh.bin", "not text"]),
+    ("known-hosts-malformed", lambda b: ["train", "-c", _ssh(b, known_hosts=_file(
+        b, "kh.bad", b"# ok\n10.0.0.2 ssh-ed25519 AAAA!!!notbase64\n"))], {},
+     ["cluster.known_hosts", "kh.bad line 2"]),
+    ("identity-missing", lambda b: ["train", "-c", _ssh(b, identity_file=str(b / "nokey"))],
+     {}, ["cluster.identity_file: no file at", "nokey"]),
+    ("identity-not-a-key", lambda b: ["train", "-c", _ssh(
+        b, identity_file=_file(b, "notakey", b"hello\n"))], {},
+     ["cluster.identity_file", "notakey", "is not a private key"]),
+    ("identity-with-passphrase", lambda b: ["train", "-c", _ssh(
+        b, identity_file=_key(b, "locked", passphrase="secret words"))], {},
+     ["cluster.identity_file", "locked", "passphrase", "ssh-keygen"]),
+    ("ssh-cluster-bad-key-on-ssh", lambda b: ["ssh", "-c", _ssh(
+        b, identity_file=_key(b, "locked2", passphrase="x" * 8)), "--", "true"], {},
+     ["passphrase"]),
+]
+
+
+@pytest.fixture
+def box(tmp_path):
+    """A run folder: a corpus, a local tpuctl.yaml, good key files for ssh rows."""
+    (tmp_path / "corpus.txt").write_text("one line\nanother line\n")
+    _write(tmp_path, "tpuctl.yaml", _config(tmp_path))
+    _key(tmp_path, "key")
+    host_key = (tmp_path / "key.pub").read_text().split()
+    (tmp_path / "known_hosts").write_text(f"{BLACKHOLE} {host_key[0]} {host_key[1]}\n")
+    (tmp_path / "afile").write_text("a file where the state folder would go\n")
+    return tmp_path
+
+
+def _snapshot(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): (p.is_dir(), p.stat().st_size, p.stat().st_mtime_ns)
+            for p in folder.rglob("*")}
+
+
+def run_row(box: Path, argv: list[str], env: dict) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "PYTHONPATH": str(REPO), "TPUCTL_HOME": str(box / "home")}
+    environment.pop("TPUCTL_DEBUG", None)
+    environment.update({k: v.format(box=box) for k, v in env.items()})
+    return subprocess.run([sys.executable, "-m", "launcher.cli", *argv], capture_output=True,
+                          text=True, cwd=box, env=environment, timeout=120,
+                          stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize(("args", "env", "needles"), [row[1:] for row in ROWS],
+                         ids=[row[0] for row in ROWS])
+def test_bad_input_is_one_line_exit_2_and_touches_nothing(box, args, env, needles):
+    argv = args(box) if callable(args) else args  # a row may write its own files first
+    before = _snapshot(box)
+    result = run_row(box, argv, env)
+    err = result.stderr
+    assert result.returncode == 2, f"exit {result.returncode}: {err}"
+    assert "Traceback" not in err, err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    for needle in needles:
+        assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
+    assert result.stdout == "", result.stdout
+    assert not (box / "home").exists(), "a state folder was made"
+    assert not (box / "out").exists(), "output_dir was made"
+    assert _snapshot(box) == before, "files changed in the run folder"

@@ -1,0 +1,383 @@
+"""Never the wrong process, never a second run on one output_dir: process identity, per-worker
+job folders, set-up locks, coordination ports, the run lock and the local log copies, with real
+local worker processes and stand-in stages."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from launcher import records, run, runlock
+from launcher.cli import app
+from launcher.executors import LocalExecutor
+from launcher.launch import PEER_TIMEOUT_ENV, STAGE_ENTRY_ENV
+from payload import storage
+from tests.helpers import REPO, install_stub, process_with_pid, tiny_config, wait_for
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def local_run(tmp_path, tpuctl_home, monkeypatch):
+    def make(behaviour=None, workers=2, **sections):
+        stub = install_stub(tmp_path / "stub", behaviour)
+        monkeypatch.setenv(STAGE_ENTRY_ENV, str(stub))
+        return tiny_config(tmp_path, output_dir=str(tmp_path / "out"),
+                           cluster={"provider": "local", "workers": workers}, **sections)
+    return make
+
+
+@pytest.fixture
+def strangers():
+    """Unrelated processes a test starts; killed at the end whatever happened."""
+    started = []
+    yield started
+    for proc in started:
+        proc.kill()
+        proc.wait()
+
+
+def _plan(config):
+    from payload.config import load_config
+
+    return records.current_job(records.state_dir(), load_config(config).name).plan()
+
+
+def _job_file(config, worker: int, name: str) -> Path:
+    plan = _plan(config)
+    return Path(plan.workers[worker].base_dir) / plan.paths[worker].job_dir / name
+
+
+def _group(config, worker: int = 0) -> int:
+    return int(_job_file(config, worker, "pid").read_text().split()[0])
+
+
+def _live(config):
+    plan = _plan(config)
+    return run.live_processes(LocalExecutor(plan.workers), plan)
+
+
+def _reuse(pgid: int, strangers: list) -> subprocess.Popen:
+    stranger = process_with_pid(pgid, ["sleep", "300"])
+    if stranger is None:
+        pytest.skip("process ids cannot be steered here (needs root: ns_last_pid)")
+    strangers.append(stranger)
+    return stranger
+
+
+def _cli(*args, env=None, timeout=120):
+    return subprocess.run([sys.executable, "-m", "launcher.cli", *args], capture_output=True,
+                          text=True, cwd=REPO, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
+
+
+# -- 1. process identity -------------------------------------------------------------------
+
+def test_stop_leaves_a_finished_jobs_reused_group_alone(local_run, strangers):
+    config = local_run(workers=1)
+    assert runner.invoke(app, ["train", "-c", str(config), "--local"]).exit_code == 0
+    # The job is over; its group id goes to an unrelated process, as the kernel may do.
+    stranger = _reuse(_group(config), strangers)
+    result = runner.invoke(app, ["stop", "-c", str(config)])
+    assert result.exit_code == 0, result.output
+    assert "worker-0: already ended (exit 0)" in result.output
+    time.sleep(0.5)
+    assert stranger.poll() is None, "tpuctl stop killed a process that was not the job's"
+
+
+def test_logs_of_a_failed_job_leave_a_reused_group_alone(local_run, strangers):
+    config = local_run({"fail": {"prepare": 0}}, workers=1)
+    assert runner.invoke(app, ["train", "-c", str(config), "--local"]).exit_code == 1
+    # A chatty stage: the log takes several reads, so fail-fast acts while they go on.
+    with _job_file(config, 0, "worker.log").open("a") as log:
+        log.writelines(f"noise {i}\n" for i in range(5000))
+    stranger = _reuse(_group(config), strangers)
+    # Fail-fast on re-attach stops "the job" everywhere: a job with an exit code never.
+    result = runner.invoke(app, ["logs", "-c", str(config)])
+    assert result.exit_code == 1 and "worker-0 failed in prepare (exit 3)" in result.output
+    time.sleep(0.5)
+    assert stranger.poll() is None, "tpuctl logs killed a process that was not the job's"
+
+
+def test_a_killed_jobs_reused_group_is_not_taken_for_the_job(local_run, strangers):
+    config = local_run({"steps": {"train": 600}}, workers=1)
+    assert runner.invoke(app, ["train", "-c", str(config), "--local", "--detach"]).exit_code == 0
+    wait_for(lambda: "step 1 loss" in _job_file(config, 0, "worker.log").read_text(),
+             timeout_s=60)
+    pgid = _group(config)
+    os.killpg(pgid, signal.SIGKILL)  # the job dies without an exit code
+    stranger = _reuse(pgid, strangers)
+    status = runner.invoke(app, ["status", "-c", str(config)])
+    assert "gone" in status.output and "running" not in status.output, status.output
+    # Not "still running": the next run starts, and takes over the dead job's run lock at once.
+    again = runner.invoke(app, ["train", "-c", str(config), "--local", "--stages", "export"])
+    assert again.exit_code == 0, again.output
+    assert "took over the run lock" in again.output and "not running any more" in again.output
+    time.sleep(0.5)
+    assert stranger.poll() is None
+
+
+# -- 2. per-worker folders and set-up locks ------------------------------------------------
+
+def test_workers_sharing_a_home_keep_their_own_job_files(local_run, tmp_path, monkeypatch):
+    """Two workers in one folder (an NFS home, one host twice): each runs as itself, with its
+    own pid, log and plan, and `stop` finds both."""
+    import dataclasses
+
+    from launcher.providers import local
+
+    shared = tmp_path / "shared-home"
+    real = local.local_workers
+    monkeypatch.setattr(local, "local_workers", lambda name, count, ports: tuple(
+        dataclasses.replace(w, base_dir=str(shared)) for w in real(name, count, ports)))
+    monkeypatch.setenv(PEER_TIMEOUT_ENV, "10")  # a worker waiting for a twin fails in time
+    config = local_run({"steps": {"train": 600}})
+    started = runner.invoke(app, ["train", "-c", str(config), "--local", "--detach"])
+    assert started.exit_code == 0, started.output
+    wait_for(lambda: all("step 2 loss" in _job_file(config, i, "worker.log").read_text()
+                         for i in (0, 1)), timeout_s=60)
+    for i in (0, 1):
+        log = _job_file(config, i, "worker.log").read_text()
+        assert f"prepare {i}/2" in log and f"prepare {1 - i}/2" not in log
+    groups = {_group(config, 0), _group(config, 1)}
+    assert len(groups) == 2 and _live(config)[0] > 0 and _live(config)[1] > 0
+    assert runner.invoke(app, ["stop", "-c", str(config)]).exit_code == 0
+    assert _live(config) == {0: 0, 1: 0}
+
+
+def test_two_set_ups_of_one_environment_build_it_once(tmp_path):
+    from launcher import ship
+    from launcher.environment import Environment, EnvMode
+    from launcher.plan import Worker, job_paths
+
+    home = tmp_path / "home"
+    worker = Worker(index=0, host="localhost", address="localhost", coordination_port=0,
+                    base_dir=str(home))
+    env = Environment(mode=EnvMode.CREATE, python=".tpuctl/env/k/bin/python", key="k",
+                      dir=".tpuctl/env/k", requirements=(),
+                      setup=("sh", "-c", "echo building >> builds.log; sleep 1"))
+    wheel, digest = ship.build_wheel(tmp_path / "wheels")
+    executor = LocalExecutor((worker,))
+    together = threading.Barrier(2)
+
+    def set_up(job: str) -> dict:
+        together.wait()
+        return ship.ship_one(executor, worker, env, job_paths(job, digest, 0), wheel, None,
+                             lambda w, m: None)
+
+    results: list = [None, None]
+    threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, set_up(f"job-{i}")))
+               for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    # One built, the other waited for it and reused it; the payload was unpacked once too.
+    assert sorted(r["env"] for r in results) == [False, True], results
+    assert sorted(r["payload"] for r in results) == [False, True], results
+    assert (home / "builds.log").read_text() == "building\n"
+    assert (home / ".tpuctl/env/k/.complete").exists()
+    assert (home / f".tpuctl/payload/{digest}/payload/storage.py").exists()
+    assert not list(home.glob(".tpuctl/jobs/*/worker-0/payload.whl"))
+
+
+# -- 4. coordination ports ----------------------------------------------------------------
+
+def test_a_taken_coordination_port_fails_the_job_with_one_line(local_run, monkeypatch):
+    from launcher.providers import local
+
+    config = local_run()
+    listeners = []
+    for _ in range(2):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        listeners.append(s)
+    ports = [s.getsockname()[1] for s in listeners]
+    listeners[0].close()  # worker 0's port is free again; worker 1's stays taken
+    monkeypatch.setattr(local, "free_ports", lambda count: ports[:count])
+    try:
+        result = runner.invoke(app, ["train", "-c", str(config), "--local"])
+    finally:
+        listeners[1].close()
+    assert result.exit_code == 1, result.output
+    assert "worker-1 failed in train" in result.output
+    assert (f"worker-1 cannot train: its coordination port {ports[1]} is in use on this host"
+            in result.output)
+    assert _live(config) == {0: 0, 1: 0}
+
+
+# -- 5. the run lock -----------------------------------------------------------------------
+
+def test_two_runs_started_together_one_refuses(local_run, tmp_path, tpuctl_home):
+    config = local_run()
+    env = {"TPUCTL_HOME": str(tpuctl_home)}
+    procs = [subprocess.Popen([sys.executable, "-m", "launcher.cli", "train", "-c", str(config),
+                               "--local"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, cwd=REPO,
+                              env={**os.environ, "PYTHONPATH": str(REPO), **env})
+             for _ in range(2)]
+    outcomes = [(p.wait(timeout=180), *p.communicate()) for p in procs]
+    codes = sorted(code for code, _, _ in outcomes)
+    assert codes == [0, 2], outcomes
+    refused = next(err for code, _, err in outcomes if code == 2)
+    lines = [line for line in refused.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "Traceback" not in refused, refused
+    assert f"output_dir {tmp_path / 'out'} is in use by job t-" in lines[0]
+    assert f"(started from {os.environ.get('USER') or 'root'}@" in lines[0]
+    assert f":{config}; last heartbeat" in lines[0]
+    assert not (tmp_path / "out/.tpuctl/run.lock").exists(), "released when the job ended"
+
+
+def test_a_running_job_on_one_worker_stops_a_second_run_on_two(local_run, tmp_path):
+    config = local_run({"steps": {"train": 600}}, workers=1)
+    first = runner.invoke(app, ["train", "-c", str(config), "--local", "--detach"])
+    assert first.exit_code == 0, first.output
+    job = _plan(config).job_id
+    wait_for(lambda: "step 1 loss" in _job_file(config, 0, "worker.log").read_text(),
+             timeout_s=60)
+    second = _cli("train", "-c", str(config), "--local", "--workers", "2",
+                  env={"TPUCTL_HOME": os.environ["TPUCTL_HOME"]})
+    assert second.returncode == 2, second.stderr
+    assert second.stderr.count("\n") == 1 and f"is in use by job {job}" in second.stderr
+    assert _plan(config).job_id == job, "the refused run recorded nothing"
+    # The job keeps the lock beating, then `stop` lets it go.
+    lock = tmp_path / "out/.tpuctl/run.lock"
+    beats = json.loads(lock.read_text())["beats"]
+    wait_for(lambda: json.loads(lock.read_text())["beats"] > beats, timeout_s=30)
+    assert runner.invoke(app, ["stop", "-c", str(config)]).exit_code == 0
+    assert not lock.exists()
+    again = runner.invoke(app, ["train", "-c", str(config), "--local", "--workers", "2",
+                                "--stages", "export"])
+    assert again.exit_code == 0, again.output
+
+
+def test_a_stale_run_lock_is_taken_over_with_a_message(local_run, tmp_path, monkeypatch):
+    monkeypatch.setenv(PEER_TIMEOUT_ENV, "2")  # heartbeat every 0.5 s, stale after 2 s
+    config = local_run({"steps": {"train": 600}})
+    assert runner.invoke(app, ["train", "-c", str(config), "--local", "--detach"]).exit_code == 0
+    job = _plan(config).job_id
+    wait_for(lambda: "step 1 loss" in _job_file(config, 0, "worker.log").read_text(),
+             timeout_s=60)
+    for i in (0, 1):  # both hosts die: nobody releases the lock
+        os.killpg(_group(config, i), signal.SIGKILL)
+    wait_for(lambda: _live(config) == {0: 0, 1: 0}, timeout_s=15)
+    time.sleep(3)
+    # Another worker count, so the launcher cannot see the old job ended: the heartbeat decides.
+    result = runner.invoke(app, ["train", "-c", str(config), "--local", "--workers", "1",
+                                 "--stages", "export"])
+    assert result.exit_code == 0, result.output
+    assert f"took over the run lock of {tmp_path / 'out'} from job {job}" in result.output
+    assert "no heartbeat for" in result.output
+
+
+def test_run_lock_take_beat_release(tmp_path):
+    out = str(tmp_path / "out")
+    now = [1000.0]
+    holder = {"job": "a", "from": "me@here:/x.yaml", "stale_after_s": 10}
+    assert runlock.take(out, holder, clock=lambda: now[0]) == ""
+    assert runlock.take(out, holder, clock=lambda: now[0]) == ""  # already its own
+    from payload.errors import UserError
+
+    with pytest.raises(UserError, match=r"in use by job a \(started from me@here:/x.yaml; "
+                                        r"last heartbeat 5 s ago\)"):
+        now[0] += 5
+        runlock.take(out, {**holder, "job": "b"}, clock=lambda: now[0])
+    assert runlock.beat(out, "a", clock=lambda: now[0]) and not runlock.beat(out, "b")
+    now[0] += 11
+    note = runlock.take(out, {**holder, "job": "b"}, clock=lambda: now[0])
+    assert "from job a" in note and "no heartbeat for 11 s" in note
+    assert not runlock.beat(out, "a") and not runlock.release(out, "a")
+    assert runlock.release(out, "b") and not os.path.exists(runlock.lock_path(out))
+
+
+def test_create_exclusive_has_one_winner_locally(tmp_path):
+    path = str(tmp_path / "lock")
+    together = threading.Barrier(8)
+    wins = []
+
+    def race(i):
+        together.wait()
+        wins.append(storage.create_exclusive(path, f"writer {i}".encode()))
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(wins) == [False] * 7 + [True]
+    held = Path(path).read_bytes()
+    assert storage.create_exclusive(path, b"new", replacing=b"not what it holds") is False
+    assert Path(path).read_bytes() == held, "a failed replace puts the old file back"
+    assert storage.create_exclusive(path, b"new", replacing=held) is True
+    assert Path(path).read_bytes() == b"new"
+    assert storage.create_exclusive(path, b"newer", replacing=held) is False
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lock"], "no temporary files left"
+
+
+def test_create_exclusive_has_one_winner_on_gcs(gcs_sandbox, monkeypatch):
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_sandbox.url)
+    monkeypatch.setattr(storage, "_client", None)
+    gcs_sandbox.make_bucket("locks")
+    path = "gs://locks/run/.tpuctl/run.lock"
+    together = threading.Barrier(4)
+    wins = []
+
+    def race(i):
+        together.wait()
+        wins.append(storage.create_exclusive(path, f"writer {i}".encode()))
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(wins) == [False] * 3 + [True]
+    held = storage.read_bytes(path)
+    assert storage.create_exclusive(path, b"new", replacing=b"other") is False
+    assert storage.create_exclusive(path, b"new", replacing=held) is True
+    assert storage.read_bytes(path) == b"new"
+    assert storage.create_exclusive(path, b"newer", replacing=held) is False
+    monkeypatch.setattr(storage, "_client", None)
+
+
+# -- 6. local log copies -------------------------------------------------------------------
+
+def test_logs_never_shrink_the_local_copy(local_run, tpuctl_home):
+    config = local_run(workers=1)
+    assert runner.invoke(app, ["train", "-c", str(config), "--local"]).exit_code == 0
+    copy = next(tpuctl_home.glob("jobs/t/*/logs/worker-0.log"))
+    worker_log = _job_file(config, 0, "worker.log")
+    kept = copy.read_text()
+    assert kept == worker_log.read_text() and "worker-0 finished" in kept
+    # Re-attaching twice neither duplicates nor rewrites the copy.
+    for _ in range(2):
+        assert runner.invoke(app, ["logs", "-c", str(config), "--no-follow"]).exit_code == 0
+    assert copy.read_text() == kept
+    # The workers are gone (a deleted VM, a wiped home): the copy is all that is left.
+    import shutil
+
+    shutil.rmtree(worker_log.parent)
+    runner.invoke(app, ["logs", "-c", str(config), "--no-follow"])
+    assert copy.read_text() == kept
+
+
+# -- 8 (a crash, not a bad input). ---------------------------------------------------------
+
+def test_status_shows_a_log_line_that_looks_like_markup(local_run):
+    config = local_run(workers=1)
+    assert runner.invoke(app, ["train", "-c", str(config), "--local"]).exit_code == 0
+    line = "[/job:worker/replica:0/task:0/device:CPU:0] [bold]x[/] done"
+    with _job_file(config, 0, "worker.log").open("a") as log:
+        log.write(line + "\n")
+    result = _cli("status", "-c", str(config), env={"COLUMNS": "250"})
+    assert result.returncode == 0, result.stderr
+    assert "[/job:worker/replica:0/task:0/device:CPU:0]" in result.stdout

@@ -1,0 +1,184 @@
+"""The run plan: FLOPs, time and cost against a hand calculation; the batch refusal and the
+mis-sizing warnings, through `tpuctl train --dry-run` as a user runs it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from payload import runplan
+from payload.config import parse_config
+from payload.errors import UserError
+from payload.strategy import CPU, Hardware
+from tests.helpers import REPO
+
+
+def _raw(**over) -> dict:
+    raw = {
+        "name": "plan",
+        "output_dir": "/tmp/unused-plan-out",
+        "cluster": {"provider": "gcp", "project": "my-project", "zone": "us-central1-a",
+                    "accelerator_type": "v5litepod-16", "provisioning": "spot"},
+        "data": {"corpus": "gs://b/c.txt", "seq_len": 512},
+        "tokenizer": {"kind": "bpe", "vocab_size": 32_000},
+        "model": {"family": "gpt2", "hidden_size": 512, "num_layers": 4, "num_heads": 8,
+                  "intermediate_size": 2048},
+        "train": {"steps": 1_000_000, "batch_size": 64, "learning_rate": 1e-3, "bf16": True},
+    }
+    for key, value in over.items():
+        merge = isinstance(value, dict) and key not in ("model", "cluster")
+        raw[key] = {**raw[key], **value} if merge else value
+    return raw
+
+
+def test_flops_time_and_cost_match_a_hand_calculation():
+    config = parse_config(_raw())
+    plan = runplan.run_plan(config, hardware=Hardware.tpu("v5litepod-16", "plan"),
+                            num_workers=4)
+    # GPT-2, hidden 512, 4 layers, feed-forward 2048, vocabulary 32,000, rows of 512, batch 64.
+    # One layer: 2 LayerNorms (2 x 2 x 512) + qkv (3 x 512 x 512 + 3 x 512) + attention output
+    # (512 x 512 + 512) + feed-forward (512 x 2048 + 2048) + (2048 x 512 + 512) = 3,152,384;
+    # four layers and the final LayerNorm (1,024): N = 12,610,560 without the embeddings.
+    assert plan.non_embedding_parameters == 12_610_560
+    dense = 6 * 12_610_560 * 512  # 6 x N per token: 38,739,640,320
+    attention = 12 * 4 * 512 * 512 * 512  # 12 x layers x seq_len x hidden per token
+    vocabulary = 6 * 32_000 * 512 * 512  # 6 x vocab x hidden at every position
+    assert (dense, attention, vocabulary) == (38_739_640_320, 6_442_450_944, 50_331_648_000)
+    per_row = 95_513_739_264
+    assert dense + attention + vocabulary == per_row
+    assert plan.flops_per_step == 64 * per_row == 6_112_879_312_896
+    assert plan.total_flops == pytest.approx(6.112879312896e18)
+    assert plan.tokens_per_step == 64 * 512 and plan.total_tokens == 32_768_000_000
+    # v5litepod-16: 16 chips of TPU v5e at 197 TFLOP/s bf16, at the assumed 40%:
+    # 6.1129e18 / (16 x 197e12 x 0.4 = 1.2608e15 FLOP/s) = 4,848.4 s = 1h20m.
+    assert (plan.chips, plan.peak_flops_per_chip, plan.utilisation) == (16, 197e12, 0.40)
+    assert plan.wall_time_s == pytest.approx(4848.41, abs=0.01)
+    # Spot v5e in us-central1: $0.213 per chip-hour x 16 chips = $3.408/h; x 1.3468 h.
+    assert plan.usd_per_hour == pytest.approx(3.408)
+    assert plan.cost_usd == pytest.approx(4.5898, abs=1e-4)
+    # One replica per chip (16), 4 rows each.
+    assert plan.replicas == 16
+    text = "\n".join(runplan.render(plan))
+    for needle in ("6.11e12 per step", "6.11e18 in total", "6 x N per token",
+                   "attention 12 x layers x seq_len x hidden", "16 chips of TPU v5e",
+                   "197 TFLOP/s bf16 per chip", "assumed 40% utilisation", "1h20m",
+                   "$4.59 for that time (spot, $3.41/h for v5litepod-16 in us-central1",
+                   "64 = 4 per replica"):
+        assert needle in text, text
+
+
+def test_masked_lm_scores_only_the_masked_positions():
+    config = parse_config(_raw(model={"family": "roberta", "size": "base"},
+                               data={"seq_len": 512}, tokenizer={"vocab_size": 50265}))
+    flops = runplan.row_flops(config)
+    # ceil(512 x 0.15) = 77 predicted positions; the projection is 6 x 50,265 x 768 at each.
+    assert flops.vocabulary == 6 * 50265 * 768 * 77
+    assert flops.attention == 12 * 12 * 512 * 768 * 512
+    assert "77 masked positions" in flops.formula
+
+
+def test_t5_counts_every_matrix_of_both_stacks_once():
+    config = parse_config(_raw(model={"family": "t5", "size": "base"},
+                               tokenizer={"vocab_size": 32128}, data={"seq_len": 512}))
+    from payload.sizes import architecture, count_parameters
+
+    arch = architecture(config)
+    flops = runplan.step_flops(arch, seq_len=100, target_len=100)
+    # Inputs as long as targets: the dense term is 6 x (every non-embedding matrix) per token;
+    # only LayerNorm scales and the relative position buckets are left out (no products).
+    d, layers, heads = 768, 12, 12
+    norms = layers * 2 * d + d + layers * 3 * d + d
+    relative = 2 * 32 * heads
+    matrices = count_parameters(arch).non_embedding - norms - relative
+    assert flops.dense == 6 * matrices * 100
+    assert "encoder and decoder apart" in flops.formula
+
+
+def test_cpu_workers_have_no_table_entry_but_get_the_figures():
+    config = parse_config(_raw(cluster={"provider": "local", "workers": 2}))
+    plan = runplan.run_plan(config, hardware=CPU, num_workers=2)
+    assert plan.accelerator is None and plan.wall_time_s is None and plan.cost_usd is None
+    assert plan.replicas == 2 and plan.flops_per_step == 6_112_879_312_896
+    text = "\n".join(runplan.render(plan))
+    assert "no accelerator table entry" in text and "6.11e12 per step" in text
+
+
+def test_replicas_are_chips_on_every_generation():
+    for name, chips in (("v4-8", 4), ("v4-32", 16), ("v5p-8", 4), ("v5litepod-16", 16),
+                        ("v5litepod-8", 8)):
+        assert runplan.replicas_of(Hardware.tpu(name, "x"), 1)[0] == chips, name
+    assert runplan.replicas_of(CPU, 3)[0] == 3 and runplan.replicas_of(CPU, 1)[0] == 1
+
+
+def test_batch_the_replicas_cannot_split_is_refused():
+    config = parse_config(_raw(train={"batch_size": 40}))
+    plan = runplan.run_plan(config, hardware=Hardware.tpu("v5litepod-16", "x"), num_workers=4)
+    with pytest.raises(UserError, match=r"batch_size=40 does not split over the 16 replicas"
+                       r".*32 or 48"):
+        runplan.check_batch(plan)
+
+
+def test_warnings_for_an_obviously_mis_sized_run():
+    config = parse_config(_raw(train={"steps": 10}, model={"family": "roberta", "size": "base"}))
+    plan = runplan.run_plan(config, hardware=Hardware.tpu("v5litepod-16", "x"), num_workers=4)
+    lines = runplan.warnings(plan, dataset_rows=100)
+    assert len(lines) == 2
+    assert "327.7K training tokens are fewer than 2x the 110.7M parameters" in lines[0]
+    assert "the dataset has 100 training rows but 10 steps x 64 read 640: 6.4 epochs" in lines[1]
+    big = runplan.run_plan(parse_config(_raw()), hardware=CPU, num_workers=1)
+    assert runplan.warnings(big, dataset_rows=10**9) == []
+
+
+def _dry_run(tmp_path, raw) -> subprocess.CompletedProcess:
+    path = tmp_path / "tpuctl.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return subprocess.run([sys.executable, "-m", "launcher.cli", "train", "-c", str(path),
+                           "--dry-run"], capture_output=True, text=True, cwd=tmp_path,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO),
+                               "HOME": str(tmp_path), "TPUCTL_HOME": str(tmp_path / "home"),
+                               "GOOGLE_APPLICATION_CREDENTIALS": str(tmp_path / "none.json")},
+                          timeout=120)
+
+
+def test_dry_run_prints_the_plan_and_refuses_a_bad_batch(tmp_path):
+    ok = _dry_run(tmp_path, _raw())
+    assert ok.returncode == 0, ok.stderr
+    assert "run plan: gpt2, 29.5M parameters" in ok.stdout
+    assert "$4.59 for that time" in ok.stdout
+    assert "warning" not in ok.stderr
+    bad = _dry_run(tmp_path, _raw(train={"batch_size": 24}))
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    errors = [line for line in bad.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [errors[0]] and "batch_size=24 does not split over the 16 replicas" in (
+        errors[0]), bad.stderr
+    assert not (tmp_path / "home").exists()
+
+
+def test_dry_run_on_cpu_workers_warns_from_the_manifest(tmp_path):
+    from payload import records
+
+    out = tmp_path / "out"
+    (out / "data").mkdir(parents=True)
+    manifest = records.Manifest(
+        format=records.FORMAT, seq_len=128, record_len=128, dtype="uint16", family="gpt2",
+        vocab_size=1000, tokenizer_fingerprint="x", data_fingerprint="y", num_workers=1,
+        documents=10, invalid_utf8_lines=0,
+        splits={"train": records.SplitSummary(records=50), "validation": records.SplitSummary()})
+    (out / "data" / "manifest.json").write_text(manifest.to_json())
+    raw = _raw(cluster={"provider": "local", "workers": 3}, output_dir=str(out),
+               data={"corpus": str(tmp_path / "c.txt"), "seq_len": 128},
+               train={"steps": 4, "batch_size": 30})
+    (tmp_path / "c.txt").write_text("some text\n")
+    result = _dry_run(tmp_path, raw)
+    assert result.returncode == 0, result.stderr
+    assert "no accelerator table entry" in result.stdout
+    assert "replicas: 3 (one per CPU worker process: 3 processes)" in result.stdout
+    warned = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warned) == 2, result.stderr
+    assert "the dataset has 50 training rows but 4 steps x 30 read 120" in warned[1]
+    refused = _dry_run(tmp_path, {**raw, "train": {**raw["train"], "batch_size": 32}})
+    assert refused.returncode == 2
+    assert "over the 3 replicas (one per CPU worker process" in refused.stderr

@@ -11,9 +11,14 @@ launcher passes what its provider found, and the training stage's strategy decid
 from __future__ import annotations
 
 import argparse
+import atexit
 import logging
 import os
+import shutil
+import socket
 import sys
+import tempfile
+from pathlib import Path
 
 # Transformers' TF models need tf-keras; touching Keras 3 first breaks their optimizers.
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
@@ -23,14 +28,22 @@ from payload.errors import UserError, one_line
 from payload.stages import STAGE_NAMES, Stage, check_share
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes end like every other user error: one `error:` line, exit status 2."""
+
+    def error(self, message: str):
+        raise UserError(message, hint="see python -m payload --help")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m payload", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="python -m payload", description=__doc__.splitlines()[0])
     parser.add_argument("stage", choices=STAGE_NAMES)
     parser.add_argument("--config", "-c", required=True, help="run config (tpuctl.yaml)")
     parser.add_argument("--worker-index", type=int, default=0)
     parser.add_argument("--num-workers", type=int, default=1)
     parser.add_argument("--overwrite", action="store_true",
-                        help="prepare: replace shards made with another tokenizer or layout; "
+                        help="tokenizer: replace a tokenizer that shards or checkpoints were made "
+                        "with; prepare: replace shards made with another tokenizer or layout; "
                         "train: start again over an earlier run's checkpoints")
     parser.add_argument("--resume", action="store_true", help="train: continue from a checkpoint")
     parser.add_argument("--hardware", default="cpu",
@@ -45,11 +58,12 @@ def run_stage(args: argparse.Namespace) -> None:
     check_share(args.worker_index, args.num_workers)
     hardware = Hardware.parse(args.hardware)
     config = load_config(args.config)
+    use_private_tempdir()
     stage = Stage(args.stage)
     if stage is Stage.TOKENIZER:
         from payload.tokenizer import run_tokenizer
 
-        run_tokenizer(config)
+        run_tokenizer(config, overwrite=args.overwrite)
     elif stage is Stage.PREPARE:
         from payload.prepare import run_prepare
 
@@ -70,8 +84,50 @@ def run_stage(args: argparse.Namespace) -> None:
         run_publish(config)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def use_private_tempdir() -> None:
+    """This stage's temporary files (its own, TensorFlow's autograph modules, ...) go to a
+    folder of this process under tpuctl's local state (TPUCTL_HOME, default ~/.tpuctl), removed
+    at exit; a killed stage's folder is removed by the next stage on the same host, so a crash
+    leaves nothing behind in the system's temporary folder."""
+    root = Path(os.environ.get("TPUCTL_HOME") or Path.home() / ".tpuctl") / "tmp"
+    host = socket.gethostname()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        for stale in root.glob(f"{host}-*"):
+            pid = stale.name.rsplit("-", 1)[-1]
+            if pid.isdigit() and not _alive(int(pid)):
+                shutil.rmtree(stale, ignore_errors=True)
+        mine = root / f"{host}-{os.getpid()}"
+        mine.mkdir(exist_ok=True)
+    except OSError:
+        return  # no writable home: the system's temporary folder will do
+    os.environ["TMPDIR"] = str(mine)  # before TensorFlow reads it
+    tempfile.tempdir = str(mine)
+    atexit.register(shutil.rmtree, mine, True)
+
+
+def _fail(exc: UserError) -> int:
+    if os.environ.get("TPUCTL_DEBUG"):
+        raise exc
+    print(f"error: {one_line(str(exc))}", file=sys.stderr, flush=True)
+    return exc.exit_code
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except UserError as exc:
+        return _fail(exc)
     logging.basicConfig(
         level=logging.INFO, stream=sys.stdout,
         format=f"%(asctime)s w{args.worker_index} {args.stage} %(message)s", datefmt="%H:%M:%S",
@@ -79,10 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run_stage(args)
     except UserError as exc:
-        if os.environ.get("TPUCTL_DEBUG"):
-            raise
-        print(f"error: {one_line(str(exc))}", file=sys.stderr, flush=True)
-        return exc.exit_code
+        return _fail(exc)
     return 0
 
 

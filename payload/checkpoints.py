@@ -11,11 +11,19 @@ previous checkpoint, which stays intact. The step is the optimizer's own update 
 with it, so the learning-rate schedule resumes exactly where it stopped. Under several workers
 every worker takes part in a save (the variables may need a collective read) but only the chief
 writes to the shared folder; the others write to a scratch folder and delete it.
+
+The folder itself is complete (storage's `.tpuctl-complete` marker) once a fresh run has
+cleared an earlier run's files and recorded what its checkpoints are made from (`run.json`);
+resume and export require the marker, so a clearing cut short is never mistaken for a run.
+A fresh start removes only the files TensorFlow's checkpoints and tpuctl write there, and
+names them first.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import re
 import shutil
 import tempfile
 
@@ -23,6 +31,25 @@ from payload import storage
 from payload.errors import UserError
 
 IDENTITY = "run.json"
+INDEX = "checkpoint"
+log = logging.getLogger(__name__)
+
+# What TensorFlow's CheckpointManager ("ckpt" prefix) and this module write in the folder:
+# the index and its atomic-write temporaries, each checkpoint's index and data files and
+# their temporaries, the sharded save's `_temp` folder, run.json, the training schedule
+# (train.py), the marker, storage temps.
+_WRITTEN = re.compile(
+    r"^(?:checkpoint(?:\.tmp[0-9a-f]{32})?"
+    r"|ckpt-\d+(?:_temp/part-\d+-of-\d+)?\.(?:index|data-\d+-of-\d+)(?:\.tempstate\d+)?"
+    r"|(?:run|schedule)\.json|\.tpuctl-complete"
+    r"|\.tmp-[^/]+-(?:run\.json|schedule\.json|\.tpuctl-complete))$"
+)
+
+
+def written_by_training(relative: str) -> bool:
+    """Whether a path under checkpoints/ is one that training writes (the only files a fresh
+    start may remove there)."""
+    return bool(_WRITTEN.match(relative.replace("\\", "/")))
 
 
 def checkpoint_dir(output_dir: str) -> str:
@@ -30,10 +57,11 @@ def checkpoint_dir(output_dir: str) -> str:
 
 
 def latest_checkpoint(output_dir: str) -> str | None:
+    """The newest checkpoint of a complete folder (None without one)."""
     import tensorflow as tf
 
     directory = checkpoint_dir(output_dir)
-    if not storage.exists(storage.join(directory, "checkpoint")):
+    if not (storage.exists(storage.join(directory, INDEX)) and storage.is_complete(directory)):
         return None
     return tf.train.latest_checkpoint(directory)
 
@@ -48,27 +76,42 @@ def _nothing_to_resume(directory: str) -> UserError:
                      hint="run without --resume to start fresh")
 
 
+def incomplete(directory: str, doing: str) -> UserError:
+    return UserError(
+        f"{doing}: the checkpoints in {directory} are incomplete (no {storage.COMPLETE}: a "
+        "start that cleared an earlier run's files was cut short)",
+        hint="start again with --overwrite",
+    )
+
+
+def check_flags(*, resume: bool, overwrite: bool) -> None:
+    if resume and overwrite:
+        raise UserError("--resume and --overwrite contradict each other (--resume continues the "
+                        "checkpoints, --overwrite removes them)", hint="pass one of them")
+
+
 def check_start(output_dir: str, *, resume: bool, overwrite: bool) -> None:
-    """The same refusals as `check_resume`, from the checkpoint index alone (no TensorFlow):
-    what the launcher checks before it starts anything."""
+    """The same refusals as `check_resume`, from the checkpoint index and marker alone (no
+    TensorFlow): what the launcher checks before it starts anything."""
+    check_flags(resume=resume, overwrite=overwrite)
     directory = checkpoint_dir(output_dir)
-    present = storage.exists(storage.join(directory, "checkpoint"))
+    present = storage.exists(storage.join(directory, INDEX))
     if not resume and present and not overwrite:
         raise _earlier_run(directory)
     if resume and not present:
         raise _nothing_to_resume(directory)
+    if resume and not storage.is_complete(directory):
+        raise incomplete(directory, "--resume")
 
 
 def check_resume(output_dir: str, identity: dict, *, resume: bool, overwrite: bool) -> None:
     """Refuse to mix runs: a resume needs a checkpoint made from the same model and tokenizer,
     and a fresh start must not silently bury an earlier run's checkpoints."""
+    check_start(output_dir, resume=resume, overwrite=overwrite)
     directory = checkpoint_dir(output_dir)
-    latest = latest_checkpoint(output_dir)
     if not resume:
-        if latest is not None and not overwrite:
-            raise _earlier_run(directory)
         return
-    if latest is None:
+    if latest_checkpoint(output_dir) is None:
         raise _nothing_to_resume(directory)
     path = storage.join(directory, IDENTITY)
     if storage.exists(path):
@@ -83,10 +126,19 @@ def check_resume(output_dir: str, identity: dict, *, resume: bool, overwrite: bo
 
 
 def start_fresh(output_dir: str, identity: dict) -> None:
-    """Clear an earlier run's checkpoints and record what this run's are made from."""
+    """Clear an earlier run's checkpoint files (named first; nothing else in the folder is
+    touched) and record what this run's are made from; the folder is then complete."""
     directory = checkpoint_dir(output_dir)
-    storage.remove_tree(directory)
+    names = [n for n in storage.list_tree(directory) if written_by_training(n)]
+    storage.clear_complete(directory)  # first: readers stop trusting the folder
+    if names:
+        # The index before the files it points to, so no reader follows it to a missing file.
+        names.sort(key=lambda n: (n != INDEX, n))
+        log.info("removing an earlier run's checkpoint files from %s: %s", directory,
+                 ", ".join(names))
+        storage.remove_owned(output_dir, [storage.join(directory, n) for n in names])
     storage.write_text(storage.join(directory, IDENTITY), json.dumps(identity, indent=1) + "\n")
+    storage.mark_complete(directory, {"identity": identity})
 
 
 def read_identity(output_dir: str) -> dict | None:
@@ -119,6 +171,7 @@ class Checkpoints:
         return True
 
     def save(self, step: int) -> None:
+        storage.note_change("checkpoint", f"{self.directory}/ckpt-{step}")
         self.manager.save(checkpoint_number=step)
         self.latest = self.manager.latest_checkpoint
 

@@ -10,6 +10,8 @@ the same from any working directory; the resolved config is what gets written ne
 
 from __future__ import annotations
 
+import difflib
+import json
 import os
 import re
 from pathlib import Path
@@ -32,7 +34,22 @@ MIN_LEARNED_PIECES = 64
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    # Infinity and NaN are never a sensible setting (`learning_rate: .inf` would train to NaN).
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True,
+                              allow_inf_nan=False)
+
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def _check_scheme(value: str, what: str, *, quote: bool = True) -> str:
+    """Local paths and gs:// only: another scheme (s3://) would become a relative local folder."""
+    match = _SCHEME.match(value)
+    if match and match.group(1) != "gs":
+        shown = f"'{value}' uses" if quote else "uses"
+        raise ValueError(f"{shown} {match.group(1)}://, which tpuctl cannot {what}; use a "
+                         "local path or gs://BUCKET/PATH")
+    return value
 
 
 class _ClusterBase(_Section):
@@ -263,6 +280,11 @@ class DataConfig(_Section):
     def _listify(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
 
+    @field_validator("corpus")
+    @classmethod
+    def _schemes(cls, value: list[str]) -> list[str]:
+        return [_check_scheme(entry, "read") for entry in value]
+
 
 class TokenizerConfig(_Section):
     kind: Literal["unigram", "bpe", "wordpiece", "sentencepiece"] = "unigram"
@@ -272,6 +294,11 @@ class TokenizerConfig(_Section):
     # Train on the first megabytes of each input (proportionally); null trains on everything.
     sample_mb: float | None = Field(256.0, gt=0)
     min_frequency: int = Field(2, ge=1)
+
+    @field_validator("path")
+    @classmethod
+    def _scheme(cls, value: str | None) -> str | None:
+        return value if value is None else _check_scheme(value, "read", quote=False)
 
 
 class ModelConfig(_Section):
@@ -371,6 +398,38 @@ class HubConfig(_Section):
 
 
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+_PROJECT_MARKERS = (".git", "pyproject.toml")
+
+
+def check_output_dir_path(value: str) -> str:
+    """output_dir must be a folder of the run's own: tpuctl writes in it and deletes inside it,
+    so a root (of the filesystem, a mount, the home folder, a project) is refused."""
+    _check_scheme(value, "write to", quote=False)  # the value is shown with the error
+    if value.startswith("gs://"):
+        bucket, _, prefix = value[len("gs://"):].partition("/")
+        if not bucket or not prefix.strip("/"):
+            raise ValueError(f"a whole bucket cannot be an output_dir; use gs://"
+                             f"{bucket or 'BUCKET'}/NAME")
+        return value
+    path = os.path.realpath(os.path.expanduser(value))
+    home = os.path.realpath(os.path.expanduser("~"))
+    what = None
+    if path == os.path.dirname(path):
+        what = "the filesystem root"
+    elif path == home:
+        what = "your home folder"
+    elif home.startswith(path.rstrip(os.sep) + os.sep):
+        what = "a folder that holds your home folder"
+    elif os.path.ismount(path):
+        what = "the root of a mounted filesystem"
+    else:
+        found = next((m for m in _PROJECT_MARKERS if os.path.exists(os.path.join(path, m))), None)
+        if found:
+            what = f"a project's root folder (it holds {found})"
+    if what:
+        raise ValueError(f"{what} cannot be an output_dir (tpuctl deletes inside it); use a "
+                         f"folder of the run's own, such as {os.path.join(path, 'runs', 'NAME')}")
+    return value
 
 
 class RunConfig(_Section):
@@ -382,6 +441,11 @@ class RunConfig(_Section):
     model: ModelConfig
     train: TrainConfig
     hub: HubConfig = Field(default_factory=lambda: HubConfig())
+
+    @field_validator("output_dir")
+    @classmethod
+    def _output_dir(cls, value: str) -> str:
+        return check_output_dir_path(value)
 
     @model_validator(mode="before")
     @classmethod
@@ -471,8 +535,13 @@ def _describe(error: dict, model: type[BaseModel]) -> str:
     message = error["msg"].removeprefix("Value error, ")
     if kind == "extra_forbidden":
         section = _section_for(model, error["loc"][:-1])
-        allowed = ", ".join(section.model_fields) if section else ""
-        return f"unknown key '{where}'" + (f" (allowed here: {allowed})" if allowed else "")
+        fields = list(section.model_fields) if section else []
+        close = difflib.get_close_matches(str(error["loc"][-1]), fields, n=1, cutoff=0.75)
+        guess = f"did you mean '{close[0]}'? " if close else ""
+        allowed = f"allowed here: {', '.join(fields)}" if fields else ""
+        return f"unknown key '{where}'" + (f" ({guess}{allowed})" if guess or allowed else "")
+    if kind == "finite_number":
+        return f"{where}: must be a finite number (got {error.get('input')!r})"
     if kind == "missing":
         return f"missing required key '{where}'"
     if kind == "union_tag_invalid" or kind == "union_tag_not_found":
@@ -548,7 +617,39 @@ def parse_config(raw: Any, *, base_dir: Path | None = None, source: str = "confi
     try:
         return RunConfig.model_validate(raw)
     except ValidationError as exc:
-        raise UserError(f"{source}: {_describe(exc.errors()[0], RunConfig)}") from None
+        errors = exc.errors()
+        # A mistyped key also leaves the key it meant missing: name the mistake, not the gap.
+        first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+        raise UserError(f"{source}: {_describe(first, RunConfig)}") from None
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: Any, line: int, first: int):
+        super().__init__(key)
+        self.key, self.line, self.first = key, line, first
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML without silent overrides: a key given twice in one mapping is an error (plain
+    YAML keeps the last one, so a second `train:` section would quietly replace the first)."""
+
+
+def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep=False):
+    seen: dict[Any, int] = {}
+    for key_node, _value in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        line = key_node.start_mark.line + 1
+        try:
+            if key in seen:
+                raise _DuplicateKey(key, line, seen[key])
+            seen[key] = line
+        except TypeError:  # an unhashable key; SafeLoader reports it
+            pass
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+                              _mapping_without_duplicates)
 
 
 def load_config(path: str | os.PathLike) -> RunConfig:
@@ -561,7 +662,15 @@ def load_config(path: str | os.PathLike) -> RunConfig:
             f"no config file at {path}", hint="pass -c PATH, or run `tpuctl init` to write one"
         )
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_bytes()
+    except OSError as exc:
+        raise UserError(f"cannot read the config {path}: {exc.strerror or exc}",
+                        hint="check the file's permissions") from None
+    try:
+        raw = yaml.load(text.decode("utf-8"), Loader=_StrictLoader)  # a SafeLoader
+    except _DuplicateKey as dup:
+        raise UserError(f"{path} line {dup.line}: duplicate key '{dup.key}' (first at line "
+                        f"{dup.first})", hint="keep one of them") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
@@ -570,6 +679,34 @@ def load_config(path: str | os.PathLike) -> RunConfig:
     except UnicodeDecodeError:
         raise UserError(f"{path} is not UTF-8 text") from None
     return parse_config(raw, base_dir=path.resolve().parent, source=str(path))
+
+
+def check_model_config_file(path: str, family: str) -> dict:
+    """`model.config` is a readable transformers config.json for `family`: checked without
+    transformers, before a job starts and before the train stage builds the model."""
+    if os.path.isdir(path):
+        raise UserError(f"model.config: {path} is a folder",
+                        hint="point it at the config.json file (a transformers model config)")
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"model.config: cannot read {path} (no such file)",
+                        hint="check the path (relative paths are relative to the config file)"
+                        ) from None
+    except OSError as exc:
+        raise UserError(f"model.config: cannot read {path} ({exc.strerror or exc})") from None
+    try:
+        config = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise UserError(f"model.config: {path} is not JSON",
+                        hint="point it at a transformers config.json") from None
+    if not isinstance(config, dict) or "model_type" not in config:
+        raise UserError(f"model.config: {path} has no model_type",
+                        hint="point it at a transformers config.json")
+    if config["model_type"] != family:
+        raise UserError(f"model.config is a {config['model_type']} config but model.family is "
+                        f"{family}", hint="make them agree")
+    return config
 
 
 def with_hub_repo(config: RunConfig, repo: str) -> RunConfig:

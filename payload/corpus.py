@@ -16,9 +16,12 @@ logged: one bad byte should not stop a day of preprocessing. Binary files (NUL b
 
 from __future__ import annotations
 
+import fnmatch
 import gzip
+import itertools
 import json
 import logging
+import os
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -146,6 +149,56 @@ def resolve_sources(data: DataConfig) -> list[Source]:
         raise UserError("the corpus is empty (every input file has 0 bytes)",
                         hint="check data.corpus")
     return sources
+
+
+def _parts(path: str) -> list[str]:
+    """A path's components, for comparing where files lie (symlinks resolved locally)."""
+    if storage.is_gcs(path):
+        return [p for p in path[len(storage.GCS):].split("/") if p]
+    return [p for p in os.path.realpath(path).split(os.sep) if p]
+
+
+def _under(inner: list[str], outer: list[str]) -> bool:
+    return inner[:len(outer)] == outer
+
+
+def _pattern_reaches(pattern: list[str], folder: list[str]) -> bool:
+    """Whether a glob (as components; `**` spans folders) can match a file inside `folder`."""
+    if not folder:
+        return bool(pattern)
+    if not pattern:
+        return False
+    if pattern[0] == "**":
+        return True
+    return fnmatch.fnmatchcase(folder[0], pattern[0]) and _pattern_reaches(pattern[1:], folder[1:])
+
+
+def check_apart(data: DataConfig, output_dir: str, sources: list[Source] | None = None) -> None:
+    """Refuse a corpus and an output_dir that overlap: tpuctl writes and deletes in output_dir,
+    and must never read its own output back as text (nor the corpus be deleted with it)."""
+    out = _parts(output_dir)
+    hint = "keep output_dir and the corpus apart (neither inside the other)"
+    for entry in data.corpus:
+        if entry.startswith(HF_PREFIX) or storage.is_gcs(entry) != storage.is_gcs(output_dir):
+            continue
+        where = _parts(entry)
+        if storage.has_magic(entry):
+            if _under(where, out) or _pattern_reaches(where, out):
+                raise UserError(f"data.corpus pattern {entry} can match files inside output_dir "
+                                f"{output_dir}", hint=hint)
+        elif where == out:
+            raise UserError(f"output_dir {output_dir} is also a data.corpus input", hint=hint)
+        elif _under(out, where):
+            raise UserError(f"output_dir {output_dir} lies inside the data.corpus input {entry}",
+                            hint=hint)
+        elif _under(where, out):
+            raise UserError(f"data.corpus input {entry} lies inside output_dir {output_dir}",
+                            hint=hint)
+    for source in sources or []:
+        if source.kind != "hf" and storage.is_gcs(source.path) == storage.is_gcs(output_dir) \
+                and _under(_parts(source.path), out):
+            raise UserError(f"data.corpus file {source.path} lies inside output_dir "
+                            f"{output_dir}", hint=hint)
 
 
 def _check_not_binary(source: Source) -> None:
@@ -537,6 +590,23 @@ def iter_batches(sources: list[Source], pieces: list[Piece], data: DataConfig, *
                 batch = None
         if batch is not None:
             yield batch
+
+
+def check_sample(sources: list[Source], data: DataConfig, documents: int = 8) -> None:
+    """Read the first documents of every .jsonl and .parquet input, so a missing text field or
+    column is refused before a job starts rather than by its workers."""
+    stats = ReadStats()
+    for i, source in enumerate(sources):
+        if source.kind not in ("jsonl", "parquet") or source.size == 0:
+            continue
+        whole = (Piece(source=i, start=0, end=source.size) if source.splittable
+                 else Piece(source=i, stride=(0, 1)))
+        docs = piece_documents(sources, whole, data, stats)
+        try:
+            for _ in itertools.islice(docs, documents):
+                pass
+        finally:
+            docs.close()
 
 
 class ByteCounter:

@@ -23,8 +23,6 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 import json
 import logging
-import shutil
-import tempfile
 
 from payload import checkpoints, storage
 from payload.errors import UserError
@@ -95,6 +93,10 @@ def latest_weights(model, output_dir: str) -> str:
     """Restore the newest checkpoint's weights into `model`; returns its path."""
     import tensorflow as tf
 
+    directory = checkpoints.checkpoint_dir(output_dir)
+    if storage.exists(storage.join(directory, checkpoints.INDEX)) and not storage.is_complete(
+            directory):
+        raise checkpoints.incomplete(directory, "nothing to export")
     path = checkpoints.latest_checkpoint(output_dir)
     if path is None:
         raise UserError(
@@ -113,10 +115,18 @@ def trained_model(config):
 
     from payload import model as model_lib
 
-    tokenizer, _ = model_lib.load_tokenizer(config)
+    tokenizer, tokenizer_fp = model_lib.load_tokenizer(config)
+    identity = checkpoints.read_identity(config.output_dir)
+    if identity and identity.get("tokenizer") not in (None, tokenizer_fp):
+        from payload.tokenizer import tokenizer_source
+
+        raise UserError(
+            f"the tokenizer in {tokenizer_source(config)} (fingerprint {tokenizer_fp}) is not the "
+            f"one the checkpoints were trained with ({identity['tokenizer']})",
+            hint="put that tokenizer back, or train again with --overwrite",
+        )
     vocab = model_lib.token_ids(tokenizer, config.model.family)
     hf_config = model_lib.model_config(config.model, vocab=vocab, seq_len=config.data.seq_len)
-    identity = checkpoints.read_identity(config.output_dir)
     if identity and identity.get("model") != model_lib.config_fingerprint(hf_config):
         raise UserError(
             "the model settings changed since the checkpoints were written",
@@ -135,10 +145,14 @@ def run_export(config) -> None:
     from payload.families import FAMILIES
     from payload.tokenizer import copy_tokenizer_files, set_model_inputs
 
+    storage.check_output_dir(config.output_dir)
     model, _, path = trained_model(config)
+    storage.claim_output_dir(config.output_dir)
     family = config.model.family
-    staging = tempfile.mkdtemp(prefix="tpuctl-export-")
-    try:
+    target = storage.join(config.output_dir, "model")
+    # Built beside model/ and swapped in whole: a crash or a full disk leaves the old model/
+    # or the new one, and on gs:// readers go by the completeness marker.
+    with storage.replacing_folder(target, {"stage": "export", "checkpoint": path}) as staging:
         model.save_pretrained(staging, safe_serialization=False)  # tf_model.h5
         save_file(
             pytorch_state_dict(model, family),
@@ -151,12 +165,6 @@ def run_export(config) -> None:
         copy_tokenizer_files(config, staging)
         set_model_inputs(staging, FAMILIES[family])
         _add_export_note(staging, path)
-        target = storage.join(config.output_dir, "model")
-        storage.remove_tree(target)
-        for name in sorted(os.listdir(staging)):
-            storage.publish_file(os.path.join(staging, name), storage.join(target, name))
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     logging.getLogger(__name__).info("exported %s to %s", path, target)
 
 

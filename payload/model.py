@@ -16,6 +16,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from payload.config import check_model_config_file
 from payload.errors import UserError
 from payload.families import FAMILIES, ROBERTA_POSITION_PADDING
 
@@ -74,6 +75,7 @@ def model_config(model_cfg, *, vocab: TokenIds, seq_len: int):
 
         hf = pretrained_config(model_cfg.init_from, family=family, vocab_size=vocab.vocab_size)
     elif model_cfg.config:
+        check_model_config_file(model_cfg.config, family)
         try:
             hf = transformers.AutoConfig.from_pretrained(model_cfg.config)
         except (OSError, ValueError) as exc:

@@ -12,21 +12,32 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from payload import checkpoints, corpus, tokenizer
-from payload.config import RunConfig
+from payload import checkpoints, corpus, storage, tokenizer
+from payload.config import RunConfig, check_model_config_file
 from payload.stages import Stage
 
 
 def check_before_start(config: RunConfig, *, stages: Collection[Stage], resume: bool,
                        overwrite: bool) -> None:
     """Raise the `UserError` the first stage to meet a problem would raise."""
-    if {Stage.TOKENIZER, Stage.PREPARE} & set(stages):
-        corpus.resolve_sources(config.data)  # missing, unmatched, empty or binary inputs
+    stages = {Stage(s) for s in stages}
+    checkpoints.check_flags(resume=resume, overwrite=overwrite)
+    sources = None
+    if {Stage.TOKENIZER, Stage.PREPARE} & stages:
+        sources = corpus.resolve_sources(config.data)  # missing, unmatched, empty or binary
+        corpus.check_apart(config.data, config.output_dir, sources)
+        corpus.check_sample(sources, config.data)  # a .jsonl line without the text field
+    # A file, or someone else's non-empty folder (every stage refuses those).
+    storage.check_output_dir(config.output_dir)
     if config.model.init_from:
         from payload import pretrained
 
         pretrained.check_folder(config)  # a model folder of the family, with weights we read
     if config.tokenizer.path or config.model.init_from:
         tokenizer.load_tokenizer(config)  # a reused tokenizer exists and parses
+    if Stage.TOKENIZER in stages and config.trains_tokenizer:  # else the launcher skips it
+        tokenizer.check_replacement(config, overwrite=overwrite, sources=sources)
+    if config.model.config and {Stage.TRAIN, Stage.EXPORT} & stages:
+        check_model_config_file(config.model.config, config.model.family)
     if Stage.TRAIN in stages:
         checkpoints.check_start(config.output_dir, resume=resume, overwrite=overwrite)

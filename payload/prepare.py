@@ -357,13 +357,17 @@ def _guard_existing(ctx: _Context, overwrite: bool) -> None:
             hint="pass --overwrite to replace them, or choose another output_dir",
         )
     # Each worker deletes what it owns and what no current worker owns; never another
-    # current worker's files, which may already be this run's.
-    log.info("--overwrite: removing shards of an earlier, different prepare")
-    for folder in [ctx.path(s) for s in records.SPLITS] + [ctx.path("parts")]:
-        for path in storage.listdir(folder):
-            if not _other_current_worker(ctx, os.path.basename(path)):
-                storage.remove(path)
-    storage.remove(storage.join(ctx.data_dir, records.MANIFEST))
+    # current worker's files, which may already be this run's, and never a file whose name
+    # prepare does not write (the user's notes in data/ stay).
+    doomed = [storage.join(ctx.data_dir, records.MANIFEST)]
+    for folder in [*records.SPLITS, "parts"]:
+        for path in storage.listdir(ctx.path(folder)):
+            name = f"{folder}/{os.path.basename(path)}"
+            if records.written_by_prepare(name) and not _other_current_worker(ctx, name):
+                doomed.append(path)
+    log.info("--overwrite: removing %d files of an earlier, different prepare from %s",
+             len(doomed), ctx.data_dir)
+    storage.remove_owned(ctx.config.output_dir, doomed)
 
 
 def _clean_temporaries(ctx: _Context) -> None:
@@ -417,10 +421,13 @@ def finalize_manifest(ctx: _Context) -> records.Manifest | None:
 
 def run_prepare(config: RunConfig, *, worker_index: int = 0, num_workers: int = 1,
                 overwrite: bool = False) -> None:
-    storage.check_writable(config.output_dir)
-    tok, tokenizer_fp = load_tokenizer(config)
     sources = corpus.resolve_sources(config.data)
+    corpus.check_apart(config.data, config.output_dir, sources)
+    storage.check_output_dir(config.output_dir)
+    tok, tokenizer_fp = load_tokenizer(config)
     layout = layout_for(config, tok)
+    storage.claim_output_dir(config.output_dir)
+    storage.check_writable(config.output_dir)
     ctx = _Context(
         config=config, tok=tok, tokenizer_fp=tokenizer_fp, layout=layout,
         data_fp=data_fingerprint(config, sources, layout, tokenizer_fp, num_workers),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import struct
 from dataclasses import asdict, dataclass, field
 from typing import IO
@@ -52,6 +53,19 @@ def shard_receipt_name(split: str, worker_index: int, num_workers: int, shard_in
 
 def worker_part_name(worker_index: int, num_workers: int) -> str:
     return f"parts/worker-{worker_index:05d}of{num_workers:05d}.json"
+
+
+_PREPARED = re.compile(
+    r"^(?:(?P<split>train|validation)/(?P=split)-w\d{5}of\d{5}-\d{5}\.tfrecord"
+    r"|parts/(?:train|validation)-w\d{5}of\d{5}-\d{5}\.json"
+    r"|parts/worker-\d{5}of\d{5}\.json)$"
+)
+
+
+def written_by_prepare(relative: str) -> bool:
+    """Whether a path under data/ is one prepare writes (a shard, receipt or part): the only
+    files `prepare --overwrite` may delete there."""
+    return bool(_PREPARED.match(relative.replace("\\", "/")))
 
 
 def owned_by(name: str, worker_index: int, num_workers: int) -> bool:

@@ -16,7 +16,6 @@ import io
 import json
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Iterable, Iterator
 
@@ -207,8 +206,10 @@ def train_tokenizer(kind: str, texts: Iterable[str], *, vocab_size: int, family:
     return tok
 
 
-def save_tokenizer(tok, family: FamilySpec, out_dir: str, *, model_max_length: int) -> None:
-    """Write Hugging Face tokenizer files to `out_dir` (local or gs://), all at once."""
+def save_tokenizer(tok, family: FamilySpec, out_dir: str, *, model_max_length: int,
+                   stamp: dict | None = None) -> None:
+    """Write Hugging Face tokenizer files to `out_dir` (local or gs://), all at once, with the
+    training stamp when given: the folder is replaced whole (storage.replacing_folder)."""
     from transformers import PreTrainedTokenizerFast
 
     fast = PreTrainedTokenizerFast(
@@ -218,9 +219,11 @@ def save_tokenizer(tok, family: FamilySpec, out_dir: str, *, model_max_length: i
         additional_special_tokens=list(family.extra) or None,
         model_input_names=list(family.model_inputs),
     )
-    with tempfile.TemporaryDirectory() as tmp:
-        fast.save_pretrained(tmp)
-        _publish_folder(tmp, out_dir)
+    with storage.replacing_folder(out_dir, {"stage": "tokenizer"}) as folder:
+        fast.save_pretrained(folder)
+        if stamp is not None:
+            with open(os.path.join(folder, TRAINING_STAMP), "w", encoding="utf-8") as f:
+                json.dump(stamp, f, indent=1)
 
 
 TOKENIZER_CONFIG = "tokenizer_config.json"
@@ -238,14 +241,6 @@ def set_model_inputs(folder: str, family: FamilySpec) -> None:
     with open(path, "w", encoding="utf-8") as f:
         json.dump(settings, f, indent=2, ensure_ascii=False)
         f.write("\n")
-
-
-def _publish_folder(local: str, out_dir: str) -> None:
-    # tokenizer.json last: its presence marks a complete folder.
-    names = sorted(os.listdir(local), key=lambda n: n == TOKENIZER_FILE)
-    for name in names:
-        with open(os.path.join(local, name), "rb") as f:
-            storage.write_bytes(storage.join(out_dir, name), f.read())
 
 
 def read_tokenizer_json(config: RunConfig) -> tuple[str, bytes]:
@@ -275,6 +270,61 @@ def load_tokenizer(config: RunConfig):
     return tok, fingerprint(raw)
 
 
+def _read_json(path: str):
+    try:
+        return json.loads(storage.read_text(path))
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def made_with(output_dir: str, tokenizer_fp: str) -> list[str]:
+    """What in output_dir was made with the tokenizer of this fingerprint (shards, checkpoints):
+    what replacing that tokenizer would orphan, since it cannot be trained again the same."""
+    from payload import checkpoints, records
+
+    found = []
+    stamps = [records.manifest_path(output_dir),
+              *storage.listdir(storage.join(output_dir, "data", "parts"))]
+    for path in stamps:
+        stamp = _read_json(path) if storage.exists(path) else None
+        if isinstance(stamp, dict) and stamp.get("tokenizer_fingerprint") == tokenizer_fp:
+            found.append("the shards in data/")
+            break
+    identity = checkpoints.read_identity(output_dir)
+    if identity and identity.get("tokenizer") == tokenizer_fp:
+        found.append("the checkpoints")
+    return found
+
+
+def check_replacement(config: RunConfig, *, overwrite: bool,
+                      sources: list[corpus.Source] | None = None) -> bool:
+    """Whether the tokenizer stage would (re)write output_dir/tokenizer; refuses, without
+    --overwrite, to replace one that shards or checkpoints were made with. Writes nothing."""
+    out = tokenizer_dir(config)
+    current = storage.join(out, TOKENIZER_FILE)
+    if not storage.exists(current):
+        return True
+    if _reused_from(config):
+        _, wanted = read_tokenizer_json(config)
+        if fingerprint(wanted) == fingerprint(storage.read_bytes(current)):
+            return True  # the same tokenizer: copying it again changes nothing
+        why = f"{_reused_from(config)} is another tokenizer"
+    else:
+        stamp_path = storage.join(out, TRAINING_STAMP)
+        stamp = _training_stamp(config, sources or corpus.resolve_sources(config.data))
+        if storage.exists(stamp_path) and _read_json(stamp_path) == stamp:
+            return False
+        why = "the tokenizer settings or the corpus changed"
+    users = made_with(config.output_dir, fingerprint(storage.read_bytes(current)))
+    if users and not overwrite:
+        raise UserError(
+            f"{out} would be replaced ({why}), but {' and '.join(users)} were made with it",
+            hint="pass --overwrite to replace it (then prepare and train need --overwrite too), "
+                 "or restore the earlier settings",
+        )
+    return True
+
+
 def _check_reused(config: RunConfig) -> None:
     """A reused tokenizer must carry the special tokens the family's objective needs."""
     family = FAMILIES[config.model.family]
@@ -288,28 +338,42 @@ def _check_reused(config: RunConfig) -> None:
             f"{', '.join(missing[:5])}",
             hint="train one with tokenizer.kind, or use a tokenizer made for this family",
         )
-    copy_tokenizer_files(config, tokenizer_dir(config))
 
 
-def run_tokenizer(config: RunConfig) -> None:
+def _start(config: RunConfig) -> None:
+    """Checks passed: take output_dir and record the config (the first writes of a run)."""
     from payload.config import dump_config
 
+    storage.claim_output_dir(config.output_dir)
     storage.check_writable(config.output_dir)
     storage.write_text(storage.join(config.output_dir, "config.yaml"), dump_config(config))
+
+
+def run_tokenizer(config: RunConfig, *, overwrite: bool = False) -> None:
     out = tokenizer_dir(config)
     if _reused_from(config):
+        corpus.check_apart(config.data, config.output_dir)
+        storage.check_output_dir(config.output_dir)
         _check_reused(config)
+        write = check_replacement(config, overwrite=overwrite)
+        _start(config)
+        if write:
+            with storage.replacing_folder(out, {"stage": "tokenizer",
+                                                "source": tokenizer_source(config)}) as folder:
+                copy_tokenizer_files(config, folder)
         log.info("reusing the tokenizer of %s -> %s", _reused_from(config), out)
         return
     family = FAMILIES[config.model.family]
     sources = corpus.resolve_sources(config.data)
+    corpus.check_apart(config.data, config.output_dir, sources)
+    storage.check_output_dir(config.output_dir)
     stamp = _training_stamp(config, sources)
-    stamp_path = storage.join(out, TRAINING_STAMP)
-    if storage.exists(storage.join(out, TOKENIZER_FILE)) and storage.exists(stamp_path):
-        if json.loads(storage.read_text(stamp_path)) == stamp:
-            log.info("tokenizer already trained with these settings: %s (delete it to retrain)",
-                     out)
-            return
+    if not check_replacement(config, overwrite=overwrite, sources=sources):
+        _start(config)
+        log.info("tokenizer already trained with these settings: %s (delete it to retrain)", out)
+        return
+    _start(config)
+    if storage.exists(storage.join(out, TOKENIZER_FILE)):
         log.info("tokenizer settings or corpus changed: training a new one")
     sample_bytes = None if config.tokenizer.sample_mb is None else int(
         config.tokenizer.sample_mb * 1e6)
@@ -324,9 +388,7 @@ def run_tokenizer(config: RunConfig) -> None:
     if counter.documents == 0:
         raise UserError("the corpus has no documents (only blank lines)",
                         hint="check data.corpus and data.document_split")
-    storage.remove(stamp_path)  # a new tokenizer is not the one the stamp describes
-    save_tokenizer(tok, family, out, model_max_length=config.data.seq_len)
-    storage.write_text(stamp_path, json.dumps(stamp, indent=1))
+    save_tokenizer(tok, family, out, model_max_length=config.data.seq_len, stamp=stamp)
     log.info("tokenizer: %d tokens from %.1f MB in %.1fs -> %s", tok.get_vocab_size(),
              counter.bytes / 1e6, time.monotonic() - started, out)
 

@@ -152,6 +152,7 @@ def run_train(
     overwrite: bool = False,
     hardware: Hardware = CPU,
 ) -> None:
+    checkpoints.check_flags(resume=resume, overwrite=overwrite)
     plan = plan_strategy(cluster_facts(hardware, worker_index=worker_index,
                                        num_workers=num_workers))
     # Before anything imports TensorFlow: TPU_LOAD_LIBRARY is read when it loads.
@@ -162,8 +163,11 @@ def run_train(
     if not plan.runs_training:
         log(f"worker {worker_index}: this host serves the TPU runtime; worker 0 drives training")
         return
+    storage.check_output_dir(config.output_dir)
     inputs = check_inputs(config)
     checkpoints.check_resume(config.output_dir, inputs.identity, resume=resume, overwrite=overwrite)
+    if plan.is_chief:
+        storage.claim_output_dir(config.output_dir)
     strategy = build_strategy(plan)
     check_batch_size(config.train.batch_size, strategy.num_replicas_in_sync)
     from payload.utilisation import meter_for
@@ -196,6 +200,9 @@ class Trainer:
         tf_keras.mixed_precision.set_global_policy(
             "mixed_bfloat16" if config.train.bf16 else "float32"
         )
+        # The same initial weights on every start: a run restarted from scratch (after a crash
+        # before its first checkpoint) ends where an uninterrupted one does.
+        tf_keras.utils.set_random_seed(config.train.seed)
         with strategy.scope():
             self.model = model_lib.build_model(inputs.hf_config)
             self.optimizer, self.schedule = build_optimizer(config.train)
@@ -322,6 +329,7 @@ class Trainer:
                 log(f"resuming from {ckpts.latest} at step {start} of {steps}")
             if start >= steps:
                 log(f"already at step {start} of {steps}; nothing to train")
+                self._finish_metrics(history, start)
                 return
             if self.plan.is_chief:
                 if resume:
@@ -478,6 +486,19 @@ class Trainer:
         return {
             key: [e for e in old.get(key, []) if e["step"] <= start] for key in ("evals", "train")
         }
+
+    def _finish_metrics(self, history: dict, step: int) -> None:
+        """A run cut short after its last checkpoint wrote no final figures: its last
+        evaluation and the final figures are written now, as the uninterrupted run would have
+        (the training loss of the last steps went with the process)."""
+        written = (json.loads(storage.read_text(self.metrics_path))
+                   if storage.exists(self.metrics_path) else {})
+        if "final" in written:
+            return
+        evaluate = self._evaluator(self._build_steps()[1])
+        if evaluate and all(e["step"] != step for e in history["evals"]):
+            history["evals"].append(evaluate(step))
+        self._write_metrics(history, step, final=True)
 
     def _write_metrics(self, history: dict, step: int, *, final: bool = False, rate=None) -> None:
         if not self.plan.is_chief:

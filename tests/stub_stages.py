@@ -43,6 +43,9 @@ def main() -> int:
     if behaviour.get("fail", {}).get(args.stage) == me:
         print(f"boom: {args.stage} cannot go on", flush=True)
         return 3
+    # Like every real stage, take output_dir first (payload.storage.claim_output_dir).
+    if not (out / ".tpuctl" / "owner").exists():
+        _write(out / ".tpuctl" / "owner", "{}")
     if args.stage == "tokenizer":
         _write(out / "tokenizer" / "tokenizer.json", "{}")
     elif args.stage == "prepare":

@@ -20,6 +20,10 @@ def test_check_start_refuses_a_clash_and_a_resume_without_checkpoints(tmp_path):
     (tmp_path / "checkpoints" / "checkpoint").write_text('model_checkpoint_path: "ckpt-4"\n')
     with pytest.raises(UserError, match=r"already holds checkpoints.*--resume.*--overwrite"):
         check_start(str(tmp_path), resume=False, overwrite=False)
+    # Checkpoints without the folder's completeness marker are not resumed (a cut-short clear).
+    with pytest.raises(UserError, match=r"incomplete.*--overwrite"):
+        check_start(str(tmp_path), resume=True, overwrite=False)
+    (tmp_path / "checkpoints" / ".tpuctl-complete").write_text("{}\n")
     check_start(str(tmp_path), resume=True, overwrite=False)
     check_start(str(tmp_path), resume=False, overwrite=True)
 

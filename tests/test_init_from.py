@@ -39,7 +39,7 @@ def first_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("first") / "run"
     out.mkdir()
     raw = config_dict(out, "gpt2", steps=60)
-    raw["data"].update(corpus=[corpus_file(out, bundled_documents()[:2500])],
+    raw["data"].update(corpus=[corpus_file(out.parent, bundled_documents()[:2500])],
                        document_split="line")
     prepared(out, raw)
     run_train(parse_config(raw))

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from launcher import jobs, run
@@ -304,7 +304,10 @@ def _words_from_shell(line: str) -> list[str]:
 def test_config_values_never_change_what_runs(python, corpus, output_dir):
     env = plan_environment(python=python, wheelhouse_digest=None, requirements=("a==1",),
                            tpu=False)
-    cfg = config(output_dir=output_dir, data={"corpus": corpus})
+    try:
+        cfg = config(output_dir=output_dir, data={"corpus": corpus})
+    except UserError:  # a root ("/", "..", the checkout) is no output_dir (issue 8)
+        assume(False)
     p = build_plan(cfg, workers(2), job_id="unit-1", payload_digest="abc", environment=env,
                    hardware=CPU)
     for step in p.steps:

@@ -30,7 +30,6 @@ def make_run_dir(root: Path, family: str) -> Path:
     """A fresh output_dir holding a tokenizer and prepared shards for `family`."""
     cached = _CACHE / family
     if not (cached / "data" / "manifest.json").exists():
-        cached.mkdir(parents=True, exist_ok=True)
         config = write_config(cached, family)
         for stage in ("tokenizer", "prepare"):
             result = run_stage(stage, config)
@@ -81,8 +80,8 @@ def run_config(out: Path, family: str, **train):
 
 
 def write_config(out: Path, family: str, **train) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "run.yaml"
+    """The run's config file, beside output_dir (tpuctl refuses a folder holding other files)."""
+    path = out.parent / f"{out.name}.yaml"
     path.write_text(yaml.safe_dump(config_dict(out, family, **train)))
     return path
 

@@ -1,0 +1,329 @@
+"""Nothing the user owns is deleted or orphaned (issue 8): output_dir ownership, overlap with
+the corpus, what --overwrite may remove, the tokenizer that shards and checkpoints need,
+complete folders and crash-safe replacement, file modes."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from payload import storage
+from payload.config import load_config
+from payload.errors import UserError
+from payload.preflight import check_before_start
+from tests.conftest import assert_user_error, base_config, payload_env, run_payload, write_config
+from tests.test_remote_inputs import gcs  # noqa: F401 - the Cloud Storage emulator fixture
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int, bytes]]:
+    """Every file and folder under root with its mode, size and content."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        st = path.lstat()
+        body = path.read_bytes() if path.is_file() else b""
+        found[str(path.relative_to(root))] = (st.st_mode, st.st_size, body)
+    return found
+
+
+@pytest.fixture(scope="module")
+def texts(tmp_path_factory, documents) -> Path:
+    """A corpus folder of its own (so outputs never lie inside it)."""
+    folder = tmp_path_factory.mktemp("texts")
+    (folder / "a.txt").write_text("\n".join(" ".join(d.split()) for d in documents[:600]) + "\n")
+    return folder
+
+
+def run_config(tmp_path: Path, out: Path, corpus, name: str = "run", **sections) -> Path:
+    return write_config(tmp_path / f"{name}.yaml", base_config(out, corpus, **sections))
+
+
+# --- 1. prepare --overwrite deletes only what prepare wrote; corpus and output_dir apart -----
+
+
+def test_prepare_overwrite_keeps_the_users_files_in_data(tmp_path, texts):
+    out = tmp_path / "run"
+    path = run_config(tmp_path, out, texts / "a.txt", data={"records_per_shard": 40})
+    run_payload("tokenizer", "--config", str(path))
+    run_payload("prepare", "--config", str(path))
+    mine = {out / "data" / "train" / "README.md": "what these shards are\n",
+            out / "data" / "validation" / "held-out.tfrecord": "not a tpuctl name\n",
+            out / "data" / "parts" / "notes.txt": "my notes\n",
+            out / "data" / "parts" / "worker-notes.json": "{}\n"}
+    for file, text in mine.items():
+        file.write_text(text)
+    old_shards = sorted(p.name for p in (out / "data" / "train").glob("train-*.tfrecord"))
+    path = run_config(tmp_path, out, texts / "a.txt", "longer",
+                      data={"records_per_shard": 40, "seq_len": 48})
+    assert_user_error(run_payload("prepare", "--config", str(path), check=False), "seq_len 32")
+    run_payload("prepare", "--config", str(path), "--overwrite")
+    for file, text in mine.items():
+        assert file.read_text() == text, f"{file} was touched"
+    manifest = json.loads((out / "data" / "manifest.json").read_text())
+    assert manifest["seq_len"] == 48
+    listed = {e["name"] for s in ("train", "validation") for e in manifest["splits"][s]["shards"]}
+    on_disk = {str(p.relative_to(out / "data")) for p in (out / "data").rglob("*-w*.tfrecord")}
+    assert on_disk == listed and old_shards
+
+
+@pytest.mark.parametrize("layout", ["same", "out-in-corpus", "corpus-in-out", "corpus-in-data",
+                                    "glob-reaches-out"])
+def test_output_dir_and_corpus_must_not_overlap(tmp_path, texts, layout):
+    root = tmp_path / "root"
+    (root / "texts").mkdir(parents=True)
+    (root / "texts" / "a.txt").write_text((texts / "a.txt").read_text())
+    corpus, out = {
+        "same": (root / "texts", root / "texts"),
+        "out-in-corpus": (root / "texts", root / "texts" / "run"),
+        "corpus-in-out": (root / "texts" / "a.txt", root),
+        "corpus-in-data": (root / "run" / "data" / "a.txt", root / "run"),
+        "glob-reaches-out": (f"{root}/**/*.txt", root / "run"),
+    }[layout]
+    if layout == "corpus-in-data":
+        (root / "run" / "data").mkdir(parents=True)
+        (root / "run" / "data" / "a.txt").write_text("some text for the corpus\n" * 50)
+    tok = tmp_path / "tok.yaml"
+    path = write_config(tok, base_config(out, corpus))
+    before = snapshot(root)
+    for stage in ("tokenizer", "prepare"):
+        line = assert_user_error(run_payload(stage, "--config", str(path), check=False),
+                                 str(out), str(corpus))
+        assert "output_dir" in line and "corpus" in line
+    with pytest.raises(UserError, match="output_dir"):
+        check_before_start(load_config(path), stages={"tokenizer", "prepare"}, resume=False,
+                           overwrite=False)
+    assert snapshot(root) == before, "something was written"
+
+
+# --- 2. the tokenizer that shards and checkpoints were made with is never silently replaced ---
+
+
+def test_tokenizer_is_not_replaced_under_its_shards_or_checkpoints(tmp_path, texts):
+    out = tmp_path / "run"
+    path = run_config(tmp_path, out, texts / "a.txt")
+    run_payload("tokenizer", "--config", str(path))
+    tokenizer_json = out / "tokenizer" / "tokenizer.json"
+    first = tokenizer_json.read_bytes()
+    run_payload("prepare", "--config", str(path))
+    bigger = run_config(tmp_path, out, texts / "a.txt", "bigger", tokenizer={"vocab_size": 700})
+    for flags in ((), ("--resume",)):
+        line = assert_user_error(run_payload("tokenizer", "--config", str(bigger), *flags,
+                                             check=False), "would be replaced", "shards",
+                                 "--overwrite")
+        assert str(out / "tokenizer") in line
+    with pytest.raises(UserError, match="would be replaced"):
+        check_before_start(load_config(bigger), stages={"tokenizer", "prepare"}, resume=False,
+                           overwrite=False)
+    assert tokenizer_json.read_bytes() == first
+    # Checkpoints made with it count too (what a train stage records in run.json).
+    from payload.tokenizer import fingerprint
+
+    (out / "data" / "manifest.json").unlink()
+    for part in (out / "data" / "parts").iterdir():
+        part.unlink()
+    (out / "checkpoints").mkdir()
+    (out / "checkpoints" / "run.json").write_text(json.dumps({"tokenizer": fingerprint(first)}))
+    assert_user_error(run_payload("tokenizer", "--config", str(bigger), check=False),
+                      "would be replaced", "checkpoints")
+    assert tokenizer_json.read_bytes() == first
+    run_payload("tokenizer", "--config", str(bigger), "--overwrite")
+    assert tokenizer_json.read_bytes() != first
+    assert storage.is_complete(str(out / "tokenizer"))
+    # A changed setting with nothing made from the tokenizer yet retrains without a word.
+    (out / "checkpoints" / "run.json").unlink()
+    proc = run_payload("tokenizer", "--config", str(path))
+    assert json.loads((out / "tokenizer" / "training.json").read_text())["vocab_size"] == 600, \
+        proc.stdout
+
+
+# --- 4. output_dir: tpuctl's own folder, or a new or empty one ----------------------------------
+
+
+def test_a_folder_of_the_user_is_never_written_to(tmp_path, texts):
+    out = tmp_path / "mine"
+    (out / "data").mkdir(parents=True)
+    (out / "notes.txt").write_text("mine\n")
+    (out / "data" / "train").mkdir()
+    (out / "data" / "train" / "keep.bin").write_bytes(b"\x01\x02")
+    path = run_config(tmp_path, out, texts / "a.txt")
+    before = snapshot(out)
+    for stage, flags in [("tokenizer", ()), ("tokenizer", ("--overwrite",)),
+                         ("prepare", ("--overwrite",)), ("train", ("--overwrite",)),
+                         ("export", ())]:
+        line = assert_user_error(run_payload(stage, "--config", str(path), *flags,
+                                             check=False), str(out), "did not write",
+                                 "new or empty folder")
+        assert "notes.txt" in line
+    with pytest.raises(UserError, match="did not write"):
+        check_before_start(load_config(path), stages={"prepare"}, resume=False, overwrite=True)
+    assert snapshot(out) == before
+
+
+def test_output_dir_is_marked_and_an_earlier_run_is_adopted(tmp_path, texts):
+    out = tmp_path / "run"
+    # What the launcher leaves before the stages run is tpuctl's own.
+    (out / ".tpuctl" / "jobs").mkdir(parents=True)
+    (out / "logs").mkdir()
+    (out / "logs" / "worker-0.log").write_text("started\n")
+    path = run_config(tmp_path, out, texts / "a.txt")
+    run_payload("tokenizer", "--config", str(path))
+    owner = json.loads((out / ".tpuctl" / "owner").read_text())
+    assert owner["tool"] == "tpuctl"
+    # A run made before the marker existed: its config.yaml names this very output_dir.
+    (out / ".tpuctl" / "owner").unlink()
+    run_payload("prepare", "--config", str(path))
+    assert (out / ".tpuctl" / "owner").is_file()
+    # Deleting needs the marker, whatever the caller.
+    (out / ".tpuctl" / "owner").unlink()
+    with pytest.raises(UserError, match="refusing to delete"):
+        storage.remove_owned(str(out), [str(out / "data" / "manifest.json")])
+    assert (out / "data" / "manifest.json").is_file()
+
+
+# --- 3. complete folders; replacement that survives a kill at every point ----------------------
+
+_REPLACE = """
+import os, sys
+from payload import storage
+if sys.argv[2] == "rename":
+    storage._exchange = lambda a, b: False  # the two-rename path (NFS, macOS)
+with storage.replacing_folder(sys.argv[1], {"stage": "test"}) as folder:
+    for name in ("weights.bin", "config.json", "sub/extra.txt"):
+        storage.write_bytes(os.path.join(folder, name), b"new " + name.encode())
+"""
+NEW = {"weights.bin": b"new weights.bin", "config.json": b"new config.json",
+       "sub/extra.txt": b"new sub/extra.txt"}
+OLD = {"weights.bin": b"old weights", "config.json": b"old config", "stale.txt": b"old only"}
+
+
+def _contents(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*")
+            if p.is_file() and p.name != storage.COMPLETE}
+
+
+def _replace(target: Path, how: str, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", _REPLACE, str(target), how],
+                          env=payload_env(**env), capture_output=True, text=True, timeout=60)
+
+
+def _old_folder(root: Path) -> Path:
+    target = root / "model"
+    if root.exists():
+        import shutil
+
+        shutil.rmtree(root)
+    for name, body in OLD.items():
+        (target / name).parent.mkdir(parents=True, exist_ok=True)
+        (target / name).write_bytes(body)
+    storage.mark_complete(str(target), {"stage": "old", "files": sorted(OLD)})
+    return target
+
+
+@pytest.mark.parametrize("how", ["exchange", "rename"])
+def test_replacing_a_folder_survives_a_kill_at_every_point(tmp_path, how):
+    log = tmp_path / "changes.log"
+    target = _old_folder(tmp_path / "run")
+    assert _replace(target, how, TPUCTL_TEST_WRITE_LOG=str(log)).returncode == 0
+    assert _contents(target) == NEW  # stale.txt was tpuctl's (in the old marker's list)
+    points = len(log.read_text().splitlines())
+    assert points >= 6, log.read_text()
+    seen_missing = False
+    for point in range(1, points + 1):
+        target = _old_folder(tmp_path / "run")
+        killed = _replace(target, how, TPUCTL_TEST_KILL_AT=str(point))
+        assert killed.returncode == -9, (point, killed.stderr)
+        if target.exists():
+            assert _contents(target) in (OLD, NEW), point
+            assert storage.is_complete(str(target)), point
+        else:  # only between the two renames, and the next run puts one back
+            assert how == "rename", point
+            seen_missing = True
+            storage.recover_folder(str(target))
+            assert _contents(target) in (OLD, NEW), point
+        assert _replace(target, how).returncode == 0, point
+        assert _contents(target) == NEW, point
+        assert sorted(p.name for p in target.parent.iterdir()) == ["model"], point
+        assert json.loads((target / storage.COMPLETE).read_text())["stage"] == "test"
+    assert seen_missing == (how == "rename")
+
+
+def test_replacing_a_folder_keeps_files_tpuctl_did_not_write(tmp_path):
+    target = _old_folder(tmp_path / "run")
+    (target / "README.md").write_text("my model card\n")
+    assert _replace(target, "exchange").returncode == 0
+    assert (target / "README.md").read_text() == "my model card\n"
+    assert _contents(target) == {**NEW, "README.md": b"my model card\n"}
+
+
+def test_a_failed_replacement_leaves_the_old_folder(tmp_path):
+    target = _old_folder(tmp_path / "run")
+    with pytest.raises(RuntimeError), storage.replacing_folder(str(target), {}) as folder:
+        (Path(folder) / "weights.bin").write_bytes(b"half")
+        raise RuntimeError("disk gone")
+    assert _contents(target) == OLD
+    assert sorted(p.name for p in target.parent.iterdir()) == ["model"]
+
+
+# --- 5. files written through storage honour the umask ---------------------------------------
+
+
+def _modes(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): stat.S_IMODE(p.stat().st_mode) for p in root.rglob("*")
+            if ".tpuctl-" not in p.name}
+
+
+@pytest.mark.parametrize(("umask", "file_mode", "dir_mode"), [(0o022, 0o644, 0o755),
+                                                              (0o077, 0o600, 0o700)])
+def test_files_honour_the_umask(tmp_path, texts, umask, file_mode, dir_mode):
+    out = tmp_path / "run"
+    path = run_config(tmp_path, out, texts / "a.txt", data={"records_per_shard": 100})
+    for stage in ("tokenizer", "prepare"):
+        proc = subprocess.run([sys.executable, "-m", "payload", stage, "--config", str(path)],
+                              env=payload_env(), capture_output=True, text=True, timeout=300,
+                              preexec_fn=lambda: os.umask(umask))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    modes = _modes(out)
+    for name in ("config.yaml", "data/manifest.json", "tokenizer/tokenizer.json",
+                 ".tpuctl/owner", "data/parts/worker-00000of00001.json"):
+        assert modes[name] == file_mode, (name, oct(modes[name]))
+    shards = [n for n in modes if n.endswith(".tfrecord")]
+    assert shards and all(modes[n] == file_mode for n in shards)
+    assert modes["tokenizer"] == dir_mode and modes["data/train"] == dir_mode
+    wrong = {n: oct(m) for n, m in modes.items() if m not in (file_mode, dir_mode)}
+    assert not wrong
+
+
+# --- the same markers on gs:// (a Cloud Storage emulator) ------------------------------------
+
+
+@pytest.mark.usefixtures("gcs")
+def test_complete_folders_and_ownership_on_cloud_storage():
+    out = "gs://tpuctl-test/own"
+    storage.claim_output_dir(out)
+    assert storage.exists(storage.owner_marker(out))
+    target = storage.join(out, "model")
+    for name, body in OLD.items():
+        storage.write_bytes(storage.join(target, name), body)
+    storage.write_bytes(storage.join(target, "README.md"), b"mine")
+    storage.mark_complete(target, {"stage": "old", "files": sorted(OLD)})
+    with storage.replacing_folder(target, {"stage": "test"}) as folder:
+        for name, body in NEW.items():
+            (Path(folder) / name).parent.mkdir(parents=True, exist_ok=True)
+            (Path(folder) / name).write_bytes(body)
+    assert storage.is_complete(target)
+    names = storage.list_tree(target)
+    assert names == sorted([*NEW, "README.md", storage.COMPLETE])  # stale.txt was tpuctl's
+    assert {n: storage.read_bytes(storage.join(target, n)) for n in NEW} == NEW
+    assert storage.read_complete(target)["files"] == sorted(NEW)
+    # A prefix that holds someone else's objects is not taken, nor deleted in.
+    storage.write_text("gs://tpuctl-test/theirs/notes.txt", "x")
+    with pytest.raises(UserError, match="did not write"):
+        storage.claim_output_dir("gs://tpuctl-test/theirs")
+    with pytest.raises(UserError, match="refusing to delete"):
+        storage.remove_owned("gs://tpuctl-test/theirs", ["gs://tpuctl-test/theirs/notes.txt"])
+    assert storage.exists("gs://tpuctl-test/theirs/notes.txt")

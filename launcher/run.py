@@ -46,7 +46,11 @@ def _python_snippet(plan: Plan, code: str, *args: str) -> str:
                        plan.environment.python, "-c", code, *args])
 
 
-_WRITE = ("import sys\nfrom payload import storage\n"
+# Only into an output_dir tpuctl may write in (its own, or new or empty): the check comes
+# first, so a folder of the user's gets nothing, not even the marker.
+_WRITE = ("import sys\nfrom payload import storage\nfrom payload.errors import UserError\n"
+          "try:\n    storage.check_output_dir(sys.argv[3])\n"
+          "except UserError as exc:\n    print('error: ' + str(exc)); sys.exit(2)\n"
           "storage.write_text(sys.argv[1], sys.argv[2])")
 _EXISTS = ("import sys\nfrom payload import storage\n"
            "print('seen' if storage.exists(sys.argv[1]) else 'missing')")
@@ -59,7 +63,11 @@ def check_shared_output(executor, plan: Plan) -> None:
 
     marker = storage.join(plan.output_dir, ".tpuctl", f"shared-check-{secrets.token_hex(6)}")
     first = plan.workers[0]
-    res = executor.run(first, _python_snippet(plan, _WRITE, marker, plan.job_id))
+    res = executor.run(first, _python_snippet(plan, _WRITE, marker, plan.job_id,
+                                              plan.output_dir))
+    refused = [ln for ln in res.stdout.splitlines() if ln.startswith("error: ")]
+    if refused:
+        raise UserError(refused[-1].removeprefix("error: "))
     if not res.ok:
         last = (res.stderr or res.stdout).strip().splitlines()
         raise UserError(f"{first.label} cannot write output_dir {plan.output_dir}: "

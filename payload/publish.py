@@ -32,14 +32,9 @@ AUTO_CLASSES = {"bert": "AutoModelForMaskedLM", "roberta": "AutoModelForMaskedLM
 
 
 def model_is_complete(folder: str) -> bool:
-    """Whether export finished writing `folder`: its completeness marker
-    (storage.is_complete, written last by export). Before those markers are in storage (the
-    data-safety work), export's own last file, config.json written beside the weights, is
-    what tells; publishing never reads a folder that fails this."""
-    is_complete = getattr(storage, "is_complete", None)
-    if is_complete is not None:
-        return is_complete(folder)
-    return storage.exists(storage.join(folder, "config.json"))
+    """Whether export finished writing `folder` (its completeness marker, written last);
+    publishing never reads a folder that fails this."""
+    return storage.is_complete(folder)
 
 
 def run_publish(config) -> None:

@@ -234,3 +234,22 @@ def test_logs_of_a_stopped_job_say_so(local_run):
     result = runner.invoke(app, ["logs", "-c", str(config)])
     assert result.exit_code == 1
     assert "job was stopped (tpuctl stop) during train" in result.output
+
+
+def test_download_copies_a_finished_model_and_never_a_users_folder(local_run, tmp_path):
+    config = local_run()
+    target = tmp_path / "downloaded"
+    result = runner.invoke(app, ["train", "-c", str(config), "--download", str(target)])
+    assert result.exit_code == 0, result.output
+    assert f"model/ copied to {target}" in result.output
+    assert (target / "config.json").read_text() == "{}"
+    assert (target / ".tpuctl-download").exists()
+    again = runner.invoke(app, ["train", "-c", str(config), "--stages", "export",
+                                "--download", str(target)])
+    assert again.exit_code == 0, again.output  # an earlier download is replaced whole
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    refused = runner.invoke(app, ["train", "-c", str(config), "--download", str(mine)])
+    assert "holds files tpuctl did not download" in str(refused.exception)
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]

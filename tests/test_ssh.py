@@ -326,3 +326,17 @@ def test_stop_reaches_the_jobs_own_workers_after_the_config_changed(ssh_run, fle
     assert "stopped on every worker" in stopped.output
     for i in range(fleet.size):
         wait_for(lambda i=i: not fleet.job_processes(i), timeout_s=15)
+
+
+def test_a_folder_of_the_users_is_refused_before_anything_is_written(ssh_run, fleet):
+    """On SSH workers the launcher writes its shared-output marker and run lock first: worker 0
+    checks the folder is tpuctl's (or new, or empty) before either, so a folder of the user's
+    gets nothing at all."""
+    shared = fleet.shared / "users-own"
+    shared.mkdir(exist_ok=True)
+    (shared / "thesis.tex").write_text("mine")
+    config = ssh_run(output_dir=str(shared))
+    result = runner.invoke(app, ["train", "-c", str(config)])
+    assert "already holds files that tpuctl did not write" in str(result.exception), (
+        result.output)
+    assert sorted(p.name for p in shared.iterdir()) == ["thesis.tex"]

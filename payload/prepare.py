@@ -221,17 +221,28 @@ class _SplitWriter:
 
 
 def _read_receipts(ctx: _Context, split: str) -> list[dict]:
-    """This worker's finished shards of a split, in order, stopping at the first gap."""
-    done = []
+    """This worker's finished shards of a split, in order, stopping at the first gap. Two
+    listings say which receipts and shards exist and how big; the receipts are then read
+    together (in parallel on gs://), not one request after another per shard."""
+    first = records.shard_receipt_name(split, ctx.worker_index, ctx.num_workers, 0)
+    present = storage.sizes(ctx.path(os.path.dirname(first)))
+    receipts = []
     for index in itertools.count():
-        path = ctx.path(records.shard_receipt_name(split, ctx.worker_index, ctx.num_workers,
-                                                   index))
-        if not storage.exists(path):
+        name = records.shard_receipt_name(split, ctx.worker_index, ctx.num_workers, index)
+        if os.path.basename(name) not in present:
             break
-        receipt = json.loads(storage.read_text(path))
-        shard = ctx.path(receipt["entry"]["name"])
-        if (receipt.get("data_fingerprint") != ctx.data_fp or not storage.exists(shard)
-                or storage.size(shard) != receipt["entry"]["bytes"]):
+        receipts.append(ctx.path(name))
+    shard_sizes: dict[str, dict[str, int]] = {}
+    done = []
+    for raw in storage.read_many(receipts):
+        if raw is None:
+            break
+        receipt = json.loads(raw)
+        folder, _, file = receipt["entry"]["name"].rpartition("/")
+        if folder not in shard_sizes:
+            shard_sizes[folder] = storage.sizes(ctx.path(folder))
+        if (receipt.get("data_fingerprint") != ctx.data_fp
+                or shard_sizes[folder].get(file) != receipt["entry"]["bytes"]):
             break
         done.append(receipt)
         if receipt["final"]:
@@ -315,13 +326,17 @@ def _prepare_split(ctx: _Context, split: str) -> tuple[list[records.ShardEntry],
 
 def _existing_stamps(ctx: _Context) -> list[tuple[str, dict]]:
     """Fingerprint-bearing files already in data/: the manifest and every receipt and part."""
+    manifest = storage.join(ctx.data_dir, records.MANIFEST)
+    candidates = [p for p in storage.listdir(ctx.path("parts")) if p.endswith(".json")]
+    if storage.exists(manifest):
+        candidates.insert(0, manifest)
     found = []
-    candidates = [storage.join(ctx.data_dir, records.MANIFEST), *storage.listdir(ctx.path("parts"))]
-    for path in candidates:
-        if not path.endswith(".json") or not storage.exists(path):
+    # Read together (in parallel on gs://): a big run has thousands of receipts.
+    for path, raw in zip(candidates, storage.read_many(candidates), strict=True):
+        if raw is None:
             continue
         try:
-            found.append((path, json.loads(storage.read_text(path))))
+            found.append((path, json.loads(raw)))
         except (ValueError, UnicodeDecodeError):
             found.append((path, {}))
     return found

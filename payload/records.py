@@ -283,6 +283,37 @@ def load_manifest(output_dir: str) -> Manifest:
                         hint="rerun prepare with --overwrite") from None
 
 
+VERIFIED = "verified.json"  # data/: the manifest whose shards were checked in full
+
+
+def check_shards(output_dir: str, manifest: Manifest, splits=SPLITS) -> bool:
+    """The shards the manifest lists are there and whole: in full (every sha256) the first
+    time, recorded in data/verified.json; after that by their sizes alone (one listing per
+    split), so a training start or a resume does not read every shard again. True when the
+    full check ran."""
+    digest = hashlib.sha256(manifest.to_json().encode()).hexdigest()
+    record = storage.join(output_dir, "data", VERIFIED)
+    if storage.exists(record) and json.loads(storage.read_text(record)).get("manifest") == digest:
+        listings: dict[str, dict[str, int]] = {}
+        for split in splits:
+            for entry in manifest.splits[split].shards:
+                folder, _, file = entry.name.rpartition("/")
+                if folder not in listings:
+                    listings[folder] = storage.sizes(storage.join(output_dir, "data", folder))
+                have = listings[folder].get(file)
+                if have is None:
+                    raise UserError(f"shard {entry.name} listed in the manifest is missing",
+                                    hint="rerun prepare to rebuild it")
+                if have != entry.bytes:
+                    raise UserError(f"shard {entry.name} is {have} bytes, the manifest says "
+                                    f"{entry.bytes}", hint="it is corrupt; delete it and rerun "
+                                    "prepare")
+        return False
+    verify_shards(output_dir, manifest, splits)
+    storage.write_text(record, json.dumps({"manifest": digest}) + "\n")
+    return True
+
+
 def verify_shards(output_dir: str, manifest: Manifest, splits=SPLITS) -> None:
     """Check every listed shard's size and sha256; name the first one that does not match."""
     for split in splits:

@@ -387,6 +387,45 @@ def listdir(path: str) -> list[str]:
     )
 
 
+def sizes(path: str) -> dict[str, int]:
+    """Size of every file directly under `path`, by name: one listing (one request on gs://,
+    where asking file by file costs a round trip each)."""
+    if is_gcs(path):
+        bucket, prefix = _split_gcs(path)
+        prefix = prefix.rstrip("/") + "/" if prefix else ""
+        return {b.name[len(prefix):]: int(b.size or 0)
+                for b in _gcs().list_blobs(bucket, prefix=prefix, delimiter="/")
+                if not b.name.endswith("/")}
+    if not os.path.isdir(path):
+        return {}
+    return {entry.name: entry.stat().st_size for entry in os.scandir(path) if entry.is_file()}
+
+
+PARALLEL_READS = 16
+
+
+def read_many(paths: list[str]) -> list[bytes | None]:
+    """Read several files, in parallel on gs:// (latency, not bandwidth, is what costs there);
+    None for one that is gone by the time it is read."""
+
+    def read(path: str) -> bytes | None:
+        try:
+            return read_bytes(path)
+        except FileNotFoundError:
+            return None
+        except Exception as exc:
+            if type(exc).__name__ == "NotFound":  # google.api_core's, for a gs:// object
+                return None
+            raise
+
+    if not paths or not is_gcs(paths[0]):
+        return [read(p) for p in paths]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(PARALLEL_READS, len(paths))) as pool:
+        return list(pool.map(read, paths))
+
+
 def list_tree(path: str) -> list[str]:
     """Every file under `path`, hidden ones included, as sorted paths relative to it."""
     if is_gcs(path):

@@ -79,7 +79,7 @@ def check_inputs(config) -> RunInputs:
         )
     if manifest.splits["train"].records == 0:
         raise UserError("the training split has no records", hint="add text to data.corpus")
-    records.verify_shards(out, manifest)
+    records.check_shards(out, manifest)
     vocab = model_lib.token_ids(tokenizer, family)
     if vocab.vocab_size != manifest.vocab_size:
         raise UserError(

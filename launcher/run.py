@@ -325,6 +325,9 @@ def watch(executor, plan: Plan, book: LogBook, sink: Callable[[int, str], None],
         t.join()
     failure = _failure(plan, seen)
     if failure is not None:
+        lost = trouble() if follow else None  # every worker's job gone at once: taken away?
+        if lost:
+            return Outcome(ok=False, reason=lost, lost_fleet=True)
         return _failed(book, *failure)
     running = [w.label for w in plan.workers if seen[w.index].state is JobState.RUNNING]
     if running:  # not following: a snapshot of a job still going

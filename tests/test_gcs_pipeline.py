@@ -238,3 +238,42 @@ def test_killed_training_resumes_from_gs_checkpoints(runs, gcs_sandbox):
     assert f"resuming from {GS_OUT}/checkpoints/ckpt-{killed_at} at step {killed_at}" in out
     assert DIGEST.findall(out)[-1][0] == str(killed_at + 2)
     assert json.loads(gcs_sandbox.read_bytes(f"{GS_OUT}/metrics.json"))["step"] == killed_at + 2
+
+
+def test_the_launcher_runs_the_whole_pipeline_on_gs(gcs_sandbox, tmp_path):
+    """`tpuctl train --local --workers 2` with output_dir and corpus on gs://, inside the
+    sandbox: the launcher's gs:// paths too (the shared-output check, the run lock, the
+    workers' barriers and heartbeats, the log copies), then `--resume` and `--download`."""
+    bucket = "launched"
+    gcs_sandbox.make_bucket(bucket)
+    text = "".join(f"document {i} about tpus, shards and checkpoints on cloud storage\n"
+                   for i in range(400))
+    gcs_sandbox.write_bytes(f"gs://{bucket}/texts/corpus.txt", text.encode())
+    raw = _config(f"gs://{bucket}/run", f"gs://{bucket}/texts/corpus.txt", steps=4)
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    env = {**payload_env(), "TPUCTL_HOME": str(tmp_path / "home")}
+
+    def tpuctl(*args: str) -> subprocess.CompletedProcess:
+        return gcs_sandbox.run([sys.executable, "-m", "launcher.cli", *args, "-c", str(config)],
+                               env=env, cwd=str(REPO), timeout=900)
+
+    first = tpuctl("train", "--local", "--workers", "2")
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert "finished on 2 workers" in first.stdout
+    objects = {p.removeprefix(f"gs://{bucket}/") for p in gcs_sandbox.list(f"gs://{bucket}/run/")}
+    for expected in ("run/data/manifest.json", "run/metrics.json", "run/logs/worker-0.log",
+                     "run/logs/worker-1.log", "run/model/config.json",
+                     "run/model/.tpuctl-complete", "run/checkpoints/checkpoint"):
+        assert expected in objects, sorted(objects)[:50]
+    assert not any(name.startswith("run/.tpuctl/run.lock") for name in objects)  # released
+    raw["train"]["steps"] = 6
+    config.write_text(yaml.safe_dump(raw))
+    target = tmp_path / "model"
+    resumed = tpuctl("train", "--local", "--workers", "2", "--resume", "--stages", "train,export",
+                     "--download", str(target))
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "resuming from" in resumed.stdout
+    metrics = json.loads(gcs_sandbox.read_bytes(f"gs://{bucket}/run/metrics.json"))
+    assert metrics["final"]["step"] == 6
+    assert (target / "config.json").exists() and (target / "model.safetensors").exists()

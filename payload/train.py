@@ -31,6 +31,7 @@ from payload.strategy import (
     StrategyKind,
     build_strategy,
     cluster_facts,
+    exit_together,
     plan_strategy,
 )
 
@@ -174,7 +175,9 @@ def run_train(
 
     meter = meter_for(config, inputs.hf_config, strategy, hardware)
     log(f"model FLOPs per step {meter.flops_per_step:.3g}; peak: {meter.peak_source}")
-    Trainer(config, inputs, strategy, plan, meter=meter).train(resume=resume)
+    trainer = Trainer(config, inputs, strategy, plan, meter=meter)
+    trainer.train(resume=resume)
+    exit_together(plan)  # with the trainer (and its input iterator) still alive: see _loop
 
 
 def check_batch_size(batch_size: int, replicas: int) -> None:
@@ -349,7 +352,10 @@ class Trainer:
         steps, every = config.train.steps, config.train
         log_every = max(1, min(every.eval_every, every.checkpoint_every, 100))
         train_chunk, eval_chunk = self._build_steps()
-        iterator = iter(self._dataset(self.inputs.train_files, shuffle=True, start_batch=start))
+        # Held by the trainer: destroying a distributed input iterator mid-stream took 20 s on
+        # a worker here; a multi-worker process ends before that (strategy.exit_together).
+        self.iterator = iterator = iter(
+            self._dataset(self.inputs.train_files, shuffle=True, start_batch=start))
         evaluate = self._evaluator(eval_chunk)
         step, window_loss, window_steps = start, 0.0, 0
         window_start = time.monotonic()

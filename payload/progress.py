@@ -12,6 +12,7 @@ object whose `kind` says what it is:
 - train: `step`, `steps`, `loss` (mean since the last report), `learning_rate`, `tokens_per_s`
   (null until a step past the first, compiling, has been timed), `elapsed_s` (since this
   process began training), `eta_s` (null until known); the first also has `first_step_s`;
+  with a rate, payload.utilisation's `tokens_per_s_per_device`, `model_flops_per_s`, `mfu`;
 - eval: `step`, `loss`, `accuracy`, and `perplexity` for the causal and span objectives;
 - final: metrics.json's `final` (`step`, `eval`, `stopped`, ...) and the model `family`.
 Fields are added by name; readers take what they know and ignore the rest.
@@ -92,4 +93,7 @@ def describe(record: dict) -> str:
     rate = record.get("tokens_per_s")
     if rate is not None:
         text += f"  {rate:,.0f} tokens/s"
+    mfu = record.get("mfu")
+    if isinstance(mfu, int | float):  # tiny models: a fraction of a percent
+        text += f"  MFU {mfu:.1%}" if mfu >= 0.01 else f"  MFU {mfu * 100:.2g}%"
     return f"{text}  ETA {duration(record.get('eta_s'))}"

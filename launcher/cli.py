@@ -78,29 +78,96 @@ def _console(stderr: bool = False):
     return Console(highlight=False, soft_wrap=True, stderr=stderr)
 
 
-def _line_printer(console, num_workers: int):
-    """A thread-safe sink printing each line after its worker's coloured prefix."""
-    import threading
-
+def _worker_line(num_workers: int):
+    """(worker, line) -> the line after its worker's coloured prefix."""
     from rich.text import Text
 
     from launcher.agent import worker_label
 
-    lock = threading.Lock()
     width = len(worker_label(num_workers - 1))
 
-    def sink(worker: int, line: str) -> None:
+    def render(worker: int, line: str) -> Text:
         prefix = worker_label(worker).ljust(width)
-        text = Text.assemble((prefix + " | ", WORKER_COLOURS[worker % len(WORKER_COLOURS)]), line)
+        return Text.assemble((prefix + " | ", WORKER_COLOURS[worker % len(WORKER_COLOURS)]), line)
+
+    return render
+
+
+def _line_printer(console, num_workers: int):
+    """A thread-safe sink printing every line after its worker's coloured prefix."""
+    import threading
+
+    lock = threading.Lock()
+    render = _worker_line(num_workers)
+
+    def sink(worker: int, line: str) -> None:
         with lock:
-            console.print(text)
+            console.print(render(worker, line))
 
     return sink
 
 
-def _report(outcome, job, config_path: Path) -> None:
+@contextlib.contextmanager
+def _watching(console, num_workers: int):
+    """A sink showing a job as launcher.view sees it, and that view: on a terminal, training
+    progress is one line redrawn below the others until training ends."""
+    import threading
+
+    from rich.live import Live
+
+    from launcher.view import View
+
+    view = View(live=console.is_terminal)
+    render = _worker_line(num_workers)
+    lock = threading.Lock()
+    live = Live(console=console, auto_refresh=False, transient=False)
+    state = {"drawn": None, "on": False}
+
+    def sink(worker: int, line: str) -> None:
+        with lock:
+            for text in view.feed(worker, line):
+                console.print(render(worker, text))
+            if view.live and view.progress is not state["drawn"] and not view.training_over:
+                state["drawn"] = view.progress
+                live.update(_progress_line(view.progress, console.width), refresh=state["on"])
+                if not state["on"]:
+                    live.start(refresh=True)
+                    state["on"] = True
+            elif state["on"] and view.training_over:
+                live.stop()  # its last drawing stays
+                state["on"] = False
+
+    try:
+        yield sink, view
+    finally:
+        if state["on"]:
+            live.stop()
+
+
+def _progress_line(record: dict, width: int):
+    """The live progress line: `train`, a bar if the terminal is wide enough, the figures."""
+    from rich.progress_bar import ProgressBar
+    from rich.table import Table
+
+    from launcher.view import live_text
+
+    text = live_text(record)
+    line = Table.grid(padding=(0, 1))
+    cells = ["train"]
+    bar_width = min(30, width - len(text) - 8)
+    if bar_width >= 10:
+        cells.append(ProgressBar(total=record.get("steps") or 1, completed=record.get("step", 0),
+                                 width=bar_width))
+    for _ in cells:
+        line.add_column(no_wrap=True)
+    line.add_column(no_wrap=True, overflow="ellipsis")
+    line.add_row(*cells, text)
+    return line
+
+
+def _report(outcome, job, config_path: Path, view=None) -> None:
     """How the job ended, then what is still billing; exit status 1 when it failed."""
-    failed = _report_outcome(outcome, job, config_path)
+    failed = _report_outcome(outcome, job, config_path, view)
     note = job.provider.billing()
     if note:
         _console(stderr=True).print(note, markup=False)
@@ -108,7 +175,8 @@ def _report(outcome, job, config_path: Path) -> None:
         raise typer.Exit(1)
 
 
-def _report_outcome(outcome, job, config_path: Path) -> bool:
+def _report_outcome(outcome, job, config_path: Path, view) -> bool:
+    from launcher import view as views
     from launcher.agent import worker_label
 
     console = _console()
@@ -123,14 +191,19 @@ def _report_outcome(outcome, job, config_path: Path) -> bool:
         if outcome.reason:
             console.print(f"job {plan.job_id}: {outcome.reason}", markup=False)
             return False
-        console.print(f"job {plan.job_id} finished on {len(plan.workers)} workers; outputs in "
-                      f"{plan.output_dir} (logs: {plan.output_dir}/logs, local copies: "
+        final = view.final if view else None
+        console.print(f"\njob {plan.job_id} finished on {len(plan.workers)} workers", markup=False)
+        for line in views.summary(final=final, family=(final or {}).get("family")
+                                  or job.record.model_family(), output_dir=plan.output_dir,
+                                  exported=any(s.name == "export" for s in plan.steps)):
+            console.print(line, markup=False)
+        console.print(f"outputs: {plan.output_dir}  (logs: {plan.output_dir}/logs, local copies: "
                       f"{job.record.folder / 'logs'})", markup=False)
         return False
     if outcome.failed_worker is not None:
         err.print(f"\n{outcome.reason}; the job was stopped on every worker. "
                   f"Last lines of {worker_label(outcome.failed_worker)}:", markup=False)
-        for line in outcome.tail:
+        for line in views.shown_lines(outcome.tail)[-TAIL_SHOWN:]:
             err.print(f"  {line}", markup=False)
         err.print(f"full log: {job.record.log_file(outcome.failed_worker)}", markup=False)
     else:
@@ -138,6 +211,7 @@ def _report_outcome(outcome, job, config_path: Path) -> bool:
     return True
 
 
+TAIL_SHOWN = 20
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan; touch nothing.")]
 
 
@@ -267,15 +341,15 @@ def train(
         job.close()
         console.print(f"follow it with `tpuctl logs -c {config_path}`", markup=False)
         return
-    job, outcome = launch.follow_to_end(
-        the_launch, job, sink=_line_printer(console, len(job.plan.workers)), on_note=note,
-        on_started=started)
+    with _watching(console, len(job.plan.workers)) as (sink, view):
+        job, outcome = launch.follow_to_end(the_launch, job, sink=sink, on_note=note,
+                                            on_started=started)
     job.close()
     if down and not outcome.detached:
         job.provider.down(on_event=note)
     if download is not None and outcome.ok and not outcome.detached:
         note(launch.download_model(job.plan.output_dir, download))
-    _report(outcome, job, config_path)
+    _report(outcome, job, config_path, view)
 
 
 def _print_run_plan(the_launch, *, read_remote: bool) -> None:
@@ -352,14 +426,20 @@ def logs(
     follow: Annotated[bool, typer.Option("--follow/--no-follow", "-f",
                                          help="Keep streaming until the job ends.")] = True,
     job: JobOpt = None,
+    raw: Annotated[bool, typer.Option("--raw", help="Every line as the workers wrote it (the "
+                                      "live view leaves out TensorFlow's chatter and reads "
+                                      "progress records).")] = False,
 ) -> None:
     """Re-attach to a running or finished job's logs, from the start."""
     from launcher import launch
 
+    console = _console()
     with launch.open_job(config_path, job) as opened:
-        sink = _line_printer(_console(), len(opened.plan.workers))
-        outcome = launch.follow(opened, sink, worker=worker, keep_following=follow)
-    _report(outcome, opened, config_path)
+        n = len(opened.plan.workers)
+        with (contextlib.nullcontext((_line_printer(console, n), None)) if raw
+              else _watching(console, n)) as (sink, view):
+            outcome = launch.follow(opened, sink, worker=worker, keep_following=follow)
+    _report(outcome, opened, config_path, view)
 
 
 @app.command()
@@ -409,10 +489,48 @@ def status(config_path: ConfigOpt = DEFAULT_CONFIG, job: JobOpt = None) -> None:
         # Text, not markup: a log line such as "[/job:worker/replica:0/...]" is shown as it is.
         table.add_row(*(Text(cell) for cell in (
             row["worker"], row["host"], row["state"], row["stage"] or "-", row["step"] or "-",
-            "-" if row["rc"] is None else str(row["rc"]), row["last"][-80:])))
+            "-" if row["rc"] is None else str(row["rc"]), _clip(row["last"], LAST_LINE_CHARS))))
     console.print(table)
     console.print(f"outputs: {opened.plan.output_dir}  logs: {opened.plan.output_dir}/logs  "
                   f"local log copies: {opened.record.folder / 'logs'}", markup=False)
+
+
+LAST_LINE_CHARS = 100
+
+
+def _clip(text: str, limit: int) -> str:
+    """The start of a long line (where its time and what it is about stand), marked as cut."""
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+@app.command()
+def jobs(
+    config_path: ConfigOpt = DEFAULT_CONFIG,
+    check: Annotated[bool, typer.Option("--check", help="Ask the workers about jobs the "
+                                        "launcher did not follow to their end.")] = False,
+) -> None:
+    """List the run's jobs started from this machine: id, start, stages, state, outputs."""
+    import time
+
+    from rich.table import Table
+    from rich.text import Text
+
+    from launcher import launch
+
+    found = launch.list_jobs(config_path, check=check)
+    if not found:
+        typer.echo("no job of this run started from this machine yet")
+        return
+    table = Table()
+    for column in ("job", "started", "stages", "state", "outputs"):
+        table.add_column(column, overflow="fold")
+    for job in found:
+        table.add_row(*(Text(cell) for cell in (
+            job.job_id + (" (current)" if job.current else ""),
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(job.started)),
+            ",".join(job.stages), job.state, job.output_dir)))
+    _console().print(table)
+    typer.echo("logs of one: tpuctl logs --job ID; its state now: tpuctl status --job ID")
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -23,6 +23,7 @@ from enum import Enum
 
 from launcher.groups import FUNCTIONS, load_group, record_group
 from launcher.plan import JobPaths
+from payload import progress
 
 POLL_MAX_LINES = 2000
 STOPPED_RC = 143  # what a job stopped by `tpuctl stop` (SIGTERM) reports
@@ -129,14 +130,20 @@ def live_count_command(paths: JobPaths) -> str:
     return load_group(paths.pid) + FUNCTIONS + "live"
 
 
+PROGRESS_RECORDS = 20
+TAIL_LINES = 40
+_TAIL_MARK = "== tail =="
+
+
 def progress_command(paths: JobPaths) -> str:
-    """`step=N` (the newest training step the log mentions, or empty), then the last line."""
+    """The log's newest progress records (payload.progress), then its last lines."""
     log = _q(paths.log)
-    return (f"printf 'step=%s\\n' \"$(grep -oE 'step[ =:]+[0-9]+' {log} 2>/dev/null | tail -n 1 | "
-            f"grep -oE '[0-9]+$')\"; tail -n 1 {log} 2>/dev/null")
+    return (f"grep -a {_q('^' + progress.PREFIX)} {log} 2>/dev/null | tail -n {PROGRESS_RECORDS}; "
+            f"echo {_q(_TAIL_MARK)}; tail -n {TAIL_LINES} {log} 2>/dev/null")
 
 
-def parse_progress(output: str) -> tuple[str, str]:
-    """(step, last line) from progress_command's output."""
-    first, _, last = output.partition("\n")
-    return first.removeprefix("step=").strip(), last.strip()
+def parse_progress(output: str) -> tuple[list[dict], list[str]]:
+    """(progress records, last lines) from progress_command's output."""
+    head, _, tail = output.partition(_TAIL_MARK + "\n")
+    found = [progress.parse(line) for line in head.splitlines()]
+    return [r for r in found if r is not None], tail.splitlines()

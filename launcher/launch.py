@@ -164,9 +164,13 @@ def plan_train(config_path: Path, options: TrainOptions) -> Launch:
         hub_env=hub.forwarded_env())
     publishes = any(step.name == Stage.PUBLISH.value for step in the_plan.steps)
     access = hub.check_access(config.hub.repo) if publishes and not options.dry_run else None
-    return Launch(config=config, plan=the_plan, provider=provider, fleet=fleet, wheel=wheel,
-                  wheelhouse=wheelhouse, options=options, config_path=config_path,
-                  started_from=started_from(config_path), hub=access)
+    the_launch = Launch(config=config, plan=the_plan, provider=provider, fleet=fleet,
+                        wheel=wheel, wheelhouse=wheelhouse, options=options,
+                        config_path=config_path, started_from=started_from(config_path),
+                        hub=access)
+    if options.dry_run:
+        check_before_start(the_launch)  # what the real run refuses first, the dry run refuses
+    return the_launch
 
 
 def started_from(config_path: Path) -> str:
@@ -294,11 +298,15 @@ def follow(job: Job, sink: Callable[[int, str], None], *, worker: int | None = N
     chosen = job.plan.workers if worker is None else (select(job.plan.workers, worker),)
     book = run.LogBook(job.record, chosen)
     try:
-        return run.watch(job.executor, only(job.plan, chosen), book, sink,
-                         follow=keep_following, fail_fast=keep_following and worker is None,
-                         trouble=job.provider.trouble)
+        outcome = run.watch(job.executor, only(job.plan, chosen), book, sink,
+                            follow=keep_following, fail_fast=keep_following and worker is None,
+                            trouble=job.provider.trouble)
     finally:
         book.close()
+    ended = not outcome.detached and not (outcome.ok and outcome.reason)  # not still running
+    if ended and worker is None:
+        job.record.save_outcome("finished" if outcome.ok else "failed", outcome.reason)
+    return outcome
 
 
 def select(workers: tuple[Worker, ...], index: int, *, of: str = "the job") -> Worker:
@@ -309,7 +317,10 @@ def select(workers: tuple[Worker, ...], index: int, *, of: str = "the job") -> W
 
 
 def stop_job(job: Job) -> dict[int, str]:
-    return run.stop(job.executor, job.plan)
+    results = run.stop(job.executor, job.plan)
+    if run.stopped_everywhere(results) and not job.record.outcome():
+        job.record.save_outcome("stopped", "tpuctl stop")
+    return results
 
 
 def job_status(job: Job) -> list[dict]:
@@ -317,14 +328,16 @@ def job_status(job: Job) -> list[dict]:
 
 
 def _steps_reached(job: Job) -> int | None:
-    """The newest training step the chief's log (the launcher's copy) mentions."""
-    import re
+    """The newest training step of the chief's progress records (in the launcher's copy of
+    its log)."""
+    from payload import progress
 
     path = job.record.log_file(0)
     if not path.is_file():
         return None
-    steps = re.findall(r"\bstep (\d+)", path.read_text(errors="replace"))
-    return int(steps[-1]) if steps else None
+    found = [r for r in map(progress.parse, path.read_text(errors="replace").splitlines())
+             if r is not None and r["kind"] == "train"]
+    return found[-1]["step"] if found else None
 
 
 def _keep_lock_beating(output_dir: str, job_id: str, stop_event) -> None:
@@ -424,3 +437,69 @@ def download_model(output_dir: str, target: Path) -> str:
     staging.rename(target)
     shutil.rmtree(old, ignore_errors=True)
     return f"model/ copied to {target}"
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """One line of `tpuctl jobs`."""
+
+    job_id: str
+    started: float  # epoch seconds
+    stages: tuple[str, ...]
+    state: str
+    output_dir: str
+    current: bool
+
+
+def list_jobs(config_path: Path, *, check: bool = False) -> list[JobSummary]:
+    """The run's jobs recorded on this machine, oldest first. Their state is what the launcher
+    saw when it last followed one to its end; `check` asks the workers of any other job."""
+    name = load(config_path).name
+    base = records.state_dir()
+    try:
+        current = records.current_job(base, name).job_id
+    except UserError:
+        current = None
+    found = []
+    for record in records.run_jobs(base, name):
+        try:
+            plan = record.plan()
+        except UserError:
+            continue  # recorded by another version of tpuctl
+        state = _recorded_state(record)
+        if state is None:
+            state = (_asked_state(config_path, record.job_id) if check
+                     else "not followed to its end")
+        found.append(JobSummary(job_id=record.job_id, started=record.started,
+                                stages=tuple(s.name for s in plan.steps), state=state,
+                                output_dir=plan.output_dir, current=record.job_id == current))
+    return found
+
+
+def _recorded_state(record: records.JobRecord) -> str | None:
+    outcome = record.outcome()
+    if not outcome:
+        return None
+    detail = outcome.get("detail") or ""
+    return f"{outcome['state']}: {detail}" if detail and outcome["state"] != "stopped" else (
+        outcome["state"])
+
+
+def _asked_state(config_path: Path, job_id: str) -> str:
+    """The job's state as its workers tell it now."""
+    try:
+        with open_job(config_path, job_id) as job:
+            rows = job_status(job)
+    except UserError as exc:
+        return f"cannot ask its workers: {exc.message}"
+    states = [row["state"] for row in rows]
+    if "running" in states:
+        stage = next(row["stage"] for row in rows if row["state"] == "running")
+        return f"running ({stage})" if stage else "running"
+    if all(row["state"] == "exited" and row["rc"] == 0 for row in rows):
+        return "finished"
+    if all(state == "none" for state in states):
+        return "never started"
+    odd = next(row for row in rows if row["state"] != "exited" or row["rc"] != 0)
+    rc = f", exit {odd['rc']}" if odd["rc"] is not None else ""
+    return f"{odd['state']} on {odd['worker']}{rc}"

@@ -4,6 +4,8 @@
     record = save_job(state_dir(), plan, config_text, reach=provider.reach(fleet))
     record = current_job(state_dir(), "demo")        # the newest job of run "demo"
     record.plan(), record.reach(), record.log_file(0)
+    record.save_outcome("finished", "")               # how it ended, when the launcher saw it
+    [r.job_id for r in run_jobs(state_dir(), "demo")]   # every job of the run, oldest first
 
 A record stands alone: `tpuctl logs`, `stop`, `status` and `ssh` reopen a job from it (the
 provider rebuilds its connection from `reach`), never from what the config says now, so a config
@@ -25,6 +27,7 @@ PLAN = "plan.json"
 REACH = "reach.json"
 CONFIG = "config.yaml"
 CURRENT = "current"
+OUTCOME = "outcome.json"
 
 
 class NoJob(UserError):
@@ -71,6 +74,30 @@ class JobRecord:
                             "its plan cannot be read here",
                             hint="start a new job with `tpuctl train`") from None
 
+    @property
+    def started(self) -> float:
+        """When the job was recorded (its plan is written once, as it starts), epoch seconds."""
+        return self.plan_file.stat().st_mtime
+
+    def model_family(self) -> str | None:
+        """The model family of the job's config, as recorded."""
+        import yaml
+
+        try:
+            return (yaml.safe_load(self.config_file.read_text()) or {})["model"]["family"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def save_outcome(self, state: str, detail: str) -> None:
+        """How the job ended as the launcher saw it: `finished`, `failed` or `stopped`."""
+        (self.folder / OUTCOME).write_text(json.dumps({"state": state, "detail": detail}))
+
+    def outcome(self) -> dict | None:
+        try:
+            return json.loads((self.folder / OUTCOME).read_text())
+        except (OSError, ValueError):
+            return None
+
     def reach(self) -> dict:
         """How the job's workers were reached: the provider's own record of them."""
         path = self.folder / REACH
@@ -109,8 +136,16 @@ def current_job(base: Path, name: str, job_id: str | None = None) -> JobRecord:
         job_id = pointer.read_text().strip()
     if not job_id or "/" in job_id or job_id.startswith("."):
         raise UserError(f"--job {job_id!r} is not a job id", hint="ids look like NAME-YYYYMMDD-"
-                        "HHMMSS-XXXX; `tpuctl status` shows the current one")
+                        "HHMMSS-XXXX; `tpuctl jobs` lists the run's")
     record = JobRecord(folder / job_id)
     if not record.plan_file.is_file():
         raise UserError(f"no job '{job_id}' of run '{name}' on this machine")
     return record
+
+
+def run_jobs(base: Path, name: str) -> list[JobRecord]:
+    """Every job of run `name` recorded on this machine, oldest first."""
+    folder = jobs_dir(base, name)
+    found = [JobRecord(f) for f in folder.iterdir()
+             if f.is_dir() and (f / PLAN).is_file()] if folder.is_dir() else []
+    return sorted(found, key=lambda r: (r.started, r.job_id))

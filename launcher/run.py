@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from launcher import jobs
+from launcher import jobs, view
 from launcher.agent import ABORTED
 from launcher.executors import WorkerUnreachable, on_workers
 from launcher.jobs import JobState
@@ -32,7 +32,7 @@ from launcher.records import JobRecord
 from payload.errors import UserError, one_line
 
 POLL_S = 0.5
-TAIL_LINES = 20
+TAIL_LINES = 60  # of which the launcher shows the last 20 the live view would show
 # Workers that stopped because a peer failed report it at once; the peer's own exit may reach
 # the launcher a poll later. Wait this long for it, so the right worker is named.
 ABORT_GRACE_S = 3.0
@@ -383,7 +383,7 @@ def status(executor, plan: Plan) -> list[dict]:
             paths = plan.paths[worker.index]
             res = executor.run(worker, jobs.poll_command(paths, 10**9))
             progress = executor.run(worker, jobs.progress_command(paths)).stdout
-            step, last = jobs.parse_progress(progress)
+            step, last = view.step_and_last(*jobs.parse_progress(progress))
         except WorkerUnreachable as exc:
             return {"worker": worker.label, "host": worker.host, "state": "unreachable",
                     "stage": "", "step": "", "rc": None, "last": str(exc)}

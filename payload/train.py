@@ -21,7 +21,7 @@ import math
 import time
 from dataclasses import dataclass
 
-from payload import checkpoints, records, storage
+from payload import checkpoints, progress, records, storage
 from payload.budget import Budget
 from payload.errors import UserError
 from payload.families import FAMILIES
@@ -31,14 +31,23 @@ from payload.strategy import (
     StrategyKind,
     build_strategy,
     cluster_facts,
+    exit_together,
     plan_strategy,
 )
 
 logger = logging.getLogger(__name__)
+# Between reports (train.eval_every, checkpoint_every, at most 100 steps apart) the chief still
+# says where training is at least this often, for the launcher's live view.
+PROGRESS_EVERY_S = 3.0
 
 
-def log(message: str) -> None:
-    logger.info(message)
+def log(message: str, *, own: bool = False) -> None:
+    """A line of training's one voice, the chief's; `own=True`: one every worker says itself."""
+    logger.info(message, extra={"own": own})
+
+
+def _own_lines_only(record: logging.LogRecord) -> bool:
+    return getattr(record, "own", True)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -160,8 +169,11 @@ def run_train(
     # TensorFlow's own INFO chatter (sharding callbacks, collectives) would drown the step lines.
     for noisy in ("tensorflow", "absl"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    if not plan.is_chief and _own_lines_only not in logger.filters:
+        logger.addFilter(_own_lines_only)  # the chief speaks for training
     if not plan.runs_training:
-        log(f"worker {worker_index}: this host serves the TPU runtime; worker 0 drives training")
+        log(f"worker {worker_index}: this host serves the TPU runtime; worker 0 drives training",
+            own=True)
         return
     storage.check_output_dir(config.output_dir)
     inputs = check_inputs(config)
@@ -174,7 +186,9 @@ def run_train(
 
     meter = meter_for(config, inputs.hf_config, strategy, hardware)
     log(f"model FLOPs per step {meter.flops_per_step:.3g}; peak: {meter.peak_source}")
-    Trainer(config, inputs, strategy, plan, meter=meter).train(resume=resume)
+    trainer = Trainer(config, inputs, strategy, plan, meter=meter)
+    trainer.train(resume=resume)
+    exit_together(plan)  # with the trainer (and its input iterator) still alive: see _loop
 
 
 def check_batch_size(batch_size: int, replicas: int) -> None:
@@ -349,12 +363,19 @@ class Trainer:
         steps, every = config.train.steps, config.train
         log_every = max(1, min(every.eval_every, every.checkpoint_every, 100))
         train_chunk, eval_chunk = self._build_steps()
-        iterator = iter(self._dataset(self.inputs.train_files, shuffle=True, start_batch=start))
+        # Held by the trainer: destroying a distributed input iterator mid-stream took 20 s on
+        # a worker here; a multi-worker process ends before that (strategy.exit_together).
+        self.iterator = iterator = iter(
+            self._dataset(self.inputs.train_files, shuffle=True, start_batch=start))
         evaluate = self._evaluator(eval_chunk)
+        self._emit("start", {"step": start, "steps": steps})
         step, window_loss, window_steps = start, 0.0, 0
-        window_start = time.monotonic()
-        rate_steps, rate_time = 0, 0.0  # steady-state rate, first (compiling) chunk excluded
-        first_chunk = True
+        # Rates count chunks after the first, whose time is mostly compiling: the window's, and
+        # the steady rate of the whole run.
+        window_time, window_timed_steps = 0.0, 0
+        rate_steps, rate_time = 0, 0.0
+        first_step_s = None
+        began_training = said_at = time.monotonic()
         if evaluate and start == 0:
             history["evals"].append(evaluate(0))  # the untrained baseline to compare against
         while step < steps:
@@ -363,7 +384,8 @@ class Trainer:
                 _next_multiple(step, every.eval_every),
                 _next_multiple(step, every.checkpoint_every),
                 steps,
-                step + self.plan.steps_per_execution,
+                # The first chunk is one step, so its time (compiling included) is told at once.
+                step + (self.plan.steps_per_execution if step > start else 1),
             )
             began = time.monotonic()
             loss_sum, first_bad = train_chunk(iterator, tf.constant(stop - step))
@@ -380,19 +402,30 @@ class Trainer:
                     hint=f"lower train.learning_rate or raise train.warmup_steps; {kept}",
                 )
             elapsed = time.monotonic() - began
-            if not first_chunk:
+            if step == start:
+                first_step_s = elapsed
+            else:
                 rate_steps, rate_time = rate_steps + stop - step, rate_time + elapsed
-            first_chunk = False
+                window_timed_steps, window_time = window_timed_steps + stop - step, (
+                    window_time + elapsed)
             window_loss += loss_sum
             window_steps += stop - step
             step = stop
-            if step % log_every == 0 or step == steps:
-                wall = time.monotonic() - window_start
-                steady = rate_steps / rate_time if rate_time else window_steps / max(wall, 1e-9)
-                history["train"].append(
-                    self._report(step, window_loss / window_steps, window_steps / wall, steady)
+            report = step % log_every == 0 or step == steps
+            if report or step == start + 1 or time.monotonic() - said_at >= PROGRESS_EVERY_S:
+                record = self._progress(
+                    step, window_loss / window_steps,
+                    steps_per_s=window_timed_steps / window_time if window_time else None,
+                    steady_steps_per_s=rate_steps / rate_time if rate_time else None,
+                    elapsed_s=time.monotonic() - began_training,
+                    first_step_s=first_step_s if step == start + 1 else None,
                 )
-                window_loss, window_steps, window_start = 0.0, 0, time.monotonic()
+                self._emit("train", record)
+                said_at = time.monotonic()
+                if report:
+                    self._summarize(record)
+                    history["train"].append(record)
+                    window_loss, window_steps, window_time, window_timed_steps = 0.0, 0, 0.0, 0
             if evaluate and (step % every.eval_every == 0 or step == steps):
                 result = evaluate(step)
                 history["evals"].append(result)
@@ -408,7 +441,7 @@ class Trainer:
                 self._write_metrics(history, step)
         self._write_metrics(history, step, final=True, rate=(rate_steps, rate_time))
         # Every worker prints it: in a multi-worker run the lines must agree (replicas in sync).
-        log(f"finished at step {step}; weights sha256 {weights_digest(self.model)}")
+        log(f"finished at step {step}; weights sha256 {weights_digest(self.model)}", own=True)
 
     def _over_budget(self) -> str | None:
         """Why the run must stop now (train.max_hours / max_cost), agreed by every worker."""
@@ -426,28 +459,44 @@ class Trainer:
                 reason = "another worker reached the run's time or cost limit"
         return reason
 
-    def _report(self, step: int, loss: float, steps_per_s: float, steady: float) -> dict:
-        """One readable line and TensorBoard scalars for the steps since the last report."""
+    def _emit(self, kind: str, fields: dict) -> None:
+        """Say a progress record (payload.progress): the chief alone speaks for training."""
+        if self.plan.is_chief:
+            progress.emit(kind, fields)
+
+    def _progress(self, step: int, loss: float, *, steps_per_s: float | None,
+                  steady_steps_per_s: float | None, elapsed_s: float,
+                  first_step_s: float | None = None) -> dict:
+        """The training progress record for the steps since the last report: the one place its
+        fields are made (the live view, `tpuctl status` and metrics.json's "train" read them)."""
+        steps = self.config.train.steps
+        record = {
+            "step": step,
+            "steps": steps,
+            "loss": loss,
+            "learning_rate": float(self.schedule(step - 1)),
+            "tokens_per_s": self.tokens_per_step * steps_per_s if steps_per_s else None,
+            "elapsed_s": round(elapsed_s, 3),
+            "eta_s": (steps - step) / steady_steps_per_s if steady_steps_per_s else None,
+        }
+        if self.meter and steps_per_s:  # payload.utilisation: tokens/s per device, MFU
+            record.update(self.meter.fields(steps_per_s))
+        if first_step_s is not None:
+            record["first_step_s"] = round(first_step_s, 3)
+        return record
+
+    def _summarize(self, record: dict) -> None:
+        """A report's TensorBoard scalars."""
         import tensorflow as tf
 
-        steps = self.config.train.steps
-        lr = float(self.schedule(step - 1))
-        tokens_per_s = self.tokens_per_step * steps_per_s
-        eta = (steps - step) / max(steady, 1e-9)
-        use = self.meter.fields(steps_per_s) if self.meter else {}
-        log(
-            f"step {step}/{steps}  loss {loss:.4f}  lr {lr:.3g}  "
-            f"tokens/s {tokens_per_s:,.0f}  {self.meter.words(use) + '  ' if use else ''}"
-            f"eta {_duration(eta)}"
-        )
-        with self.writer.as_default(step=step):
-            tf.summary.scalar("train/loss", loss)
-            tf.summary.scalar("train/learning_rate", lr)
-            tf.summary.scalar("train/tokens_per_s", tokens_per_s)
-            for tag, value in (self.meter.scalars(use) if use else {}).items():
-                tf.summary.scalar(tag, value)
-        return {"step": step, "loss": loss, "learning_rate": lr, "tokens_per_s": tokens_per_s,
-                **use}
+        with self.writer.as_default(step=record["step"]):
+            tf.summary.scalar("train/loss", record["loss"])
+            tf.summary.scalar("train/learning_rate", record["learning_rate"])
+            if record["tokens_per_s"] is not None:
+                tf.summary.scalar("train/tokens_per_s", record["tokens_per_s"])
+            if self.meter and "mfu" in record:
+                for tag, value in self.meter.scalars(record).items():
+                    tf.summary.scalar(tag, value)
 
     def _evaluator(self, eval_chunk):
         import tensorflow as tf
@@ -469,8 +518,7 @@ class Trainer:
             result = {"step": step, "loss": loss, "accuracy": correct / max(count, 1.0)}
             if objective != "mlm":
                 result["perplexity"] = math.exp(min(loss, 50.0))
-            shown = "  ".join(f"{k} {v:.4f}" for k, v in result.items() if k != "step")
-            log(f"eval at step {step}: {shown}")
+            self._emit("eval", result)
             with self.writer.as_default(step=step):
                 for key, value in result.items():
                     if key != "step":
@@ -530,6 +578,8 @@ class Trainer:
             if self.meter and steady_time:
                 payload["final"].update(self.meter.fields(steady_steps / steady_time))
         storage.write_text(self.metrics_path, json.dumps(payload, indent=1) + "\n")
+        if final:
+            self._emit("final", {"family": self.family, **payload["final"]})
 
 
 # The schedule the checkpoints in a folder are trained on (the TF checkpoint holds only the
@@ -590,12 +640,3 @@ def weights_digest(model) -> str:
 
 def _next_multiple(step: int, every: int) -> int:
     return (step // every + 1) * every
-
-
-def _duration(seconds: float) -> str:
-    if not math.isfinite(seconds):
-        return "?"
-    seconds = int(seconds)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"

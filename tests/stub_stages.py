@@ -3,8 +3,11 @@
     python stub_stages.py prepare --config run.yaml --worker-index 1 --num-workers 2
 
 What it does wrong on purpose comes from `stub_stages.json` next to it:
-{"fail": {"prepare": 1}} exits 3 in prepare on worker 1; {"steps": {"train": 200}} makes the
-train stage print that many steps, 0.1 s apart; {"checkpoint_every": 10} makes worker 0 write
+{"fail": {"prepare": 1}} exits 3 in prepare on worker 1; {"raise": {"train": 1}} ends it with a
+Python traceback there; {"print": {"train": ["line", ...]}} prints those lines first on every
+worker; {"hang": {"train": 1}} then waits there until stopped; {"steps": {"train": 200}} makes
+the train stage print that many steps, 0.1 s apart, and worker 0 a progress record
+(payload.progress) for each; {"checkpoint_every": 10} makes worker 0 write
 checkpoints/checkpoint (TensorFlow's index) every 10 steps, and `--resume` start from it.
 """
 
@@ -16,6 +19,8 @@ import time
 from pathlib import Path
 
 import yaml
+
+from payload import progress
 
 
 def _write(path: Path, text: str) -> None:
@@ -40,9 +45,15 @@ def main() -> int:
     me, n = args.worker_index, args.num_workers
     print(f"{args.stage} {me}/{n} on {os.uname().nodename} tf_config={os.environ.get('TF_CONFIG', '')}",
           flush=True)
+    for line in behaviour.get("print", {}).get(args.stage, []):
+        print(line, flush=True)
+    if behaviour.get("hang", {}).get(args.stage) == me:
+        time.sleep(3600)
     if behaviour.get("fail", {}).get(args.stage) == me:
         print(f"boom: {args.stage} cannot go on", flush=True)
         return 3
+    if behaviour.get("raise", {}).get(args.stage) == me:
+        raise RuntimeError(f"the stub's {args.stage} broke on worker {me}")
     # Like every real stage, take output_dir first (payload.storage.claim_output_dir).
     if not (out / ".tpuctl" / "owner").exists():
         _write(out / ".tpuctl" / "owner", "{}")
@@ -62,11 +73,21 @@ def main() -> int:
         if args.resume and index.exists():
             start = int(index.read_text().split("ckpt-")[1].split('"')[0])
             print(f"resuming from step {start}", flush=True)
-        for step in range(start + 1, behaviour.get("steps", {}).get("train", 3) + 1):
+        total = behaviour.get("steps", {}).get("train", 3)
+        say = progress.emit if me == 0 else (lambda kind, fields: None)
+        say("start", {"step": start, "steps": total})
+        for step in range(start + 1, total + 1):
             print(f"step {step} loss {1.0 / step:.3f}", flush=True)
+            say("train", {"step": step, "steps": total, "loss": 1.0 / step,
+                          "learning_rate": 1e-3, "tokens_per_s": 1000.0, "elapsed_s": step / 10,
+                          "eta_s": (total - step) / 10})
             if every and step % every == 0 and me == 0:
                 _write(index, f'model_checkpoint_path: "ckpt-{step}"\n')
             time.sleep(0.1)
+        say("eval", {"step": total, "loss": 0.5, "accuracy": 0.25})
+        say("final", {"family": "gpt2", "step": total, "eval": {"step": total, "loss": 0.5,
+                                                               "accuracy": 0.25},
+                      "stopped": None})
         _write(out / "checkpoints" / f"ckpt-{me}", "w")
         if me == 0:
             _write(out / "metrics.json", json.dumps({"shards": len(shards)}))

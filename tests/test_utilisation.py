@@ -1,5 +1,5 @@
-"""Utilisation in the metrics: tokens/s per device and MFU against the device's peak, in the log
-lines, TensorBoard and metrics.json; a CPU run measures its own peak."""
+"""Utilisation in the metrics: tokens/s per device and MFU against the device's peak, in the
+progress records, TensorBoard and metrics.json; a CPU run measures its own peak."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ pytest.importorskip("tensorflow")
 
 from train_helpers import make_run_dir, run_config
 
-from payload import runplan
+from payload import progress, runplan
 from payload.strategy import CPU, Hardware
 from payload.utilisation import Meter, cpu_peak_flops, meter_for
 
@@ -56,7 +56,7 @@ def test_tpu_hardware_without_a_tpu_strategy_is_measured_as_cpu(tmp_path):
         "process")
 
 
-def test_a_cpu_run_reports_utilisation_everywhere(tmp_path, caplog):
+def test_a_cpu_run_reports_utilisation_everywhere(tmp_path, caplog, capsys):
     from payload.train import run_train
 
     out = make_run_dir(tmp_path, "roberta")
@@ -74,8 +74,10 @@ def test_a_cpu_run_reports_utilisation_everywhere(tmp_path, caplog):
     assert 0 < final["mfu"] < 1
     assert final["model_flops_per_s"] == pytest.approx(
         header["flops_per_step"] * final["steps_per_s"])
-    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step ")]
-    assert lines and all("tokens/s/process" in line and "MFU" in line for line in lines)
+    # The progress records (payload.progress) carry them, and the live view shows the MFU.
+    said = [r for r in map(progress.parse, capsys.readouterr().out.splitlines())
+            if r and r["kind"] == "train" and r["tokens_per_s"]]
+    assert said and all(0 < r["mfu"] < 1 and "MFU" in progress.describe(r) for r in said)
     assert any("peak: CPU probe" in r.getMessage() for r in caplog.records)
     tags = _tensorboard_tags(out / "logs" / "tensorboard")
     assert {"train/mfu", "train/tokens_per_s_per_process", "train/model_flops_per_s"} <= tags

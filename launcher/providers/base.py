@@ -114,3 +114,56 @@ class Provider(Protocol):
 
     def reach(self, fleet: Fleet) -> dict:
         """How to reach this fleet again later, as JSON data for the job record."""
+
+
+class OwnMachines:
+    """What local and ssh providers share: machines tpuctl neither creates, bills nor replaces.
+    A provider sets `what` ("local workers", "ssh hosts") and inherits the rest."""
+
+    what: ClassVar[str] = "these workers"
+
+    def up_plan(self) -> list[str]:
+        return [f"{self.what}: nothing to create, nothing billed by tpuctl"]
+
+    def up(self, on_event: Callable[[str], None]) -> None:
+        on_event(f"{self.what} need nothing created")
+
+    def down(self, on_event: Callable[[str], None], *, delete_bucket: bool = False) -> None:
+        on_event(f"{self.what}: nothing to remove")
+
+    def describe(self) -> list[str]:
+        return []
+
+    def billing(self) -> str | None:
+        return None
+
+    def doctor(self) -> list[Check]:
+        return [Check(self.what, "skip", "nothing to check before a run; `tpuctl train "
+                      "--dry-run` shows the plan")]
+
+    def planned_fleet(self) -> Fleet:
+        return self.fleet()
+
+    def price(self) -> str | None:
+        return None
+
+    def trouble(self) -> str | None:
+        return None
+
+    def stage_inputs(self, config, on_event: Callable[[str], None]):
+        return config
+
+    def node_to_delete(self, on_event: Callable[[str], None]) -> NodeToDelete:
+        from payload.errors import UserError
+
+        raise UserError(f"--down deletes a cloud TPU when the job ends; {self.what} have none",
+                        hint="leave --down out")
+
+    def record_billing(self, output_dir: str) -> None:
+        return None
+
+    def recover(self, on_event: Callable[[str], None]) -> None:
+        from payload.errors import UserError
+
+        raise UserError(f"{self.what} cannot be replaced by tpuctl",
+                        hint="--auto-resume recovers preempted cloud TPUs")

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import socket
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from launcher.agent import worker_label
 from launcher.executors import LocalExecutor
 from launcher.plan import Worker
-from launcher.providers.base import Check, Fleet
+from launcher.providers.base import Fleet, OwnMachines
 from launcher.records import state_dir
 from payload.config import MAX_LOCAL_WORKERS, LocalCluster
 from payload.errors import UserError
@@ -59,12 +58,13 @@ def local_workers(name: str, count: int, ports: list[int]) -> tuple[Worker, ...]
 
 
 @dataclass(frozen=True)
-class LocalProvider:
+class LocalProvider(OwnMachines):
     run_name: str
     count: int
     known: tuple[Worker, ...] | None = None  # a recorded job's workers
 
     name = NAME
+    what = "local workers"
 
     @classmethod
     def from_config(cls, config, *, num_workers: int | None) -> LocalProvider:
@@ -78,38 +78,10 @@ class LocalProvider:
     def from_reach(cls, reach: dict, workers: tuple[Worker, ...]) -> LocalProvider:
         return cls(reach["run_name"], len(workers), workers)
 
-    def up_plan(self) -> list[str]:
-        return ["local workers: nothing to create, nothing billed by tpuctl"]
-
-    def up(self, on_event: Callable[[str], None]) -> None:
-        on_event("local workers need nothing created")
-
-    def down(self, on_event: Callable[[str], None], *, delete_bucket: bool = False) -> None:
-        on_event("local workers: nothing to remove")
-
-    def describe(self) -> list[str]:
-        return []
-
-    def billing(self) -> str | None:
-        return None
-
-    def doctor(self) -> list[Check]:
-        return [Check("local workers", "skip", "nothing to check before a run; `tpuctl train "
-                      "--dry-run` shows the plan")]
-
     def fleet(self) -> Fleet:
         workers = self.known or local_workers(self.run_name, self.count, free_ports(self.count))
         return Fleet(workers=workers, hardware=CPU, shares_launcher_machine=True,
                      python=sys.executable)
-
-    def planned_fleet(self) -> Fleet:
-        return self.fleet()
-
-    def price(self) -> str | None:
-        return None
-
-    def trouble(self) -> str | None:
-        return None
 
     def connect(self, workers: tuple[Worker, ...]) -> LocalExecutor:
         return LocalExecutor(workers)
@@ -120,20 +92,6 @@ class LocalProvider:
         cluster = LocalCluster(provider=NAME, workers=self.count, python=config.cluster.python,
                                wheelhouse=config.cluster.wheelhouse)
         return config.model_copy(update={"cluster": cluster})
-
-    def stage_inputs(self, config, on_event: Callable[[str], None]):
-        return config
-
-    def node_to_delete(self, on_event: Callable[[str], None]):
-        raise UserError("--down deletes a cloud TPU when the job ends; a local cluster has "
-                        "none", hint="leave --down out")
-
-    def record_billing(self, output_dir: str) -> None:
-        return None
-
-    def recover(self, on_event: Callable[[str], None]) -> None:
-        raise UserError("local workers cannot be replaced by tpuctl",
-                        hint="--auto-resume recovers preempted cloud TPUs")
 
     def reach(self, fleet: Fleet) -> dict:
         return {"provider": NAME, "run_name": self.run_name}

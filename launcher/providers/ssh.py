@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from launcher.executors import SshExecutor, SshSettings
 from launcher.plan import Worker
-from launcher.providers.base import Check, Fleet
+from launcher.providers.base import Fleet, OwnMachines
 from payload.errors import UserError
 from payload.strategy import CPU
 
@@ -43,11 +42,12 @@ def ssh_settings(cluster) -> SshSettings:
 
 
 @dataclass(frozen=True)
-class SshProvider:
+class SshProvider(OwnMachines):
     settings: SshSettings
     workers: tuple[Worker, ...]
 
     name = NAME
+    what = "ssh hosts"
 
     @classmethod
     def from_config(cls, config, *, num_workers: int | None) -> SshProvider:
@@ -69,56 +69,14 @@ class SshProvider:
                                identity_file=reach["identity_file"])
         return cls(settings, workers)
 
-    def up_plan(self) -> list[str]:
-        return ["ssh hosts: nothing to create, nothing billed by tpuctl"]
-
-    def up(self, on_event: Callable[[str], None]) -> None:
-        on_event("ssh hosts need nothing created")
-
-    def down(self, on_event: Callable[[str], None], *, delete_bucket: bool = False) -> None:
-        on_event("ssh hosts: nothing to remove")
-
-    def describe(self) -> list[str]:
-        return []
-
-    def billing(self) -> str | None:
-        return None
-
-    def doctor(self) -> list[Check]:
-        return [Check("ssh hosts", "skip", "nothing to check before a run; `tpuctl train "
-                      "--dry-run` shows the plan")]
-
     def fleet(self) -> Fleet:
         return Fleet(workers=self.workers, hardware=CPU)
-
-    def planned_fleet(self) -> Fleet:
-        return self.fleet()
-
-    def price(self) -> str | None:
-        return None
-
-    def trouble(self) -> str | None:
-        return None
 
     def connect(self, workers: tuple[Worker, ...]) -> SshExecutor:
         return SshExecutor(workers, self.settings, unreachable_hint=UNREACHABLE_HINT)
 
     def worker_config(self, config):
         return config
-
-    def stage_inputs(self, config, on_event: Callable[[str], None]):
-        return config
-
-    def node_to_delete(self, on_event: Callable[[str], None]):
-        raise UserError("--down deletes a cloud TPU when the job ends; a ssh cluster has "
-                        "none", hint="leave --down out")
-
-    def record_billing(self, output_dir: str) -> None:
-        return None
-
-    def recover(self, on_event: Callable[[str], None]) -> None:
-        raise UserError("ssh workers cannot be replaced by tpuctl",
-                        hint="--auto-resume recovers preempted cloud TPUs")
 
     def reach(self, fleet: Fleet) -> dict:
         return {"provider": NAME, "user": self.settings.user,

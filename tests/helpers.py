@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import time
@@ -85,3 +86,24 @@ def process_with_pid(pid: int, argv: list[str], attempts: int = 500):
         proc.kill()
         proc.wait()
     return None
+
+
+@contextlib.contextmanager
+def storage_emulator(host: str = "127.0.0.1", default_bucket: str | None = None):
+    """A Cloud Storage emulator (gcp-storage-emulator, in memory) on a free port of `host`;
+    yields its URL, for STORAGE_EMULATOR_HOST."""
+    import socket
+
+    import pytest
+
+    server_mod = pytest.importorskip("gcp_storage_emulator.server")
+    sock = socket.socket()
+    sock.bind((host, 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    server = server_mod.create_server(host, port, in_memory=True, default_bucket=default_bucket)
+    server.start()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()

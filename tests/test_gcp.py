@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from typer.testing import CliRunner
 
 from launcher.cli import app
 from launcher.launch import STAGE_ENTRY_ENV
+from tests import helpers
 from tests.fakes.tpu_api import FakeTpuApi, Worker, no_capacity, quota_exceeded
 from tests.helpers import install_stub, wait_for
 
@@ -34,18 +34,8 @@ def _key_body(host_key: str) -> str:
 @pytest.fixture(scope="module")
 def storage_emulator(fleet):
     """Cloud Storage on the fleet's bridge: the launcher and the workers see the same one."""
-    server_mod = pytest.importorskip("gcp_storage_emulator.server")
-    host = f"{fleet.subnet}.1" if fleet.use_netns else "127.0.0.1"
-    sock = socket.socket()
-    sock.bind((host, 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    server = server_mod.create_server(host, port, in_memory=True)
-    server.start()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
+    with helpers.storage_emulator(f"{fleet.subnet}.1" if fleet.use_netns else "127.0.0.1") as url:
+        yield url
 
 
 @pytest.fixture

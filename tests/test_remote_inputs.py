@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 
 import pytest
 
@@ -12,30 +11,22 @@ from payload import corpus, records
 from payload.config import DataConfig
 from payload.errors import UserError
 from tests.conftest import assert_user_error, base_config, payload_env, run_payload, write_config
+from tests.helpers import storage_emulator
 
 
 @pytest.fixture(scope="module")
 def gcs():
     """A Cloud Storage emulator on a free local port, with bucket `tpuctl-test`."""
-    server_mod = pytest.importorskip("gcp_storage_emulator.server")
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    server = server_mod.create_server("127.0.0.1", port, in_memory=True,
-                                      default_bucket="tpuctl-test")
-    server.start()
-    host = f"http://127.0.0.1:{port}"
-    saved = os.environ.get("STORAGE_EMULATOR_HOST")
-    os.environ["STORAGE_EMULATOR_HOST"] = host
-    import payload.storage
+    with storage_emulator(default_bucket="tpuctl-test") as host:
+        saved = os.environ.get("STORAGE_EMULATOR_HOST")
+        os.environ["STORAGE_EMULATOR_HOST"] = host
+        import payload.storage
 
-    payload.storage._client = None
-    try:
-        yield host
-    finally:
-        server.stop()
         payload.storage._client = None
+        try:
+            yield host
+        finally:
+            payload.storage._client = None
         if saved is None:
             os.environ.pop("STORAGE_EMULATOR_HOST", None)
         else:

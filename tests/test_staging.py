@@ -3,30 +3,20 @@
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 
 from launcher import staging
 from payload import storage
+from tests.helpers import storage_emulator
 
 
 @pytest.fixture
 def bucket(monkeypatch):
-    server_mod = pytest.importorskip("gcp_storage_emulator.server")
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    server = server_mod.create_server("127.0.0.1", port, in_memory=True,
-                                      default_bucket="stage-test")
-    server.start()
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
-    monkeypatch.setattr(storage, "_client", None)
-    try:
+    with storage_emulator(default_bucket="stage-test") as url:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", url)
+        monkeypatch.setattr(storage, "_client", None)
         yield "stage-test"
-    finally:
-        server.stop()
 
 
 def corpus(tmp_path):

@@ -169,8 +169,12 @@ def run_train(
     # TensorFlow's own INFO chatter (sharding callbacks, collectives) would drown the step lines.
     for noisy in ("tensorflow", "absl"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    if not plan.is_chief and _own_lines_only not in logger.filters:
-        logger.addFilter(_own_lines_only)  # the chief speaks for training
+    # The chief speaks for training; the others say only their own lines. (Set for every run:
+    # the logger outlives it, and this process may have been another worker before.)
+    if plan.is_chief:
+        logger.removeFilter(_own_lines_only)
+    elif _own_lines_only not in logger.filters:
+        logger.addFilter(_own_lines_only)
     if not plan.runs_training:
         log(f"worker {worker_index}: this host serves the TPU runtime; worker 0 drives training",
             own=True)

@@ -159,9 +159,10 @@ def test_dry_run_prints_the_plan_and_refuses_a_bad_batch(tmp_path):
 
 
 def test_dry_run_on_cpu_workers_warns_from_the_manifest(tmp_path):
-    from payload import records
+    from payload import records, storage
 
     out = tmp_path / "out"
+    storage.claim_output_dir(str(out))  # an output_dir an earlier prepare made
     (out / "data").mkdir(parents=True)
     manifest = records.Manifest(
         format=records.FORMAT, seq_len=128, record_len=128, dtype="uint16", family="gpt2",

@@ -29,6 +29,9 @@ _TF_TIME = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: "  # TensorFlow's own C++ log 
 # absl/glog after the severity letter: MMDD, time, thread. Before absl is set up, the time is
 # "00:00:<epoch seconds>".
 _GLOG_TIME = r"\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ "
+# The payload's own log prefix (payload/__main__.py), which a library's message carries when its
+# logger propagates to the root one (transformers does when the environment says CI=true).
+_PAYLOAD_LOG = r"(\d\d:\d\d:\d\d w\d+ \w+ )?"
 _PEER_GONE = (r"(leader task was preempted/died|following tasks are unhealthy "
               r"\(stopped sending heartbeats\))")
 
@@ -70,7 +73,8 @@ NOISE: tuple[Noise, ...] = (
           "2026-11-22 15:59:42.610467: I tensorflow/core/util/port.cc:153] oneDNN custom "
           "operations are on."),
     Noise("transformers announcing the end of its TensorFlow classes",
-          r"TensorFlow and JAX classes are deprecated and will be removed in Transformers v5\. ",
+          rf"{_PAYLOAD_LOG}TensorFlow and JAX classes are deprecated and will be removed in "
+          r"Transformers v5\. ",
           "TensorFlow and JAX classes are deprecated and will be removed in Transformers v5. We "
           "recommend migrating to PyTorch classes or pinning your version of Transformers."),
     # A worker whose peer has left says so at teardown. When a peer dies mid-training, the

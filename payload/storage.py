@@ -398,7 +398,15 @@ def sizes(path: str) -> dict[str, int]:
                 if not b.name.endswith("/")}
     if not os.path.isdir(path):
         return {}
-    return {entry.name: entry.stat().st_size for entry in os.scandir(path) if entry.is_file()}
+    found = {}
+    for entry in os.scandir(path):
+        # Another worker's temporary file can be renamed between the listing and its stat.
+        if entry.name.startswith(".tmp-"):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            if entry.is_file():
+                found[entry.name] = entry.stat().st_size
+    return found
 
 
 PARALLEL_READS = 16

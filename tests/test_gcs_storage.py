@@ -206,3 +206,28 @@ def test_sandbox_says_why_it_cannot_start(monkeypatch):
     monkeypatch.setattr(gcs.os, "geteuid", lambda: 0)
     monkeypatch.setattr(gcs.shutil, "which", lambda tool: None if tool == "nsenter" else tool)
     assert "nsenter" in gcs.unavailable_reason()
+
+
+def test_sizes_matches_local(trees):
+    local, remote = trees
+    for folder in ("tree", "tree/sub", "tree/empty", "missing"):
+        assert storage.sizes(storage.join(remote, folder)) == storage.sizes(
+            os.path.join(local, folder)), folder
+    assert storage.sizes(os.path.join(local, "tree")) == {".hidden": 1, "a.txt": 1, "b.json": 2}
+
+
+def test_sizes_leaves_out_files_that_go_while_it_lists(tmp_path, monkeypatch):
+    # Another worker's temporary file is renamed (and an old file removed) between the listing
+    # and the size of each entry: what is gone is left out, temporaries are never counted.
+    for name in ("kept.json", "gone.json", ".tmp-abc-part.json"):
+        (tmp_path / name).write_bytes(b"12345")
+    listing = os.scandir
+
+    def racing_scandir(path):
+        for entry in listing(path):
+            if entry.name in ("gone.json", ".tmp-abc-part.json"):
+                os.remove(entry.path)
+            yield entry
+
+    monkeypatch.setattr(storage.os, "scandir", racing_scandir)
+    assert storage.sizes(str(tmp_path)) == {"kept.json": 5}

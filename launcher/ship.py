@@ -33,6 +33,7 @@ from launcher.environment import (
 )
 from launcher.executors import on_workers
 from launcher.plan import JobPaths, Worker
+from payload import storage
 from payload.errors import UserError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -92,11 +93,8 @@ def payload_digest(data: bytes) -> str:
 def write_wheel(out_dir: Path, data: bytes) -> Path:
     """Keep the wheel under out_dir (once per content); its path."""
     path = out_dir / payload_digest(data) / f"{DIST}-{_version()}-py3-none-any.whl"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(data)
-        tmp.replace(path)
+    if not path.exists():  # two launchers may write it at once: each whole, the same bytes
+        storage.write_bytes(str(path), data)
     return path
 
 

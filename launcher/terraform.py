@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Literal
 
 from launcher.records import state_dir
+from payload import storage
 from payload.errors import UserError, one_line
 
 INFRA_DIR = Path(__file__).resolve().parent.parent / "infra"
@@ -168,11 +169,8 @@ class TerraformVars:
 
 def write_vars(folder: Path, variables: TerraformVars) -> Path:
     """Write folder/terraform.tfvars.json (Terraform loads it by itself); whole or not at all."""
-    folder.mkdir(parents=True, exist_ok=True)
     path = folder / VARS_FILE
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(variables.tfvars(), indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    storage.write_text(str(path), json.dumps(variables.tfvars(), indent=2) + "\n")
     return path
 
 
@@ -347,9 +345,7 @@ class Terraform:
             target = self.folder / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(self.module / rel, target)  # follows links: the copy stands alone
-        tmp = listing.with_name(listing.name + ".tmp")
-        tmp.write_text("".join(f"{k}\n" for k in sorted(keep)), encoding="utf-8")
-        os.replace(tmp, listing)
+        storage.write_text(str(listing), "".join(f"{k}\n" for k in sorted(keep)))
         return files
 
     def _base_env(self) -> Mapping[str, str]:

@@ -10,12 +10,13 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from launcher import records, run, runlock
+from launcher import records, run, runlock, ship
 from launcher.cli import app
 from launcher.executors import LocalExecutor
 from launcher.launch import PEER_TIMEOUT_ENV, STAGE_ENTRY_ENV
@@ -235,6 +236,24 @@ def test_two_runs_started_together_one_refuses(local_run, tmp_path, tpuctl_home)
     assert f"(started from {os.environ.get('USER') or 'root'}@" in lines[0]
     assert f":{config}; last heartbeat" in lines[0]
     assert not (tmp_path / "out/.tpuctl/run.lock").exists(), "released when the job ended"
+
+
+def test_two_launchers_writing_the_same_wheel_each_get_it_whole(tmp_path):
+    # Two runs started together keep the same wheel in the same place (seen: one crashed with
+    # FileNotFoundError when the other had renamed their shared temporary file first).
+    data = os.urandom(1 << 20)
+    for attempt in range(20):
+        out = tmp_path / str(attempt)
+        start = threading.Barrier(4)
+
+        def write():
+            start.wait()
+            return ship.write_wheel(out, data)
+
+        with ThreadPoolExecutor(4) as pool:
+            paths = list(pool.map(lambda _: write(), range(4)))
+        assert len(set(paths)) == 1 and paths[0].read_bytes() == data
+        assert [p.name for p in paths[0].parent.iterdir()] == [paths[0].name]
 
 
 def test_a_running_job_on_one_worker_stops_a_second_run_on_two(local_run, tmp_path):

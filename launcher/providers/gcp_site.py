@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.records import state_dir
-from payload import tpu_api
+from payload import storage, tpu_api
 from payload.errors import UserError
 
 # The TPU worker server's port: a pod slice's driver on worker 0 reaches every host there.
@@ -64,13 +64,6 @@ def ensure_key(path: Path) -> str:
     return public.read_text().strip()
 
 
-def write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 @dataclass(frozen=True, kw_only=True)
 class Site:
     """Where the run's TPU is and how to log in to it."""
@@ -97,8 +90,8 @@ class Site:
         return self._state().get("zone")
 
     def record_zone(self, zone: str) -> None:
-        write_atomically(run_state(self.run_name) / ZONE_FILE,
-                         json.dumps({**self._state(), "zone": zone}))
+        storage.write_text(str(run_state(self.run_name) / ZONE_FILE),
+                           json.dumps({**self._state(), "zone": zone}))
 
     def self_delete_allowed(self) -> bool:
         """Whether `up` gave the workers' service account the right to delete this TPU (asked
@@ -106,8 +99,8 @@ class Site:
         return bool(self._state().get("self_delete"))
 
     def allow_self_delete(self) -> None:
-        write_atomically(run_state(self.run_name) / ZONE_FILE,
-                         json.dumps({**self._state(), "self_delete": True}))
+        storage.write_text(str(run_state(self.run_name) / ZONE_FILE),
+                           json.dumps({**self._state(), "self_delete": True}))
 
 
 def ssh_address(endpoint: tpu_api.Endpoint) -> str:
@@ -137,7 +130,7 @@ def write_known_hosts(site: Site, api: tpu_api.TpuApi, node: tpu_api.Node, zone:
             "first use")
     lines = [f"{ssh_address(e)} {tpu_api.HOST_KEY_TYPE} {keys[i]}"
              for i, e in enumerate(node.endpoints)]
-    write_atomically(Path(site.known_hosts), "\n".join(lines) + "\n")
+    storage.write_text(site.known_hosts, "\n".join(lines) + "\n")
 
 
 def wait_ready(site: Site, api: tpu_api.TpuApi, on_event: Callable[[str], None], *,

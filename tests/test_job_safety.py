@@ -246,12 +246,12 @@ def test_two_launchers_writing_the_same_wheel_each_get_it_whole(tmp_path):
         out = tmp_path / str(attempt)
         start = threading.Barrier(4)
 
-        def write():
+        def write(_, start=start, out=out):
             start.wait()
             return ship.write_wheel(out, data)
 
         with ThreadPoolExecutor(4) as pool:
-            paths = list(pool.map(lambda _: write(), range(4)))
+            paths = list(pool.map(write, range(4)))
         assert len(set(paths)) == 1 and paths[0].read_bytes() == data
         assert [p.name for p in paths[0].parent.iterdir()] == [paths[0].name]
 

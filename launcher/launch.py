@@ -410,11 +410,8 @@ def download_target_problem(target: Path) -> str | None:
 
 def download_model(output_dir: str, target: Path) -> str:
     """Copy output_dir/model/ (only once it is complete) into `target`, replacing an earlier
-    download there in one rename: a crash leaves the old copy or the new one."""
-    import shutil
-
-    from payload import storage
-
+    download there whole (payload.storage.replacing_folder): a crash leaves the old copy or the
+    new one."""
     problem = download_target_problem(target)
     if problem:
         raise UserError(problem, hint="choose another --download folder")
@@ -422,20 +419,13 @@ def download_model(output_dir: str, target: Path) -> str:
     if not storage.is_complete(source):
         raise UserError(f"{source} is not complete (no export finished there)",
                         hint="run the export stage: `tpuctl train --stages export`")
-    staging = target.with_name(f".{target.name}.tpuctl-new")
-    old = target.with_name(f".{target.name}.tpuctl-old")
-    shutil.rmtree(staging, ignore_errors=True)  # names only tpuctl uses
     prefix = source.rstrip("/") + "/"
-    for path in storage.walk_files(source):
-        local = staging / path[len(prefix):]
-        local.parent.mkdir(parents=True, exist_ok=True)
-        local.write_bytes(storage.read_bytes(path))
-    (staging / DOWNLOAD_MARKER).write_text(f"copied from {source}\n")
-    if target.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        target.rename(old)
-    staging.rename(target)
-    shutil.rmtree(old, ignore_errors=True)
+    with storage.replacing_folder(str(target), {"stage": "download", "source": source}) as new:
+        for path in storage.walk_files(source):
+            local = Path(new) / path[len(prefix):]
+            local.parent.mkdir(parents=True, exist_ok=True)
+            local.write_bytes(storage.read_bytes(path))
+        (Path(new) / DOWNLOAD_MARKER).write_text(f"copied from {source}\n")
     return f"model/ copied to {target}"
 
 

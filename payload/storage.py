@@ -516,13 +516,9 @@ def has_magic(path: str) -> bool:
 def walk_files(path: str) -> Iterator[str]:
     """Every file under a folder, sorted, hidden files skipped."""
     if is_gcs(path):
-        bucket, prefix = _split_gcs(path)
-        prefix = prefix.rstrip("/") + "/"
-        for b in _gcs().list_blobs(bucket, prefix=prefix):
-            rest = b.name[len(prefix):]
-            if rest and not rest.endswith("/") and not any(
-                    p.startswith(".") for p in rest.split("/")):
-                yield f"{GCS}{bucket}/{b.name}"
+        for rest in list_tree(path):
+            if rest and not any(p.startswith(".") for p in rest.split("/")):
+                yield join(path, rest)
         return
     for root, dirs, files in os.walk(path):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))

@@ -302,7 +302,7 @@ def train(
     if num_workers is not None and num_workers < 1:
         raise UserError(f"--workers {num_workers}: need at least 1 worker")
     if download is not None:
-        _check_download_target(download)
+        launch.check_download_target(download)
     options = launch.TrainOptions(
         local=local, num_workers=num_workers, stages=planning.parse_stages(stages),
         resume=resume, overwrite=overwrite, dry_run=dry_run, down=down,
@@ -374,14 +374,6 @@ def _print_publishing(the_launch) -> None:
     else:
         typer.echo(f"publish: model/ to {repo} ({private} if created) after export, as "
                    f"{the_launch.hub.user} at {the_launch.hub.endpoint} (token checked)")
-
-
-def _check_download_target(target: Path) -> None:
-    from launcher.launch import download_target_problem
-
-    problem = download_target_problem(target)
-    if problem:
-        raise UserError(problem, hint="choose another --download folder")
 
 
 def _model_line(config) -> str:

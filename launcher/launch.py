@@ -398,23 +398,23 @@ def follow_to_end(launch: Launch, job: Job, *, sink: Callable[[int, str], None],
 DOWNLOAD_MARKER = ".tpuctl-download"
 
 
-def download_target_problem(target: Path) -> str | None:
-    """Why `--download TARGET` would put something the user owns at risk (None: it would not)."""
+def check_download_target(target: Path) -> None:
+    """Refuse a `--download TARGET` that would put something the user owns at risk."""
+    problem = None
     if target.exists() and not target.is_dir():
-        return f"--download {target} is a file"
-    if target.is_dir() and any(target.iterdir()) and not (target / DOWNLOAD_MARKER).exists():
-        return (f"--download {target} holds files tpuctl did not download there; they would "
-                "be replaced")
-    return None
+        problem = f"--download {target} is a file"
+    elif target.is_dir() and any(target.iterdir()) and not (target / DOWNLOAD_MARKER).exists():
+        problem = (f"--download {target} holds files tpuctl did not download there; they would "
+                   "be replaced")
+    if problem:
+        raise UserError(problem, hint="choose another --download folder")
 
 
 def download_model(output_dir: str, target: Path) -> str:
     """Copy output_dir/model/ (only once it is complete) into `target`, replacing an earlier
     download there whole (payload.storage.replacing_folder): a crash leaves the old copy or the
     new one."""
-    problem = download_target_problem(target)
-    if problem:
-        raise UserError(problem, hint="choose another --download folder")
+    check_download_target(target)
     source = storage.join(output_dir, "model")
     if not storage.is_complete(source):
         raise UserError(f"{source} is not complete (no export finished there)",

@@ -192,23 +192,33 @@ def test_two_set_ups_of_one_environment_build_it_once(tmp_path):
 
 # -- 4. coordination ports ----------------------------------------------------------------
 
+def _free_port_below_ephemeral_range() -> int:
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for port in range(low - 1, 1024, -1):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("", port))
+            except OSError:
+                continue
+        return port
+    raise AssertionError(f"no free port below the ephemeral range (from {low})")
+
+
 def test_a_taken_coordination_port_fails_the_job_with_one_line(local_run, monkeypatch):
     from launcher.providers import local
 
     config = local_run()
-    listeners = []
-    for _ in range(2):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        s.listen()
-        listeners.append(s)
-    ports = [s.getsockname()[1] for s in listeners]
-    listeners[0].close()  # worker 0's port is free again; worker 1's stays taken
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    # Worker 0's port lies below the kernel's ephemeral range, so no connection made meanwhile
+    # (by anything on this machine) is given it; worker 1's stays taken.
+    ports = [_free_port_below_ephemeral_range(), taken.getsockname()[1]]
     monkeypatch.setattr(local, "free_ports", lambda count: ports[:count])
     try:
         result = runner.invoke(app, ["train", "-c", str(config), "--local"])
     finally:
-        listeners[1].close()
+        taken.close()
     assert result.exit_code == 1, result.output
     assert "worker-1 failed in train" in result.output
     assert (f"worker-1 cannot train: its coordination port {ports[1]} is in use on this host"

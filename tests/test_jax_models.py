@@ -196,6 +196,26 @@ def test_dropout_only_with_a_key_and_the_same_key_gives_the_same_output():
     np.testing.assert_array_equal(dropped, np.asarray(model(ids, dropout_rng=key)))
 
 
+def test_bfloat16_compute_keeps_float32_parameters_and_logits_close_to_float32():
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from payload.engines.jax.models import build_model, state_dict
+
+    raw = PARITY["t5-v1.1"]
+    exact, fast = build_model(raw, seed=0), build_model(raw, seed=0, dtype=jnp.bfloat16)
+    ids = np.random.default_rng(4).integers(5, 96, (2, 12))
+    reference, logits = exact(ids, None, ids[:, :5]), fast(ids, None, ids[:, :5])
+    assert logits.dtype == jnp.float32
+    # bfloat16 keeps ~3 significant digits: close, not equal.
+    assert 0 < float(jnp.abs(logits - reference).max()) <= 0.03 * float(jnp.abs(reference).max())
+    # A train step holds the parameters split from the model: the same names and values.
+    _, params = nnx.split(fast, nnx.Param)
+    tensors = state_dict(params)
+    assert {t.dtype for t in tensors.values()} == {np.dtype(np.float32)}
+    assert all(np.array_equal(tensors[k], v) for k, v in state_dict(exact).items())
+
+
 def test_state_dict_goes_back_and_a_mismatched_one_is_refused_untouched():
     from payload.engines.jax.models import build_model, load_state_dict, state_dict
 

@@ -65,15 +65,17 @@ def parameter_shapes(config) -> dict[str, jax.ShapeDtypeStruct]:
             _flat_params(model_shapes(config)).items()}
 
 
-def _flat_params(model: nnx.Module) -> dict[str, nnx.Variable]:
-    flat = nnx.to_flat_state(nnx.state(model, nnx.Param))
+def _flat_params(source: nnx.Module | nnx.State) -> dict[str, nnx.Variable]:
+    state = source if isinstance(source, nnx.State) else nnx.state(source, nnx.Param)
+    flat = nnx.to_flat_state(state)
     return {".".join(str(part) for part in path): variable for path, variable in flat}
 
 
-def state_dict(model: nnx.Module) -> dict[str, np.ndarray]:
-    """The model's parameters as numpy arrays under their PyTorch transformers names."""
+def state_dict(source: nnx.Module | nnx.State) -> dict[str, np.ndarray]:
+    """The parameters of a model (or its `nnx.split` parameter state, as a train step holds
+    them) as numpy arrays under their PyTorch transformers names."""
     return {name: np.asarray(variable.get_value()) for name, variable in
-            _flat_params(model).items()}
+            _flat_params(source).items()}
 
 
 def load_state_dict(model: nnx.Module, tensors: dict) -> None:

@@ -82,7 +82,8 @@ class GcpProvider:
                             f"(id {site.uid}, now {node.uid})",
                             hint="its new workers do not run that job; start a new one")
         owned = self._owned()
-        if not owned.node_is_ours(node):
+        # A job's own node (site.uid, checked above) was claimed when the job started.
+        if not site.uid and not owned.node_is_ours(node):
             raise UserError(owned.foreign_note(node, zone),
                             hint="tpuctl runs jobs only on a TPU `tpuctl up` made for the run")
         if not node.ready or not node.endpoints:

@@ -446,7 +446,7 @@ def _bucket_plan(config) -> gcp_owned.BucketPlan:
         return value if isinstance(value, dict) else {"unreadable": True}
 
     locks = {}
-    for name in sorted(n for n in names if n.endswith(gcp_owned.LOCK_SUFFIX)):
+    for name in sorted(n for n in names if gcp_owned.is_lock(n)):
         info = read(name)
         if info:
             locks[name] = info

@@ -28,13 +28,13 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from launcher import staging
+from launcher import runlock, staging
 from launcher.providers.gcp_site import Site, run_state
 from payload import budget, storage, tpu_api
 
 RUN_LABEL = "tpuctl-run"
 OWNED_FILE = "owned.json"
-LOCK_SUFFIX = "/.tpuctl/run.lock"
+LOCK_SUFFIX = f"/{storage.OWN_DIR}/{runlock.LOCK}"  # also at the bucket's top, with no prefix
 OWNER_SUFFIX = "/.tpuctl/owner"
 
 
@@ -157,6 +157,10 @@ class Survey:
 
 
 # -- a bucket --------------------------------------------------------------------------------
+
+
+def is_lock(name: str) -> bool:
+    return f"/{name}".endswith(LOCK_SUFFIX)
 
 
 def live_lock(info: dict, now: float) -> bool:

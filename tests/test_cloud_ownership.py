@@ -249,6 +249,34 @@ def test_recovery_never_deletes_a_hand_made_node(cloud, tmp_path):
     assert node_ids(cloud) == [mine]
 
 
+def queue_by_hand(api: FakeTpuApi) -> None:
+    """A queued request named like the run's TPU, made outside tpuctl, still waiting."""
+    from google.cloud import tpu_v2
+
+    api.plan_queued_resource("tpurun", wait_polls=None)
+    parent = f"projects/{PROJECT}/locations/{ZONE}"
+    api.client().create_queued_resource(
+        parent=parent, queued_resource_id="tpurun", queued_resource=tpu_v2.QueuedResource(
+            tpu=tpu_v2.QueuedResource.Tpu(node_spec=[tpu_v2.QueuedResource.Tpu.NodeSpec(
+                parent=parent, node_id="tpurun", node=tpu_v2.Node(
+                    accelerator_type="v4-16", runtime_version="tpu-ubuntu2204-base",
+                    labels=COPIED_LABEL))]))).result()
+
+
+def test_a_queued_request_made_by_hand_is_neither_taken_nor_deleted(cloud, tmp_path):
+    from payload.errors import UserError
+
+    queue_by_hand(cloud)
+    config = config_file(tmp_path, queued=True)
+    up = invoke("up", "-c", config)
+    assert isinstance(up.exception, UserError), up.output
+    assert "queued request tpurun in us-central2-b was not made by tpuctl" in str(up.exception)
+    one_error_line(run_cli("down", "-c", config), "never brought up",
+                   "gcloud compute tpus queued-resources delete tpurun")
+    assert cloud.queued_resource("tpurun")["state"]["state"] == "WAITING_FOR_RESOURCES"
+    assert not cloud.requests("DeleteQueuedResource")
+
+
 # -- 3. down --delete-bucket ---------------------------------------------------------------------
 
 

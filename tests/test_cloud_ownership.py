@@ -195,6 +195,7 @@ def test_down_spares_a_node_made_by_hand_where_the_runs_was(cloud, tmp_path, tpu
     assert down.exit_code == 0, down.output
     assert node_ids(cloud) == [mine]
     assert "was not made by tpuctl for run tpurun" in down.output
+    assert "took TPU tpurun out of the run's state" in down.output
     assert "nothing of run tpurun is left billing" in down.output
     assert len(cloud.requests("DeleteNode")) == 1  # the one the test made, outside tpuctl
 

@@ -281,7 +281,8 @@ def _spare_foreign_tpu(tf: terraform.Terraform, owned: gcp_owned.Ownership, zone
     node = owned.site.api.get_node(owned.site.tpu_name, zone)
     if node is not None and not owned.node_is_ours(node):
         tf.forget(addresses)
-        on_event(owned.foreign_note(node, zone))
+        on_event(f"terraform: took TPU {node.name} out of the run's state (it is not the "
+                 "run's own), so that Terraform does not delete it")
 
 
 def _zones_to_try(site: Site) -> list[str]:

@@ -21,7 +21,7 @@ from typing import Annotated
 
 import typer
 
-from payload.errors import UserError, one_line
+from payload.errors import UserError, error_lines, one_line
 
 app = typer.Typer(
     name="tpuctl",
@@ -560,7 +560,7 @@ def _error_messages():
     from launcher.executors import WorkerUnreachable
 
     return {
-        UserError: lambda e: one_line(str(e)),
+        UserError: lambda e: "\n".join(error_lines(e)),
         WorkerUnreachable: lambda e: one_line(f"{e}; {e.hint}" if e.hint else str(e)),
     }
 
@@ -591,7 +591,8 @@ def main() -> None:
         message = next((m for t, m in table.items() if isinstance(exc, t)), None)
         if message is None or os.environ.get("TPUCTL_DEBUG"):
             raise
-        typer.echo(f"error: {message(exc)}", err=True)
+        for line in message(exc).splitlines():  # several problems: one line each
+            typer.echo(f"error: {line}", err=True)
         sys.exit(getattr(exc, "exit_code", 2))
     sys.exit(code if isinstance(code, int) else 0)
 

@@ -143,6 +143,9 @@ def plan_train(config_path: Path, options: TrainOptions) -> Launch:
         config = with_hub_repo(config, options.push_to_hub)
     fleet = provider.planned_fleet() if options.dry_run else provider.fleet()
     estimate.refuse_unsplittable_batch(config, fleet, options.stages)
+    from payload.config import check_stages
+
+    check_stages(config, options.stages)
     cluster = config.cluster
     python = cluster.python or (fleet.python if not cluster.wheelhouse else None)
     wheelhouse = ((cluster.wheelhouse, ship.wheelhouse_digest(cluster.wheelhouse))
@@ -193,7 +196,7 @@ def check_before_start(launch: Launch) -> None:
 
         options = launch.options
         stages_would_refuse(launch.config, stages=options.stages, resume=options.resume,
-                            overwrite=options.overwrite)
+                            overwrite=options.overwrite, num_workers=len(launch.plan.workers))
 
 
 def _refuse_if_running(executor, base: Path, name: str, workers: tuple[Worker, ...]) -> str | None:

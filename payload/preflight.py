@@ -18,8 +18,9 @@ from payload.stages import Stage
 
 
 def check_before_start(config: RunConfig, *, stages: Collection[Stage], resume: bool,
-                       overwrite: bool) -> None:
-    """Raise the `UserError` the first stage to meet a problem would raise."""
+                       overwrite: bool, num_workers: int = 1) -> None:
+    """Raise the `UserError` the first stage to meet a problem would raise (`num_workers`: the
+    workers prepare splits the corpus over)."""
     stages = {Stage(s) for s in stages}
     checkpoints.check_flags(resume=resume, overwrite=overwrite)
     sources = None
@@ -27,6 +28,12 @@ def check_before_start(config: RunConfig, *, stages: Collection[Stage], resume: 
         sources = corpus.resolve_sources(config.data)  # missing, unmatched, empty or binary
         corpus.check_apart(config.data, config.output_dir, sources)
         corpus.check_sample(sources, config.data)  # a .jsonl line without the text field
+    if Stage.PREPARE in stages:
+        from payload.prepare import in_validation
+
+        fraction = config.data.validation_fraction
+        corpus.check_shares(sources, config.data, num_workers=num_workers,
+                            keep=lambda text: not in_validation(text, fraction))
     # A file, or someone else's non-empty folder (every stage refuses those).
     storage.check_output_dir(config.output_dir)
     if config.model.init_from:
@@ -38,6 +45,7 @@ def check_before_start(config: RunConfig, *, stages: Collection[Stage], resume: 
     if Stage.TOKENIZER in stages and config.trains_tokenizer:  # else the launcher skips it
         tokenizer.check_replacement(config, overwrite=overwrite, sources=sources)
     if config.model.config and {Stage.TRAIN, Stage.EXPORT} & stages:
-        check_model_config_file(config.model.config, config.model.family)
+        check_model_config_file(config.model.config, config.model.family,
+                                seq_len=config.data.seq_len)
     if Stage.TRAIN in stages:
         checkpoints.check_start(config.output_dir, resume=resume, overwrite=overwrite)

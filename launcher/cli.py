@@ -502,27 +502,53 @@ def jobs(
                                         "launcher did not follow to their end.")] = False,
 ) -> None:
     """List the run's jobs started from this machine: id, start, stages, state, outputs."""
-    import time
-
-    from rich.table import Table
-    from rich.text import Text
-
     from launcher import launch
 
     found = launch.list_jobs(config_path, check=check)
     if not found:
         typer.echo("no job of this run started from this machine yet")
         return
-    table = Table()
-    for column in ("job", "started", "stages", "state", "outputs"):
-        table.add_column(column, overflow="fold")
-    for job in found:
-        table.add_row(*(Text(cell) for cell in (
-            job.job_id + (" (current)" if job.current else ""),
-            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(job.started)),
-            ",".join(job.stages), job.state, job.output_dir)))
-    _console().print(table)
+    _console().print(_jobs_table(found))
+    outputs = {job.output_dir for job in found}
+    if len(outputs) == 1:
+        typer.echo(f"outputs: {outputs.pop()}")
+    typer.echo("* the current job (what logs, status and stop take without --job)")
     typer.echo("logs of one: tpuctl logs --job ID; its state now: tpuctl status --job ID")
+
+
+def _jobs_table(found):
+    """The jobs in 80 columns: ids whole on one line, short dates, the full pipeline as `all`,
+    and the outputs column only when the jobs wrote to different places."""
+    import time
+
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    from payload.stages import Stage
+
+    # The pipeline a whole run goes through (publish is added when hub.repo is set).
+    pipeline = [s.value for s in Stage if s is not Stage.PUBLISH]
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 0, 0, 1))
+    table.add_column("", no_wrap=True, width=1)
+    table.add_column("job", no_wrap=True, min_width=max(len(job.job_id) for job in found))
+    table.add_column("started", no_wrap=True)
+    table.add_column("stages", overflow="fold")
+    table.add_column("state", overflow="fold")
+    several = len({job.output_dir for job in found}) > 1
+    if several:
+        table.add_column("outputs", overflow="fold")
+    for job in found:
+        core = [s for s in job.stages if s in pipeline]
+        stages = "all" if core == pipeline else ", ".join(core)
+        if Stage.PUBLISH.value in job.stages:
+            stages += " + publish"
+        cells = ["*" if job.current else "", job.job_id,
+                 time.strftime("%m-%d %H:%M", time.localtime(job.started)), stages, job.state]
+        if several:
+            cells.append(job.output_dir)
+        table.add_row(*(Text(cell) for cell in cells))
+    return table
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -15,6 +15,7 @@ a job is reopened from its record, never from the config as it reads now.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import secrets
@@ -300,10 +301,14 @@ def follow(job: Job, sink: Callable[[int, str], None], *, worker: int | None = N
     over all workers."""
     chosen = job.plan.workers if worker is None else (select(job.plan.workers, worker),)
     book = run.LogBook(job.record, chosen)
+    watching = (job.record.watching() if keep_following and worker is None
+                else contextlib.nullcontext())
     try:
-        outcome = run.watch(job.executor, only(job.plan, chosen), book, sink,
-                            follow=keep_following, fail_fast=keep_following and worker is None,
-                            trouble=job.provider.trouble)
+        with watching:  # `tpuctl jobs` shows the job as watched meanwhile
+            outcome = run.watch(job.executor, only(job.plan, chosen), book, sink,
+                                follow=keep_following,
+                                fail_fast=keep_following and worker is None,
+                                trouble=job.provider.trouble)
     finally:
         book.close()
     ended = not outcome.detached and not (outcome.ok and outcome.reason)  # not still running
@@ -460,7 +465,10 @@ def list_jobs(config_path: Path, *, check: bool = False) -> list[JobSummary]:
         except UserError:
             continue  # recorded by another version of tpuctl
         state = _recorded_state(record)
-        if state is None:
+        watcher = record.watcher() if state is None else None
+        if watcher is not None:
+            state = f"running, watched by pid {watcher}"
+        elif state is None:
             state = (_asked_state(config_path, record.job_id) if check
                      else "not followed to its end")
         found.append(JobSummary(job_id=record.job_id, started=record.started,

@@ -21,13 +21,16 @@ from typing import Annotated
 
 import typer
 
-from payload.errors import UserError, error_lines, one_line
+from payload.errors import UserError, counted, error_lines, one_line
 
 app = typer.Typer(
     name="tpuctl",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Markdown joins a docstring's lines into one paragraph, rewrapped to the terminal: the
+    # default keeps the source's line breaks, which cut help lines mid-phrase.
+    rich_markup_mode="markdown",
 )
 
 
@@ -192,7 +195,7 @@ def _report_outcome(outcome, job, config_path: Path, view) -> bool:
             console.print(f"job {plan.job_id}: {outcome.reason}", markup=False)
             return False
         final = view.final if view else None
-        console.print(f"\njob {plan.job_id} finished on {len(plan.workers)} workers", markup=False)
+        console.print(f"\njob {plan.job_id} finished on {counted(len(plan.workers), 'worker')}", markup=False)
         for line in views.summary(final=final, family=(final or {}).get("family")
                                   or job.record.model_family(), output_dir=plan.output_dir,
                                   exported=any(s.name == "export" for s in plan.steps)):
@@ -270,7 +273,7 @@ def train(
     )] = None,
     stages: Annotated[str | None, typer.Option(
         "--stages",
-        help="Comma-separated subset of tokenizer,prepare,train,export,publish.")] = None,
+        help="Comma-separated subset of: tokenizer, prepare, train, export, publish.")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the newest "
                                          "checkpoint.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Redo stages whose outputs "
@@ -328,7 +331,7 @@ def train(
     def started(job) -> None:
         work = job.set_up
         console.print(f"workers ready ({'set up: ' + ', '.join(work) if work else 'all cached'})")
-        console.print(f"job {job.plan.job_id} started on {len(job.plan.workers)} workers "
+        console.print(f"job {job.plan.job_id} started on {counted(len(job.plan.workers), 'worker')} "
                       f"(stages: {', '.join(s.name for s in job.plan.steps)})", markup=False)
 
     with _shipping_progress(console, len(the_launch.plan.workers)) as on_event:

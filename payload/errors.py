@@ -41,3 +41,8 @@ def error_lines(exc: UserError) -> list[str]:
     if isinstance(exc, UserErrors):
         return list(exc.problems)
     return [one_line(str(exc))]
+
+
+def counted(count: int, noun: str) -> str:
+    """`1 worker`, `2 workers`: a count with its noun in the right number."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"

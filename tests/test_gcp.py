@@ -127,8 +127,8 @@ def test_up_dry_run_needs_no_credentials_and_touches_nothing(tmp_path, tpuctl_ho
         plan = _invoke("train", "-c", path, "--dry-run")
         assert plan.exit_code == 0, plan.output
         assert f"cost: {price}" in plan.output
-        hosts = 1 if accelerator == "v4-8" else 4
-        assert f"{hosts} workers, hardware tpu/{accelerator}/priced" in plan.output
+        workers = "1 worker" if accelerator == "v4-8" else "4 workers"  # never "1 workers"
+        assert f"{workers}, hardware tpu/{accelerator}/priced" in plan.output
     assert not tpuctl_home.exists()
 
 
@@ -358,7 +358,7 @@ def test_doctor_checks_against_the_stand_ins(cloud, fleet, tmp_path):
     assert "no TPU yet" in before.output
     assert _invoke("up", "-c", config).exit_code == 0
     after = _invoke("doctor", "-c", config)
-    assert "ok    SSH reachable from here: 2 worker(s) answer on port 22" in after.output
+    assert "ok    SSH reachable from here: 2 workers answer on port 22" in after.output
     cloud.set_accelerator_types(["v5litepod-8"], zone="us-central2-b")
     missing = _invoke("doctor", "-c", config)
     assert missing.exit_code == 1

@@ -16,7 +16,7 @@ from launcher.providers import gcp_site
 from launcher.providers.base import Check
 from launcher.providers.gcp_site import Site
 from payload import accelerators, tpu_api
-from payload.errors import UserError
+from payload.errors import UserError, counted
 
 OS_LOGIN_KEY = "enable-oslogin"
 
@@ -180,4 +180,5 @@ def _reach(site: Site, api: tpu_api.TpuApi) -> str:
             raise UserError(f"worker {i} ({address}) port 22 does not answer from here "
                             f"({exc})", hint="add this machine's address to "
                             "cluster.ssh_source_ranges and run `tpuctl up`") from None
-    return f"{len(node.endpoints)} worker(s) answer on port 22"
+    answer = "answers" if len(node.endpoints) == 1 else "answer"
+    return f"{counted(len(node.endpoints), 'worker')} {answer} on port 22"

@@ -116,6 +116,21 @@ def tpuctl_home(tmp_path, monkeypatch):
     return home
 
 
+@pytest.fixture
+def local_run(tmp_path, tpuctl_home, monkeypatch):
+    """make(behaviour, workers=2, **sections) -> a tiny config for local workers whose stages
+    are the stand-ins of tests/stub_stages.py, doing what `behaviour` says."""
+    from launcher.launch import STAGE_ENTRY_ENV
+    from tests.helpers import install_stub, tiny_config
+
+    def make(behaviour=None, workers=2, **sections):
+        stub = install_stub(tmp_path / "stub", behaviour)
+        monkeypatch.setenv(STAGE_ENTRY_ENV, str(stub))
+        return tiny_config(tmp_path, output_dir=str(tmp_path / "out"),
+                           cluster={"provider": "local", "workers": workers}, **sections)
+    return make
+
+
 @pytest.fixture(scope="session")
 def gcs_sandbox():
     """A network namespace where TensorFlow's own gs:// and google-cloud-storage both reach one

@@ -448,18 +448,18 @@ class TrainConfig(_Section):
     eval_every: int = Field(500, gt=0)
     eval_batches: int = Field(20, gt=0)
     seed: int = 0
+    # Hard stops, counted as billed (payload.budget): at the limit the run checkpoints,
+    # exports and stops.
+    max_hours: float | None = Field(None, gt=0)
+    max_cost: float | None = Field(None, gt=0)  # USD, by the price table (gcp only)
+
     @field_validator("steps", "warmup_steps", mode="before")
     @classmethod
     def _countable(cls, value: Any) -> Any:
         # 1.0e+30 is a float too large for Pydantic to even parse as an integer: say the limit.
         if isinstance(value, float) and value > MAX_STEPS:
-            raise ValueError(f"must be at most {MAX_STEPS:,} (got {value:g})")
+            raise ValueError(f"must be at most {MAX_STEPS:,}")
         return value
-
-    # Hard stops, counted as billed (payload.budget): at the limit the run checkpoints,
-    # exports and stops.
-    max_hours: float | None = Field(None, gt=0)
-    max_cost: float | None = Field(None, gt=0)  # USD, by the price table (gcp only)
 
 
 # A Hub repository id: OWNER/NAME, each letters, digits, '-', '_' and '.', not starting or
@@ -692,7 +692,8 @@ def _describe(error: dict, model: type[BaseModel]) -> str:
     if where and not message.startswith(where.split(".")[0] + "."):
         got = error.get("input")
         shown = f" (got {got!r})" if got is not None and not isinstance(got, dict | list) else ""
-        return f"{where}: {message}{shown}"
+        joint = " " if message.startswith("must ") else ": "  # "train.steps must be ..."
+        return f"{where}{joint}{message}{shown}"
     return message
 
 

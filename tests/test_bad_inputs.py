@@ -186,7 +186,7 @@ ROWS = [
         b, "o.yaml", _config(b, output_dir="gs:/bucket/run"))], {},
      ["output_dir", "'gs:/bucket/run' is not a gs:// URL"]),
     ("steps-1e30", lambda b: ["train", "--local", "-c", _with(b, "train", steps=1e30)], {},
-     ["train.steps", "must be at most 1,000,000,000 (got 1e+30)"]),
+     ["train.steps must be at most 1,000,000,000 (got 1e+30)"]),
     ("steps-1e20", lambda b: ["train", "--local", "-c", _with(b, "train", steps=10**20)], {},
      ["train.steps must be at most 1,000,000,000"]),
     ("learning-rate-1e308", lambda b: ["train", "--local", "-c", _with(

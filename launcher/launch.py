@@ -29,7 +29,7 @@ from launcher.environment import plan_environment
 from launcher.plan import ALL_STAGES, Plan, Stage, Worker, build_plan
 from launcher.providers import Fleet, Provider, provider_for, reopen
 from payload import storage, tpu_api
-from payload.errors import UserError
+from payload.errors import UserError, UserErrors, error_lines
 
 # Test hook: run stages as `PYTHON FILE STAGE ...` instead of `PYTHON -m payload STAGE ...`.
 STAGE_ENTRY_ENV = "TPUCTL_STAGE_ENTRY"
@@ -143,10 +143,17 @@ def plan_train(config_path: Path, options: TrainOptions) -> Launch:
 
         config = with_hub_repo(config, options.push_to_hub)
     fleet = provider.planned_fleet() if options.dry_run else provider.fleet()
-    estimate.refuse_unsplittable_batch(config, fleet, options.stages)
     from payload.config import check_stages
 
-    check_stages(config, options.stages)
+    # What the plan cannot do is collected, with what the stages would refuse below, so that
+    # every problem is reported in one round.
+    problems = []
+    for check in (lambda: estimate.refuse_unsplittable_batch(config, fleet, options.stages),
+                  lambda: check_stages(config, options.stages)):
+        try:
+            check()
+        except UserError as exc:
+            problems.append(exc)
     cluster = config.cluster
     python = cluster.python or (fleet.python if not cluster.wheelhouse else None)
     wheelhouse = ((cluster.wheelhouse, ship.wheelhouse_digest(cluster.wheelhouse))
@@ -167,13 +174,21 @@ def plan_train(config_path: Path, options: TrainOptions) -> Launch:
         forward_env=tpu_api.forwarded_env() + storage.forwarded_env(),
         hub_env=hub.forwarded_env())
     publishes = any(step.name == Stage.PUBLISH.value for step in the_plan.steps)
-    access = hub.check_access(config.hub.repo) if publishes and not options.dry_run else None
+    checks_hub = publishes and not options.dry_run and not problems
+    access = hub.check_access(config.hub.repo) if checks_hub else None
     the_launch = Launch(config=config, plan=the_plan, provider=provider, fleet=fleet,
                         wheel=wheel, wheelhouse=wheelhouse, options=options,
                         config_path=config_path, started_from=started_from(config_path),
                         hub=access)
-    if options.dry_run:
-        check_before_start(the_launch)  # what the real run refuses first, the dry run refuses
+    if options.dry_run or problems:
+        try:
+            check_before_start(the_launch)  # what the real run refuses first, the dry run does
+        except UserError as exc:
+            problems.append(exc)
+    if len(problems) == 1:
+        raise problems[0]
+    if problems:
+        raise UserErrors([line for problem in problems for line in error_lines(problem)])
     return the_launch
 
 

@@ -266,3 +266,20 @@ def test_every_problem_of_a_config_is_one_line_in_one_round(box, command):
     assert "cluster.zone" in lines[1] and "us-central2-b does not offer v6e-8" in lines[1]
     assert result.stdout == ""
     assert not (box / "home").exists() and _snapshot(box) == before
+
+
+def test_what_the_plan_and_the_stages_refuse_comes_in_one_round(box):
+    """Issue 18: past the config, a batch the workers cannot split, a job that would train with
+    nothing held out and a missing corpus file are refused together, one line each."""
+    raw = _config(box, cluster={"provider": "local", "workers": 3})
+    raw["data"] = {"corpus": str(box / "nothere.txt"), "validation_fraction": 0}
+    config = _write(box, "three.yaml", raw)
+    before = _snapshot(box)
+    result = run_row(box, ["train", "--local", "--dry-run", "-c", config], {})
+    lines = result.stderr.splitlines()
+    assert result.returncode == 2 and all(line.startswith("error: ") for line in lines), lines
+    assert len(lines) == 3, lines
+    assert "batch_size=4 does not split over the 3 replicas" in lines[0]
+    assert "data.validation_fraction is 0" in lines[1]
+    assert "data.corpus: no such file" in lines[2] and "nothere.txt" in lines[2]
+    assert result.stdout == "" and not (box / "home").exists() and _snapshot(box) == before

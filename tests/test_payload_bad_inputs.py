@@ -211,3 +211,20 @@ def test_bad_input_is_one_line_exit_2_and_creates_nothing(tmp_path, build, comma
         assert needle in line, f"{needle!r} not in {line!r}"
     assert _tree(tmp_path) == before, "something was created or changed"
     print(f"{command[0]}: {line}")
+
+
+def test_preflight_reports_every_problem_at_once(tmp_path):
+    """Issue 18: a missing corpus file and a model.config with too few positions are refused
+    together, one line each, not in two rounds."""
+    config = _short_model_config(tmp_path)
+    raw = yaml.safe_load(config.read_text())
+    raw["data"]["corpus"] = [str(tmp_path / "nothere.txt")]
+    write_config(config, raw)
+    before = _tree(tmp_path)
+    with pytest.raises(UserError) as info:
+        check_before_start(load_config(config), stages=set(ALL), resume=False, overwrite=False)
+    lines = str(info.value).splitlines()
+    assert len(lines) == 2, lines
+    assert "data.corpus: no such file" in lines[0] and "nothere.txt" in lines[0]
+    assert "model.config" in lines[1] and "16 positions" in lines[1]
+    assert _tree(tmp_path) == before

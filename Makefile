@@ -67,15 +67,18 @@ demo: setup
 	$(BIN)/tpuctl train --local --overwrite -c $(DEMO) $(if $(DEMO_STAGES),--stages $(DEMO_STAGES))
 
 # The default suite leaves out tests marked slow (crash consistency, the pipelines on gs://);
-# `make test-slow` runs those, `make test-all` everything. CI runs both.
+# `make test-slow` runs those, `make test-all` everything. CI runs both. Each test file prints
+# its name as it starts and the share of the suite done (pytest's default progress: the suite
+# takes many minutes on 2 cores, see README); the end lists what was skipped for a missing tool
+# and the command that installs it (tests/conftest.py).
 test: setup setup-torch setup-checkov setup-terraform
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -m "not slow"
 
 test-slow: setup setup-torch setup-checkov setup-terraform
-	$(BIN)/python -m pytest -q -m slow
+	$(BIN)/python -m pytest -m slow
 
 test-all: setup setup-torch setup-checkov setup-terraform
-	$(BIN)/python -m pytest -q -m "slow or not slow"
+	$(BIN)/python -m pytest -m "slow or not slow"
 
 lint: setup
 	$(BIN)/ruff check launcher payload tests bench scripts

@@ -21,13 +21,16 @@ from typing import Annotated
 
 import typer
 
-from payload.errors import UserError, one_line
+from payload.errors import UserError, counted, error_lines, one_line
 
 app = typer.Typer(
     name="tpuctl",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Markdown joins a docstring's lines into one paragraph, rewrapped to the terminal: the
+    # default keeps the source's line breaks, which cut help lines mid-phrase.
+    rich_markup_mode="markdown",
 )
 
 
@@ -192,7 +195,7 @@ def _report_outcome(outcome, job, config_path: Path, view) -> bool:
             console.print(f"job {plan.job_id}: {outcome.reason}", markup=False)
             return False
         final = view.final if view else None
-        console.print(f"\njob {plan.job_id} finished on {len(plan.workers)} workers", markup=False)
+        console.print(f"\njob {plan.job_id} finished on {counted(len(plan.workers), 'worker')}", markup=False)
         for line in views.summary(final=final, family=(final or {}).get("family")
                                   or job.record.model_family(), output_dir=plan.output_dir,
                                   exported=any(s.name == "export" for s in plan.steps)):
@@ -271,7 +274,7 @@ def train(
     )] = None,
     stages: Annotated[str | None, typer.Option(
         "--stages",
-        help="Comma-separated subset of tokenizer,prepare,train,export,publish.")] = None,
+        help="Comma-separated subset of: tokenizer, prepare, train, export, publish.")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the newest "
                                          "checkpoint.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Redo stages whose outputs "
@@ -329,7 +332,7 @@ def train(
     def started(job) -> None:
         work = job.set_up
         console.print(f"workers ready ({'set up: ' + ', '.join(work) if work else 'all cached'})")
-        console.print(f"job {job.plan.job_id} started on {len(job.plan.workers)} workers "
+        console.print(f"job {job.plan.job_id} started on {counted(len(job.plan.workers), 'worker')} "
                       f"(stages: {', '.join(s.name for s in job.plan.steps)})", markup=False)
 
     with _shipping_progress(console, len(the_launch.plan.workers)) as on_event:
@@ -503,27 +506,53 @@ def jobs(
                                         "launcher did not follow to their end.")] = False,
 ) -> None:
     """List the run's jobs started from this machine: id, start, stages, state, outputs."""
-    import time
-
-    from rich.table import Table
-    from rich.text import Text
-
     from launcher import launch
 
     found = launch.list_jobs(config_path, check=check)
     if not found:
         typer.echo("no job of this run started from this machine yet")
         return
-    table = Table()
-    for column in ("job", "started", "stages", "state", "outputs"):
-        table.add_column(column, overflow="fold")
-    for job in found:
-        table.add_row(*(Text(cell) for cell in (
-            job.job_id + (" (current)" if job.current else ""),
-            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(job.started)),
-            ",".join(job.stages), job.state, job.output_dir)))
-    _console().print(table)
+    _console().print(_jobs_table(found))
+    outputs = {job.output_dir for job in found}
+    if len(outputs) == 1:
+        typer.echo(f"outputs: {outputs.pop()}")
+    typer.echo("* the current job (what logs, status and stop take without --job)")
     typer.echo("logs of one: tpuctl logs --job ID; its state now: tpuctl status --job ID")
+
+
+def _jobs_table(found):
+    """The jobs in 80 columns: ids whole on one line, short dates, the full pipeline as `all`,
+    and the outputs column only when the jobs wrote to different places."""
+    import time
+
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    from payload.stages import Stage
+
+    # The pipeline a whole run goes through (publish is added when hub.repo is set).
+    pipeline = [s.value for s in Stage if s is not Stage.PUBLISH]
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 0, 0, 1))
+    table.add_column("", no_wrap=True, width=1)
+    table.add_column("job", no_wrap=True, min_width=max(len(job.job_id) for job in found))
+    table.add_column("started", no_wrap=True)
+    table.add_column("stages", overflow="fold")
+    table.add_column("state", overflow="fold")
+    several = len({job.output_dir for job in found}) > 1
+    if several:
+        table.add_column("outputs", overflow="fold")
+    for job in found:
+        core = [s for s in job.stages if s in pipeline]
+        stages = "all" if core == pipeline else ", ".join(core)
+        if Stage.PUBLISH.value in job.stages:
+            stages += " + publish"
+        cells = ["*" if job.current else "", job.job_id,
+                 time.strftime("%m-%d %H:%M", time.localtime(job.started)), stages, job.state]
+        if several:
+            cells.append(job.output_dir)
+        table.add_row(*(Text(cell) for cell in cells))
+    return table
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -561,7 +590,7 @@ def _error_messages():
     from launcher.executors import WorkerUnreachable
 
     return {
-        UserError: lambda e: one_line(str(e)),
+        UserError: lambda e: "\n".join(error_lines(e)),
         WorkerUnreachable: lambda e: one_line(f"{e}; {e.hint}" if e.hint else str(e)),
     }
 
@@ -592,7 +621,8 @@ def main() -> None:
         message = next((m for t, m in table.items() if isinstance(exc, t)), None)
         if message is None or os.environ.get("TPUCTL_DEBUG"):
             raise
-        typer.echo(f"error: {message(exc)}", err=True)
+        for line in message(exc).splitlines():  # several problems: one line each
+            typer.echo(f"error: {line}", err=True)
         sys.exit(getattr(exc, "exit_code", 2))
     sys.exit(code if isinstance(code, int) else 0)
 

@@ -15,6 +15,7 @@ a job is reopened from its record, never from the config as it reads now.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import secrets
@@ -28,7 +29,7 @@ from launcher.environment import plan_environment
 from launcher.plan import ALL_STAGES, Plan, Stage, Worker, build_plan
 from launcher.providers import Fleet, Provider, provider_for, reopen
 from payload import storage, tpu_api
-from payload.errors import UserError
+from payload.errors import UserError, UserErrors, error_lines
 
 # Test hook: run stages as `PYTHON FILE STAGE ...` instead of `PYTHON -m payload STAGE ...`.
 STAGE_ENTRY_ENV = "TPUCTL_STAGE_ENTRY"
@@ -142,7 +143,17 @@ def plan_train(config_path: Path, options: TrainOptions) -> Launch:
 
         config = with_hub_repo(config, options.push_to_hub)
     fleet = provider.planned_fleet() if options.dry_run else provider.fleet()
-    estimate.refuse_unsplittable_batch(config, fleet, options.stages)
+    from payload.config import check_stages
+
+    # What the plan cannot do is collected, with what the stages would refuse below, so that
+    # every problem is reported in one round.
+    problems = []
+    for check in (lambda: estimate.refuse_unsplittable_batch(config, fleet, options.stages),
+                  lambda: check_stages(config, options.stages)):
+        try:
+            check()
+        except UserError as exc:
+            problems.append(exc)
     cluster = config.cluster
     python = cluster.python or (fleet.python if not cluster.wheelhouse else None)
     wheelhouse = ((cluster.wheelhouse, ship.wheelhouse_digest(cluster.wheelhouse))
@@ -163,13 +174,21 @@ def plan_train(config_path: Path, options: TrainOptions) -> Launch:
         forward_env=tpu_api.forwarded_env() + storage.forwarded_env(),
         hub_env=hub.forwarded_env())
     publishes = any(step.name == Stage.PUBLISH.value for step in the_plan.steps)
-    access = hub.check_access(config.hub.repo) if publishes and not options.dry_run else None
+    checks_hub = publishes and not options.dry_run and not problems
+    access = hub.check_access(config.hub.repo) if checks_hub else None
     the_launch = Launch(config=config, plan=the_plan, provider=provider, fleet=fleet,
                         wheel=wheel, wheelhouse=wheelhouse, options=options,
                         config_path=config_path, started_from=started_from(config_path),
                         hub=access)
-    if options.dry_run:
-        check_before_start(the_launch)  # what the real run refuses first, the dry run refuses
+    if options.dry_run or problems:
+        try:
+            check_before_start(the_launch)  # what the real run refuses first, the dry run does
+        except UserError as exc:
+            problems.append(exc)
+    if len(problems) == 1:
+        raise problems[0]
+    if problems:
+        raise UserErrors([line for problem in problems for line in error_lines(problem)])
     return the_launch
 
 
@@ -193,7 +212,7 @@ def check_before_start(launch: Launch) -> None:
 
         options = launch.options
         stages_would_refuse(launch.config, stages=options.stages, resume=options.resume,
-                            overwrite=options.overwrite)
+                            overwrite=options.overwrite, num_workers=len(launch.plan.workers))
 
 
 def _refuse_if_running(executor, base: Path, name: str, workers: tuple[Worker, ...]) -> str | None:
@@ -297,10 +316,14 @@ def follow(job: Job, sink: Callable[[int, str], None], *, worker: int | None = N
     over all workers."""
     chosen = job.plan.workers if worker is None else (select(job.plan.workers, worker),)
     book = run.LogBook(job.record, chosen)
+    watching = (job.record.watching() if keep_following and worker is None
+                else contextlib.nullcontext())
     try:
-        outcome = run.watch(job.executor, only(job.plan, chosen), book, sink,
-                            follow=keep_following, fail_fast=keep_following and worker is None,
-                            trouble=job.provider.trouble)
+        with watching:  # `tpuctl jobs` shows the job as watched meanwhile
+            outcome = run.watch(job.executor, only(job.plan, chosen), book, sink,
+                                follow=keep_following,
+                                fail_fast=keep_following and worker is None,
+                                trouble=job.provider.trouble)
     finally:
         book.close()
     ended = not outcome.detached and not (outcome.ok and outcome.reason)  # not still running
@@ -457,7 +480,10 @@ def list_jobs(config_path: Path, *, check: bool = False) -> list[JobSummary]:
         except UserError:
             continue  # recorded by another version of tpuctl
         state = _recorded_state(record)
-        if state is None:
+        watcher = record.watcher() if state is None else None
+        if watcher is not None:
+            state = f"running, watched by pid {watcher}"
+        elif state is None:
             state = (_asked_state(config_path, record.job_id) if check
                      else "not followed to its end")
         found.append(JobSummary(job_id=record.job_id, started=record.started,

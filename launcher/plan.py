@@ -23,7 +23,7 @@ from enum import Enum
 from launcher.agent import worker_label
 from launcher.environment import WORKER_ROOT, Environment, EnvMode
 from launcher.groups import FUNCTIONS, load_group
-from payload.errors import UserError
+from payload.errors import UserError, counted
 from payload.stages import Stage
 from payload.strategy import Device, Hardware, fleet_strategy
 
@@ -366,7 +366,7 @@ def build_plan(
 def render_plan(plan: Plan) -> str:
     """The plan as `--dry-run` prints it: workers, environment, then each step's commands."""
     kind = fleet_strategy(plan.hardware, len(plan.workers)).value
-    lines = [f"job {plan.job_id}  ({kind}, {len(plan.workers)} workers, hardware "
+    lines = [f"job {plan.job_id}  ({kind}, {counted(len(plan.workers), 'worker')}, hardware "
              f"{plan.hardware.spec()})", f"output_dir: {plan.output_dir}", "workers:"]
     for w in plan.workers:
         where = w.base_dir or f"{w.host}:{w.ssh_port} (home)"

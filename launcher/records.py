@@ -14,6 +14,7 @@ edited after the job started cannot send a command to other machines.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ REACH = "reach.json"
 CONFIG = "config.yaml"
 CURRENT = "current"
 OUTCOME = "outcome.json"
+# The launcher process following the job to its end right now (train, logs), while it does.
+WATCHER = "watcher.json"
 
 
 class NoJob(UserError):
@@ -98,6 +101,31 @@ class JobRecord:
         except (OSError, ValueError):
             return None
 
+    @contextlib.contextmanager
+    def watching(self):
+        """Record this process as the one following the job (removed when it stops), so that
+        `tpuctl jobs` can tell a watched job from one nobody followed to its end."""
+        path = self.folder / WATCHER
+        path.write_text(json.dumps(_this_process()))
+        try:
+            yield
+        finally:
+            path.unlink(missing_ok=True)
+
+    def watcher(self) -> int | None:
+        """The pid of the launcher process following the job now, if it still runs (the same
+        process: a recycled pid or another host's process is not taken for it)."""
+        try:
+            recorded = json.loads((self.folder / WATCHER).read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(recorded, dict) or not isinstance(recorded.get("pid"), int):
+            return None
+        pid = recorded["pid"]
+        if recorded != _this_process(pid):
+            return None
+        return pid
+
     def reach(self) -> dict:
         """How the job's workers were reached: the provider's own record of them."""
         path = self.folder / REACH
@@ -106,6 +134,26 @@ class JobRecord:
                             "record how to reach its workers",
                             hint="start a new job with `tpuctl train`")
         return json.loads(path.read_text())
+
+
+def _this_process(pid: int | None = None) -> dict | None:
+    """What identifies a process of this host: its pid, the host, and its start time where the
+    system says it (Linux); None when no such process runs."""
+    import socket
+
+    pid = os.getpid() if pid is None else pid
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass  # it exists, as another user's
+    try:
+        # Field 22 of /proc/PID/stat, after the command name in parentheses.
+        started = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        started = None
+    return {"pid": pid, "host": socket.gethostname(), "started": started}
 
 
 def jobs_dir(base: Path, name: str) -> Path:

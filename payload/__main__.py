@@ -24,7 +24,7 @@ from pathlib import Path
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from payload.errors import UserError, one_line
+from payload.errors import UserError, error_lines
 from payload.stages import STAGE_NAMES, Stage, check_share
 
 
@@ -119,7 +119,8 @@ def use_private_tempdir() -> None:
 def _fail(exc: UserError) -> int:
     if os.environ.get("TPUCTL_DEBUG"):
         raise exc
-    print(f"error: {one_line(str(exc))}", file=sys.stderr, flush=True)
+    for line in error_lines(exc):  # several problems (a config's): one line each
+        print(f"error: {line}", file=sys.stderr, flush=True)
     return exc.exit_code
 
 

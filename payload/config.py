@@ -19,9 +19,10 @@ from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticUndefined
 
-from payload.errors import UserError
-from payload.families import FAMILIES, t5_expanded_length
+from payload.errors import UserError, UserErrors
+from payload.families import FAMILIES, positions_needed, t5_expanded_length
 from payload.sizes import SHAPE_DEFAULTS, SIZES
 
 MIN_SEQ_LEN = 16
@@ -31,6 +32,10 @@ MAX_LOCAL_WORKERS = 64
 BYTE_ALPHABET = 256
 # The smallest useful vocabulary for the other kinds, on top of the special tokens.
 MIN_LEARNED_PIECES = 64
+# Bounds past any real run: a value beyond them is a typo (1e30 steps would never end, and a
+# learning rate over 1 sends AdamW and Adafactor to NaN within steps).
+MAX_STEPS = 1_000_000_000
+MAX_LEARNING_RATE = 1.0
 
 
 class _Section(BaseModel):
@@ -44,6 +49,9 @@ _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 def _check_scheme(value: str, what: str, *, quote: bool = True) -> str:
     """Local paths and gs:// only: another scheme (s3://) would become a relative local folder."""
+    if value.startswith("gs:") and not value.startswith("gs://"):
+        # gs:/x (one slash) would otherwise be read as a local folder named gs:.
+        raise ValueError(f"'{value}' is not a gs:// URL; write gs://BUCKET/PATH")
     match = _SCHEME.match(value)
     if match and match.group(1) != "gs":
         shown = f"'{value}' uses" if quote else "uses"
@@ -107,7 +115,14 @@ class SshCluster(_ClusterBase):
 
 
 _PROJECT = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
-_ZONE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z0-9]+$")
+# REGION-LETTER: zones end in a letter a-f, AI zones in aiN and maybe a letter (us-south1-ai1b).
+_ZONE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-([a-f]|ai[0-9]+[a-z]?)$")
+# A VPC network or subnetwork: its name (RFC 1035, as Compute Engine wants) or its resource path.
+_NETWORK_NAME = r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?"
+_NETWORK = re.compile(rf"^({_NETWORK_NAME}|projects/[a-z][-a-z0-9.:]*[a-z0-9]/global/networks/"
+                      rf"{_NETWORK_NAME})$")
+_SUBNETWORK = re.compile(rf"^({_NETWORK_NAME}|projects/[a-z][-a-z0-9.:]*[a-z0-9]/regions/"
+                         rf"[a-z]+-[a-z]+[0-9]+/subnetworks/{_NETWORK_NAME})$")
 # TPU node names: a letter first, then lowercase letters, digits and dashes (as the API wants).
 TPU_NAME = re.compile(r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9_.-]{1,61}[a-z0-9]$")
@@ -120,13 +135,30 @@ def default_bucket(project: str) -> str:
     return f"{project}-tpuctl"
 
 
-def _from_table(key: str, check, *args):
-    """Run an accelerator-table check; its one-line refusal becomes a validation error that
-    names the key."""
+def _problems_of(key: str, check, *args) -> list[str]:
+    """Run an accelerator-table check: its one-line refusal, naming the key, or nothing."""
     try:
-        return check(*args)
+        check(*args)
     except UserError as exc:
-        raise ValueError(f"{key}: {exc}") from None
+        return [f"{key}: {exc}"]
+    return []
+
+
+# A validator that finds several problems reports them as one error whose message holds one
+# problem per line; parse_config shows each as a line of its own.
+def _raise_all(problems: list[str]) -> None:
+    if problems:
+        raise ValueError("\n".join(problems))
+
+
+def _is_ip_address(value: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
 
 
 class GcpCluster(_ClusterBase):
@@ -176,7 +208,24 @@ class GcpCluster(_ClusterBase):
     @classmethod
     def _zone(cls, value: str) -> str:
         if not _ZONE.match(value):
-            raise ValueError(f"'{value}' is not a zone (for example us-central2-b)")
+            raise ValueError(f"'{value}' is not a Google Cloud zone (REGION-LETTER, the letter "
+                             "a-f; for example us-central2-b)")
+        return value
+
+    @field_validator("network")
+    @classmethod
+    def _network(cls, value: str) -> str:
+        if not _NETWORK.match(value):
+            raise ValueError(f"'{value}' is not a VPC network: its name (lowercase letters, "
+                             "digits and dashes, such as default) or projects/P/global/networks/N")
+        return value
+
+    @field_validator("subnetwork")
+    @classmethod
+    def _subnetwork(cls, value: str | None) -> str | None:
+        if value is not None and not _SUBNETWORK.match(value):
+            raise ValueError(f"'{value}' is not a subnetwork: its name (lowercase letters, "
+                             "digits and dashes) or projects/P/regions/R/subnetworks/S")
         return value
 
     @field_validator("tpu_name")
@@ -190,6 +239,9 @@ class GcpCluster(_ClusterBase):
     @field_validator("bucket")
     @classmethod
     def _bucket(cls, value: str | None) -> str | None:
+        if value is not None and _is_ip_address(value):
+            raise ValueError(f"'{value}' is an IP address, which Cloud Storage refuses as a "
+                             "bucket name; use a name such as my-project-tpuctl")
         if value is not None and (not _BUCKET.match(value) or value.startswith("goog")
                                   or "google" in value or ".." in value):
             raise ValueError(f"'{value}' is not a bucket name: 3-63 lowercase letters, digits, "
@@ -201,37 +253,55 @@ class GcpCluster(_ClusterBase):
     def _ranges(cls, value: list[str] | None) -> list[str] | None:
         import ipaddress
 
+        networks = []
         for cidr in value or ():
             try:
                 network = ipaddress.ip_network(cidr, strict=False)
             except ValueError:
                 raise ValueError(f"'{cidr}' is not a CIDR range (for example 203.0.113.7/32)"
                                  ) from None
-            if network.prefixlen == 0:
-                raise ValueError(f"'{cidr}' opens SSH to the whole internet; list the addresses "
-                                 "you connect from (for example your IP/32)")
+            if "/" not in cidr:
+                # Terraform's firewall rule refuses it later, after `up` has started.
+                raise ValueError(f"'{cidr}' is an address, not a range; write {cidr}/"
+                                 f"{network.max_prefixlen} for that one address")
+            networks.append(network)
+        for version in (4, 6):
+            # Ranges that together cover every address (0.0.0.0/1 + 128.0.0.0/1) are the
+            # whole internet as surely as 0.0.0.0/0.
+            merged = ipaddress.collapse_addresses(n for n in networks if n.version == version)
+            if any(n.prefixlen == 0 for n in merged):
+                raise ValueError(f"{', '.join(value)} together open SSH to the whole internet "
+                                 f"(every IPv{version} address); list the addresses you connect "
+                                 "from (for example your IP/32)")
         return value
 
     @model_validator(mode="after")
     def _offered(self):
         from payload import accelerators
 
+        # Every problem at once, what the type can run first, then where: a v6e-8 in
+        # us-central2-b is refused for both in one round, not for the zone and then the route.
+        problems = []
         acc = accelerators.accelerator(self.accelerator_type)
-        _from_table("cluster.zone", accelerators.check_zone, acc, self.zone)
         if self.runtime_version is not None:
-            _from_table("cluster.runtime_version", accelerators.check_tf_route, acc,
-                        self.runtime_version)
+            problems += _problems_of("cluster.runtime_version", accelerators.check_tf_route, acc,
+                                     self.runtime_version)
         else:
-            _from_table("cluster.accelerator_type", accelerators.default_runtime, acc)
+            problems += _problems_of("cluster.accelerator_type", accelerators.default_runtime,
+                                     acc)
+        problems += _problems_of("cluster.zone", accelerators.check_zone, acc, self.zone)
         region = accelerators.region_of(self.zone)
         for zone in self.fallback_zones:
             if zone == self.zone or accelerators.region_of(zone) != region:
-                raise ValueError(f"cluster.fallback_zones: {zone} must be another zone of "
-                                 f"{region} (the bucket's region), not {self.zone} itself")
-            _from_table("cluster.fallback_zones", accelerators.check_zone, acc, zone)
+                problems.append(f"cluster.fallback_zones: {zone} must be another zone of "
+                                f"{region} (the bucket's region), not {self.zone} itself")
+            else:
+                problems += _problems_of("cluster.fallback_zones", accelerators.check_zone, acc,
+                                         zone)
         if self.reservation and self.provisioning != "on_demand":
-            raise ValueError(f"cluster.reservation takes on_demand capacity, not "
-                             f"{self.provisioning}; drop one of them")
+            problems.append(f"cluster.reservation takes on_demand capacity, not "
+                            f"{self.provisioning}; drop one of them")
+        _raise_all(problems)
         return self
 
     @property
@@ -267,6 +337,8 @@ class DataConfig(_Section):
     # How plain-text files hold documents: one per line, or separated by blank lines.
     document_split: Literal["line", "blank_line"] = "line"
     seq_len: int = Field(128, ge=MIN_SEQ_LEN)
+    # 0 holds nothing out: prepare then skips the validation split (what a prepare-only run or
+    # a benchmark may want), and a job that trains is refused (check_stages).
     validation_fraction: float = Field(0.01, ge=0.0, lt=1.0)
     records_per_shard: int = Field(10_000, gt=0)
     # A longer document almost always means a file in the wrong format (a whole book on one line).
@@ -318,6 +390,11 @@ class ModelConfig(_Section):
     noise_density: float = Field(0.15, gt=0.0, lt=1.0)
     mean_noise_span_length: float = Field(3.0, ge=1.0)
 
+    @field_validator("init_from")
+    @classmethod
+    def _init_scheme(cls, value: str | None) -> str | None:
+        return value if value is None else _check_scheme(value, "read", quote=False)
+
     @model_validator(mode="before")
     @classmethod
     def _one_architecture(cls, raw: Any) -> Any:
@@ -358,10 +435,10 @@ class ModelConfig(_Section):
 
 
 class TrainConfig(_Section):
-    steps: int = Field(gt=0)
+    steps: int = Field(gt=0, le=MAX_STEPS)
     batch_size: int = Field(gt=0)
-    learning_rate: float = Field(gt=0.0)
-    warmup_steps: int = Field(0, ge=0)
+    learning_rate: float = Field(gt=0.0, le=MAX_LEARNING_RATE)
+    warmup_steps: int = Field(0, ge=0, le=MAX_STEPS)
     weight_decay: float = Field(0.01, ge=0.0)
     max_grad_norm: float = Field(1.0, gt=0.0)
     optimizer: Literal["adamw", "adafactor"] = "adamw"
@@ -375,6 +452,14 @@ class TrainConfig(_Section):
     # exports and stops.
     max_hours: float | None = Field(None, gt=0)
     max_cost: float | None = Field(None, gt=0)  # USD, by the price table (gcp only)
+
+    @field_validator("steps", "warmup_steps", mode="before")
+    @classmethod
+    def _countable(cls, value: Any) -> Any:
+        # 1.0e+30 is a float too large for Pydantic to even parse as an integer: say the limit.
+        if isinstance(value, float) and value > MAX_STEPS:
+            raise ValueError(f"must be at most {MAX_STEPS:,}")
+        return value
 
 
 # A Hub repository id: OWNER/NAME, each letters, digits, '-', '_' and '.', not starting or
@@ -471,40 +556,8 @@ class RunConfig(_Section):
 
     @model_validator(mode="after")
     def _cross_checks(self):
-        if (isinstance(self.cluster, GcpCluster) and self.cluster.tpu_name is None
-                and not TPU_NAME.match(self.name)):
-            raise ValueError(f"name: '{self.name}' also names the TPU, and TPU names start with "
-                             "a letter; rename the run or set cluster.tpu_name")
-        family = FAMILIES[self.model.family]
-        if self.data.seq_len > family.max_positions:
-            raise ValueError(
-                f"data.seq_len={self.data.seq_len} is over what {family.name} allows "
-                f"({family.max_positions}); lower data.seq_len"
-            )
-        if self.model.init_from and self.tokenizer.path:
-            raise ValueError(
-                "model.init_from brings its own tokenizer: remove tokenizer.path"
-            )
-        if self.trains_tokenizer:
-            minimum = len(family.special_tokens) + (
-                BYTE_ALPHABET if self.tokenizer.kind == "bpe" else MIN_LEARNED_PIECES
-            )
-            if self.tokenizer.vocab_size < minimum:
-                raise ValueError(
-                    f"tokenizer.vocab_size={self.tokenizer.vocab_size} is too small for "
-                    f"{self.tokenizer.kind} with {family.name}'s {len(family.special_tokens)} "
-                    f"special tokens; use at least {minimum}"
-                )
-        if self.train.max_cost is not None and self.cluster.hourly_usd() is None:
-            raise ValueError(
-                "train.max_cost needs a price per hour, and tpuctl's price table has none for "
-                "this cluster (only gcp TPUs are priced); use train.max_hours instead"
-            )
-        if self.train.warmup_steps > self.train.steps:
-            raise ValueError(
-                f"train.warmup_steps={self.train.warmup_steps} is more than train.steps="
-                f"{self.train.steps}"
-            )
+        _raise_all(_cross_problems(name=self.name, cluster=self.cluster, data=self.data,
+                                   tokenizer=self.tokenizer, model=self.model, train=self.train))
         return self
 
     @property
@@ -523,10 +576,96 @@ class RunConfig(_Section):
         return self.data.seq_len
 
 
+def _cross_problems(*, name: str | None, cluster, data, tokenizer, model, train) -> list[str]:
+    """What is wrong between sections. Each section is None when it is itself invalid (its own
+    problems are reported): the checks that need it are left out, the others still run."""
+    problems = []
+    if (name is not None and isinstance(cluster, GcpCluster) and cluster.tpu_name is None
+            and not TPU_NAME.match(name)):
+        problems.append(f"name: '{name}' also names the TPU, and TPU names start with a "
+                        "letter; rename the run or set cluster.tpu_name")
+    family = FAMILIES[model.family] if model is not None else None
+    if family is not None and data is not None and data.seq_len > family.max_positions:
+        problems.append(f"data.seq_len={data.seq_len} is over what {family.name} allows "
+                        f"({family.max_positions}); lower data.seq_len")
+    if model is not None and tokenizer is not None:
+        if model.init_from and tokenizer.path:
+            problems.append("model.init_from brings its own tokenizer: remove tokenizer.path")
+        if tokenizer.path is None and model.init_from is None:  # the tokenizer stage trains
+            minimum = len(family.special_tokens) + (
+                BYTE_ALPHABET if tokenizer.kind == "bpe" else MIN_LEARNED_PIECES)
+            if tokenizer.vocab_size < minimum:
+                problems.append(
+                    f"tokenizer.vocab_size={tokenizer.vocab_size} is too small for "
+                    f"{tokenizer.kind} with {family.name}'s {len(family.special_tokens)} "
+                    f"special tokens; use at least {minimum}")
+    if train is not None and cluster is not None and train.max_cost is not None and (
+            cluster.hourly_usd() is None):
+        problems.append("train.max_cost needs a price per hour, and tpuctl's price table has "
+                        "none for this cluster (only gcp TPUs are priced); use train.max_hours "
+                        "instead")
+    if train is not None and train.warmup_steps > train.steps:
+        problems.append(f"train.warmup_steps={train.warmup_steps} is more than train.steps="
+                        f"{train.steps}")
+    return problems
+
+
+def _valid_sections(raw: dict) -> dict:
+    """Each section the cross-section checks read, validated on its own (None where invalid),
+    so that a config with a bad section still gets those checks for the others."""
+    from pydantic import TypeAdapter
+
+    found: dict[str, Any] = {}
+    for key, kind in (("cluster", Cluster), ("data", DataConfig),
+                      ("tokenizer", TokenizerConfig), ("model", ModelConfig),
+                      ("train", TrainConfig)):
+        info = RunConfig.model_fields[key]
+        try:
+            found[key] = (TypeAdapter(kind).validate_python(raw[key]) if key in raw
+                          else info.get_default(call_default_factory=True))
+        except (ValidationError, TypeError):
+            found[key] = None
+        if found[key] is PydanticUndefined:
+            found[key] = None
+    name = raw.get("name")
+    found["name"] = name if isinstance(name, str) and _NAME.match(name) else None
+    return found
+
+
 def _field_name(loc: tuple) -> str:
     # Drop pydantic's union tags (e.g. "local", "function-after[...]") from the location.
     parts = [str(p) for p in loc if not (isinstance(p, str) and ("[" in p or p in CLUSTERS))]
     return ".".join(parts)
+
+
+def _bound(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, int) and abs(value) >= 10_000 else str(value)
+
+
+# Pydantic's own wording ("Input should be greater than 0") in the project's words.
+_WORDING = {
+    "greater_than": lambda c: (f"at least {c['gt'] + 1}" if isinstance(c["gt"], int)
+                               else f"more than {c['gt']}"),
+    "greater_than_equal": lambda c: f"at least {_bound(c['ge'])}",
+    "less_than": lambda c: f"less than {_bound(c['lt'])}",
+    "less_than_equal": lambda c: f"at most {_bound(c['le'])}",
+    "int_parsing": lambda c: "a whole number (an integer)",
+    "int_type": lambda c: "a whole number (an integer)",
+    "int_from_float": lambda c: "a whole number (an integer)",
+    "float_parsing": lambda c: "a number",
+    "float_type": lambda c: "a number",
+    "bool_parsing": lambda c: "true or false",
+    "bool_type": lambda c: "true or false",
+    "string_type": lambda c: "text",
+    "literal_error": lambda c: f"one of {c.get('expected', '')}",
+    "list_type": lambda c: "a list",
+    "too_short": lambda c: (f"a list of at least {c.get('min_length', 1)} entries"
+                            if c.get("min_length", 1) != 1 else "a list of at least one entry"),
+    "too_long": lambda c: f"a list of at most {c.get('max_length', '?')} entries",
+    "model_type": lambda c: "a mapping of keys (a section)",
+    "model_attributes_type": lambda c: "a mapping of keys (a section)",
+    "dict_type": lambda c: "a mapping of keys",
+}
 
 
 def _describe(error: dict, model: type[BaseModel]) -> str:
@@ -546,10 +685,15 @@ def _describe(error: dict, model: type[BaseModel]) -> str:
         return f"missing required key '{where}'"
     if kind == "union_tag_invalid" or kind == "union_tag_not_found":
         return f"'{where or 'cluster'}.provider' must be one of: {', '.join(CLUSTERS)}"
+    if kind in _WORDING:
+        got = error.get("input")
+        shown = f" (got {got!r})" if not isinstance(got, dict | list) else ""
+        return f"{where or 'the config'} must be {_WORDING[kind](error.get('ctx') or {})}{shown}"
     if where and not message.startswith(where.split(".")[0] + "."):
         got = error.get("input")
         shown = f" (got {got!r})" if got is not None and not isinstance(got, dict | list) else ""
-        return f"{where}: {message}{shown}"
+        joint = " " if message.startswith("must ") else ": "  # "train.steps must be ..."
+        return f"{where}{joint}{message}{shown}"
     return message
 
 
@@ -577,7 +721,9 @@ _LOCAL_PATH_KEYS = {
 
 
 def _is_remote(path: str) -> bool:
-    return "://" in path or path.startswith("hf:")
+    # gs: without // too: left as written, so that validation refuses it as a broken URL
+    # instead of it becoming a local folder named gs:.
+    return "://" in path or path.startswith(("hf:", "gs:"))
 
 
 def _resolve_paths(raw: dict, base: Path) -> dict:
@@ -607,7 +753,8 @@ def _resolve_paths(raw: dict, base: Path) -> dict:
 
 
 def parse_config(raw: Any, *, base_dir: Path | None = None, source: str = "config") -> RunConfig:
-    """Validate a parsed YAML mapping; the first problem becomes a one-line `UserError`."""
+    """Validate a parsed YAML mapping; every problem becomes a line of one `UserErrors` (a
+    single problem: a one-line `UserError`), the most fundamental first."""
     if raw is None:
         raise UserError(f"{source} is empty", hint="run `tpuctl init` for a starting point")
     if not isinstance(raw, dict):
@@ -618,9 +765,68 @@ def parse_config(raw: Any, *, base_dir: Path | None = None, source: str = "confi
         return RunConfig.model_validate(raw)
     except ValidationError as exc:
         errors = exc.errors()
-        # A mistyped key also leaves the key it meant missing: name the mistake, not the gap.
-        first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-        raise UserError(f"{source}: {_describe(first, RunConfig)}") from None
+        problems = _problems(errors)
+        if not any(not e["loc"] for e in errors):
+            # A section failed, so the checks across sections did not run: run those the
+            # valid sections allow, so that nothing is left for a second round.
+            extra = _cross_problems(**_valid_sections(raw))
+            problems += [p for p in extra if p not in problems]
+    problems = [f"{source}: {p}" for p in problems]
+    raise (UserError(problems[0]) if len(problems) == 1 else UserErrors(problems)) from None
+
+
+# The order problems are shown in: what the file is made of (unknown and missing keys, the
+# provider) first; then section by section in the file's order (the cluster before what runs
+# on it), each key's own value before what is wrong between a section's keys; what is wrong
+# between sections last.
+def _rank(error: dict) -> tuple[int, int, int]:
+    kind, loc = error["type"], error["loc"]
+    structure = ("extra_forbidden", "missing", "union_tag_invalid", "union_tag_not_found")
+    if kind in structure:
+        return (0, structure.index(kind), 0)
+    if not loc:
+        return (2, 0, 0)
+    sections = list(RunConfig.model_fields)
+    where = sections.index(loc[0]) if loc[0] in sections else len(sections)
+    return (1, where, 1 if _last_is_section(loc) else 0)
+
+
+def _last_is_section(loc: tuple) -> bool:
+    """Whether the location ends at a section (a section's own validator), not at a key."""
+    current: Any = RunConfig
+    for part in loc:
+        if isinstance(part, str) and part in CLUSTERS:
+            continue
+        fields = getattr(current, "model_fields", {})
+        if isinstance(part, int) or part not in fields:
+            return False
+        annotation = fields[part].annotation
+        current = next((a for a in getattr(annotation, "__args__", (annotation,))
+                        if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        if current is None:
+            return False
+    return True
+
+
+def _problems(errors: list[dict]) -> list[str]:
+    """One line per problem, in _rank's order, without the gaps a mistyped key leaves."""
+    mistyped = set()
+    for error in errors:
+        if error["type"] == "extra_forbidden":
+            section = _section_for(RunConfig, error["loc"][:-1])
+            fields = list(section.model_fields) if section else []
+            close = difflib.get_close_matches(str(error["loc"][-1]), fields, n=1, cutoff=0.75)
+            if close:
+                mistyped.add(_field_name((*error["loc"][:-1], close[0])))
+    lines = []
+    for error in sorted(errors, key=_rank):
+        if error["type"] == "missing" and _field_name(error["loc"]) in mistyped:
+            continue  # a mistyped key also leaves the key it meant missing: name the mistake
+        for part in error["msg"].removeprefix("Value error, ").split("\n"):
+            line = _describe({**error, "msg": part}, RunConfig)
+            if line not in lines:
+                lines.append(line)
+    return lines
 
 
 class _DuplicateKey(Exception):
@@ -681,9 +887,19 @@ def load_config(path: str | os.PathLike) -> RunConfig:
     return parse_config(raw, base_dir=path.resolve().parent, source=str(path))
 
 
-def check_model_config_file(path: str, family: str) -> dict:
-    """`model.config` is a readable transformers config.json for `family`: checked without
-    transformers, before a job starts and before the train stage builds the model."""
+def check_stages(config: RunConfig, stages) -> None:
+    """What the config cannot do for a job of these stages (names), refused before it starts."""
+    if "train" in {str(getattr(s, "value", s)) for s in stages} and (
+            config.data.validation_fraction == 0):
+        raise UserError("data.validation_fraction is 0: nothing is held out, so training "
+                        "would have no evaluation",
+                        hint="use a small share such as 0.01")
+
+
+def check_model_config_file(path: str, family: str, *, seq_len: int | None = None) -> dict:
+    """`model.config` is a readable transformers config.json for `family` (with positions for
+    rows of `seq_len`, when given): checked without transformers, before a job starts and
+    before the train stage builds the model."""
     if os.path.isdir(path):
         raise UserError(f"model.config: {path} is a folder",
                         hint="point it at the config.json file (a transformers model config)")
@@ -706,6 +922,13 @@ def check_model_config_file(path: str, family: str) -> dict:
     if config["model_type"] != family:
         raise UserError(f"model.config is a {config['model_type']} config but model.family is "
                         f"{family}", hint="make them agree")
+    positions = config.get("max_position_embeddings") or config.get("n_positions")
+    if seq_len is not None and isinstance(positions, int) and (
+            positions < positions_needed(family, seq_len)):
+        raise UserError(f"model.config: {path} has {positions} positions, too few for "
+                        f"data.seq_len {seq_len} (a {family} model needs "
+                        f"{positions_needed(family, seq_len)})",
+                        hint="lower data.seq_len or raise the position count in that file")
     return config
 
 

@@ -609,6 +609,31 @@ def check_sample(sources: list[Source], data: DataConfig, documents: int = 8) ->
             docs.close()
 
 
+def check_shares(sources: list[Source], data: DataConfig, *, num_workers: int, keep) -> None:
+    """Every worker's share holds a training document (`keep(text)`: not held out), as prepare
+    requires: a one-line corpus on two workers is refused before a job starts, not by worker 1
+    once it has. Reads each share only up to its first such document; datasets are skipped (they
+    need the network, and their workers' shares are known only by reading them)."""
+    if any(s.kind == "hf" for s in sources):
+        return
+    stats = ReadStats()
+    for index in range(num_workers):
+        found = False
+        for piece in share(sources, worker_index=index, num_workers=num_workers):
+            docs = piece_documents(sources, piece, data, stats)
+            try:
+                found = any(keep(text) for _, text, _ in docs)
+            finally:
+                docs.close()
+            if found:
+                break
+        if not found:
+            raise UserError(
+                f"worker {index} of {num_workers} would have no documents to prepare",
+                hint="the corpus has fewer documents than workers (or only blank lines); "
+                     "use fewer workers or more text")
+
+
 class ByteCounter:
     """Counts documents and characters flowing through an iterator."""
 

@@ -25,3 +25,24 @@ class UserError(Exception):
 def one_line(text: str) -> str:
     """Collapse a multi-line message so it stays a single line on the terminal."""
     return " ".join(text.split())
+
+
+class UserErrors(UserError):
+    """Several mistakes found at once (a config with three wrong keys): every one is shown, one
+    line each, the most fundamental first, so a user fixes them in one round, not three."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = [one_line(p) for p in problems]
+
+
+def error_lines(exc: UserError) -> list[str]:
+    """The lines a user error is shown as: one per problem."""
+    if isinstance(exc, UserErrors):
+        return list(exc.problems)
+    return [one_line(str(exc))]
+
+
+def counted(count: int, noun: str) -> str:
+    """`1 worker`, `2 workers`: a count with its noun in the right number."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"

@@ -14,6 +14,12 @@ NUM_T5_SENTINELS = 100
 ROBERTA_POSITION_PADDING = 1
 
 
+def positions_needed(family: str, seq_len: int) -> int:
+    """The position embeddings a model of `family` needs for rows of `seq_len` tokens (RoBERTa
+    counts positions after its padding index)."""
+    return seq_len + (ROBERTA_POSITION_PADDING + 1 if family == "roberta" else 0)
+
+
 @dataclass(frozen=True, kw_only=True)
 class FamilySpec:
     name: str

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from payload.config import check_model_config_file
 from payload.errors import UserError
-from payload.families import FAMILIES, ROBERTA_POSITION_PADDING
+from payload.families import FAMILIES, ROBERTA_POSITION_PADDING, positions_needed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,7 +112,7 @@ def model_config(model_cfg, *, vocab: TokenIds, seq_len: int):
     if family == "t5":
         hf.decoder_start_token_id = vocab.pad
     positions = getattr(hf, "max_position_embeddings", None) or getattr(hf, "n_positions", None)
-    needed = seq_len + (ROBERTA_POSITION_PADDING + 1 if family == "roberta" else 0)
+    needed = positions_needed(family, seq_len)
     if positions is not None and positions < needed:
         raise UserError(
             f"the model has {positions} positions but data.seq_len is {seq_len}",

@@ -116,6 +116,21 @@ def tpuctl_home(tmp_path, monkeypatch):
     return home
 
 
+@pytest.fixture
+def local_run(tmp_path, tpuctl_home, monkeypatch):
+    """make(behaviour, workers=2, **sections) -> a tiny config for local workers whose stages
+    are the stand-ins of tests/stub_stages.py, doing what `behaviour` says."""
+    from launcher.launch import STAGE_ENTRY_ENV
+    from tests.helpers import install_stub, tiny_config
+
+    def make(behaviour=None, workers=2, **sections):
+        stub = install_stub(tmp_path / "stub", behaviour)
+        monkeypatch.setenv(STAGE_ENTRY_ENV, str(stub))
+        return tiny_config(tmp_path, output_dir=str(tmp_path / "out"),
+                           cluster={"provider": "local", "workers": workers}, **sections)
+    return make
+
+
 @pytest.fixture(scope="session")
 def gcs_sandbox():
     """A network namespace where TensorFlow's own gs:// and google-cloud-storage both reach one
@@ -127,3 +142,46 @@ def gcs_sandbox():
         pytest.skip(reason)
     with GcsSandbox() as sandbox:
         yield sandbox
+
+
+# What a skipped test lacked, read from its reason, and the command that provides it. A laptop
+# run skips what this machine cannot do; the summary says so, and how to cover it (CI does).
+SKIP_NEEDS = (
+    ("openssh-server", "real SSH workers (sshd)", "apt-get install -y openssh-server (as root)"),
+    ("network namespaces", "workers in network namespaces",
+     "run as root where `ip netns` works (apt-get install -y iproute2)"),
+    ("terraform", "Terraform", "make setup-terraform"),
+    ("checkov", "checkov", "make setup-checkov"),
+    (".venv-torch", "PyTorch + transformers 5.x (.venv-torch)", "make setup-torch"),
+    ("gs:// sandbox", "the gs:// sandbox (mount and network namespaces)",
+     "run as root with util-linux and iproute2; make setup"),
+    ("namespaces here", "the gs:// sandbox (mount and network namespaces)",
+     "run as root with util-linux and iproute2; make setup"),
+    ("ns_last_pid", "steering process ids (ns_last_pid)", "run as root"),
+    ("setpriv", "setpriv", "apt-get install -y util-linux"),
+    ("could not import", "a Python package", "make setup"),
+)
+
+
+def skipped_groups(reasons: list[str]) -> list[str]:
+    """One line per group of skipped tests: how many, what they need, what installs it."""
+    groups: dict[tuple[str, str], int] = {}
+    for reason in reasons:
+        need, command = next(((n, c) for key, n, c in SKIP_NEEDS if key in reason), (reason, ""))
+        if need == "a Python package":
+            need = f"the Python package {reason.split(chr(39))[1]}" if "'" in reason else need
+        groups[(need, command)] = groups.get((need, command), 0) + 1
+    return [f"{count:4d} skipped: {need}" + (f"  ->  {command}" if command else "")
+            for (need, command), count in sorted(groups.items(), key=lambda g: -g[1])]
+
+
+def pytest_terminal_summary(terminalreporter):
+    reasons = []
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = getattr(report, "longrepr", None)
+        if isinstance(longrepr, tuple) and len(longrepr) == 3:
+            reasons.append(str(longrepr[2]).removeprefix("Skipped: "))
+    if reasons:
+        terminalreporter.section("skipped: what this machine lacks (CI runs these)", sep="-")
+        for line in skipped_groups(reasons):
+            terminalreporter.line(line)

@@ -45,6 +45,25 @@ def _ssh(box: Path, **cluster) -> str:
     return _write(box, "ssh.yaml", _config(box, cluster=spec))
 
 
+def _gcp(box: Path, **cluster) -> str:
+    """A gcp config, good unless a row says otherwise (it never gets as far as the cloud)."""
+    spec = {"provider": "gcp", "project": "my-project", "zone": "us-central2-b",
+            "accelerator_type": "v4-8", "ssh_source_ranges": ["203.0.113.7/32"], **cluster}
+    return _write(box, "gcp.yaml", _config(box, cluster=spec))
+
+
+def _with(box: Path, section: str, **values) -> str:
+    """The run folder's config with some keys of one section changed."""
+    raw = _config(box)
+    raw[section] = {**raw[section], **values}
+    return _write(box, f"{section}.yaml", raw)
+
+
+def _one_line_corpus(box: Path) -> str:
+    _file(box, "one.txt", b"a corpus of a single document\n")
+    return _write(box, "one.yaml", _config(box, data={"corpus": str(box / "one.txt")}))
+
+
 def _file(box: Path, name: str, data: bytes, mode: int = 0o600) -> str:
     path = box / name
     path.write_bytes(data)
@@ -147,6 +166,40 @@ ROWS = [
     ("identity-with-passphrase", lambda b: ["train", "-c", _ssh(
         b, identity_file=_key(b, "locked", passphrase="secret words"))], {},
      ["cluster.identity_file", "locked", "passphrase", "ssh-keygen"]),
+    # Issue 16, point 12: each was accepted without a word, to fail later (or never).
+    ("ssh-ranges-all-of-ipv4", lambda b: ["train", "-c", _gcp(
+        b, ssh_source_ranges=["0.0.0.0/1", "128.0.0.0/1"])], {},
+     ["cluster.ssh_source_ranges", "0.0.0.0/1, 128.0.0.0/1", "whole internet"]),
+    ("ssh-range-a-bare-address", lambda b: ["train", "-c", _gcp(
+        b, ssh_source_ranges=["203.0.113.7"])], {},
+     ["cluster.ssh_source_ranges", "'203.0.113.7' is an address", "203.0.113.7/32"]),
+    ("bucket-an-ip-address", lambda b: ["train", "-c", _gcp(b, bucket="192.168.5.4")], {},
+     ["cluster.bucket", "'192.168.5.4' is an IP address"]),
+    ("zone-no-such-letter", lambda b: ["train", "-c", _gcp(b, zone="us-central2-z")], {},
+     ["cluster.zone", "'us-central2-z' is not a Google Cloud zone"]),
+    ("network-free-text", lambda b: ["train", "-c", _gcp(b, network="the office LAN")], {},
+     ["cluster.network", "'the office LAN' is not a VPC network"]),
+    ("corpus-gs-one-slash", lambda b: ["train", "--local", "-c", _with(
+        b, "data", corpus="gs:/bucket/corpus.txt")], {},
+     ["data.corpus", "'gs:/bucket/corpus.txt' is not a gs:// URL"]),
+    ("output-dir-gs-one-slash", lambda b: ["train", "--local", "-c", _write(
+        b, "o.yaml", _config(b, output_dir="gs:/bucket/run"))], {},
+     ["output_dir", "'gs:/bucket/run' is not a gs:// URL"]),
+    ("steps-1e30", lambda b: ["train", "--local", "-c", _with(b, "train", steps=1e30)], {},
+     ["train.steps must be at most 1,000,000,000 (got 1e+30)"]),
+    ("steps-1e20", lambda b: ["train", "--local", "-c", _with(b, "train", steps=10**20)], {},
+     ["train.steps must be at most 1,000,000,000"]),
+    ("learning-rate-1e308", lambda b: ["train", "--local", "-c", _with(
+        b, "train", learning_rate=1e308)], {}, ["train.learning_rate must be at most 1.0"]),
+    ("validation-fraction-0", lambda b: ["train", "--local", "-c", _with(
+        b, "data", validation_fraction=0)], {},
+     ["data.validation_fraction", "no evaluation"]),
+    ("one-line-corpus-on-2-workers", lambda b: ["train", "--local", "--workers", "2", "-c",
+                                                _one_line_corpus(b)], {},
+     ["worker 1 of 2 would have no documents", "fewer documents than workers"]),
+    ("one-line-corpus-on-2-workers-dry-run", lambda b: [
+        "train", "--local", "--workers", "2", "--dry-run", "-c", _one_line_corpus(b)], {},
+     ["worker 1 of 2 would have no documents"]),
     ("ssh-cluster-bad-key-on-ssh", lambda b: ["ssh", "-c", _ssh(
         b, identity_file=_key(b, "locked2", passphrase="x" * 8)), "--", "true"], {},
      ["passphrase"]),
@@ -156,7 +209,8 @@ ROWS = [
 @pytest.fixture
 def box(tmp_path):
     """A run folder: a corpus, a local tpuctl.yaml, good key files for ssh rows."""
-    (tmp_path / "corpus.txt").write_text("one line\nanother line\n")
+    # Documents for every worker: a corpus too small for two is a row of its own.
+    (tmp_path / "corpus.txt").write_text("".join(f"line {i} of the corpus\n" for i in range(8)))
     _write(tmp_path, "tpuctl.yaml", _config(tmp_path))
     _key(tmp_path, "key")
     host_key = (tmp_path / "key.pub").read_text().split()
@@ -196,3 +250,36 @@ def test_bad_input_is_one_line_exit_2_and_touches_nothing(box, args, env, needle
     assert not (box / "home").exists(), "a state folder was made"
     assert not (box / "out").exists(), "output_dir was made"
     assert _snapshot(box) == before, "files changed in the run folder"
+
+
+@pytest.mark.parametrize("command", [["train", "--dry-run"], ["up", "--dry-run"], ["doctor"]])
+def test_every_problem_of_a_config_is_one_line_in_one_round(box, command):
+    """Issue 18: a v6e-8 in us-central2-b is refused for its zone and its route together, one
+    `error:` line each, the route first; exit 2, nothing made."""
+    config = _gcp(box, zone="us-central2-b", accelerator_type="v6e-8")
+    before = _snapshot(box)
+    result = run_row(box, [*command, "-c", config], {})
+    lines = result.stderr.splitlines()
+    assert result.returncode == 2, result.stderr
+    assert len(lines) == 2 and all(line.startswith("error: ") for line in lines), result.stderr
+    assert "cluster.accelerator_type" in lines[0] and "no working route on TPU v6e" in lines[0]
+    assert "cluster.zone" in lines[1] and "us-central2-b does not offer v6e-8" in lines[1]
+    assert result.stdout == ""
+    assert not (box / "home").exists() and _snapshot(box) == before
+
+
+def test_what_the_plan_and_the_stages_refuse_comes_in_one_round(box):
+    """Issue 18: past the config, a batch the workers cannot split, a job that would train with
+    nothing held out and a missing corpus file are refused together, one line each."""
+    raw = _config(box, cluster={"provider": "local", "workers": 3})
+    raw["data"] = {"corpus": str(box / "nothere.txt"), "validation_fraction": 0}
+    config = _write(box, "three.yaml", raw)
+    before = _snapshot(box)
+    result = run_row(box, ["train", "--local", "--dry-run", "-c", config], {})
+    lines = result.stderr.splitlines()
+    assert result.returncode == 2 and all(line.startswith("error: ") for line in lines), lines
+    assert len(lines) == 3, lines
+    assert "batch_size=4 does not split over the 3 replicas" in lines[0]
+    assert "data.validation_fraction is 0" in lines[1]
+    assert "data.corpus: no such file" in lines[2] and "nothere.txt" in lines[2]
+    assert result.stdout == "" and not (box / "home").exists() and _snapshot(box) == before

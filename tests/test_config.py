@@ -41,13 +41,14 @@ def error_for(mutate) -> str:
         (lambda r: r["tokenizer"].update(kind="char"), ["tokenizer.kind", "'unigram'", "'bpe'",
                                                          "'wordpiece'", "'sentencepiece'"]),
         (lambda r: r["data"].update(records_per_shard=0), ["data.records_per_shard",
-                                                           "greater than 0"]),
+                                                           "must be at least 1 (got 0)"]),
         (lambda r: r["data"].update(records_per_shard=-5), ["data.records_per_shard"]),
         (lambda r: r["data"].update(validation_fraction=1.0), ["data.validation_fraction"]),
         (lambda r: r["data"].update(document_split="page"), ["data.document_split", "'line'"]),
         (lambda r: r.update(cluster={"provider": "aws"}), ["cluster.provider", "local, ssh, gcp"]),
         (lambda r: r.update(cluster={"provider": "local", "workers": 0}), ["cluster.workers"]),
-        (lambda r: r.update(cluster={"provider": "ssh", "hosts": ["a"]}), ["cluster.user"]),
+        (lambda r: r.update(cluster={"provider": "ssh", "hosts": ["a"], "known_hosts": "kh"}),
+         ["cluster.user"]),
         (lambda r: r.update(cluster={"provider": "gcp", "project": "my-project",
                                      "zone": "us-central2-b", "accelerator_type": "a100"}),
          ["cluster.accelerator_type", "v4-8"]),
@@ -127,3 +128,57 @@ def test_init_writes_a_starter_that_loads(tmp_path):
 def test_demo_config_is_valid():
     config = load_config(REPO / "examples" / "demo.yaml")
     assert config.output_dir.startswith(str(REPO))
+
+
+def _problems_of(raw: dict) -> list[str]:
+    with pytest.raises(UserError) as info:
+        parse_config(raw)
+    return str(info.value).splitlines()
+
+
+def test_every_problem_is_reported_at_once_most_fundamental_first():
+    """Issue 18: a v6e-8 in us-central2-b is refused for its route and its zone in one round,
+    and a bad value elsewhere comes with them; each problem is one line."""
+    raw = copy.deepcopy(GOOD)
+    raw["cluster"] = {"provider": "gcp", "project": "my-project", "zone": "us-central2-b",
+                      "accelerator_type": "v6e-8"}
+    raw["train"]["batch_size"] = 0
+    lines = _problems_of(raw)
+    assert len(lines) == 3, lines
+    assert "cluster.accelerator_type" in lines[0] and "no working route on TPU v6e" in lines[0]
+    assert "cluster.zone" in lines[1] and "us-central2-b does not offer v6e-8" in lines[1]
+    assert lines[2] == "config: train.batch_size must be at least 1 (got 0)"
+
+
+def test_checks_across_sections_still_run_when_a_section_is_bad():
+    raw = copy.deepcopy(GOOD)
+    raw["model"]["num_heads"] = 3  # the model section is bad on its own
+    raw["train"].update(warmup_steps=50, steps=10)  # and train is wrong with itself
+    raw["data"]["colour"] = "red"  # and a key is unknown
+    lines = _problems_of(raw)
+    assert "unknown key 'data.colour'" in lines[0], lines
+    assert any("num_heads=3" in line for line in lines), lines
+    assert "warmup_steps=50 is more than train.steps=10" in lines[-1], lines
+    assert len(lines) == 3, lines
+
+
+def test_a_mistyped_key_is_not_also_reported_missing():
+    raw = copy.deepcopy(GOOD)
+    raw["trian"] = raw.pop("train")
+    raw["data"]["seq_len"] = 4
+    lines = _problems_of(raw)
+    assert "unknown key 'trian'" in lines[0] and "did you mean 'train'" in lines[0], lines
+    assert not any("missing required key 'train'" in line for line in lines), lines
+    assert any("data.seq_len must be at least 16 (got 4)" in line for line in lines), lines
+
+
+@pytest.mark.parametrize(("key", "value", "wording"), [
+    ("batch_size", 0, "train.batch_size must be at least 1 (got 0)"),
+    ("steps", "many", "train.steps must be a whole number (an integer) (got 'many')"),
+    ("learning_rate", -1, "train.learning_rate must be more than 0.0 (got -1)"),
+    ("bf16", "perhaps", "train.bf16 must be true or false (got 'perhaps')"),
+])
+def test_values_are_refused_in_the_projects_words(key, value, wording):
+    message = error_for(lambda r: r["train"].update({key: value}))
+    assert message == f"config: {wording}", message
+    assert "Input should" not in message

@@ -19,21 +19,11 @@ from typer.testing import CliRunner
 from launcher import records, run, runlock, ship
 from launcher.cli import app
 from launcher.executors import LocalExecutor
-from launcher.launch import PEER_TIMEOUT_ENV, STAGE_ENTRY_ENV
+from launcher.launch import PEER_TIMEOUT_ENV
 from payload import storage
-from tests.helpers import REPO, install_stub, process_with_pid, tiny_config, wait_for
+from tests.helpers import REPO, process_with_pid, wait_for
 
 runner = CliRunner()
-
-
-@pytest.fixture
-def local_run(tmp_path, tpuctl_home, monkeypatch):
-    def make(behaviour=None, workers=2, **sections):
-        stub = install_stub(tmp_path / "stub", behaviour)
-        monkeypatch.setenv(STAGE_ENTRY_ENV, str(stub))
-        return tiny_config(tmp_path, output_dir=str(tmp_path / "out"),
-                           cluster={"provider": "local", "workers": workers}, **sections)
-    return make
 
 
 @pytest.fixture

@@ -15,16 +15,6 @@ from tests.helpers import REPO, install_stub, tiny_config, wait_for
 runner = CliRunner()
 
 
-@pytest.fixture
-def local_run(tmp_path, tpuctl_home, monkeypatch):
-    def make(behaviour=None, workers=2, **sections):
-        stub = install_stub(tmp_path / "stub", behaviour)
-        monkeypatch.setenv(STAGE_ENTRY_ENV, str(stub))
-        return tiny_config(tmp_path, output_dir=str(tmp_path / "out"),
-                           cluster={"provider": "local", "workers": workers}, **sections)
-    return make
-
-
 def _live(config):
     from payload.config import load_config
 

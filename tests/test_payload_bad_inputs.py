@@ -60,6 +60,16 @@ def _model_config(root: Path, kind: str) -> Path:
     return write_config(root / "run.yaml", raw)
 
 
+def _short_model_config(root: Path) -> Path:
+    """A run whose model.config has 16 positions for rows of 32 tokens."""
+    target = root / "config.json"
+    target.write_text('{"model_type": "gpt2", "n_positions": 16, "n_embd": 32, "n_layer": 1, '
+                      '"n_head": 2}')
+    raw = base_config(root / "out", _corpus(root))
+    raw["model"] = {"family": "gpt2", "config": str(target)}
+    return write_config(root / "run.yaml", raw)
+
+
 def _jsonl(root: Path) -> Path:
     path = root / "texts" / "docs.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -130,6 +140,15 @@ CASES = [
      ("preflight", ALL, False, False), ["model.config", "model-config", "is a folder"]),
     ("model-config-not-json", lambda r: _model_config(r, "text"),
      ("preflight", ALL, False, False), ["model.config", "config.txt", "not JSON"]),
+    # Issue 16, point 12: accepted, to fail at train (or to train to NaN).
+    ("learning-rate-1e308", lambda r: _config(r, train={"learning_rate": 1e308}), ("train",),
+     ["train.learning_rate must be at most 1.0"]),
+    ("steps-1e30", lambda r: _config(r, train={"steps": 1e30}), ("prepare",),
+     ["train.steps", "at most 1,000,000,000"]),
+    ("corpus-gs-one-slash", lambda r: _config(r, data={"corpus": ["gs:/bucket/a.txt"]}),
+     ("prepare",), ["data.corpus", "'gs:/bucket/a.txt' is not a gs:// URL"]),
+    ("model-config-too-few-positions", _short_model_config, ("preflight", ALL, False, False),
+     ["model.config", "16 positions", "data.seq_len 32"]),
     ("jsonl-without-text-field", lambda r: write_config(r / "run.yaml", base_config(
         r / "out", _jsonl(r))), ("preflight", ALL, False, False),
      ["docs.jsonl", "no 'text' field", "data.text_column"]),
@@ -192,3 +211,20 @@ def test_bad_input_is_one_line_exit_2_and_creates_nothing(tmp_path, build, comma
         assert needle in line, f"{needle!r} not in {line!r}"
     assert _tree(tmp_path) == before, "something was created or changed"
     print(f"{command[0]}: {line}")
+
+
+def test_preflight_reports_every_problem_at_once(tmp_path):
+    """Issue 18: a missing corpus file and a model.config with too few positions are refused
+    together, one line each, not in two rounds."""
+    config = _short_model_config(tmp_path)
+    raw = yaml.safe_load(config.read_text())
+    raw["data"]["corpus"] = [str(tmp_path / "nothere.txt")]
+    write_config(config, raw)
+    before = _tree(tmp_path)
+    with pytest.raises(UserError) as info:
+        check_before_start(load_config(config), stages=set(ALL), resume=False, overwrite=False)
+    lines = str(info.value).splitlines()
+    assert len(lines) == 2, lines
+    assert "data.corpus: no such file" in lines[0] and "nothere.txt" in lines[0]
+    assert "model.config" in lines[1] and "16 positions" in lines[1]
+    assert _tree(tmp_path) == before

@@ -173,7 +173,8 @@ def test_dry_run_on_cpu_workers_warns_from_the_manifest(tmp_path):
     raw = _raw(cluster={"provider": "local", "workers": 3}, output_dir=str(out),
                data={"corpus": str(tmp_path / "c.txt"), "seq_len": 128},
                train={"steps": 4, "batch_size": 30})
-    (tmp_path / "c.txt").write_text("some text\n")
+    # A document for each of the 3 workers: fewer is refused (the preflight reads the shares).
+    (tmp_path / "c.txt").write_text("".join(f"some text {i}\n" for i in range(12)))
     result = _dry_run(tmp_path, raw)
     assert result.returncode == 0, result.stderr
     assert "no accelerator table entry" in result.stdout

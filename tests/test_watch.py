@@ -142,8 +142,8 @@ def test_status_and_jobs_read_the_record(real_run):
     listed = tpuctl("jobs", "-c", config, env={**env, "COLUMNS": "250"})
     assert listed.returncode == 0, listed.stderr
     row = next(line for line in listed.stdout.splitlines() if "watch-" in line)
-    assert "(current)" in row and "tokenizer,prepare,train,export" in row
-    assert "finished" in row and str(real_run["out"]) in row
+    assert row.startswith("*") and " all " in row  # the current job; every stage
+    assert "finished" in row and f"outputs: {real_run['out']}" in listed.stdout
 
 
 @pytest.fixture
@@ -252,16 +252,48 @@ def test_jobs_lists_every_job_with_its_state(stub_run, tpuctl_home):
         listed = runner.invoke(app, ["jobs", "-c", str(config)], env={"COLUMNS": "250"})
         rows = [line for line in listed.output.splitlines() if "t-20" in line]
         assert len(rows) == 2, listed.output
-        assert "tokenizer,prepare" in rows[0] and "finished" in rows[0]
-        assert "(current)" in rows[1] and "not followed to its end" in rows[1]
+        assert "tokenizer, prepare" in rows[0] and "finished" in rows[0]
+        assert rows[1].startswith("*") and "not followed to its end" in rows[1]
         checked = runner.invoke(app, ["jobs", "-c", str(config), "--check"],
                                 env={"COLUMNS": "250"})
         assert "running (train)" in checked.output, checked.output
     finally:
         assert runner.invoke(app, ["stop", "-c", str(config)]).exit_code == 0
     after = runner.invoke(app, ["jobs", "-c", str(config)], env={"COLUMNS": "250"})
-    current = next(line for line in after.output.splitlines() if "(current)" in line)
+    current = next(line for line in after.output.splitlines() if line.startswith("*"))
     assert "stopped" in current, after.output
+
+
+def test_jobs_fits_80_columns_and_knows_a_watched_job(stub_run, tpuctl_home):
+    """Issue 18: in 80 columns every job id stays on one line, and a job whose launcher is
+    following it now says so, until that launcher is gone."""
+    config = stub_run({"steps": {"train": 3000}})
+    env = {"TPUCTL_HOME": str(tpuctl_home), STAGE_ENTRY_ENV: os.environ[STAGE_ENTRY_ENV]}
+    assert tpuctl("train", "-c", str(config), "--local", "--stages", "tokenizer,prepare",
+                  env=env).returncode == 0
+    watcher = subprocess.Popen([sys.executable, "-m", "launcher.cli", "train", "-c",
+                                str(config), "--local", "--stages", "train"],
+                               env={**os.environ, "PYTHONPATH": str(REPO), **env}, cwd=REPO,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: "train" in tpuctl("status", "-c", str(config), env=env).stdout, 60)
+        listed = tpuctl("jobs", "-c", str(config), env={**env, "COLUMNS": "80"}).stdout
+        lines = listed.splitlines()
+        assert all(len(line) <= 80 for line in lines), listed
+        ids = [path.name for path in (tpuctl_home / "jobs" / "t").iterdir() if path.is_dir()]
+        assert len(ids) == 2 and all(any(i in line for line in lines) for i in ids), listed
+        current = next(i for i, line in enumerate(lines) if line.startswith("*"))
+        # The state wraps within its column: read the current job's rows as words.
+        words = " ".join(" ".join(lines[current:]).split())
+        assert f"running, watched by pid {watcher.pid}" in words, listed
+        assert "not followed" not in listed
+        watcher.kill()  # the launcher is gone: nobody watches any more
+        watcher.wait(30)
+        unwatched = tpuctl("jobs", "-c", str(config), env={**env, "COLUMNS": "80"}).stdout
+        assert "watched" not in unwatched and "not followed" in unwatched, unwatched
+    finally:
+        watcher.kill()
+        assert runner.invoke(app, ["stop", "-c", str(config)]).exit_code == 0
 
 
 def test_dry_run_refuses_what_the_real_run_refuses(stub_run, tmp_path, tpuctl_home):

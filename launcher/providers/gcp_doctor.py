@@ -16,7 +16,7 @@ from launcher.providers import gcp_site
 from launcher.providers.base import Check
 from launcher.providers.gcp_site import Site
 from payload import accelerators, tpu_api
-from payload.errors import UserError
+from payload.errors import UserError, counted
 
 OS_LOGIN_KEY = "enable-oslogin"
 
@@ -31,28 +31,32 @@ def _check(name: str, run: Callable[[], str | None]) -> Check:
 
 
 def checks(config, site: Site) -> Iterator[Check]:
+    """Every check, each once: one that cannot run because an earlier one failed (no
+    credentials, the API off) says so as a skip, so the whole list shows in one round."""
     cluster = config.cluster
     api = site.api
     acc = accelerators.accelerator(cluster.accelerator_type)
     credentials = _check("Google Cloud credentials", tpu_api.check_credentials)
     yield credentials
-    if credentials.verdict != "ok":
-        return
-    enabled = _check(f"Cloud TPU API enabled in {cluster.project}",
-                     lambda: f"{len(api.accelerator_types(cluster.zone))} types in "
-                             f"{cluster.zone}")
+    signed_in = credentials.verdict == "ok"
+    enabled_name = f"Cloud TPU API enabled in {cluster.project}"
+    if signed_in:
+        enabled = _check(enabled_name,
+                         lambda: f"{len(api.accelerator_types(cluster.zone))} types in "
+                                 f"{cluster.zone}")
+    else:
+        enabled = Check(enabled_name, "skip", NEEDS_CREDENTIALS)
     yield enabled
-    if enabled.verdict != "ok":
-        return
+    needs_api = None if enabled.verdict == "ok" else (
+        NEEDS_CREDENTIALS if not signed_in else "needs the Cloud TPU API (above)")
 
     def offered() -> str:
-        for zone in site.zones:
-            if acc.name not in api.accelerator_types(zone):
-                raise UserError(f"{zone} does not offer {acc.name} to this project",
-                                hint="choose another zone (cluster.zone) or type")
+        missing = [zone for zone in site.zones if acc.name not in api.accelerator_types(zone)]
+        if missing:
+            raise UserError(f"{', '.join(missing)} {'does' if len(missing) == 1 else 'do'} not "
+                            f"offer {acc.name} to this project",
+                            hint="choose another zone (cluster.zone) or type")
         return ", ".join(site.zones)
-
-    yield _check(f"{acc.name} offered", offered)
 
     def runtime() -> str:
         versions = api.runtime_versions(cluster.zone)
@@ -61,11 +65,26 @@ def checks(config, site: Site) -> Iterator[Check]:
                             hint="leave cluster.runtime_version out to take the default")
         return cluster.runtime
 
-    yield _check("runtime version offered", runtime)
+    yield _unless(needs_api, f"{acc.name} offered", offered)
+    yield _unless(needs_api, "runtime version offered", runtime)
     yield _quota_check(cluster)
-    yield _bucket_check(cluster)
-    yield from _remote_policy_checks(cluster)
-    yield _ssh_check(site, api)
+    if signed_in:
+        yield _bucket_check(cluster)
+        yield from _remote_policy_checks(cluster)
+    else:
+        yield Check("bucket", "skip", NEEDS_CREDENTIALS)
+        yield from (Check(name, "skip", NEEDS_CREDENTIALS) for name in POLICY_CHECKS)
+    yield _unless(needs_api, SSH_CHECK, lambda: _reach(site, api))
+
+
+NEEDS_CREDENTIALS = "needs credentials (above)"
+POLICY_CHECKS = ("OS Login off", "guest attributes allowed (host keys)")
+SSH_CHECK = "SSH reachable from here"
+
+
+def _unless(reason: str | None, name: str, run: Callable[[], str | None]) -> Check:
+    """The check, or a skip saying what it needs that an earlier check found missing."""
+    return Check(name, "skip", reason) if reason else _check(name, run)
 
 
 def _quota_check(cluster) -> Check:
@@ -97,9 +116,8 @@ def _remote_policy_checks(cluster) -> Iterator[Check]:
     """OS Login and the guest-attributes org policy: asked through Compute Engine's and the
     Org Policy API's REST endpoints (not faked here: skipped against the stand-in)."""
     if tpu_api.stand_in():
-        yield Check("OS Login off", "skip", "not checked against the TPU API stand-in")
-        yield Check("guest attributes allowed", "skip",
-                    "not checked against the TPU API stand-in")
+        yield from (Check(name, "skip", "not checked against the TPU API stand-in")
+                    for name in POLICY_CHECKS)
         return
     session = _session()
     project = cluster.project
@@ -135,8 +153,8 @@ def _remote_policy_checks(cluster) -> Iterator[Check]:
                             hint="ask an admin to lift it for this project")
         return ""
 
-    yield _check("OS Login off", os_login)
-    yield _check("guest attributes allowed (host keys)", guest_attributes)
+    yield _check(POLICY_CHECKS[0], os_login)
+    yield _check(POLICY_CHECKS[1], guest_attributes)
 
 
 def _session():
@@ -148,21 +166,19 @@ def _session():
     return AuthorizedSession(credentials)
 
 
-def _ssh_check(site: Site, api: tpu_api.TpuApi) -> Check:
-    def reach() -> str:
-        found = gcp_site.find_node(site, api)
-        if found is None or not found[0].endpoints:
-            return "no TPU yet; checked after `tpuctl up`"
-        node, _ = found
-        for i, endpoint in enumerate(node.endpoints):
-            address = gcp_site.ssh_address(endpoint)
-            try:
-                with socket.create_connection((address, 22), timeout=10):
-                    pass
-            except OSError as exc:
-                raise UserError(f"worker {i} ({address}) port 22 does not answer from here "
-                                f"({exc})", hint="add this machine's address to "
-                                "cluster.ssh_source_ranges and run `tpuctl up`") from None
-        return f"{len(node.endpoints)} worker(s) answer on port 22"
-
-    return _check("SSH reachable from here", reach)
+def _reach(site: Site, api: tpu_api.TpuApi) -> str:
+    found = gcp_site.find_node(site, api)
+    if found is None or not found[0].endpoints:
+        return "no TPU yet; checked after `tpuctl up`"
+    node, _ = found
+    for i, endpoint in enumerate(node.endpoints):
+        address = gcp_site.ssh_address(endpoint)
+        try:
+            with socket.create_connection((address, 22), timeout=10):
+                pass
+        except OSError as exc:
+            raise UserError(f"worker {i} ({address}) port 22 does not answer from here "
+                            f"({exc})", hint="add this machine's address to "
+                            "cluster.ssh_source_ranges and run `tpuctl up`") from None
+    answer = "answers" if len(node.endpoints) == 1 else "answer"
+    return f"{counted(len(node.endpoints), 'worker')} {answer} on port 22"

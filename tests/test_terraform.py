@@ -225,8 +225,8 @@ def test_init_apply_output_destroy_and_twice_changes_nothing(terraform):
 
     lines.clear()
     first = tf.apply(lines.append)
-    assert first == ChangeSummary(add=4, change=0, remove=0)
-    assert any(line.startswith("Apply complete! Resources: 4 added") for line in lines)
+    assert first == ChangeSummary(add=5, change=0, remove=0)
+    assert any(line.startswith("Apply complete! Resources: 5 added") for line in lines)
     assert any("terraform_data.tpu_vm[0]: Creation complete" in line for line in lines)
     assert tf.apply(lambda line: None).none  # the second apply changes nothing
 
@@ -242,7 +242,7 @@ def test_init_apply_output_destroy_and_twice_changes_nothing(terraform):
     assert tf.state_file.exists() and (tf.folder / VARS_FILE).exists()
     assert not list(TWIN.glob("*.tfstate*")) and not (TWIN / ".terraform").exists()
 
-    assert tf.destroy(lambda line: None) == ChangeSummary(add=0, change=0, remove=4)
+    assert tf.destroy(lambda line: None) == ChangeSummary(add=0, change=0, remove=5)
     assert tf.destroy(lambda line: None).none  # twice is fine
     assert Terraform(tf.folder.parent / "never-applied", module=TWIN).destroy(print).none
     with pytest.raises(UserError, match="no Terraform outputs"):
@@ -256,13 +256,44 @@ def test_changing_a_variable_changes_only_what_depends_on_it(terraform):
     tf.apply(lambda line: None)
     # A queued request instead: the TPU goes, the rest stays, the name is still the contract's.
     write_vars(tf.folder, make_vars(create_tpu=False))
-    assert tf.apply(lambda line: None) == ChangeSummary(add=0, change=0, remove=1)
+    assert tf.apply(lambda line: None) == ChangeSummary(add=0, change=0, remove=2)
     outputs = tf.outputs()
     assert outputs.tpu_created is False and outputs.tpu_name == "demo"
     # An existing bucket is used as it is.
     write_vars(tf.folder, make_vars(create_tpu=False, create_bucket=False, bucket="theirs"))
     tf.apply(lambda line: None)
     assert (tf.outputs().bucket, tf.outputs().bucket_created) == ("theirs", False)
+
+
+@pytest.mark.parametrize("provisioning", ["on_demand", "spot", "preemptible"])
+def test_a_second_up_with_the_same_inputs_replaces_no_tpu(terraform, provisioning):
+    """google-beta reads an on-demand node's empty schedulingConfig back as no block, and the
+    block forces a new TPU: a block written for on-demand replaced the TPU at every apply."""
+    tf = terraform()
+    write_vars(tf.folder, make_vars(provisioning=provisioning))
+    tf.init()
+    tf.apply(lambda line: None)
+    lines: list[str] = []
+    assert tf.apply(lines.append).none, [line for line in lines if "tpu" in line]
+    assert tf.apply(lambda line: None).none
+
+
+def test_fields_the_provider_forces_new_replace_the_tpu_and_labels_do_not(terraform):
+    tf = terraform()
+    write_vars(tf.folder, make_vars())
+    tf.init()
+    tf.apply(lambda line: None)
+    # Labels, metadata, tags and description: updated in place.
+    write_vars(tf.folder, make_vars(labels={"team": "nlp"}))
+    changed = tf.apply(lambda line: None)
+    assert changed.add == changed.remove == 0 and changed.change >= 1
+    for forced in ({"runtime_version": "tpu-ubuntu2204-base"}, {"provisioning": "spot"},
+                   {"accelerator_type": "v4-8"}, {"enable_external_ips": False}):
+        write_vars(tf.folder, make_vars(labels={"team": "nlp"}, **forced))
+        replaced = tf.apply(lambda line: None)
+        assert (replaced.add, replaced.remove) == (1, 1), forced
+        write_vars(tf.folder, make_vars(labels={"team": "nlp"}))
+        tf.apply(lambda line: None)
 
 
 def test_derived_names_fit_googles_limits_for_the_longest_tpu_name(terraform):

@@ -29,6 +29,7 @@ from launcher.terraform import (
 )
 from payload.errors import UserError
 from tests.conftest import REPO
+from tests.fakes.tpu_api import FakeTpuApi
 
 TWIN = REPO / "tests" / "terraform_twin"
 
@@ -266,16 +267,24 @@ def test_changing_a_variable_changes_only_what_depends_on_it(terraform):
 
 
 @pytest.mark.parametrize("provisioning", ["on_demand", "spot", "preemptible"])
-def test_a_second_up_with_the_same_inputs_replaces_no_tpu(terraform, provisioning):
+def test_a_second_up_with_the_same_inputs_replaces_no_tpu(terraform, provisioning,
+                                                          monkeypatch):
     """google-beta reads an on-demand node's empty schedulingConfig back as no block, and the
     block forces a new TPU: a block written for on-demand replaced the TPU at every apply."""
-    tf = terraform()
-    write_vars(tf.folder, make_vars(provisioning=provisioning))
-    tf.init()
-    tf.apply(lambda line: None)
-    lines: list[str] = []
-    assert tf.apply(lines.append).none, [line for line in lines if "tpu" in line]
-    assert tf.apply(lambda line: None).none
+    with FakeTpuApi() as api:
+        monkeypatch.setenv("TPUCTL_TPU_API_ENDPOINT", api.endpoint)
+        tf = terraform()
+        write_vars(tf.folder, make_vars(provisioning=provisioning))
+        tf.init()
+        tf.apply(lambda line: None)
+        lines: list[str] = []
+        assert tf.apply(lines.append).none, [line for line in lines if "tpu" in line]
+        assert tf.apply(lambda line: None).none
+        assert len(api.requests("CreateNode")) == 1 and api.requests("DeleteNode") == []
+        sent = api.requests("CreateNode")[0].body.get("schedulingConfig")
+        assert sent == {"on_demand": None, "spot": {"preemptible": False, "reserved": False,
+                                                    "spot": True},
+                        "preemptible": {"preemptible": True, "reserved": False}}[provisioning]
 
 
 def test_fields_the_provider_forces_new_replace_the_tpu_and_labels_do_not(terraform):

@@ -40,10 +40,23 @@ def wait(endpoint: str, operation: dict | None) -> dict | None:
 
 
 def sent_scheduling(blocks: list[dict]) -> dict | None:
-    """The schedulingConfig the provider sends: its expand leaves out false flags, and an empty
-    block is not sent at all."""
-    sent = {key: True for block in blocks for key, value in block.items() if value}
-    return sent or None
+    """The schedulingConfig the provider sends (expandTpuV2VmSchedulingConfig): nothing without
+    a block; with one, preemptible and reserved as they are and spot only when true."""
+    if not blocks:
+        return None
+    block = blocks[0]
+    sent = {"preemptible": bool(block.get("preemptible")), "reserved": bool(block.get("reserved"))}
+    if block.get("spot"):
+        sent["spot"] = True
+    return sent
+
+
+def api_answer(sent: dict) -> dict:
+    """The node as the API answers it: proto3 JSON leaves out fields at their default (false)."""
+    answer = dict(sent)
+    if "schedulingConfig" in answer:
+        answer["schedulingConfig"] = {k: v for k, v in answer["schedulingConfig"].items() if v}
+    return answer
 
 
 def read_back_scheduling(answer: dict | None) -> list[dict]:
@@ -83,7 +96,7 @@ def main() -> None:
     if scheduling is not None:
         body["schedulingConfig"] = scheduling
     if not endpoint:
-        write_read_back(read_back, body)  # what the API would answer: the fields that were set
+        write_read_back(read_back, api_answer(body))
         return
     nodes = f"{endpoint}/v2/projects/{spec['project']}/locations/{spec['zone']}/nodes"
     node = wait(endpoint, call("POST", f"{nodes}?nodeId={spec['name']}", body))

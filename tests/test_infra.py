@@ -21,15 +21,15 @@ CHECKOV = REPO / ".venv-checkov" / "bin" / "checkov"
 # Values whose shape is known, so a validation block must reject a wrong one.
 SHAPED = {"project", "region", "zone", "run_name", "tpu_name", "accelerator_type",
           "runtime_version", "provisioning", "bucket", "noncurrent_version_retention_days",
-          "corpus_bucket", "network", "subnetwork", "ssh_source_ranges", "ssh_user",
-          "ssh_public_key", "labels", "tpu_permission_scope"}
+          "run_prefix", "read_prefixes", "corpus_buckets", "network", "subnetwork",
+          "ssh_source_ranges", "ssh_user", "ssh_public_key", "labels"}
 # Values that depend on the user's environment: the run config decides, never a default here.
 NO_DEFAULT = {"project", "region", "zone", "run_name", "tpu_name", "accelerator_type",
-              "runtime_version", "create_tpu", "bucket", "create_bucket", "ssh_source_ranges",
-              "ssh_user", "ssh_public_key"}
+              "runtime_version", "create_tpu", "bucket", "create_bucket", "run_prefix",
+              "ssh_source_ranges", "ssh_user", "ssh_public_key"}
 # Which provider a resource type belongs to, to check that each module declares what it uses.
 PROVIDER_OF = {"google_tpu_v2_vm": "google-beta", "random_id": "random",
-               "terraform_data": "terraform"}
+               "terraform_data": "terraform", "time_sleep": "time"}
 
 
 @pytest.fixture(scope="module")
@@ -173,21 +173,46 @@ def test_firewall_opens_only_ssh_from_the_given_ranges_to_the_tpu(root):
 def test_service_account_has_least_privilege():
     module = _submodule("service_account")
     members = module.resources["google_storage_bucket_iam_member"]
-    assert members["bucket"]["role"] == "roles/storage.objectAdmin"
-    assert members["bucket"]["bucket"] == "${var.bucket}"
+    # The shared bucket: objectAdmin only under the run's own prefix, read only under the
+    # corpus prefixes, each by an IAM condition on the object name (and on a listing's prefix).
+    run, read = members["run"], members["read"]
+    assert run["role"] == "roles/storage.objectAdmin" and run["bucket"] == "${var.bucket}"
+    assert run["condition"][0]["expression"] == "${local.prefix_conditions[var.run_prefix]}"
+    assert read["role"] == "roles/storage.objectViewer" and read["bucket"] == "${var.bucket}"
+    assert read["condition"][0]["expression"] == "${local.prefix_conditions[each.value]}"
+    assert all("condition" in body for name, body in members.items() if name != "corpus")
+    conditions = _expr(module.blocks["locals"])
+    for needle in ("projects/_/buckets/${var.bucket}/objects/", "storage.googleapis.com/"
+                   "objectListPrefix", "resource.name.startsWith"):
+        assert needle in conditions, needle
+    # Every other corpus bucket is readable, not only the first.
+    assert members["corpus"]["for_each"] == "${toset(var.corpus_buckets)}"
     assert members["corpus"]["role"] == "roles/storage.objectViewer"
-    assert members["corpus"]["count"] == "${var.corpus_bucket == null ? 0 : 1}"
-    # TPU permissions: a custom role, delete only when asked, bound with a condition.
+    # TPU permissions: a custom role per TPU, delete only when asked, and no condition on the
+    # node's name (Cloud TPU does not show resource names to IAM conditions: it granted nothing).
     permissions = _expr(module.blocks["locals"])
     assert '[\\"tpu.nodes.get\\", \\"tpu.operations.get\\"]' in permissions
     assert 'var.allow_self_delete ? [\\"tpu.nodes.delete\\"] : []' in permissions
     binding = module.resources["google_project_iam_member"]["main"]
     assert binding["role"] == "${google_project_iam_custom_role.main.name}"
-    assert "condition" in _expr(binding["dynamic"])
-    assert "resource.name" in _expr(binding["dynamic"])
+    assert "condition" not in binding and "dynamic" not in binding
     assert set(module.resources) == {"google_service_account", "google_storage_bucket_iam_member",
-                                     "random_id", "google_project_iam_custom_role",
+                                     "time_sleep", "random_id", "google_project_iam_custom_role",
                                      "google_project_iam_member"}
+
+
+def test_a_new_service_account_is_given_time_before_the_tpu_uses_it(root):
+    """The provider's own TPU example waits 60 s after creating the account; time_sleep waits
+    only when created, and is created again only with a new account (its unique id)."""
+    module = _submodule("service_account")
+    wait = module.resources["time_sleep"]["main"]
+    assert wait["create_duration"] == "60s" and "destroy_duration" not in wait
+    assert wait["triggers"] == {"email": "${google_service_account.main.email}",
+                                "unique_id": "${google_service_account.main.unique_id}"}
+    # Everything that uses the account takes its email from the wait.
+    assert module.outputs["email"]["value"] == '${time_sleep.main.triggers["email"]}'
+    assert root.blocks["module"]["tpu_vm"]["service_account_email"] == (
+        "${module.service_account.email}")
 
 
 def test_no_basic_roles_anywhere_and_project_bindings_use_custom_roles(modules):
@@ -252,7 +277,7 @@ def test_versions_are_pinned_and_cover_the_providers_used(modules):
         assert used <= set(declared), (folder, used - set(declared))
     root_providers = {name for block in modules[INFRA].blocks["terraform"]
                       for entry in block["required_providers"] for name in entry}
-    assert root_providers == {"google", "google-beta", "random"}
+    assert root_providers == {"google", "google-beta", "random", "time"}
 
 
 def test_readme_tables_are_current():
@@ -300,3 +325,44 @@ def test_checkov_finds_no_failed_check_and_every_skip_has_a_reason():
     for check in results.get("skipped_checks", []):
         reason = (check.get("check_result") or {}).get("suppress_comment", "")
         assert len(reason.strip()) > 20, check["check_id"]
+
+
+def _gcp_run(**changes):
+    from payload.config import parse_config
+
+    raw = {"name": "demo",
+           "cluster": {"provider": "gcp", "project": "my-project-1", "zone": "us-central2-b",
+                       "accelerator_type": "v4-8"},
+           "data": {"corpus": ["gs://their-corpus/books/*.txt"]},
+           "model": {"family": "gpt2", "size": "tiny"},
+           "train": {"steps": 1, "batch_size": 8, "learning_rate": 1e-3}}
+    for key, value in changes.items():
+        raw[key] = value
+    return parse_config(raw)
+
+
+def test_the_workers_get_the_runs_prefix_and_every_corpus_bucket_not_the_whole_bucket():
+    """Issue 16, points 11 and 12: the bucket is shared by every run of the project."""
+    from launcher.providers.gcp_infra import bucket_access
+
+    config = _gcp_run(data={"corpus": [
+        "gs://their-corpus/books/*.txt", "gs://second-corpus/a.txt",
+        "gs://my-project-1-tpuctl/mine/part-*.txt", "gs://my-project-1-tpuctl/one/file.txt",
+        "/local/corpus.txt"]})
+    run_prefix, read, others = bucket_access(config)
+    assert run_prefix == "demo"  # output_dir defaults to gs://my-project-1-tpuctl/demo
+    assert read == ("corpus", "mine", "one/file.txt")
+    assert others == ("second-corpus", "their-corpus")  # every one, not only the first
+    # An output_dir deeper in the run's bucket is the prefix; one elsewhere keeps the name.
+    assert bucket_access(_gcp_run(output_dir="gs://my-project-1-tpuctl/team/x/"))[0] == "team/x"
+    assert bucket_access(_gcp_run(output_dir="gs://elsewhere/x"))[0] == "demo"
+
+
+def test_a_corpus_glob_over_the_whole_shared_bucket_is_refused():
+    from launcher.providers.gcp_infra import bucket_access
+    from payload.errors import UserError
+
+    with pytest.raises(UserError) as err:
+        bucket_access(_gcp_run(data={"corpus": ["gs://my-project-1-tpuctl/*.txt"]}))
+    assert "reads the whole of gs://my-project-1-tpuctl" in str(err.value)
+    assert "\n" not in str(err.value)

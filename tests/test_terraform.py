@@ -38,7 +38,7 @@ def make_vars(**changes) -> TerraformVars:
     values = dict(
         project="my-project-1", region="us-central2", zone="us-central2-b", run_name="demo",
         tpu_name="demo", accelerator_type="v4-32", runtime_version="tpu-vm-tf-2.16.1-pod-pjrt",
-        create_tpu=True, bucket="my-project-1-tpuctl", create_bucket=True,
+        create_tpu=True, bucket="my-project-1-tpuctl", create_bucket=True, run_prefix="demo",
         ssh_source_ranges=["203.0.113.7/32"], ssh_user="alice",
         ssh_public_key="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB+x alice@laptop")
     values.update(changes)
@@ -105,13 +105,14 @@ def test_a_missing_or_mistyped_output_is_a_clear_error(text, needles):
 
 
 def test_terraform_vars_are_written_as_json_with_lists_and_maps(tmp_path):
-    variables = make_vars(labels={"team": "x", "a": "b"}, corpus_bucket="corpus")
+    variables = make_vars(labels={"team": "x", "a": "b"}, corpus_buckets=("c1", "c2"))
     path = write_vars(tmp_path / "run", variables)
     assert path == tmp_path / "run" / VARS_FILE
     written = json.loads(path.read_text())
     assert written["ssh_source_ranges"] == ["203.0.113.7/32"]
     assert written["labels"] == {"a": "b", "team": "x"}
-    assert written["corpus_bucket"] == "corpus" and written["subnetwork"] is None
+    assert written["corpus_buckets"] == ["c1", "c2"] and written["subnetwork"] is None
+    assert written["read_prefixes"] == ["corpus"] and written["run_prefix"] == "demo"
     assert written["provisioning"] == "on_demand" and written["create_tpu"] is True
     assert set(written) == {f.name for f in dataclasses.fields(TerraformVars)}
     assert list(tmp_path.joinpath("run").iterdir()) == [path]  # no temporary file left
@@ -325,8 +326,10 @@ def test_derived_names_fit_googles_limits_for_the_longest_tpu_name(terraform):
     ({"tpu_name": "1-bad"}, "tpu_name must be 1 to 63 lowercase letters"),
     ({"bucket": "my-google-bucket"}, "bucket must be a Cloud Storage bucket name"),
     ({"provisioning": "reserved"}, "provisioning must be one of: on_demand, spot, preemptible"),
-    ({"allow_self_delete": True, "tpu_permission_scope": "project"},
-     'allow_self_delete needs tpu_permission_scope = "node"'),
+    ({"run_prefix": "demo/"}, "run_prefix must be an object-name prefix"),
+    ({"run_prefix": 'a" || true || "'}, "run_prefix must be an object-name prefix"),
+    ({"read_prefixes": ["corpus", ""]}, "read_prefixes must be object-name prefixes"),
+    ({"corpus_buckets": ["Bad Bucket"]}, "corpus_buckets must be Cloud Storage bucket names"),
 ])
 def test_a_failing_apply_is_one_line_with_terraforms_own_error(terraform, changes, needle):
     tf = terraform()

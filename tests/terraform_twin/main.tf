@@ -28,9 +28,11 @@ resource "terraform_data" "ssh_firewall" {
 
 resource "terraform_data" "service_account" {
   input = {
-    email         = "${local.account_id}@${var.project}.iam.gserviceaccount.com"
-    bucket        = local.bucket_name
-    corpus_bucket = var.corpus_bucket
+    email          = "${local.account_id}@${var.project}.iam.gserviceaccount.com"
+    bucket         = local.bucket_name
+    run_prefix     = var.run_prefix
+    read_prefixes  = var.read_prefixes
+    corpus_buckets = var.corpus_buckets
     permissions = concat(
       ["tpu.nodes.get", "tpu.operations.get"],
       var.allow_self_delete ? ["tpu.nodes.delete"] : [],

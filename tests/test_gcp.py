@@ -220,7 +220,11 @@ def test_a_host_key_that_does_not_match_is_refused_and_nothing_runs(cloud, fleet
     assert _invoke("down", "-c", config).exit_code == 0
 
 
-def test_a_worker_without_a_published_host_key_names_the_org_policy(cloud, fleet, tmp_path):
+def test_a_worker_without_a_published_host_key_names_the_org_policy(cloud, fleet, tmp_path,
+                                                                     monkeypatch):
+    from launcher.providers import gcp_site
+
+    monkeypatch.setattr(gcp_site, "HOST_KEYS_WAIT_S", 0.5)
     config = gcp_config(tmp_path, fleet)
     cloud.hide_guest_attributes()
     result = _invoke("up", "-c", config)
@@ -228,6 +232,34 @@ def test_a_worker_without_a_published_host_key_names_the_org_policy(cloud, fleet
                     "compute.disableGuestAttributesAccess", "nothing that bills is left")
     assert cloud.node_names() == []  # the failed up removed the TPU it made
     cloud.hide_guest_attributes(False)
+    assert _invoke("down", "-c", config).exit_code == 0
+
+
+def test_host_keys_published_after_ready_are_waited_for(cloud, fleet, tmp_path):
+    """The guest agent publishes host keys after boot, not at READY: `up` waits, saying so."""
+    import threading
+
+    config = gcp_config(tmp_path, fleet)
+    cloud.hide_guest_attributes()
+    asked = threading.Event()
+
+    def publish_once_asked():  # the keys appear only after `up` has found none
+        while not asked.is_set():
+            if cloud.requests("GetGuestAttributes"):
+                cloud.hide_guest_attributes(False)
+                return
+            asked.wait(0.05)
+
+    publisher = threading.Thread(target=publish_once_asked)
+    publisher.start()
+    try:
+        result = _invoke("up", "-c", config)
+    finally:
+        asked.set()
+        publisher.join()
+    assert result.exit_code == 0, result.output
+    assert "waiting for the host key of worker 0" in result.output
+    assert result.output.count("waiting for the host key") == 1
     assert _invoke("down", "-c", config).exit_code == 0
 
 

@@ -216,7 +216,7 @@ def up(config, site: Site, on_event: Callable[[str], None], *,
                 _queue(config, site, tf.outputs(), zone, public_key, on_event)
             break
         node, zone = gcp_site.wait_ready(site, api, on_event)
-        gcp_site.write_known_hosts(site, api, node, zone)
+        gcp_site.write_known_hosts(site, api, node, zone, on_event)
     except BaseException as exc:
         if made_tpu:
             _undo_tpu(config, site, tf, public_key, create_bucket, on_event)

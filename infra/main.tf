@@ -26,6 +26,7 @@ module "ssh_firewall" {
 
   project       = var.project
   name          = local.firewall_name
+  internal_name = local.internal_name
   network       = var.network
   source_ranges = var.ssh_source_ranges
   target_tag    = local.network_tag

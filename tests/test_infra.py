@@ -148,8 +148,10 @@ def test_bucket_is_private_versioned_and_never_force_destroyed(root):
     assert bucket["versioning"] == [{"enabled": True}]
     rule = bucket["lifecycle_rule"][0]
     assert rule["action"] == [{"type": "Delete"}]
+    # send_age_if_zero explicitly false: with it true the provider sends age = 0 (every object).
     assert rule["condition"] == [
-        {"days_since_noncurrent_time": "${var.noncurrent_version_retention_days}"}]
+        {"days_since_noncurrent_time": "${var.noncurrent_version_retention_days}",
+         "send_age_if_zero": False}]
     assert bucket["labels"] == "${var.labels}"
     # In the TPU's region, and only made when asked.
     call = root.blocks["module"]["bucket"]
@@ -164,7 +166,14 @@ def test_firewall_opens_only_ssh_from_the_given_ranges_to_the_tpu(root):
     assert rule["source_ranges"] == "${var.source_ranges}"
     assert rule["target_tags"] == ["${var.target_tag}"]
     assert "deny" not in rule
+    # The slice's hosts reach each other, from their own tag only (a custom VPC has no
+    # default-allow-internal rule: a pod slice hung there).
+    internal = _submodule("ssh_firewall").resources["google_compute_firewall"]["internal"]
+    assert internal["source_tags"] == internal["target_tags"] == ["${var.target_tag}"]
+    assert "source_ranges" not in internal and internal["direction"] == "INGRESS"
+    assert {a["protocol"] for a in internal["allow"]} == {"tcp", "udp", "icmp"}
     call = root.blocks["module"]["ssh_firewall"]
+    assert call["internal_name"] == "${local.internal_name}"
     assert call["source_ranges"] == "${var.ssh_source_ranges}"
     assert call["target_tag"] == "${local.network_tag}"
     assert root.blocks["module"]["tpu_vm"]["network_tag"] == "${local.network_tag}"

@@ -263,6 +263,21 @@ def test_host_keys_published_after_ready_are_waited_for(cloud, fleet, tmp_path):
     assert _invoke("down", "-c", config).exit_code == 0
 
 
+def test_a_reserved_request_names_its_reservation_and_marks_the_node_reserved(cloud, fleet,
+                                                                             tmp_path):
+    """As Google's TF release CI does (xlml/utils/tpu.py): the node of a request for reserved
+    capacity carries scheduling_config.reserved."""
+    reservation = "projects/test-project/locations/us-central2-b/reservations/my-tpus"
+    config = gcp_config(tmp_path, fleet, reservation=reservation)
+    cloud.plan_queued_resource("tpurun", wait_polls=1)
+    up = _invoke("up", "-c", config)
+    assert up.exit_code == 0, up.output
+    body = cloud.requests("CreateQueuedResource")[0].body
+    assert body["reservationName"] == reservation and "spot" not in body
+    assert body["tpu"]["nodeSpec"][0]["node"]["schedulingConfig"] == {"reserved": True}
+    assert _invoke("down", "-c", config).exit_code == 0
+
+
 def test_queued_request_waits_then_becomes_the_tpu(cloud, fleet, tmp_path):
     config = gcp_config(tmp_path, fleet, queued=True, provisioning="spot", queue_hours=2)
     cloud.plan_queued_resource("tpurun", wait_polls=3)

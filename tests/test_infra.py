@@ -375,3 +375,46 @@ def test_a_corpus_glob_over_the_whole_shared_bucket_is_refused():
         bucket_access(_gcp_run(data={"corpus": ["gs://my-project-1-tpuctl/*.txt"]}))
     assert "reads the whole of gs://my-project-1-tpuctl" in str(err.value)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(("cluster", "needles"), [
+    ({"reservation": "my-tpus"}, ["'my-tpus' is not a reservation path",
+                                  "projects/PROJECT/locations/us-central2-b/reservations/NAME"]),
+    ({"reservation": "projects/p-1/zones/us-central2-b/reservations/r"},
+     ["is not a reservation path"]),
+    ({"reservation": "projects/my-project-1/locations/us-central1-a/reservations/r"},
+     ["reservation is in us-central1-a", "asked for in us-central2-b"]),
+    ({"queued": True, "provisioning": "preemptible"},
+     ["preemptible cannot be queued", "provisioning: spot"]),
+])
+def test_queued_capacity_is_checked_before_anything_runs(tmp_path, cluster, needles):
+    """Issue 17, lesser: a reservation in the form the TPU API takes; preemptible was sent as
+    spot for a queued request without a word."""
+    import sys
+
+    import yaml
+
+    from tests.conftest import assert_user_error, payload_env
+
+    def up_dry_run() -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "launcher.cli", "up", "--dry-run", "-c",
+                               str(path)], capture_output=True, text=True, timeout=120,
+                              env={**payload_env(), "TPUCTL_HOME": str(tmp_path / "home")})
+
+    raw = {"name": "demo",
+           "cluster": {"provider": "gcp", "project": "my-project-1", "zone": "us-central2-b",
+                       "accelerator_type": "v4-8", "ssh_source_ranges": ["203.0.113.7/32"],
+                       **cluster},
+           "data": {"corpus": ["gs://c/books.txt"]}, "model": {"family": "gpt2", "size": "tiny"},
+           "train": {"steps": 1, "batch_size": 8, "learning_rate": 1e-3}}
+    path = tmp_path / "tpuctl.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert_user_error(up_dry_run(), *needles)
+    assert list(tmp_path.iterdir()) == [path]  # nothing written
+    # The right form in the right zone is taken.
+    raw["cluster"] = {**raw["cluster"], "queued": False, "provisioning": "on_demand",
+                      "reservation": "projects/my-project-1/locations/us-central2-b/"
+                                     "reservations/my-tpus"}
+    path.write_text(yaml.safe_dump(raw))
+    proc = up_dry_run()
+    assert proc.returncode == 0, proc.stderr

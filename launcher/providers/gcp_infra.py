@@ -304,10 +304,13 @@ def _queue(config, site: Site, outputs, zone: str, public_key: str,
             "tags": [outputs.network_tag],
             "metadata": {"ssh-keys": f"{site.user}:{public_key}"},
             "labels": {RUN_LABEL: config.name},
+            # Google's TF release CI marks a node that takes reserved capacity as reserved
+            # (ml-auto-solutions xlml/utils/tpu.py: scheduling_config.reserved).
+            **({"scheduling_config": {"reserved": True}} if cluster.reservation else {}),
         }
         on_event(f"queueing a request for {cluster.accelerator_type} in {zone} (deadline "
                  f"{cluster.queue_hours:g} h)")
-        api.create_queued(site.tpu_name, node, spot=cluster.provisioning != "on_demand",
+        api.create_queued(site.tpu_name, node, spot=cluster.provisioning == "spot",
                           valid_for_s=deadline_s, reservation=cluster.reservation, zone=zone)
     request = tpu_api.wait_for(
         lambda: api.get_queued(site.tpu_name, zone),

@@ -466,6 +466,37 @@ def test_a_detached_job_with_down_deletes_its_own_tpu(cloud, fleet, tmp_path, mo
     assert cloud.node_names() == []
 
 
+def test_a_failed_self_delete_is_loud_in_the_log_status_and_jobs(cloud, fleet, tmp_path,
+                                                                  monkeypatch):
+    """Issue 17, defect 2: the self-delete was denied (403) while the TPU kept billing, and only
+    the agent's log said so. Now the log, `status` and `jobs --check` say it, with the fix."""
+    from tests.fakes.tpu_api import permission_denied
+
+    config = gcp_config(tmp_path, fleet)
+    assert _invoke("up", "-c", config).exit_code == 0
+    _stub(fleet, tmp_path, {"steps": {"train": 2}}, monkeypatch)
+    cloud.fail("DeleteNode", permission_denied("tpu.nodes.delete"))
+    started = _invoke("train", "-c", config, "--down", "--detach")
+    assert started.exit_code == 0, started.output
+    log = fleet.shared / tmp_path.name[:40] / "out" / "logs" / "worker-0.log"
+    wait_for(lambda: log.exists() and "STILL UP AND BILLING" in log.read_text(), timeout_s=90)
+    assert "run `tpuctl down`" in log.read_text()
+    assert cloud.node("tpurun")["state"] == "READY"  # the denied delete left it billing
+
+    wait_for(lambda: "self-delete failed" in _invoke("status", "-c", config).output,
+             timeout_s=60)
+    status = _invoke("status", "-c", config)
+    assert status.exit_code == 0, status.output
+    assert "WARNING: the job asked for --down, but its self-delete failed" in status.output
+    assert "TPU tpurun is still up" in status.output and "tpuctl down" in status.output
+    jobs = runner.invoke(app, ["jobs", "-c", str(config), "--check"], env={"COLUMNS": "400"})
+    assert "the job asked for --down, but its self-delete failed" in jobs.output, jobs.output
+    assert _invoke("down", "-c", config).exit_code == 0
+    assert cloud.node_names() == []
+    status = _invoke("status", "-c", config)
+    assert "self-delete failed" not in status.output
+
+
 def test_preemption_is_recovered_with_auto_resume(cloud, fleet, tmp_path, tpuctl_home,
                                                   monkeypatch):
     """The node is preempted mid-training and its workers' processes die: --auto-resume 1

@@ -397,7 +397,7 @@ def test_doctor_checks_against_the_stand_ins(cloud, fleet, tmp_path):
     assert before.exit_code == 0, before.output
     assert "ok    Cloud TPU API enabled in test-project" in before.output
     assert "ok    v4-16 offered" in before.output
-    assert "ok    runtime version offered: tpu-ubuntu2204-base" in before.output
+    assert "ok    runtime version offered: v2-alpha-tpuv5" in before.output
     assert "gs://test-project-tpuctl exists and is readable" in before.output
     assert "skip  TPU quota" in before.output
     assert "no TPU yet" in before.output

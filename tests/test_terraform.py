@@ -281,6 +281,10 @@ def test_a_second_up_with_the_same_inputs_replaces_no_tpu(terraform, provisionin
         lines: list[str] = []
         assert tf.apply(lines.append).none, [line for line in lines if "tpu" in line]
         assert tf.apply(lambda line: None).none
+        # The apply `train --down` makes to grant the self-delete right before training.
+        write_vars(tf.folder, make_vars(provisioning=provisioning, allow_self_delete=True))
+        granted = tf.apply(lambda line: None)
+        assert (granted.add, granted.remove) == (0, 0) and granted.change >= 1
         assert len(api.requests("CreateNode")) == 1 and api.requests("DeleteNode") == []
         sent = api.requests("CreateNode")[0].body.get("schedulingConfig")
         assert sent == {"on_demand": None, "spot": {"preemptible": False, "reserved": False,

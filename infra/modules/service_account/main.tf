@@ -56,9 +56,10 @@ resource "google_storage_bucket_iam_member" "run" {
   role   = "roles/storage.objectAdmin"
   member = local.member
 
+  # A condition's title is short; the prefix itself is in the expression.
   condition {
-    title       = "tpuctl run prefix ${var.run_prefix}"
-    description = "Objects under ${var.run_prefix}/ of gs://${var.bucket} only (TPU ${var.tpu_name})."
+    title       = "tpuctl run ${substr(var.tpu_name, 0, 40)}"
+    description = "Only the run's own objects (its output_dir prefix) of TPU ${var.tpu_name}."
     expression  = local.prefix_conditions[var.run_prefix]
   }
 }
@@ -71,8 +72,8 @@ resource "google_storage_bucket_iam_member" "read" {
   member = local.member
 
   condition {
-    title       = "tpuctl read prefix ${each.value}"
-    description = "Read objects under ${each.value}/ of gs://${var.bucket} (TPU ${var.tpu_name})."
+    title       = "tpuctl read ${substr(var.tpu_name, 0, 40)} ${substr(sha1(each.value), 0, 8)}"
+    description = "Read the corpus of TPU ${var.tpu_name} under one prefix."
     expression  = local.prefix_conditions[each.value]
   }
 }

@@ -234,8 +234,9 @@ def up(config_path: ConfigOpt = DEFAULT_CONFIG, dry_run: DryRunOpt = False) -> N
 def down(
     config_path: ConfigOpt = DEFAULT_CONFIG,
     delete_bucket: Annotated[bool, typer.Option(
-        "--delete-bucket", help="Also delete the bucket `up` created (refused while it holds "
-        "objects tpuctl did not write).")] = False,
+        "--delete-bucket", help="Also delete this run's objects in the bucket `up` created, and "
+        "the bucket once nothing else is in it (refused while a run's lock there is live).")
+    ] = False,
 ) -> None:
     """Delete the TPU (and any queued request), then check through the API that nothing of the
     run is left billing; the bucket stays unless --delete-bucket."""

@@ -26,6 +26,9 @@ from payload.errors import UserError
 PREFIX = "corpus"
 # What marks the staging area as tpuctl's own (see `tpuctl down --delete-bucket`).
 OWNER_MARKER = f"{PREFIX}/.tpuctl/staged-by-tpuctl"
+# corpus/.tpuctl/staged/RUN.json lists the objects RUN staged: `down --delete-bucket` deletes
+# those of its own run that no other run's record lists, and nothing else under corpus/.
+STAGED_RECORDS = f"{PREFIX}/.tpuctl/staged/"
 PARALLEL = 8
 CHUNK = 8 << 20
 
@@ -39,6 +42,26 @@ class LocalFile:
 
     def object_name(self) -> str:
         return f"{PREFIX}/{self.sha256[:32]}/{os.path.basename(self.path)}"
+
+
+def staged_record(run: str) -> str:
+    return f"{STAGED_RECORDS}{run}.json"
+
+
+def _record_staged(target, run: str, names: list[str]) -> None:
+    """Add `names` to the run's staging record (written whole, after the uploads)."""
+    import json
+
+    from google.api_core import exceptions as gexc
+
+    blob = target.blob(staged_record(run))
+    try:
+        known = json.loads(blob.download_as_bytes()).get("objects", [])
+    except (gexc.NotFound, ValueError, AttributeError):  # none yet, or not a record of ours
+        known = []
+    merged = sorted(set(known) | set(names))
+    if merged != sorted(known):
+        blob.upload_from_string(json.dumps({"run": run, "objects": merged}, indent=1).encode())
 
 
 def is_local(entry: str) -> bool:
@@ -66,9 +89,10 @@ def fingerprint(path: str) -> LocalFile:
                      md5_b64=base64.b64encode(md5.digest()).decode())
 
 
-def stage_corpus(entries: list[str], *, bucket: str,
+def stage_corpus(entries: list[str], *, bucket: str, run: str | None = None,
                  on_event: Callable[[str], None] = lambda m: None) -> list[str]:
-    """The corpus with every local file replaced by its staged gs:// copy (uploaded if needed)."""
+    """The corpus with every local file replaced by its staged gs:// copy (uploaded if needed);
+    `run`'s staging record lists them (what `down --delete-bucket` may delete)."""
     paths = local_files(entries)
     if not paths:
         return list(entries)
@@ -97,6 +121,9 @@ def stage_corpus(entries: list[str], *, bucket: str,
     try:
         target.blob(OWNER_MARKER).upload_from_string(b"files under corpus/ were staged by "
                                                      b"tpuctl\n")
+        # Recorded before the uploads: an interrupted staging leaves no object unlisted.
+        if run:
+            _record_staged(target, run, [f.object_name() for f in files])
         with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
             list(pool.map(upload, files))
     except OSError as exc:

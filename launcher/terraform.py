@@ -43,6 +43,9 @@ INSTALL_HINT = ("install Terraform 1.9 or newer (https://developer.hashicorp.com
 _NOT_STAGED = re.compile(r"(^|/)(\.terraform(/|$)|__pycache__/)|\.tfstate(\.backup)?$"
                          r"|(^|/)terraform\.tfvars(\.json)?$|\.terraform\.lock\.hcl$")
 _RUN_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+# The TPU's resources in the module's state: infra/'s `module.tpu_vm` (google_tpu_v2_vm) and the
+# test twin's `terraform_data.tpu_vm` both carry this name.
+TPU_RESOURCE = "tpu_vm"
 
 Verb = Literal["init", "apply", "destroy", "output"]
 OnLine = Callable[[str], None]
@@ -202,6 +205,16 @@ def terraform_argv(binary: str, folder: Path, verb: Verb) -> list[str]:
     raise ValueError(f"unknown Terraform step {verb!r}")
 
 
+def state_argv(binary: str, folder: Path, *args: str) -> list[str]:
+    """`terraform state ...` in `folder`: `list`, or `rm ADDRESS...`."""
+    return [binary, f"-chdir={folder}", "state", *args]
+
+
+def is_tpu_address(address: str) -> bool:
+    """Whether a state address names the TPU (`module.tpu_vm[0].google_tpu_v2_vm.main`)."""
+    return any(part.split("[", 1)[0] == TPU_RESOURCE for part in address.split("."))
+
+
 def terraform_env(base: Mapping[str, str]) -> dict[str, str]:
     """The environment Terraform runs with: told it is automated, no prompts, no update check."""
     return {**base, "TF_IN_AUTOMATION": "1", "TF_INPUT": "0", "CHECKPOINT_DISABLE": "1"}
@@ -328,6 +341,31 @@ class Terraform:
             raise UserError(f"terraform output failed in {self.folder}: {one_line(error)}",
                             hint="run `tpuctl up` again")
         return InfraOutputs.from_output_json(proc.stdout, where=str(self.folder))
+
+    def tpu_addresses(self) -> list[str]:
+        """The TPU's resource instances in the run's state (none when nothing was applied)."""
+        if not self.state_file.exists():
+            return []
+        proc = self._state("list")
+        return [a for a in proc.stdout.split() if is_tpu_address(a)]
+
+    def forget(self, addresses: list[str]) -> None:
+        """Take resources out of the state: Terraform stops managing them and never deletes
+        them; they stay in the cloud as they are."""
+        if addresses:
+            self._state("rm", *addresses)
+
+    def _state(self, *args: str) -> subprocess.CompletedProcess:
+        argv = state_argv(require_terraform(self.binary), self.folder, *args)
+        proc = subprocess.run(argv, capture_output=True, text=True, errors="replace",
+                              stdin=subprocess.DEVNULL, env=terraform_env(self._base_env()),
+                              check=False)
+        if proc.returncode != 0:
+            lines = [ln for ln in proc.stderr.splitlines() if ln.strip()] or [
+                f"exit status {proc.returncode}"]
+            raise UserError(f"terraform state {args[0]} failed: {one_line(lines[-1])}",
+                            hint=f"Terraform's working folder is {self.folder}")
+        return proc
 
     def stage_module(self) -> list[Path]:
         """Copy the module's files into the working folder; files copied last time and since

@@ -33,6 +33,11 @@ def _read(output_dir: str) -> list[dict]:
     return json.loads(storage.read_text(path))["nodes"] if storage.exists(path) else []
 
 
+def read_nodes(output_dir: str) -> list[dict]:
+    """The nodes the run's record lists: their unique ids, zones, creation and deletion."""
+    return _read(output_dir)
+
+
 def record_node(output_dir: str, *, uid: str, zone: str, created: float) -> None:
     """The run uses this node (again): add it unless it is there already."""
     nodes = _read(output_dir)

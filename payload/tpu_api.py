@@ -18,7 +18,7 @@ import contextlib
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from payload.errors import UserError
 
@@ -87,6 +87,10 @@ class QueuedResource:
     state: str
     error: str  # the API's own reason when FAILED or SUSPENDED
     node_ids: tuple[str, ...]
+    # A queued request has no unique id of its own: its creation time, with its name and zone,
+    # tells one request from another made later under the same name.
+    create_time: float | None = None
+    labels: dict = field(default_factory=dict)  # its node's, as the request asks for them
 
 
 def _enum_name(value) -> str:
@@ -113,9 +117,12 @@ def _queued_record(raw) -> QueuedResource:
     error = ""
     if raw.state and raw.state.failed_data and raw.state.failed_data.error:
         error = raw.state.failed_data.error.message
-    node_ids = tuple(spec.node_id for spec in raw.tpu.node_spec) if raw.tpu else ()
+    specs = list(raw.tpu.node_spec) if raw.tpu else []
+    labels = dict(specs[0].node.labels) if specs and specs[0].node else {}
     return QueuedResource(name=raw.name.rsplit("/", 1)[-1], state=state, error=error,
-                          node_ids=node_ids)
+                          node_ids=tuple(spec.node_id for spec in specs),
+                          create_time=raw.create_time.timestamp() if raw.create_time else None,
+                          labels=labels)
 
 
 def _client():
@@ -271,8 +278,9 @@ class TpuApi:
                     self.client.list_queued_resources(parent=self.parent(zone))]
 
     def create_queued(self, name: str, node: dict, *, spot: bool, valid_for_s: float,
-                      reservation: str | None = None, zone: str | None = None) -> None:
-        """Ask for a node through the queue, with a deadline always set; idempotent."""
+                      reservation: str | None = None, zone: str | None = None) -> bool:
+        """Ask for a node through the queue, with a deadline always set. False when a request
+        of that name was there already: then it is not necessarily this caller's."""
         from google.api_core import exceptions as gexc
         from google.cloud import tpu_v2
         from google.protobuf import duration_pb2
@@ -287,10 +295,14 @@ class TpuApi:
             request.spot = tpu_v2.QueuedResource.Spot()
         if reservation:
             request.reservation_name = reservation
-        with (self.errors(f"queueing a request for TPU {name}"),
-              contextlib.suppress(gexc.AlreadyExists)):
-            self.client.create_queued_resource(parent=self.parent(zone), queued_resource_id=name,
-                                               queued_resource=request).result(timeout=600)
+        with self.errors(f"queueing a request for TPU {name}"):
+            try:
+                self.client.create_queued_resource(
+                    parent=self.parent(zone), queued_resource_id=name,
+                    queued_resource=request).result(timeout=600)
+            except gexc.AlreadyExists:
+                return False
+        return True
 
     def delete_queued(self, name: str, zone: str | None = None, *,
                       timeout_s: float = 1800) -> bool:

@@ -339,6 +339,24 @@ def test_down_of_a_run_never_up_is_one_line(cloud, fleet, tmp_path):
     _one_line_error(_invoke("down", "-c", config), "never brought up")
 
 
+def test_train_down_neither_runs_on_nor_deletes_a_tpu_made_by_hand(cloud, fleet, tmp_path,
+                                                                  monkeypatch):
+    """The run's TPU was deleted outside tpuctl and a node of the same name made by hand, the
+    run's label copied onto it: `train --down` refuses it, and it keeps running untouched."""
+    config = gcp_config(tmp_path, fleet)
+    assert _invoke("up", "-c", config).exit_code == 0
+    zone = "projects/test-project/locations/us-central2-b"
+    cloud.client().delete_node(name=f"{zone}/nodes/tpurun").result()
+    mine = str(cloud.client().create_node(parent=zone, node_id="tpurun", node={
+        "accelerator_type": "v4-16", "runtime_version": "tpu-ubuntu2204-base",
+        "labels": {"tpuctl-run": "tpurun"}}).result().id)
+    _stub(fleet, tmp_path, {"steps": {"train": 2}}, monkeypatch)
+    result = _invoke("train", "-c", config, "--down")
+    _one_line_error(result, "TPU tpurun in us-central2-b", "was not made by tpuctl")
+    assert cloud.node("tpurun")["id"] == mine and cloud.node("tpurun")["state"] == "READY"
+    assert not fleet.job_processes(0) and not fleet.job_processes(1)
+
+
 @pytest.mark.parametrize(("change", "needle"), [
     ({"accelerator_type": "v9-8"}, "unknown accelerator type 'v9-8'"),
     ({"accelerator_type": "v6e-8"}, "v6e-8"),

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from launcher.executors import SshExecutor, SshSettings
 from launcher.plan import NodeToDelete, Worker
-from launcher.providers import gcp_doctor, gcp_infra, gcp_site
+from launcher.providers import gcp_doctor, gcp_infra, gcp_owned, gcp_site
 from launcher.providers.base import Check, Fleet
 from launcher.providers.gcp_site import Site
 from payload import budget
@@ -81,11 +81,20 @@ class GcpProvider:
             raise UserError(f"the job's machines are gone: TPU {site.tpu_name} was recreated "
                             f"(id {site.uid}, now {node.uid})",
                             hint="its new workers do not run that job; start a new one")
+        owned = self._owned()
+        # A job's own node (site.uid, checked above) was claimed when the job started.
+        if not site.uid and not owned.node_is_ours(node):
+            raise UserError(owned.foreign_note(node, zone),
+                            hint="tpuctl runs jobs only on a TPU `tpuctl up` made for the run")
         if not node.ready or not node.endpoints:
             raise UserError(f"TPU {site.tpu_name} is {node.describe()}, not READY",
                             hint="see `tpuctl status`; a preempted TPU comes back with "
                             "`tpuctl down` then `tpuctl up`")
         return node, zone
+
+    def _owned(self) -> gcp_owned.Ownership:
+        return gcp_owned.Ownership(self.site, output_dir=self.config.output_dir
+                                   if self.config is not None else None)
 
     # -- the Provider protocol ---------------------------------------------------------------
     def fleet(self) -> Fleet:
@@ -135,7 +144,7 @@ class GcpProvider:
         from launcher import staging
 
         corpus = staging.stage_corpus(config.data.corpus, bucket=config.cluster.bucket_name,
-                                      on_event=on_event)
+                                      run=config.name, on_event=on_event)
         if corpus == list(config.data.corpus):
             return config
         data = config.data.model_copy(update={"corpus": corpus})
@@ -151,6 +160,9 @@ class GcpProvider:
             return [f"TPU {self.site.tpu_name}: none in {', '.join(self.site.zones)} "
                     f"(bring it up with `tpuctl up`)"]
         node, zone = found
+        if not self._owned().node_is_ours(node):
+            return [f"TPU {self.site.tpu_name}: none of this run's in "
+                    f"{', '.join(self.site.zones)}", f"  {self._owned().foreign_note(node, zone)}"]
         lines = [f"TPU {node.name} ({node.accelerator_type} in {zone}): {node.describe()}"]
         lines += [f"  worker-{i}: {gcp_site.ssh_address(e)} (internal {e.internal_ip})"
                   for i, e in enumerate(node.endpoints)]
@@ -159,7 +171,8 @@ class GcpProvider:
 
     def billing(self) -> str | None:
         found = gcp_site.find_node(self.site, self.api)
-        if found is None or found[0].state in GONE_STATES:
+        if (found is None or found[0].state in GONE_STATES
+                or not self._owned().node_is_ours(found[0])):
             return None
         node, zone = found
         price = gcp_infra.node_price(node, zone, self.site.provisioning)
@@ -176,7 +189,8 @@ class GcpProvider:
 
     def record_billing(self, output_dir: str) -> None:
         found = gcp_site.find_node(self.site, self.api)
-        if found is not None and found[0].create_time is not None:
+        if (found is not None and found[0].create_time is not None
+                and self._owned().node_is_ours(found[0])):
             node, zone = found
             budget.record_node(output_dir, uid=node.uid, zone=zone, created=node.create_time)
 
@@ -187,6 +201,11 @@ class GcpProvider:
         found = gcp_site.find_node(site, self.api)
         if found is not None:
             node, zone = found
+            owned = self._owned()
+            if not owned.node_is_ours(node):
+                raise UserError(f"cannot recover: {owned.foreign_note(node, zone)}",
+                                hint="the run resumes with `tpuctl up` then `tpuctl train "
+                                "--resume` once that name is free")
             on_event(f"deleting TPU {node.name} ({node.describe()}) in {zone}")
             self.api.delete_node(node.name, zone)
             if config.output_dir:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from launcher import staging, terraform
-from launcher.providers import gcp_site
+from launcher.providers import gcp_owned, gcp_site
 from launcher.providers.gcp_site import Site
 from payload import accelerators, prices, tpu_api
 from payload.errors import UserError
@@ -28,7 +28,7 @@ from payload.errors import UserError
 INFRA_MODULE = terraform.INFRA_DIR
 
 CAPACITY_WORDS = ("RESOURCE_EXHAUSTED", "no more capacity", "capacity", "stockout")
-RUN_LABEL = "tpuctl-run"
+RUN_LABEL = gcp_owned.RUN_LABEL
 
 
 def terraform_vars(config, site: Site, *, zone: str, create_tpu: bool,
@@ -186,13 +186,15 @@ def up(config, site: Site, on_event: Callable[[str], None], *,
         raise UserError(f"zone {cluster.zone} does not offer {acc.name} to project "
                         f"{cluster.project} (the API lists {len(offered)} types there)",
                         hint="pick another zone or type; `tpuctl doctor` shows what is offered")
+    owned = _ownership(config, site)
+    zones = zones or _zones_to_try(site)
+    _refuse_foreign(owned, zones)  # before anything is made: a name taken is the user's
     public_key = gcp_site.ensure_key(Path(site.identity_file))
     tf = terraform.Terraform(terraform.work_dir(config.name), module=INFRA_MODULE)
     before = _outputs_or_none(tf)
     create_bucket = (before is not None and before.bucket_created) or not _bucket_exists(
         cluster.bucket_name, cluster.project)
     queued = _queued(cluster)
-    zones = zones or _zones_to_try(site)
     made_tpu = False
     try:
         for i, zone in enumerate(zones):
@@ -213,13 +215,22 @@ def up(config, site: Site, on_event: Callable[[str], None], *,
             site.record_zone(zone)
             if queued:
                 made_tpu = True
-                _queue(config, site, tf.outputs(), zone, public_key, on_event)
+                _queue(config, site, owned, tf.outputs(), zone, public_key, on_event)
+            else:
+                # The apply succeeded, so the node of that name is the one Terraform holds
+                # (creating one over a node that exists fails): record its unique id now.
+                _record_made(owned, zone)
             break
         node, zone = gcp_site.wait_ready(site, api, on_event)
+        request = api.get_queued(site.tpu_name, zone) if queued else None
+        if request is not None and owned.queued_is_ours(request, zone):
+            _record_made(owned, zone)  # the node the run's own request made
+        if not owned.node_is_ours(node):
+            raise UserError(owned.foreign_note(node, zone))
         gcp_site.write_known_hosts(site, api, node, zone, on_event)
     except BaseException as exc:
         if made_tpu:
-            _undo_tpu(config, site, tf, public_key, create_bucket, on_event)
+            _undo_tpu(config, site, owned, tf, public_key, create_bucket, on_event)
         if isinstance(exc, UserError):
             then = "then `tpuctl up` again, or `tpuctl down` to remove the rest"
             raise UserError(f"{exc.message}; nothing that bills is left (the bucket, "
@@ -239,6 +250,7 @@ def recreate(config, site: Site, on_event: Callable[[str], None]) -> None:
     without the TPU), drop its queued request, then `up` again, in the zone it was in first
     and then in the other zones of the run."""
     tf = terraform.Terraform(terraform.work_dir(config.name), module=INFRA_MODULE)
+    owned = _ownership(config, site)
     before = _outputs_or_none(tf)
     recorded = site.recorded_zone() or site.zones[0]
     if before is not None and before.tpu_created:
@@ -246,9 +258,10 @@ def recreate(config, site: Site, on_event: Callable[[str], None]) -> None:
             config, site, zone=recorded, create_tpu=False, create_bucket=before.bucket_created,
             public_key=gcp_site.ensure_key(Path(site.identity_file))))
         tf.init(on_event)
+        _spare_foreign_tpu(tf, owned, recorded, on_event)
         tf.apply(on_event)
     for zone in site.zones:
-        site.api.delete_queued(site.tpu_name, zone)
+        owned.delete_queued(zone)
     up(config, site, on_event, zones=[recorded, *(z for z in site.zones if z != recorded)])
 
 
@@ -272,6 +285,46 @@ def allow_self_delete(config, site: Site, on_event: Callable[[str], None]) -> No
     tf.apply(on_event)
 
 
+def _ownership(config, site: Site) -> gcp_owned.Ownership:
+    return gcp_owned.Ownership(site, output_dir=config.output_dir)
+
+
+def _refuse_foreign(owned: gcp_owned.Ownership, zones: list[str]) -> None:
+    """A node or queued request of the run's TPU name that tpuctl did not make for the run:
+    `up` stops before making anything (Terraform would fail on it, and tpuctl never adopts it)."""
+    site = owned.site
+    for zone in zones:
+        node = site.api.get_node(site.tpu_name, zone)
+        if node is not None and not owned.node_is_ours(node):
+            raise UserError(owned.foreign_note(node, zone),
+                            hint="set cluster.tpu_name to a name of its own for this run")
+        request = site.api.get_queued(site.tpu_name, zone)
+        if request is not None and not owned.queued_is_ours(request, zone):
+            raise UserError(owned.foreign_queued_note(request, zone),
+                            hint="set cluster.tpu_name to a name of its own for this run")
+
+
+def _record_made(owned: gcp_owned.Ownership, zone: str) -> None:
+    node = owned.site.api.get_node(owned.site.tpu_name, zone)
+    if node is not None:
+        owned.record_node(node, zone)
+
+
+def _spare_foreign_tpu(tf: terraform.Terraform, owned: gcp_owned.Ownership, zone: str,
+                       on_event: Callable[[str], None]) -> None:
+    """Before an apply that removes the TPU: Terraform finds its TPU by name, so a node of that
+    name that is not the run's own (the run's was deleted, someone made another) leaves
+    Terraform's state instead of being deleted with it."""
+    addresses = tf.tpu_addresses()
+    if not addresses:
+        return
+    node = owned.site.api.get_node(owned.site.tpu_name, zone)
+    if node is not None and not owned.node_is_ours(node):
+        tf.forget(addresses)
+        on_event(f"terraform: took TPU {node.name} out of the run's state (it is not the "
+                 "run's own), so that Terraform does not delete it")
+
+
 def _zones_to_try(site: Site) -> list[str]:
     recorded = site.recorded_zone()
     if recorded:
@@ -288,12 +341,13 @@ def _outputs_or_none(tf: terraform.Terraform):
         return None
 
 
-def _queue(config, site: Site, outputs, zone: str, public_key: str,
-           on_event: Callable[[str], None]) -> None:
+def _queue(config, site: Site, owned: gcp_owned.Ownership, outputs, zone: str,
+           public_key: str, on_event: Callable[[str], None]) -> None:
     """Ask for the TPU through the queue and wait until it is ACTIVE, within the deadline."""
     cluster, api = config.cluster, site.api
     deadline_s = cluster.queue_hours * 3600
-    if api.get_queued(site.tpu_name, zone) is None:
+    request = api.get_queued(site.tpu_name, zone)
+    if request is None:
         node = {
             "accelerator_type": cluster.accelerator_type, "runtime_version": cluster.runtime,
             "network_config": {"network": cluster.network, "enable_external_ips": True,
@@ -310,8 +364,15 @@ def _queue(config, site: Site, outputs, zone: str, public_key: str,
         }
         on_event(f"queueing a request for {cluster.accelerator_type} in {zone} (deadline "
                  f"{cluster.queue_hours:g} h)")
-        api.create_queued(site.tpu_name, node, spot=cluster.provisioning == "spot",
-                          valid_for_s=deadline_s, reservation=cluster.reservation, zone=zone)
+        made = api.create_queued(site.tpu_name, node, spot=cluster.provisioning == "spot",
+                                 valid_for_s=deadline_s, reservation=cluster.reservation,
+                                 zone=zone)
+        request = api.get_queued(site.tpu_name, zone)
+        if made and request is not None:
+            owned.record_queued(request, zone)  # made by this call: the run's own
+    if request is not None and not owned.queued_is_ours(request, zone):
+        raise UserError(owned.foreign_queued_note(request, zone),
+                        hint="set cluster.tpu_name to a name of its own for this run")
     request = tpu_api.wait_for(
         lambda: api.get_queued(site.tpu_name, zone),
         lambda q: q is None or q.state in tpu_api.QUEUE_DONE_STATES,
@@ -320,100 +381,148 @@ def _queue(config, site: Site, outputs, zone: str, public_key: str,
     if request is None:
         raise UserError(f"the queued request {site.tpu_name} disappeared while waiting")
     if request.state != "ACTIVE":
-        api.delete_queued(site.tpu_name, zone)
+        owned.delete_queued(zone)
         reason = request.error or "no reason given"
         raise UserError(f"the queued request {site.tpu_name} ended {request.state}: {reason} "
                         "(the request was deleted so it holds no quota)")
 
 
-def _undo_tpu(config, site: Site, tf: terraform.Terraform, public_key: str,
-              create_bucket: bool, on_event: Callable[[str], None]) -> None:
-    """After a failed `up`: remove the TPU or its queued request, keep what costs nothing."""
-    api = site.api
+def _undo_tpu(config, site: Site, owned: gcp_owned.Ownership, tf: terraform.Terraform,
+              public_key: str, create_bucket: bool, on_event: Callable[[str], None]) -> None:
+    """After a failed `up`: remove the run's own TPU or queued request (never another of the
+    same name), keep what costs nothing."""
     on_event("up failed: removing the TPU so that nothing bills")
     for zone in site.zones:
-        api.delete_queued(site.tpu_name, zone)
+        owned.delete_queued(zone)
     zone = site.recorded_zone() or site.zones[0]
     terraform.write_vars(tf.folder, terraform_vars(config, site, zone=zone, create_tpu=False,
                                                    create_bucket=create_bucket,
                                                    public_key=public_key))
     try:
+        _spare_foreign_tpu(tf, owned, zone, on_event)
         tf.apply(on_event)
     except UserError as exc:
         on_event(f"terraform could not remove the TPU: {exc}")
     for zone in site.zones:
-        api.delete_node(site.tpu_name, zone)
-
-
-def _leftovers(site: Site, run_name: str) -> list[str]:
-    """Nodes and queued requests of this run still in any of its zones."""
-    api, found = site.api, []
-    for zone in site.zones:
-        for node in api.list_nodes(zone):
-            if node.name == site.tpu_name or node.labels.get(RUN_LABEL) == run_name:
-                found.append(f"TPU {node.name} in {zone} ({node.state})")
-        for request in api.list_queued(zone):
-            if request.name == site.tpu_name or site.tpu_name in request.node_ids:
-                found.append(f"queued request {request.name} in {zone} ({request.state})")
-    return found
+        owned.delete_node(zone)
+    for note in owned.survey().foreign:
+        on_event(note)
 
 
 def down(config, site: Site, on_event: Callable[[str], None], *,
          delete_bucket: bool = False) -> None:
-    api = site.api
     tf = terraform.Terraform(terraform.work_dir(config.name), module=INFRA_MODULE)
     tpu_api.check_credentials()
-    if not tf.state_file.exists() and not _leftovers(site, config.name):
+    owned = _ownership(config, site)
+    found = owned.survey()
+    if not tf.state_file.exists() and not found.nodes and not found.queued:
+        foreign = f"; {found.foreign[0]}" if found.foreign else ""
         raise UserError(f"run {config.name} was never brought up from this machine (no "
-                        f"Terraform state in {tf.folder}) and the TPU API shows nothing of it",
-                        hint="nothing to take down")
+                        f"Terraform state in {tf.folder}) and the TPU API shows nothing of "
+                        f"it{foreign}", hint="nothing to take down")
+    bucket_plan = None
+    if tf.state_file.exists() and delete_bucket:
+        before = _outputs_or_none(tf)
+        if before is None or not before.bucket_created:
+            raise UserError(f"--delete-bucket: gs://{config.cluster.bucket_name} was not "
+                            "created by `tpuctl up`, so tpuctl never deletes it")
+        bucket_plan = _bucket_plan(config)  # refused before anything is deleted
     for zone in site.zones:
-        if api.delete_queued(site.tpu_name, zone):
+        if owned.delete_queued(zone):
             on_event(f"deleted the queued request {site.tpu_name} in {zone}")
+    kept_bucket = True
     if tf.state_file.exists():
         before = _outputs_or_none(tf)
         created_bucket = before is not None and before.bucket_created
         public_key = gcp_site.ensure_key(Path(site.identity_file))
         zone = site.recorded_zone() or site.zones[0]
-        if delete_bucket:
-            if not created_bucket:
-                raise UserError(f"--delete-bucket: gs://{config.cluster.bucket_name} was not "
-                                "created by `tpuctl up`, so tpuctl never deletes it")
-            _empty_bucket(config, on_event)
-            tf.init(on_event)
-            tf.destroy(on_event)
-        else:
-            terraform.write_vars(tf.folder, terraform_vars(
-                config, site, zone=zone, create_tpu=False, create_bucket=created_bucket,
-                public_key=public_key))
-            tf.init(on_event)
-            tf.apply(on_event)
+        terraform.write_vars(tf.folder, terraform_vars(
+            config, site, zone=zone, create_tpu=False, create_bucket=created_bucket,
+            public_key=public_key))
+        tf.init(on_event)
+        _spare_foreign_tpu(tf, owned, zone, on_event)
+        tf.apply(on_event)
+        if bucket_plan is not None and _empty_bucket(config, bucket_plan, on_event):
+            tf.destroy(on_event)  # the bucket, the firewall rule, the service account
+            kept_bucket = False
     for zone in site.zones:
-        if api.delete_node(site.tpu_name, zone):
+        if owned.delete_node(zone):
             on_event(f"deleted TPU {site.tpu_name} in {zone}")
-    left = _leftovers(site, config.name)
-    if left:
-        raise UserError("still there after `down`: " + "; ".join(left),
+    after = owned.survey()
+    if after.ours:
+        raise UserError("still there after `down`: " + "; ".join(after.ours),
                         hint="run `tpuctl down` again; if it stays, delete it in the console")
-    kept = "" if delete_bucket else f"; kept gs://{config.cluster.bucket_name}"
+    for note in after.foreign:
+        on_event(note)
+    kept = f"; kept gs://{config.cluster.bucket_name}" if kept_bucket else ""
     on_event(f"nothing of run {config.name} is left billing in {', '.join(site.zones)} "
              f"(checked through the TPU API){kept}")
 
 
-def _empty_bucket(config, on_event: Callable[[str], None]) -> None:
-    """Delete the objects tpuctl wrote (every version); refuse while others are there."""
+def _output_prefix(config) -> str | None:
+    """The run's output_dir as a prefix of its bucket (`demo` for gs://BUCKET/demo), if it
+    is in that bucket."""
+    head = f"gs://{config.cluster.bucket_name}/"
+    output_dir = (config.output_dir or "").rstrip("/")
+    prefix = output_dir[len(head):] if output_dir.startswith(head) else ""
+    return prefix or None
+
+
+def _bucket_plan(config) -> gcp_owned.BucketPlan:
+    """What --delete-bucket may delete (gcp_owned.bucket_plan); a refusal is a UserError."""
+    import json
+
+    from google.api_core import exceptions as gexc
+
+    from launcher import staging
     from payload import storage
 
     bucket = storage.client(config.cluster.project).bucket(config.cluster.bucket_name)
-    names = [b.name for b in bucket.list_blobs()]
-    owned_prefixes = {n.split("/", 1)[0] + "/" for n in names if "/.tpuctl/" in n}
-    foreign = [n for n in names if not any(n.startswith(p) for p in owned_prefixes)]
-    if foreign:
-        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5
-                                          else "")
-        raise UserError(f"--delete-bucket: gs://{config.cluster.bucket_name} holds objects "
-                        f"tpuctl did not write: {shown}",
-                        hint="move or delete them yourself first; the bucket was kept")
+    names = {b.name for b in bucket.list_blobs(versions=True)}
+
+    def read(name: str) -> dict:
+        try:
+            value = json.loads(bucket.blob(name).download_as_bytes())
+        except gexc.NotFound:
+            return {}
+        except ValueError:
+            return {"unreadable": True}
+        return value if isinstance(value, dict) else {"unreadable": True}
+
+    locks = {}
+    for name in sorted(n for n in names if gcp_owned.is_lock(n)):
+        info = read(name)
+        if info:
+            locks[name] = info
+    own_record = staging.staged_record(config.name)
+    others = [n for n in names if n.startswith(staging.STAGED_RECORDS) and n != own_record]
+    staged_by_others = {o for n in others for o in read(n).get("objects", [])}
+    plan = gcp_owned.bucket_plan(
+        names, locks, run=config.name, output_prefix=_output_prefix(config),
+        staged=read(own_record).get("objects", []) if own_record in names else [],
+        staged_by_others=staged_by_others)
+    if plan.refusal:
+        raise UserError(f"--delete-bucket: {plan.refusal}; nothing was deleted",
+                        hint="wait for that job to end (or `tpuctl stop` it), then run `tpuctl "
+                        "down --delete-bucket` again")
+    return plan
+
+
+def _empty_bucket(config, plan: gcp_owned.BucketPlan, on_event: Callable[[str], None]) -> bool:
+    """Delete the run's own objects (every version); whether the bucket is empty after."""
+    from payload import storage
+
+    bucket = storage.client(config.cluster.project).bucket(config.cluster.bucket_name)
+    doomed = set(plan.delete)
     for blob in bucket.list_blobs(versions=True):
-        blob.delete()
-    on_event(f"emptied gs://{config.cluster.bucket_name} ({len(names)} objects of tpuctl)")
+        if blob.name in doomed:
+            blob.delete()
+    on_event(f"deleted {len(doomed)} objects of run {config.name} from "
+             f"gs://{config.cluster.bucket_name}")
+    left = sorted({b.name for b in bucket.list_blobs(versions=True)})
+    if left:
+        shown = ", ".join(left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
+        on_event(f"kept the bucket gs://{config.cluster.bucket_name}: it holds objects that "
+                 f"are not run {config.name}'s ({shown}); delete it yourself once you no longer "
+                 "need them")
+    return not left

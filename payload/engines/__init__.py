@@ -1,0 +1,1 @@
+"""Training engines, one folder each: what differs between frameworks (model, step, checkpoints)."""

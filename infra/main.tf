@@ -1,6 +1,6 @@
 # What one tpuctl run needs on Google Cloud: a bucket, SSH in from the user's addresses only,
-# a service account that can touch nothing but its own bucket and TPU, and the TPU VM or pod
-# slice itself. A queued TPU request is made by the launcher through the TPU API instead
+# a service account that can change nothing but the run's own objects and TPU, and the TPU VM
+# or pod slice itself. A queued TPU request is made by the launcher through the TPU API instead
 # (create_tpu = false): see README.md.
 
 # Derived names (service account, firewall rule, network tag, role): names.tf.
@@ -26,6 +26,7 @@ module "ssh_firewall" {
 
   project       = var.project
   name          = local.firewall_name
+  internal_name = local.internal_name
   network       = var.network
   source_ranges = var.ssh_source_ranges
   target_tag    = local.network_tag
@@ -34,15 +35,15 @@ module "ssh_firewall" {
 module "service_account" {
   source = "./modules/service_account"
 
-  project              = var.project
-  account_id           = local.account_id
-  role_id_prefix       = local.role_id_prefix
-  tpu_name             = var.tpu_name
-  zone                 = var.zone
-  bucket               = local.bucket_name
-  corpus_bucket        = var.corpus_bucket
-  allow_self_delete    = var.allow_self_delete
-  tpu_permission_scope = var.tpu_permission_scope
+  project           = var.project
+  account_id        = local.account_id
+  role_id_prefix    = local.role_id_prefix
+  tpu_name          = var.tpu_name
+  bucket            = local.bucket_name
+  run_prefix        = var.run_prefix
+  read_prefixes     = var.read_prefixes
+  corpus_buckets    = var.corpus_buckets
+  allow_self_delete = var.allow_self_delete
 }
 
 module "tpu_vm" {

@@ -6,6 +6,7 @@ locals {
   name_key       = "${substr(var.tpu_name, 0, 17)}-${substr(sha1(var.tpu_name), 0, 8)}"
   account_id     = "tpu-${local.name_key}"
   firewall_name  = "tpuctl-ssh-${local.name_key}"
+  internal_name  = "tpuctl-int-${local.name_key}"
   network_tag    = "tpuctl-${local.name_key}"
   role_id_prefix = "tpuctl_${replace(local.name_key, "-", "_")}"
   labels         = merge(var.labels, { "tpuctl-run" = var.run_name })

@@ -125,14 +125,35 @@ variable "noncurrent_version_retention_days" {
   }
 }
 
-variable "corpus_bucket" {
+variable "run_prefix" {
   type        = string
-  description = "Another bucket the workers read the corpus from (read-only access), or null."
-  default     = null
+  description = "Object-name prefix of the run's own folder in bucket (its output_dir, e.g. the run's name), without slashes at either end: the workers may change objects there and nowhere else in the bucket."
 
   validation {
-    condition     = var.corpus_bucket == null || can(regex("^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$", var.corpus_bucket))
-    error_message = "corpus_bucket must be a Cloud Storage bucket name (3 to 63 lowercase letters, digits, dashes, underscores or dots) or null."
+    condition     = var.run_prefix != "" && !startswith(var.run_prefix, "/") && !endswith(var.run_prefix, "/") && !can(regex("[\"\\\\]", var.run_prefix))
+    error_message = "run_prefix must be an object-name prefix such as my-run, without quotes, backslashes or a slash at either end."
+  }
+}
+
+variable "read_prefixes" {
+  type        = list(string)
+  description = "Object-name prefixes in bucket the workers may read (where the corpus is: tpuctl stages local files under corpus), without slashes at either end."
+  default     = ["corpus"]
+
+  validation {
+    condition     = alltrue([for p in var.read_prefixes : p != "" && !startswith(p, "/") && !endswith(p, "/") && !can(regex("[\"\\\\]", p))])
+    error_message = "read_prefixes must be object-name prefixes such as corpus, without quotes, backslashes or a slash at either end."
+  }
+}
+
+variable "corpus_buckets" {
+  type        = list(string)
+  description = "Other buckets the workers read the corpus from (read-only access to each)."
+  default     = []
+
+  validation {
+    condition     = alltrue([for b in var.corpus_buckets : can(regex("^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$", b))])
+    error_message = "corpus_buckets must be Cloud Storage bucket names (3 to 63 lowercase letters, digits, dashes, underscores or dots)."
   }
 }
 
@@ -214,22 +235,6 @@ variable "labels" {
 
 variable "allow_self_delete" {
   type        = bool
-  description = "Let the TPU's service account delete its own TPU (tpu.nodes.delete), so a run can end its own cost."
+  description = "Let the workers' service account delete TPUs (tpu.nodes.delete), so a run can end its own cost. IAM cannot limit this to one TPU (see README): tpuctl's agent deletes only the node whose unique id it recorded."
   default     = false
-
-  validation {
-    condition     = !var.allow_self_delete || var.tpu_permission_scope == "node"
-    error_message = "allow_self_delete needs tpu_permission_scope = \"node\": delete is never granted on every TPU of the project."
-  }
-}
-
-variable "tpu_permission_scope" {
-  type        = string
-  description = "Where the service account's TPU permissions apply: node (an IAM condition on this TPU's resource name) or project (every TPU of the project; read-only permissions only). See README: Cloud TPU is not listed among the services whose IAM conditions see resource names."
-  default     = "node"
-
-  validation {
-    condition     = contains(["node", "project"], var.tpu_permission_scope)
-    error_message = "tpu_permission_scope must be node or project."
-  }
 }

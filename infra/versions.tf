@@ -17,5 +17,10 @@ terraform {
       source  = "hashicorp/random"
       version = ">= 3.6.0, < 4.0.0"
     }
+    # time_sleep: the wait after a new service account (modules/service_account).
+    time = {
+      source  = "hashicorp/time"
+      version = ">= 0.11.0, < 1.0.0"
+    }
   }
 }

@@ -310,7 +310,9 @@ def _delete_own_tpu(plan: dict) -> None:
     try:
         print(f"== tpuctl: {tpu_api.delete_own_node(**plan['delete_when_done'])} ==", flush=True)
     except Exception as exc:  # the launcher's `down` (or the user's) is the fallback
-        print(f"== tpuctl: could not delete the TPU: {exc}; run `tpuctl down` ==", flush=True)
+        # Loud: nobody may be watching, and the TPU bills until someone runs `tpuctl down`.
+        print(f"== tpuctl: THE TPU IS STILL UP AND BILLING: its self-delete failed ({exc}); "
+              "run `tpuctl down` ==", flush=True)
     _copy_log(plan["log"], plan["log_copy"])
 
 

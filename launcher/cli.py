@@ -478,6 +478,7 @@ def status(config_path: ConfigOpt = DEFAULT_CONFIG, job: JobOpt = None) -> None:
         return
     with opened:
         rows = launch.job_status(opened)
+        left_up = launch.tpu_left_up(opened, rows)
     table = Table(title=Text(f"job {opened.plan.job_id}"))
     for column in ("worker", "host", "state", "stage", "step", "exit", "last line"):
         table.add_column(column, overflow="fold")
@@ -489,6 +490,8 @@ def status(config_path: ConfigOpt = DEFAULT_CONFIG, job: JobOpt = None) -> None:
     console.print(table)
     console.print(f"outputs: {opened.plan.output_dir}  logs: {opened.plan.output_dir}/logs  "
                   f"local log copies: {opened.record.folder / 'logs'}", markup=False)
+    if left_up:
+        console.print(f"WARNING: {left_up}", markup=False, style="bold red")
 
 
 LAST_LINE_CHARS = 100

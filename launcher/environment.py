@@ -106,9 +106,9 @@ def _move(copy=sys.argv[1], folder=sys.argv[2]):
 print("wheelhouse", once(sys.argv[2], _move))
 shutil.rmtree(sys.argv[1], ignore_errors=True)
 """
-# Where Google's TensorFlow release tests take the libtpu builds made for TensorFlow (the
-# tensorflow-tpu wheel itself is on PyPI). Which libtpu build TF 2.20 wants is not published;
-# see the README's Google Cloud section for what a first real run must confirm.
+# Where Google's TensorFlow release tests take the libtpu builds made for TensorFlow, beside the
+# package index (GoogleCloudPlatform/ml-auto-solutions, dags/solutions_team/configs/tensorflow/
+# common.py, install_tf). Which libtpu is installed is not left to it: see TPU_LOCK.
 TPU_WHEELS_INDEX = "https://storage.googleapis.com/libtpu-tf-releases/index.html"
 
 
@@ -146,7 +146,15 @@ def plan_environment(
         return Environment(mode=EnvMode.EXISTING, python=python, key=key, dir=env_dir,
                            requirements=requirements,
                            setup=(python, "-c", VERSION_CHECK, *requirements))
-    normal, nodeps = tpu_requirements(requirements) if tpu else (requirements, ())
+    if tpu:
+        # Exactly the locked set, each without its dependencies: tensorflow-tpu 2.20.0 asks only
+        # for libtpu~=0.0.14, so pip would otherwise take a libtpu many releases newer than the
+        # one TensorFlow was built with (and any newer numpy, protobuf, ...).
+        from launcher.tpu_lock import TPU_LOCK
+
+        normal, nodeps = (), TPU_LOCK
+    else:
+        normal, nodeps = requirements, ()
     if wheelhouse_digest:
         mode = EnvMode.WHEELHOUSE
         key = environment_key("wheelhouse", wheelhouse_digest, *normal, "--no-deps", *nodeps)

@@ -350,6 +350,19 @@ def job_status(job: Job) -> list[dict]:
     return run.status(job.executor, job.plan)
 
 
+def tpu_left_up(job: Job, rows: list[dict]) -> str | None:
+    """`train --down`: once the job has ended on every worker, worker 0 has asked to delete its
+    TPU. A line when the TPU is nevertheless still up and billing (the self-delete failed:
+    refused, or the agent could not reach the API), else None."""
+    if job.plan.delete_when_done is None or any(r["state"] == "running" for r in rows):
+        return None
+    still = job.provider.billing()
+    if still is None:
+        return None
+    return (f"the job asked for --down, but its self-delete failed: {still} (it keeps billing "
+            "until then; worker 0's log says why)")
+
+
 def _steps_reached(job: Job) -> int | None:
     """The newest training step of the chief's progress records (in the launcher's copy of
     its log)."""
@@ -506,9 +519,12 @@ def _asked_state(config_path: Path, job_id: str) -> str:
     try:
         with open_job(config_path, job_id) as job:
             rows = job_status(job)
+            left_up = tpu_left_up(job, rows)
     except UserError as exc:
         return f"cannot ask its workers: {exc.message}"
     states = [row["state"] for row in rows]
+    if left_up:
+        return left_up
     if "running" in states:
         stage = next(row["stage"] for row in rows if row["state"] == "running")
         return f"running ({stage})" if stage else "running"

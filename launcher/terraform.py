@@ -129,7 +129,9 @@ class TerraformVars:
     bucket: str
     create_bucket: bool
     noncurrent_version_retention_days: int = 7
-    corpus_bucket: str | None = None
+    run_prefix: str  # the run's output_dir in bucket: the only objects the workers may change
+    read_prefixes: tuple[str, ...] = field(default_factory=lambda: ["corpus"])
+    corpus_buckets: tuple[str, ...] = field(default_factory=list)
     network: str = "default"
     subnetwork: str | None = None
     enable_external_ips: bool = True
@@ -138,7 +140,6 @@ class TerraformVars:
     ssh_public_key: str
     labels: Mapping[str, str] = field(default_factory=dict)
     allow_self_delete: bool = False
-    tpu_permission_scope: str = "node"  # node | project
 
     def __post_init__(self):
         # Catches a caller's slip (a bare string for a list, a string for a flag) before
@@ -159,13 +160,15 @@ class TerraformVars:
             }[kind]
             if not ok:
                 raise TypeError(f"TerraformVars.{f.name} must be {kind}, got {value!r}")
-        object.__setattr__(self, "ssh_source_ranges", tuple(self.ssh_source_ranges))
+        for name in ("ssh_source_ranges", "read_prefixes", "corpus_buckets"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
         object.__setattr__(self, "labels", dict(self.labels))
 
     def tfvars(self) -> dict:
         """The variables as Terraform reads them from JSON."""
         values = {f.name: getattr(self, f.name) for f in fields(self)}
-        values["ssh_source_ranges"] = list(self.ssh_source_ranges)
+        for name in ("ssh_source_ranges", "read_prefixes", "corpus_buckets"):
+            values[name] = list(getattr(self, name))
         values["labels"] = dict(sorted(self.labels.items()))
         return values
 

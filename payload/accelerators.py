@@ -68,8 +68,10 @@ GENERATIONS: dict[str, Generation] = {
             peak_bf16_flops_per_chip=275e12,
             sizes=(8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096),
             zones=("us-central2-b",),
-            # The docs' base image for v4; Google's TF release CI ran v4-8/v4-32 on v2-alpha-tpuv5.
-            tf_runtimes=("tpu-ubuntu2204-base", "v2-alpha-tpuv5"),
+            # First the image Google's TF release CI runs v4-8 and v4-32 on (ml-auto-solutions
+            # dags/solutions_team/solutionsteam_tf_release_supported.py); the docs' v4 base
+            # image is still accepted.
+            tf_runtimes=("v2-alpha-tpuv5", "tpu-ubuntu2204-base"),
         ),
         Generation(
             name="v5e",

@@ -126,6 +126,9 @@ _SUBNETWORK = re.compile(rf"^({_NETWORK_NAME}|projects/[a-z][-a-z0-9.:]*[a-z0-9]
 # TPU node names: a letter first, then lowercase letters, digits and dashes (as the API wants).
 TPU_NAME = re.compile(r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9_.-]{1,61}[a-z0-9]$")
+_RESERVATION = re.compile(r"^projects/([a-z0-9][a-z0-9-]*[a-z0-9]|[0-9]+)/locations/"
+                          r"([a-z]+-[a-z]+[0-9]+-[a-z0-9]+)/reservations/"
+                          r"([a-z]([-a-z0-9]{0,61}[a-z0-9])?)$")
 # A queued request waits at most this long for capacity; the API takes a duration.
 MAX_QUEUE_HOURS = 24 * 30
 
@@ -302,6 +305,27 @@ class GcpCluster(_ClusterBase):
             problems.append(f"cluster.reservation takes on_demand capacity, not "
                             f"{self.provisioning}; drop one of them")
         _raise_all(problems)
+        return self
+
+    @model_validator(mode="after")
+    def _queued_capacity(self):
+        # The TPU API names a reservation by its full path, in the zone the request is made in
+        # (Google's TF release CI: projects/P/locations/Z/reservations/R).
+        if self.reservation is not None:
+            found = _RESERVATION.match(self.reservation)
+            if not found:
+                raise ValueError(f"cluster.reservation: '{self.reservation}' is not a "
+                                 f"reservation path; write projects/PROJECT/locations/"
+                                 f"{self.zone}/reservations/NAME")
+            if found.group(2) != self.zone:
+                raise ValueError(f"cluster.reservation is in {found.group(2)}, but the TPU "
+                                 f"is asked for in {self.zone}; use a reservation of that zone "
+                                 "or set cluster.zone to its zone")
+        # A queued request asks for spot or on-demand capacity: preemptible has no queue.
+        if self.provisioning == "preemptible" and (self.queued or self.reservation):
+            raise ValueError("cluster.provisioning: preemptible cannot be queued (a queued "
+                             "request takes spot or on-demand capacity); use provisioning: "
+                             "spot, or queued: false")
         return self
 
     @property

@@ -7,7 +7,8 @@
 
 The launcher's provider says what the fleet is (`Hardware`: CPU hosts, or a TPU node and its
 type); it never says which provider it is. Four kinds of run follow from that:
-- a single-host TPU VM: `TPUClusterResolver(tpu="local")`;
+- a single-host TPU VM: `TPUClusterResolver(tpu="local")`, with TensorFlow's pluggable-device C
+  API pointed at the environment's libtpu.so, as Google's TF release CI runs single hosts;
 - a multi-host pod slice: TensorFlow drives the whole slice from worker 0 by the TPU's name, with
   `TPU_LOAD_LIBRARY=0` so the driver does not grab the local chips; the other hosts only serve
   the TPU runtime (`"local"` is wrong there, Google's own CI runs TF pod jobs this way);
@@ -100,6 +101,7 @@ class ClusterFacts:
     tf_config: str | None = None  # the TF_CONFIG environment variable, if set
     tpu_workers: str | None = None  # TPUCTL_TPU_WORKERS: the slice's grpc:// endpoints
     stand_in: bool = False  # the TPU API is a stand-in: no TPU here, train on the CPU
+    libtpu: str | None = None  # this environment's libtpu.so, when the libtpu package is there
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,7 +119,13 @@ def plan_strategy(facts: ClusterFacts) -> StrategyPlan:
     check_share(facts.worker_index, facts.num_workers)
     kind = fleet_strategy(facts.hardware, facts.num_workers)
     if kind is StrategyKind.TPU_HOST:
-        return StrategyPlan(kind=kind, runs_training=True, tpu="local",
+        # Google's TF release CI runs a single-host TPU through TensorFlow's pluggable-device C
+        # API, pointed at the pip-installed libtpu (ml-auto-solutions dags/solutions_team/
+        # configs/tensorflow/common.py, export_env_variables for single-host PJRT runs).
+        env = ({"NEXT_PLUGGABLE_DEVICE_USE_C_API": "true",
+                "TF_PLUGGABLE_DEVICE_LIBRARY_PATH": facts.libtpu}
+               if facts.libtpu and not facts.stand_in else {})
+        return StrategyPlan(kind=kind, runs_training=True, tpu="local", env=env,
                             steps_per_execution=TPU_STEPS_PER_EXECUTION,
                             stand_in=facts.stand_in)
     if kind is StrategyKind.TPU_POD:
@@ -185,7 +193,7 @@ def training_workers(hardware: Hardware, num_workers: int) -> list[int]:
 
 def cluster_facts(
     hardware: Hardware, *, worker_index: int, num_workers: int,
-    environ: dict[str, str] | None = None,
+    environ: dict[str, str] | None = None, libtpu: str | None = None,
 ) -> ClusterFacts:
     from payload import tpu_api
 
@@ -193,7 +201,20 @@ def cluster_facts(
     return ClusterFacts(hardware=hardware, num_workers=num_workers, worker_index=worker_index,
                         tf_config=environ.get("TF_CONFIG"),
                         tpu_workers=environ.get(TPU_WORKERS_ENV) or None,
-                        stand_in=bool(environ.get(tpu_api.ENDPOINT_ENV)))
+                        stand_in=bool(environ.get(tpu_api.ENDPOINT_ENV)),
+                        libtpu=libtpu or _libtpu_library())
+
+
+def _libtpu_library() -> str | None:
+    """The libtpu.so of the libtpu package in this Python, found without importing it."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("libtpu")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = os.path.join(folder, "libtpu.so")
+        if os.path.isfile(path):
+            return path
+    return None
 
 
 SERVER_WAIT_S = 300.0

@@ -117,13 +117,14 @@ def test_unknown_size_lists_the_sizes_of_that_family():
 
 
 def test_default_runtimes_single_host_and_pod():
-    assert default_runtime(accelerator("v4-8")) == "tpu-ubuntu2204-base"
-    assert default_runtime(accelerator("v4-32")) == "tpu-ubuntu2204-base"
+    # v4 on the image Google's TF release CI runs it on (issue 17, defect 4).
+    assert default_runtime(accelerator("v4-8")) == "v2-alpha-tpuv5"
+    assert default_runtime(accelerator("v4-32")) == "v2-alpha-tpuv5"
     assert default_runtime(accelerator("v5litepod-8")) == "v2-alpha-tpuv5-lite"
     assert default_runtime(accelerator("v5litepod-16")) == "v2-alpha-tpuv5-lite"
     assert default_runtime(accelerator("v5p-32")) == "v2-alpha-tpuv5"
-    # Google's TF release CI ran v4 on the v5p image; accepted, not the default.
-    check_tf_route(accelerator("v4-32"), "v2-alpha-tpuv5")
+    # The docs' v4 base image: accepted, not the default.
+    check_tf_route(accelerator("v4-32"), "tpu-ubuntu2204-base")
 
 
 @pytest.mark.parametrize("name", ["v6e-1", "v6e-8", "v6e-16"])
@@ -145,15 +146,15 @@ def test_tensorflow_images_are_refused_naming_the_base_image():
     assert "serve TensorFlow 2.18.0 to a 2.20.0 driver" in text
     assert "runtime_version: v2-alpha-tpuv5-lite" in text
     text = refusal(check_tf_route, accelerator("v4-32"), "tpu-vm-tf-2.16.1-pjrt")
-    assert "serves nothing on the other hosts" in text and "tpu-ubuntu2204-base" in text
+    assert "serves nothing on the other hosts" in text and "v2-alpha-tpuv5" in text
     text = refusal(check_tf_route, accelerator("v4-8"), "tpu-vm-tf-2.17.0-pjrt")
-    assert "TensorFlow 2.17.0" in text and "tpu-ubuntu2204-base" in text
+    assert "TensorFlow 2.17.0" in text and "runtime_version: v2-alpha-tpuv5 " in text
 
 
 def test_base_image_of_another_generation_is_refused():
     text = refusal(check_tf_route, accelerator("v4-8"), "v2-alpha-tpuv5-lite")
     assert "v2-alpha-tpuv5-lite is the TPU v5e image" in text
-    assert "v4-8 (TPU v4) needs tpu-ubuntu2204-base or v2-alpha-tpuv5" in text
+    assert "v4-8 (TPU v4) needs v2-alpha-tpuv5 or tpu-ubuntu2204-base" in text
     text = refusal(check_tf_route, accelerator("v5litepod-16"), "tpu-ubuntu2204-base")
     assert "is the TPU v4 image" in text and "needs v2-alpha-tpuv5-lite" in text
 

@@ -220,7 +220,11 @@ def test_a_host_key_that_does_not_match_is_refused_and_nothing_runs(cloud, fleet
     assert _invoke("down", "-c", config).exit_code == 0
 
 
-def test_a_worker_without_a_published_host_key_names_the_org_policy(cloud, fleet, tmp_path):
+def test_a_worker_without_a_published_host_key_names_the_org_policy(cloud, fleet, tmp_path,
+                                                                     monkeypatch):
+    from launcher.providers import gcp_site
+
+    monkeypatch.setattr(gcp_site, "HOST_KEYS_WAIT_S", 0.5)
     config = gcp_config(tmp_path, fleet)
     cloud.hide_guest_attributes()
     result = _invoke("up", "-c", config)
@@ -228,6 +232,49 @@ def test_a_worker_without_a_published_host_key_names_the_org_policy(cloud, fleet
                     "compute.disableGuestAttributesAccess", "nothing that bills is left")
     assert cloud.node_names() == []  # the failed up removed the TPU it made
     cloud.hide_guest_attributes(False)
+    assert _invoke("down", "-c", config).exit_code == 0
+
+
+def test_host_keys_published_after_ready_are_waited_for(cloud, fleet, tmp_path):
+    """The guest agent publishes host keys after boot, not at READY: `up` waits, saying so."""
+    import threading
+
+    config = gcp_config(tmp_path, fleet)
+    cloud.hide_guest_attributes()
+    asked = threading.Event()
+
+    def publish_once_asked():  # the keys appear only after `up` has found none
+        while not asked.is_set():
+            if cloud.requests("GetGuestAttributes"):
+                cloud.hide_guest_attributes(False)
+                return
+            asked.wait(0.05)
+
+    publisher = threading.Thread(target=publish_once_asked)
+    publisher.start()
+    try:
+        result = _invoke("up", "-c", config)
+    finally:
+        asked.set()
+        publisher.join()
+    assert result.exit_code == 0, result.output
+    assert "waiting for the host key of worker 0" in result.output
+    assert result.output.count("waiting for the host key") == 1
+    assert _invoke("down", "-c", config).exit_code == 0
+
+
+def test_a_reserved_request_names_its_reservation_and_marks_the_node_reserved(cloud, fleet,
+                                                                             tmp_path):
+    """As Google's TF release CI does (xlml/utils/tpu.py): the node of a request for reserved
+    capacity carries scheduling_config.reserved."""
+    reservation = "projects/test-project/locations/us-central2-b/reservations/my-tpus"
+    config = gcp_config(tmp_path, fleet, reservation=reservation)
+    cloud.plan_queued_resource("tpurun", wait_polls=1)
+    up = _invoke("up", "-c", config)
+    assert up.exit_code == 0, up.output
+    body = cloud.requests("CreateQueuedResource")[0].body
+    assert body["reservationName"] == reservation and "spot" not in body
+    assert body["tpu"]["nodeSpec"][0]["node"]["schedulingConfig"] == {"reserved": True}
     assert _invoke("down", "-c", config).exit_code == 0
 
 
@@ -370,7 +417,7 @@ def test_doctor_checks_against_the_stand_ins(cloud, fleet, tmp_path):
     assert before.exit_code == 0, before.output
     assert "ok    Cloud TPU API enabled in test-project" in before.output
     assert "ok    v4-16 offered" in before.output
-    assert "ok    runtime version offered: tpu-ubuntu2204-base" in before.output
+    assert "ok    runtime version offered: v2-alpha-tpuv5" in before.output
     assert "gs://test-project-tpuctl exists and is readable" in before.output
     assert "skip  TPU quota" in before.output
     assert "no TPU yet" in before.output
@@ -496,6 +543,37 @@ def test_a_detached_job_with_down_deletes_its_own_tpu(cloud, fleet, tmp_path, mo
     assert "deleting TPU tpurun (the run asked for --down)" in log.read_text()
     assert _invoke("down", "-c", config).exit_code == 0
     assert cloud.node_names() == []
+
+
+def test_a_failed_self_delete_is_loud_in_the_log_status_and_jobs(cloud, fleet, tmp_path,
+                                                                  monkeypatch):
+    """Issue 17, defect 2: the self-delete was denied (403) while the TPU kept billing, and only
+    the agent's log said so. Now the log, `status` and `jobs --check` say it, with the fix."""
+    from tests.fakes.tpu_api import permission_denied
+
+    config = gcp_config(tmp_path, fleet)
+    assert _invoke("up", "-c", config).exit_code == 0
+    _stub(fleet, tmp_path, {"steps": {"train": 2}}, monkeypatch)
+    cloud.fail("DeleteNode", permission_denied("tpu.nodes.delete"))
+    started = _invoke("train", "-c", config, "--down", "--detach")
+    assert started.exit_code == 0, started.output
+    log = fleet.shared / tmp_path.name[:40] / "out" / "logs" / "worker-0.log"
+    wait_for(lambda: log.exists() and "STILL UP AND BILLING" in log.read_text(), timeout_s=90)
+    assert "run `tpuctl down`" in log.read_text()
+    assert cloud.node("tpurun")["state"] == "READY"  # the denied delete left it billing
+
+    wait_for(lambda: "self-delete failed" in _invoke("status", "-c", config).output,
+             timeout_s=60)
+    status = _invoke("status", "-c", config)
+    assert status.exit_code == 0, status.output
+    assert "WARNING: the job asked for --down, but its self-delete failed" in status.output
+    assert "TPU tpurun is still up" in status.output and "tpuctl down" in status.output
+    jobs = runner.invoke(app, ["jobs", "-c", str(config), "--check"], env={"COLUMNS": "400"})
+    assert "the job asked for --down, but its self-delete failed" in jobs.output, jobs.output
+    assert _invoke("down", "-c", config).exit_code == 0
+    assert cloud.node_names() == []
+    status = _invoke("status", "-c", config)
+    assert "self-delete failed" not in status.output
 
 
 def test_preemption_is_recovered_with_auto_resume(cloud, fleet, tmp_path, tpuctl_home,

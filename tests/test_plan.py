@@ -263,7 +263,7 @@ def test_environment_modes_and_keys():
     assert index.mode is EnvMode.CREATE
     assert "tensorflow==2.20.0" in index.setup[2] and "tensorflow-tpu" not in index.setup[2]
     assert "tensorflow-tpu==2.20.0" in tpu.setup[2] and "libtpu-tf-releases" in tpu.setup[2]
-    assert "--no-deps tf-keras==2.20.1" in tpu.setup[2]
+    assert "libtpu==0.0.14" in tpu.setup[2] and "tf-keras==2.20.1" in tpu.setup[2]
     keys = {e.key for e in (existing, house, index, tpu)}
     assert len(keys) == 4
     # Same contents, same key, whatever the order; a changed pin, a new key.
@@ -273,6 +273,55 @@ def test_environment_modes_and_keys():
     bumped = plan_environment(python=None, wheelhouse_digest=None,
                               requirements=(*reqs[:2], "transformers==4.57.7"), tpu=False)
     assert bumped.key != index.key
+
+
+def _installed(setup: str) -> list[str]:
+    """The packages of every `pip install` in a set-up script, and pip's options."""
+    found = []
+    for part in setup.split(" && "):
+        words = shlex.split(part)
+        if "install" in words[:5]:
+            found += [w for w in words[words.index("install") + 1:]
+                      if not w.startswith("-") and "://" not in w]
+    return found
+
+
+def test_the_tpu_environment_pins_everything_it_installs_for_every_accelerator(tmp_path):
+    """tensorflow-tpu 2.20.0 asks for libtpu~=0.0.14: unpinned, pip took the newest 0.0.x. Every
+    accelerator TensorFlow runs on gets the same locked set, each package at one version."""
+    import yaml
+    from packaging.requirements import Requirement
+
+    from launcher import launch, ship
+    from launcher.tpu_lock import TPU_LOCK
+    from payload import accelerators
+
+    lock = {Requirement(r).name: Requirement(r) for r in TPU_LOCK}
+    assert str(lock["libtpu"].specifier) == "==0.0.14"
+    # The lock holds what pyproject asks for (TensorFlow as its TPU build).
+    for req in map(Requirement, ship.worker_requirements()):
+        name = "tensorflow-tpu" if req.name == "tensorflow" else req.name.lower()
+        pinned = next(iter(lock[name].specifier)).version
+        assert req.specifier.contains(pinned), (req, pinned)
+    checked = 0
+    for name, acc in sorted(accelerators.ACCELERATORS.items()):
+        if not acc.tf_supported:
+            continue
+        raw = {"name": "pins", "cluster": {"provider": "gcp", "project": "my-project-1",
+                                           "zone": acc.zones[0], "accelerator_type": name},
+               "data": {"corpus": "gs://c/books.txt"},
+               "model": {"family": "gpt2", "size": "tiny"},
+               "train": {"steps": 1, "batch_size": 8 * acc.chips, "learning_rate": 1e-3}}
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(raw))
+        env = launch.plan_train(path, launch.TrainOptions(dry_run=True)).plan.environment
+        installed = _installed(env.setup[2])
+        assert installed and all("==" in r and not set("<>~!*,") & set(r) for r in installed), (
+            name, [r for r in installed if "==" not in r])
+        assert "libtpu==0.0.14" in installed and "tensorflow-tpu==2.20.0" in installed, name
+        assert len({Requirement(r).name for r in installed}) == len(installed), name
+        checked += 1
+    assert checked >= 3  # v4, v5e, v5p at least
 
 
 def test_plan_round_trips_through_json_and_renders():

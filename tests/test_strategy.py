@@ -53,6 +53,36 @@ def test_single_host_tpu_uses_the_local_tpu():
     assert plan.steps_per_execution == TPU_STEPS_PER_EXECUTION
 
 
+def test_single_host_tpu_points_tensorflow_at_the_environments_libtpu(tmp_path):
+    """As Google's TF release CI sets it for single-host runs (issue 17, defect 4)."""
+    library = "/home/u/.tpuctl/env/k/lib/python3.10/site-packages/libtpu/libtpu.so"
+    plan = plan_strategy(cluster_facts(tpu(), worker_index=0, num_workers=1, environ={},
+                                       libtpu=library))
+    assert plan.env == {"NEXT_PLUGGABLE_DEVICE_USE_C_API": "true",
+                        "TF_PLUGGABLE_DEVICE_LIBRARY_PATH": library}
+    # Found in the Python that runs the stage, without importing it.
+    package = tmp_path / "libtpu"
+    package.mkdir()
+    (package / "__init__.py").write_text("raise ImportError('not to be imported')\n")
+    (package / "libtpu.so").write_bytes(b"")
+    import sys
+
+    sys.path.insert(0, str(tmp_path))
+    try:
+        facts = cluster_facts(tpu(), worker_index=0, num_workers=1, environ={})
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert facts.libtpu == str(package / "libtpu.so")
+    # Not with the stand-in TPU API (tests: no TPU, training falls back to the CPU), nor on a
+    # pod slice, whose hosts Google's CI runs through the TPU worker servers.
+    stand_in = plan_strategy(cluster_facts(tpu(), worker_index=0, num_workers=1, libtpu=library,
+                                           environ={"TPUCTL_TPU_API_ENDPOINT": "http://x"}))
+    assert stand_in.env == {}
+    pod = plan_strategy(cluster_facts(tpu("v4-32"), worker_index=0, num_workers=4, environ={},
+                                      libtpu=library))
+    assert pod.env == {"TPU_LOAD_LIBRARY": "0"}
+
+
 def test_pod_slice_is_driven_from_worker_zero_by_the_tpu_name():
     hardware = tpu("v4-32")
     chief = plan_strategy(cluster_facts(hardware, worker_index=0, num_workers=4, environ={}))

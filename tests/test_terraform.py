@@ -29,6 +29,7 @@ from launcher.terraform import (
 )
 from payload.errors import UserError
 from tests.conftest import REPO
+from tests.fakes.tpu_api import FakeTpuApi
 
 TWIN = REPO / "tests" / "terraform_twin"
 
@@ -37,7 +38,7 @@ def make_vars(**changes) -> TerraformVars:
     values = dict(
         project="my-project-1", region="us-central2", zone="us-central2-b", run_name="demo",
         tpu_name="demo", accelerator_type="v4-32", runtime_version="tpu-vm-tf-2.16.1-pod-pjrt",
-        create_tpu=True, bucket="my-project-1-tpuctl", create_bucket=True,
+        create_tpu=True, bucket="my-project-1-tpuctl", create_bucket=True, run_prefix="demo",
         ssh_source_ranges=["203.0.113.7/32"], ssh_user="alice",
         ssh_public_key="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB+x alice@laptop")
     values.update(changes)
@@ -104,13 +105,14 @@ def test_a_missing_or_mistyped_output_is_a_clear_error(text, needles):
 
 
 def test_terraform_vars_are_written_as_json_with_lists_and_maps(tmp_path):
-    variables = make_vars(labels={"team": "x", "a": "b"}, corpus_bucket="corpus")
+    variables = make_vars(labels={"team": "x", "a": "b"}, corpus_buckets=("c1", "c2"))
     path = write_vars(tmp_path / "run", variables)
     assert path == tmp_path / "run" / VARS_FILE
     written = json.loads(path.read_text())
     assert written["ssh_source_ranges"] == ["203.0.113.7/32"]
     assert written["labels"] == {"a": "b", "team": "x"}
-    assert written["corpus_bucket"] == "corpus" and written["subnetwork"] is None
+    assert written["corpus_buckets"] == ["c1", "c2"] and written["subnetwork"] is None
+    assert written["read_prefixes"] == ["corpus"] and written["run_prefix"] == "demo"
     assert written["provisioning"] == "on_demand" and written["create_tpu"] is True
     assert set(written) == {f.name for f in dataclasses.fields(TerraformVars)}
     assert list(tmp_path.joinpath("run").iterdir()) == [path]  # no temporary file left
@@ -225,8 +227,8 @@ def test_init_apply_output_destroy_and_twice_changes_nothing(terraform):
 
     lines.clear()
     first = tf.apply(lines.append)
-    assert first == ChangeSummary(add=4, change=0, remove=0)
-    assert any(line.startswith("Apply complete! Resources: 4 added") for line in lines)
+    assert first == ChangeSummary(add=5, change=0, remove=0)
+    assert any(line.startswith("Apply complete! Resources: 5 added") for line in lines)
     assert any("terraform_data.tpu_vm[0]: Creation complete" in line for line in lines)
     assert tf.apply(lambda line: None).none  # the second apply changes nothing
 
@@ -242,7 +244,7 @@ def test_init_apply_output_destroy_and_twice_changes_nothing(terraform):
     assert tf.state_file.exists() and (tf.folder / VARS_FILE).exists()
     assert not list(TWIN.glob("*.tfstate*")) and not (TWIN / ".terraform").exists()
 
-    assert tf.destroy(lambda line: None) == ChangeSummary(add=0, change=0, remove=4)
+    assert tf.destroy(lambda line: None) == ChangeSummary(add=0, change=0, remove=5)
     assert tf.destroy(lambda line: None).none  # twice is fine
     assert Terraform(tf.folder.parent / "never-applied", module=TWIN).destroy(print).none
     with pytest.raises(UserError, match="no Terraform outputs"):
@@ -256,13 +258,56 @@ def test_changing_a_variable_changes_only_what_depends_on_it(terraform):
     tf.apply(lambda line: None)
     # A queued request instead: the TPU goes, the rest stays, the name is still the contract's.
     write_vars(tf.folder, make_vars(create_tpu=False))
-    assert tf.apply(lambda line: None) == ChangeSummary(add=0, change=0, remove=1)
+    assert tf.apply(lambda line: None) == ChangeSummary(add=0, change=0, remove=2)
     outputs = tf.outputs()
     assert outputs.tpu_created is False and outputs.tpu_name == "demo"
     # An existing bucket is used as it is.
     write_vars(tf.folder, make_vars(create_tpu=False, create_bucket=False, bucket="theirs"))
     tf.apply(lambda line: None)
     assert (tf.outputs().bucket, tf.outputs().bucket_created) == ("theirs", False)
+
+
+@pytest.mark.parametrize("provisioning", ["on_demand", "spot", "preemptible"])
+def test_a_second_up_with_the_same_inputs_replaces_no_tpu(terraform, provisioning,
+                                                          monkeypatch):
+    """google-beta reads an on-demand node's empty schedulingConfig back as no block, and the
+    block forces a new TPU: a block written for on-demand replaced the TPU at every apply."""
+    with FakeTpuApi() as api:
+        monkeypatch.setenv("TPUCTL_TPU_API_ENDPOINT", api.endpoint)
+        tf = terraform()
+        write_vars(tf.folder, make_vars(provisioning=provisioning))
+        tf.init()
+        tf.apply(lambda line: None)
+        lines: list[str] = []
+        assert tf.apply(lines.append).none, [line for line in lines if "tpu" in line]
+        assert tf.apply(lambda line: None).none
+        # The apply `train --down` makes to grant the self-delete right before training.
+        write_vars(tf.folder, make_vars(provisioning=provisioning, allow_self_delete=True))
+        granted = tf.apply(lambda line: None)
+        assert (granted.add, granted.remove) == (0, 0) and granted.change >= 1
+        assert len(api.requests("CreateNode")) == 1 and api.requests("DeleteNode") == []
+        sent = api.requests("CreateNode")[0].body.get("schedulingConfig")
+        assert sent == {"on_demand": None, "spot": {"preemptible": False, "reserved": False,
+                                                    "spot": True},
+                        "preemptible": {"preemptible": True, "reserved": False}}[provisioning]
+
+
+def test_fields_the_provider_forces_new_replace_the_tpu_and_labels_do_not(terraform):
+    tf = terraform()
+    write_vars(tf.folder, make_vars())
+    tf.init()
+    tf.apply(lambda line: None)
+    # Labels, metadata, tags and description: updated in place.
+    write_vars(tf.folder, make_vars(labels={"team": "nlp"}))
+    changed = tf.apply(lambda line: None)
+    assert changed.add == changed.remove == 0 and changed.change >= 1
+    for forced in ({"runtime_version": "tpu-ubuntu2204-base"}, {"provisioning": "spot"},
+                   {"accelerator_type": "v4-8"}, {"enable_external_ips": False}):
+        write_vars(tf.folder, make_vars(labels={"team": "nlp"}, **forced))
+        replaced = tf.apply(lambda line: None)
+        assert (replaced.add, replaced.remove) == (1, 1), forced
+        write_vars(tf.folder, make_vars(labels={"team": "nlp"}))
+        tf.apply(lambda line: None)
 
 
 def test_derived_names_fit_googles_limits_for_the_longest_tpu_name(terraform):
@@ -285,8 +330,10 @@ def test_derived_names_fit_googles_limits_for_the_longest_tpu_name(terraform):
     ({"tpu_name": "1-bad"}, "tpu_name must be 1 to 63 lowercase letters"),
     ({"bucket": "my-google-bucket"}, "bucket must be a Cloud Storage bucket name"),
     ({"provisioning": "reserved"}, "provisioning must be one of: on_demand, spot, preemptible"),
-    ({"allow_self_delete": True, "tpu_permission_scope": "project"},
-     'allow_self_delete needs tpu_permission_scope = "node"'),
+    ({"run_prefix": "demo/"}, "run_prefix must be an object-name prefix"),
+    ({"run_prefix": 'a" || true || "'}, "run_prefix must be an object-name prefix"),
+    ({"read_prefixes": ["corpus", ""]}, "read_prefixes must be object-name prefixes"),
+    ({"corpus_buckets": ["Bad Bucket"]}, "corpus_buckets must be Cloud Storage bucket names"),
 ])
 def test_a_failing_apply_is_one_line_with_terraforms_own_error(terraform, changes, needle):
     tf = terraform()

@@ -14,10 +14,11 @@ that FAILED or was SUSPENDED, so it never holds quota or turns into a TPU billin
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
-from launcher import terraform
+from launcher import staging, terraform
 from launcher.providers import gcp_owned, gcp_site
 from launcher.providers.gcp_site import Site
 from payload import accelerators, prices, tpu_api
@@ -34,17 +35,51 @@ def terraform_vars(config, site: Site, *, zone: str, create_tpu: bool,
                    create_bucket: bool, public_key: str) -> terraform.TerraformVars:
     """The run config as infra/'s variables: the one place that maps one to the other."""
     cluster = config.cluster
-    corpus_buckets = sorted({c[len("gs://"):].split("/", 1)[0] for c in config.data.corpus
-                             if c.startswith("gs://")} - {cluster.bucket_name})
+    run_prefix, read_prefixes, corpus_buckets = bucket_access(config)
     return terraform.TerraformVars(
         project=cluster.project, region=accelerators.region_of(zone), zone=zone,
         run_name=config.name, tpu_name=site.tpu_name,
         accelerator_type=cluster.accelerator_type, runtime_version=cluster.runtime,
         provisioning=cluster.provisioning, create_tpu=create_tpu, bucket=cluster.bucket_name,
-        create_bucket=create_bucket, corpus_bucket=corpus_buckets[0] if corpus_buckets else None,
+        create_bucket=create_bucket, run_prefix=run_prefix, read_prefixes=read_prefixes,
+        corpus_buckets=corpus_buckets,
         network=cluster.network, subnetwork=cluster.subnetwork,
         ssh_source_ranges=tuple(cluster.ssh_source_ranges or ()), ssh_user=site.user,
         ssh_public_key=public_key, allow_self_delete=site.self_delete_allowed())
+
+
+_GLOB = re.compile(r"[*?\\[]")
+
+
+def bucket_access(config) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """What the workers' account may touch in storage (issue 16, point 11): (the run's own
+    prefix in the run's bucket, which it may change; the prefixes there it may read: the staged
+    corpus/ and every gs:// corpus entry in that bucket; every other bucket a corpus entry is
+    in, read-only). The bucket is shared by every run of the project, so nothing is granted on
+    all of it."""
+    bucket = config.cluster.bucket_name
+    out_bucket, _, out_prefix = config.output_dir[len("gs://"):].partition("/")
+    run_prefix = (out_prefix.strip("/") if config.output_dir.startswith("gs://")
+                  and out_bucket == bucket else config.name)
+    read, others = [staging.PREFIX], set()
+    for entry in config.data.corpus:
+        if not entry.startswith("gs://"):
+            continue
+        entry_bucket, _, path = entry[len("gs://"):].partition("/")
+        if entry_bucket != bucket:
+            others.add(entry_bucket)
+            continue
+        glob = _GLOB.search(path)
+        # A glob is listed from the folder it starts in; a plain path is one object or folder.
+        prefix = path[:max(path.rfind("/", 0, glob.start()), 0)] if glob else path
+        if not prefix.strip("/"):
+            raise UserError(f"data.corpus: {entry} reads the whole of gs://{bucket}, the bucket "
+                            "every run of the project shares; the workers may read only "
+                            "folders of it",
+                            hint=f"move the files into a folder, e.g. gs://{bucket}/my-corpus/, "
+                                 "and name that")
+        read.append(prefix.strip("/"))
+    return (run_prefix, tuple(dict.fromkeys(read)), tuple(sorted(others)))
 
 
 def accelerator_of(config) -> accelerators.Accelerator:
@@ -89,12 +124,16 @@ def up_plan(config, site: Site) -> list[str]:
     cluster = config.cluster
     acc = accelerator_of(config)
     how = "a queued request (TPU API)" if _queued(cluster) else "Terraform"
+    run_prefix, read_prefixes, corpus_buckets = bucket_access(config)
+    reads = [f"gs://{cluster.bucket_name}/{p}/" for p in read_prefixes]
+    reads += [f"gs://{b}" for b in corpus_buckets]
     lines = [
         f"project {cluster.project}, zone {cluster.zone}"
         + (f" (then {', '.join(cluster.fallback_zones)})" if cluster.fallback_zones else ""),
         f"bucket gs://{cluster.bucket_name} (created unless it exists; kept by `down`)",
         f"firewall rule: tcp/22 from {', '.join(cluster.ssh_source_ranges or ['(not set)'])}",
-        "service account for the workers (objects in the bucket, read its own TPU)",
+        f"service account for the workers: objects under gs://{cluster.bucket_name}/"
+        f"{run_prefix}/, read {', '.join(reads)}; get its TPU",
         f"TPU {site.tpu_name}: {acc.name} ({acc.chips} chips of TPU {acc.generation}, "
         f"{acc.hosts} host{'s' if acc.hosts > 1 else ''}), runtime {cluster.runtime}, "
         f"{cluster.provisioning.replace('_', '-')}, by {how}"
@@ -138,6 +177,7 @@ def up(config, site: Site, on_event: Callable[[str], None], *,
         raise UserError("cluster.ssh_source_ranges is not set: `tpuctl up` opens SSH only to "
                         "the addresses you list", hint="add the address you connect from, for "
                         "example ssh_source_ranges: [203.0.113.7/32]")
+    bucket_access(config)  # a corpus the workers could not read is refused before anything
     tpu_api.check_credentials()
     terraform.require_terraform()
     acc = accelerator_of(config)
@@ -187,7 +227,7 @@ def up(config, site: Site, on_event: Callable[[str], None], *,
             _record_made(owned, zone)  # the node the run's own request made
         if not owned.node_is_ours(node):
             raise UserError(owned.foreign_note(node, zone))
-        gcp_site.write_known_hosts(site, api, node, zone)
+        gcp_site.write_known_hosts(site, api, node, zone, on_event)
     except BaseException as exc:
         if made_tpu:
             _undo_tpu(config, site, owned, tf, public_key, create_bucket, on_event)
@@ -318,10 +358,13 @@ def _queue(config, site: Site, owned: gcp_owned.Ownership, outputs, zone: str,
             "tags": [outputs.network_tag],
             "metadata": {"ssh-keys": f"{site.user}:{public_key}"},
             "labels": {RUN_LABEL: config.name},
+            # Google's TF release CI marks a node that takes reserved capacity as reserved
+            # (ml-auto-solutions xlml/utils/tpu.py: scheduling_config.reserved).
+            **({"scheduling_config": {"reserved": True}} if cluster.reservation else {}),
         }
         on_event(f"queueing a request for {cluster.accelerator_type} in {zone} (deadline "
                  f"{cluster.queue_hours:g} h)")
-        made = api.create_queued(site.tpu_name, node, spot=cluster.provisioning != "on_demand",
+        made = api.create_queued(site.tpu_name, node, spot=cluster.provisioning == "spot",
                                  valid_for_s=deadline_s, reservation=cluster.reservation,
                                  zone=zone)
         request = api.get_queued(site.tpu_name, zone)

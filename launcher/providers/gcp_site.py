@@ -27,6 +27,9 @@ from payload.errors import UserError
 # The TPU worker server's port: a pod slice's driver on worker 0 reaches every host there.
 TPU_WORKER_PORT = 8470
 READY_TIMEOUT_S = 30 * 60
+# How long `up` waits for the workers' host keys after READY (the guest agent, not the TPU API,
+# publishes them: GoogleCloudPlatform/guest-agent writes hostkeys/<type> once it has run).
+HOST_KEYS_WAIT_S = 5 * 60
 POLL_S = 10.0
 ZONE_FILE = "site.json"
 
@@ -118,16 +121,32 @@ def find_node(site: Site, api: tpu_api.TpuApi) -> tuple[tpu_api.Node, str] | Non
     return None
 
 
-def write_known_hosts(site: Site, api: tpu_api.TpuApi, node: tpu_api.Node, zone: str) -> None:
-    keys = api.host_keys(node.name, len(node.endpoints), zone)
-    missing = [i for i in range(len(node.endpoints)) if i not in keys]
-    if missing:
-        raise UserError(
-            f"TPU {node.name}: worker {missing[0]} publishes no {tpu_api.HOST_KEY_TYPE} host "
-            "key in its guest attributes, so its identity cannot be checked",
-            hint=f"the org policy {tpu_api.GUEST_ATTRIBUTES_POLICY} may hide guest attributes: "
-            "ask an admin to allow them for this project; tpuctl never trusts a host key on "
-            "first use")
+def write_known_hosts(site: Site, api: tpu_api.TpuApi, node: tpu_api.Node, zone: str,
+                      on_event: Callable[[str], None] | None = None) -> None:
+    """known_hosts from every worker's published host key. The GCE guest agent publishes the
+    keys once the worker has booted, which may be after the node is READY: wait for them (up to
+    HOST_KEYS_WAIT_S, saying so once), then refuse."""
+    deadline = time.monotonic() + HOST_KEYS_WAIT_S
+    waiting = False
+    while True:
+        keys = api.host_keys(node.name, len(node.endpoints), zone)
+        missing = [i for i in range(len(node.endpoints)) if i not in keys]
+        if not missing:
+            break
+        if time.monotonic() >= deadline:
+            raise UserError(
+                f"TPU {node.name}: worker {missing[0]} publishes no {tpu_api.HOST_KEY_TYPE} "
+                f"host key in its guest attributes after {HOST_KEYS_WAIT_S / 60:g} minutes, so "
+                "its identity cannot be checked",
+                hint=f"the org policy {tpu_api.GUEST_ATTRIBUTES_POLICY} may hide guest "
+                "attributes: ask an admin to allow them for this project; tpuctl never trusts "
+                "a host key on first use")
+        if not waiting and on_event is not None:
+            on_event(f"TPU {node.name}: waiting for the host key of worker {missing[0]} (the "
+                     f"guest agent publishes it after boot; up to {HOST_KEYS_WAIT_S / 60:g} "
+                     "minutes)")
+        waiting = True
+        time.sleep(min(POLL_S, max(0.1, deadline - time.monotonic())))
     lines = [f"{ssh_address(e)} {tpu_api.HOST_KEY_TYPE} {keys[i]}"
              for i, e in enumerate(node.endpoints)]
     storage.write_text(site.known_hosts, "\n".join(lines) + "\n")

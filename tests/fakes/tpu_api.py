@@ -672,6 +672,9 @@ class FakeTpuApi:
 
     def _node_view(self, node: _Node) -> dict:
         view = copy.deepcopy(node.body)
+        if "schedulingConfig" in view:
+            # proto3 JSON leaves out false flags: an on-demand node's answer is `{}`.
+            view["schedulingConfig"] = {k: v for k, v in view["schedulingConfig"].items() if v}
         if view["state"] != "CREATING":
             external = view["networkConfig"].get("enableExternalIps", False)
             view["networkEndpoints"] = [

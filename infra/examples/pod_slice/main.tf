@@ -23,9 +23,10 @@ module "tpuctl" {
   provisioning     = "spot"
   create_tpu       = true
 
-  bucket        = var.bucket
-  create_bucket = false
-  corpus_bucket = var.corpus_bucket
+  bucket         = var.bucket
+  create_bucket  = false
+  run_prefix     = "pod-slice-example"
+  corpus_buckets = [var.corpus_bucket]
 
   ssh_source_ranges = var.ssh_source_ranges
   ssh_user          = var.ssh_user

@@ -14,5 +14,9 @@ terraform {
       source  = "hashicorp/random"
       version = ">= 3.6.0, < 4.0.0"
     }
+    time = {
+      source  = "hashicorp/time"
+      version = ">= 0.11.0, < 1.0.0"
+    }
   }
 }

@@ -23,6 +23,7 @@ module "tpuctl" {
 
   bucket        = var.bucket
   create_bucket = true
+  run_prefix    = "single-host-example"
 
   ssh_source_ranges = var.ssh_source_ranges
   ssh_user          = var.ssh_user

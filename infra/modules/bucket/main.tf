@@ -22,6 +22,10 @@ resource "google_storage_bucket" "main" {
   lifecycle_rule {
     condition {
       days_since_noncurrent_time = var.noncurrent_version_retention_days
+      # There is no `age` condition: the 6.x providers (which versions.tf allows) default this
+      # to true and then send age = 0, which every object meets, so this rule for old versions
+      # would delete current objects too (resource_storage_bucket.go, 6.0.0: Default true).
+      send_age_if_zero = false
     }
     action {
       type = "Delete"

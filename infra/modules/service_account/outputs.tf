@@ -1,6 +1,6 @@
 output "email" {
-  description = "Email of the service account."
-  value       = google_service_account.main.email
+  description = "Email of the service account, once a new one has had time to be usable (time_sleep.main)."
+  value       = time_sleep.main.triggers["email"]
 }
 
 output "custom_role" {

@@ -28,40 +28,39 @@ variable "tpu_name" {
   description = "Name of the TPU node whose workers use this account."
 }
 
-variable "zone" {
-  type        = string
-  description = "Zone of the TPU node."
-}
-
 variable "bucket" {
   type        = string
-  description = "The run's bucket: the account gets roles/storage.objectAdmin on it."
+  description = "The run's bucket: the account gets roles/storage.objectAdmin under run_prefix and roles/storage.objectViewer under read_prefixes, nothing else in it."
 }
 
-variable "corpus_bucket" {
+variable "run_prefix" {
   type        = string
-  description = "A bucket the account may read (roles/storage.objectViewer), or null."
-  default     = null
+  description = "Object-name prefix of the run's own folder in bucket (its output_dir), without slashes at either end."
+
+  validation {
+    condition     = var.run_prefix != "" && !startswith(var.run_prefix, "/") && !endswith(var.run_prefix, "/") && !can(regex("[\"\\\\]", var.run_prefix))
+    error_message = "run_prefix must be an object-name prefix without quotes, backslashes or a slash at either end."
+  }
+}
+
+variable "read_prefixes" {
+  type        = list(string)
+  description = "Object-name prefixes in bucket the account may read (the staged corpus), without slashes at either end."
+
+  validation {
+    condition     = alltrue([for p in var.read_prefixes : p != "" && !startswith(p, "/") && !endswith(p, "/") && !can(regex("[\"\\\\]", p))])
+    error_message = "read_prefixes must be object-name prefixes without quotes, backslashes or a slash at either end."
+  }
+}
+
+variable "corpus_buckets" {
+  type        = list(string)
+  description = "Other buckets the account may read (roles/storage.objectViewer on each)."
+  default     = []
 }
 
 variable "allow_self_delete" {
   type        = bool
   description = "Also grant tpu.nodes.delete, so the workers can delete their own TPU."
   default     = false
-
-  validation {
-    condition     = !var.allow_self_delete || var.tpu_permission_scope == "node"
-    error_message = "allow_self_delete needs tpu_permission_scope = \"node\": delete is never granted on every TPU of the project."
-  }
-}
-
-variable "tpu_permission_scope" {
-  type        = string
-  description = "node: the TPU permissions carry an IAM condition on this TPU's resource name; project: they apply to every TPU of the project."
-  default     = "node"
-
-  validation {
-    condition     = contains(["node", "project"], var.tpu_permission_scope)
-    error_message = "tpu_permission_scope must be node or project."
-  }
 }

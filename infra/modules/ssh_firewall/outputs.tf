@@ -7,3 +7,8 @@ output "target_tag" {
   description = "Network tag that the rule opens SSH to."
   value       = var.target_tag
 }
+
+output "internal_name" {
+  description = "Name of the firewall rule between the TPU's own hosts."
+  value       = google_compute_firewall.internal.name
+}

@@ -8,6 +8,11 @@ variable "name" {
   description = "Name of the firewall rule."
 }
 
+variable "internal_name" {
+  type        = string
+  description = "Name of the firewall rule that lets the TPU's hosts reach each other."
+}
+
 variable "network" {
   type        = string
   description = "Name of the VPC network the rule applies to."

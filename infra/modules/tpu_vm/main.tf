@@ -1,5 +1,6 @@
-# The TPU VM or pod slice. Every argument but labels, metadata and tags is immutable: changing
-# one replaces the TPU. Worker i of a slice is network_endpoints[i].
+# The TPU VM or pod slice. Labels, metadata, tags and description are updated in place; every
+# other argument forces a new TPU when it changes (google-beta resource_tpu_v2_vm.go, ForceNew).
+# Worker i of a slice is network_endpoints[i].
 resource "google_tpu_v2_vm" "main" {
   #checkov:skip=CKV2_GCP_32:The launcher reaches the workers over SSH from the user's machine; external IPs are on by default (enable_external_ips) and only tcp/22 from ssh_source_ranges is opened to them.
   provider = google-beta
@@ -12,9 +13,13 @@ resource "google_tpu_v2_vm" "main" {
   description      = var.description
   labels           = var.labels
 
-  scheduling_config {
-    preemptible = var.provisioning == "preemptible"
-    spot        = var.provisioning == "spot"
+  # Only for spot or preemptible: scheduling.tf says why.
+  dynamic "scheduling_config" {
+    for_each = local.scheduling_config
+    content {
+      preemptible = scheduling_config.value.preemptible
+      spot        = scheduling_config.value.spot
+    }
   }
 
   # Full resource paths, as the API returns them, so a second apply sees no difference.

@@ -57,12 +57,20 @@ def init(
     target = directory / "tpuctl.yaml"
     if directory.exists() and not directory.is_dir():
         raise UserError(f"{directory} is a file, not a folder")
+    # A link named tpuctl.yaml (dangling or not) would have the file written wherever it
+    # points, outside the folder asked for: never followed, --force or not.
+    if target.is_symlink():
+        raise UserError(f"{target} is a symbolic link (to {os.readlink(target)})",
+                        hint="remove the link, or init another folder")
     if target.exists() and not force:
         raise UserError(f"{target} already exists", hint="pass --force to replace it")
     text = resources.files("launcher").joinpath("templates/tpuctl.yaml").read_text("utf-8")
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
+        # O_NOFOLLOW (and O_EXCL without --force): a link made since the check is refused too.
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_TRUNC if force else os.O_EXCL)
+        with os.fdopen(os.open(target, flags, 0o644), "w", encoding="utf-8") as out:
+            out.write(text)
     except OSError as exc:
         raise UserError(f"cannot write {target}: {exc.strerror}") from None
     typer.echo(f"wrote {target}; edit data.corpus and output_dir, then run `tpuctl train --local`")

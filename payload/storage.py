@@ -353,6 +353,40 @@ def remove(path: str) -> None:
     _remove_quietly(path)
 
 
+def remove_if(path: str, holding: bytes) -> bool:
+    """Remove `path` only if it still holds exactly `holding`, in one atomic step (the
+    counterpart of create_exclusive's `replacing`): a file someone else has written since it
+    was read is left as it is. Whether it removed it."""
+    note_change("remove", path)
+    if is_gcs(path):
+        from google.api_core.exceptions import NotFound, PreconditionFailed
+
+        blob = _blob(path)
+        try:
+            blob.reload()
+            generation = blob.generation
+            if _blob(path).download_as_bytes(if_generation_match=generation) != holding:
+                return False
+            blob.delete(if_generation_match=generation)
+        except (NotFound, PreconditionFailed):
+            return False
+        return True
+    aside = f"{path}.{os.getpid()}-{os.urandom(4).hex()}.old"
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return False
+    with open(aside, "rb") as f:
+        held = f.read()
+    if held != holding:  # someone else's: put it back (unless a newer one is there already)
+        with contextlib.suppress(FileExistsError):
+            os.link(aside, path)
+        _remove_quietly(aside)
+        return False
+    _remove_quietly(aside)
+    return True
+
+
 def remove_tree(path: str) -> None:
     note_change("remove-tree", path)
     if is_gcs(path):

@@ -328,6 +328,43 @@ def test_run_lock_take_beat_release(tmp_path):
     assert runlock.release(out, "b") and not os.path.exists(runlock.lock_path(out))
 
 
+def _taken_over_while_read(monkeypatch, out: str) -> None:
+    """Another run takes the lock over right after the holder reads it (its heartbeat stalled
+    past stale_after_s, say): the holder's next write comes after the takeover."""
+    read = runlock._read
+
+    def read_then_lose(path):
+        seen = read(path)
+        storage.write_bytes(path, json.dumps({"job": "b", "beat": 0, "beats": 0}).encode())
+        return seen
+
+    monkeypatch.setattr(runlock, "_read", read_then_lose)
+
+
+@pytest.mark.parametrize("where", ["local", "gcs"])
+def test_run_lock_beat_and_release_never_clobber_a_takeover(tmp_path, monkeypatch, where,
+                                                            request):
+    out = str(tmp_path / "out")
+    if where == "gcs":
+        sandbox = request.getfixturevalue("gcs_sandbox")
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", sandbox.url)
+        monkeypatch.setattr(storage, "_client", None)
+        sandbox.make_bucket("takeover")
+        out = "gs://takeover/run"
+    assert runlock.take(out, {"job": "a", "from": "here", "stale_after_s": 10}) == ""
+    with monkeypatch.context() as patch:
+        _taken_over_while_read(patch, out)
+        assert runlock.beat(out, "a") is False
+    assert json.loads(storage.read_bytes(runlock.lock_path(out)))["job"] == "b"
+    storage.write_bytes(runlock.lock_path(out), json.dumps({"job": "a", "beat": 0}).encode())
+    with monkeypatch.context() as patch:
+        _taken_over_while_read(patch, out)
+        assert runlock.release(out, "a") is False
+    assert json.loads(storage.read_bytes(runlock.lock_path(out)))["job"] == "b"
+    if where == "gcs":
+        monkeypatch.setattr(storage, "_client", None)
+
+
 def test_create_exclusive_has_one_winner_locally(tmp_path):
     path = str(tmp_path / "lock")
     together = threading.Barrier(8)

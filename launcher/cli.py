@@ -86,27 +86,30 @@ def _console(stderr: bool = False):
     return Console(highlight=False, soft_wrap=True, stderr=stderr)
 
 
-def _worker_line(num_workers: int):
-    """(worker, line) -> the line after its worker's coloured prefix."""
+def _worker_line(num_workers: int, *, keep_bytes: bool = False):
+    """(worker, line) -> the line after its worker's coloured prefix, control characters
+    escaped (launcher.view.visible) unless `keep_bytes`."""
     from rich.text import Text
 
     from launcher.agent import worker_label
+    from launcher.view import visible
 
     width = len(worker_label(num_workers - 1))
 
     def render(worker: int, line: str) -> Text:
         prefix = worker_label(worker).ljust(width)
-        return Text.assemble((prefix + " | ", WORKER_COLOURS[worker % len(WORKER_COLOURS)]), line)
+        return Text.assemble((prefix + " | ", WORKER_COLOURS[worker % len(WORKER_COLOURS)]),
+                             line if keep_bytes else visible(line))
 
     return render
 
 
-def _line_printer(console, num_workers: int):
+def _line_printer(console, num_workers: int, *, keep_bytes: bool = False):
     """A thread-safe sink printing every line after its worker's coloured prefix."""
     import threading
 
     lock = threading.Lock()
-    render = _worker_line(num_workers)
+    render = _worker_line(num_workers, keep_bytes=keep_bytes)
 
     def sink(worker: int, line: str) -> None:
         with lock:
@@ -157,9 +160,9 @@ def _progress_line(record: dict, width: int):
     from rich.progress_bar import ProgressBar
     from rich.table import Table
 
-    from launcher.view import live_text
+    from launcher.view import live_text, visible
 
-    text = live_text(record)
+    text = visible(live_text(record))
     line = Table.grid(padding=(0, 1))
     cells = ["train"]
     bar_width = min(30, width - len(text) - 8)
@@ -197,25 +200,25 @@ def _report_outcome(outcome, job, config_path: Path, view) -> bool:
         return False
     if outcome.ok:
         if outcome.reason:
-            console.print(f"job {plan.job_id}: {outcome.reason}", markup=False)
+            console.print(f"job {plan.job_id}: {views.visible(outcome.reason)}", markup=False)
             return False
         final = view.final if view else None
         console.print(f"\njob {plan.job_id} finished on {len(plan.workers)} workers", markup=False)
         for line in views.summary(final=final, family=(final or {}).get("family")
                                   or job.record.model_family(), output_dir=plan.output_dir,
                                   exported=any(s.name == "export" for s in plan.steps)):
-            console.print(line, markup=False)
+            console.print(views.visible(line), markup=False)
         console.print(f"outputs: {plan.output_dir}  (logs: {plan.output_dir}/logs, local copies: "
                       f"{job.record.folder / 'logs'})", markup=False)
         return False
     if outcome.failed_worker is not None:
-        err.print(f"\n{outcome.reason}; the job was stopped on every worker. "
+        err.print(f"\n{views.visible(outcome.reason)}; the job was stopped on every worker. "
                   f"Last lines of {worker_label(outcome.failed_worker)}:", markup=False)
         for line in views.shown_lines(outcome.tail)[-TAIL_SHOWN:]:
-            err.print(f"  {line}", markup=False)
+            err.print(f"  {views.visible(line)}", markup=False)
         err.print(f"full log: {job.record.log_file(outcome.failed_worker)}", markup=False)
     else:
-        err.print(outcome.reason, markup=False)
+        err.print(views.visible(outcome.reason), markup=False)
     return True
 
 
@@ -436,7 +439,9 @@ def logs(
     console = _console()
     with launch.open_job(config_path, job) as opened:
         n = len(opened.plan.workers)
-        with (contextlib.nullcontext((_line_printer(console, n), None)) if raw
+        # --raw into a file (not a terminal) may keep the bytes as the workers wrote them.
+        printer = _line_printer(console, n, keep_bytes=not console.is_terminal)
+        with (contextlib.nullcontext((printer, None)) if raw
               else _watching(console, n)) as (sink, view):
             outcome = launch.follow(opened, sink, worker=worker, keep_following=follow)
     _report(outcome, opened, config_path, view)
@@ -467,6 +472,7 @@ def status(config_path: ConfigOpt = DEFAULT_CONFIG, job: JobOpt = None) -> None:
 
     from launcher import launch
     from launcher.records import NoJob
+    from launcher.view import visible
     from payload import budget
 
     console = _console()
@@ -487,7 +493,7 @@ def status(config_path: ConfigOpt = DEFAULT_CONFIG, job: JobOpt = None) -> None:
         table.add_column(column, overflow="fold")
     for row in rows:
         # Text, not markup: a log line such as "[/job:worker/replica:0/...]" is shown as it is.
-        table.add_row(*(Text(cell) for cell in (
+        table.add_row(*(Text(visible(cell)) for cell in (
             row["worker"], row["host"], row["state"], row["stage"] or "-", row["step"] or "-",
             "-" if row["rc"] is None else str(row["rc"]), _clip(row["last"], LAST_LINE_CHARS))))
     console.print(table)
@@ -599,7 +605,9 @@ def main() -> None:
         message = next((m for t, m in table.items() if isinstance(exc, t)), None)
         if message is None or os.environ.get("TPUCTL_DEBUG"):
             raise
-        typer.echo(f"error: {message(exc)}", err=True)
+        from launcher.view import visible
+
+        typer.echo(f"error: {visible(message(exc))}", err=True)
         sys.exit(getattr(exc, "exit_code", 2))
     sys.exit(code if isinstance(code, int) else 0)
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from launcher import estimate, hub, records, run, ship
+from launcher import estimate, hub, records, run, ship, view
 from launcher.environment import plan_environment
 from launcher.plan import ALL_STAGES, Plan, Stage, Worker, build_plan
 from launcher.providers import Fleet, Provider, provider_for, reopen
@@ -461,7 +461,8 @@ def list_jobs(config_path: Path, *, check: bool = False) -> list[JobSummary]:
             state = (_asked_state(config_path, record.job_id) if check
                      else "not followed to its end")
         found.append(JobSummary(job_id=record.job_id, started=record.started,
-                                stages=tuple(s.name for s in plan.steps), state=state,
+                                stages=tuple(s.name for s in plan.steps),
+                                state=view.visible(state),  # it may quote a worker's words
                                 output_dir=plan.output_dir, current=record.job_id == current))
     return found
 

@@ -447,3 +447,31 @@ def test_status_shows_a_log_line_that_looks_like_markup(local_run):
     result = _cli("status", "-c", str(config), env={"COLUMNS": "250"})
     assert result.returncode == 0, result.stderr
     assert "[/job:worker/replica:0/task:0/device:CPU:0]" in result.stdout
+
+
+# -- 9. what reaches the terminal ----------------------------------------------------------
+
+# What a corpus key or a library may carry: a window title (OSC), clear screen, colours.
+HOSTILE = "title \x1b]0;pwned\x07 clear \x1b[2J\x1b[H colour \x1b[31mred\x1b[0m end"
+ESCAPED = "title \\x1b]0;pwned\\x07 clear \\x1b[2J\\x1b[H colour \\x1b[31mred\\x1b[0m end"
+
+
+def test_control_bytes_from_workers_never_reach_the_terminal(local_run, tmp_path):
+    config = local_run({"print": {"train": [HOSTILE]}, "fail": {"train": 0}}, workers=1)
+    env = {"COLUMNS": "250", "NO_COLOR": "1"}
+    seen = {}
+    seen["train"] = _cli("train", "-c", str(config), "--local", env=env)  # live view + tail
+    assert seen["train"].returncode == 1 and ESCAPED in seen["train"].stderr
+    seen["logs"] = _cli("logs", "-c", str(config), env=env)
+    with _job_file(config, 0, "worker.log").open("a") as log:
+        log.write(HOSTILE + "\n")  # the last line: what status shows of the worker
+    seen["status"] = _cli("status", "-c", str(config), env=env)
+    seen["jobs"] = _cli("jobs", "-c", str(config), "--check", env=env)
+    for command, result in seen.items():
+        out = result.stdout + result.stderr
+        assert "\x1b" not in out and "\x07" not in out, f"{command}: {out!r}"
+    assert ESCAPED in seen["train"].stdout and ESCAPED in seen["logs"].stdout
+    assert "\\x1b]0;pwned" in seen["status"].stdout
+    # Into a file, --raw keeps the worker's bytes as they are.
+    raw = _cli("logs", "-c", str(config), "--raw", env=env)
+    assert "\x1b]0;pwned" in raw.stdout

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from launcher.groups import FUNCTIONS, load_group, record_group
-from launcher.plan import JobPaths
+from launcher.plan import HUB_TOKEN_ENV, JobPaths
 from payload import progress
 
 POLL_MAX_LINES = 2000
@@ -54,6 +54,8 @@ def _q(path: str) -> str:
 # assignment inside the script SSH sends on its encrypted channel), never in an argument or a
 # file. The shell hands the value to the agent on a pipe and starts it without the variable.
 SECRETS_ENV = "TPUCTL_SECRETS"
+# Every variable huggingface_hub reads a token from (HF_TOKEN, then the older name).
+HUB_TOKEN_NAMES = (HUB_TOKEN_ENV, "HUGGING_FACE_HUB_TOKEN")
 
 
 def start_command(paths: JobPaths, python: str, *, secrets: bool = False) -> str:
@@ -65,9 +67,12 @@ def start_command(paths: JobPaths, python: str, *, secrets: bool = False) -> str
     rc_tmp = paths.rc + ".tmp"
     inner = (f"{record_group(paths.pid, paths.job_dir)}; {agent}; "
              f"echo $? > {_q(rc_tmp)} && mv {_q(rc_tmp)} {_q(paths.rc)}")
-    detach = f"nohup setsid -f sh -c {_q(inner)} < /dev/null >> {_q(paths.log)} 2>&1"
+    # A Hub token in the starting environment (a local worker inherits the user's) stays out
+    # of the job: the publish step alone gets it, as a secret, from the agent's memory.
+    unset = " ".join(f"-u {name}" for name in (SECRETS_ENV, *HUB_TOKEN_NAMES))
+    detach = f"env {unset} nohup setsid -f sh -c {_q(inner)} < /dev/null >> {_q(paths.log)} 2>&1"
     if secrets:
-        detach = (f'printf "%s\\n" "${SECRETS_ENV}" | env -u {SECRETS_ENV} nohup setsid -f sh -c '
+        detach = (f'printf "%s\\n" "${SECRETS_ENV}" | env {unset} nohup setsid -f sh -c '
                   f"{_q(inner)} >> {_q(paths.log)} 2>&1")
     return (
         f"rm -f {_q(paths.pid)} {_q(paths.rc)} && "

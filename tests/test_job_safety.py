@@ -475,3 +475,28 @@ def test_control_bytes_from_workers_never_reach_the_terminal(local_run, tmp_path
     # Into a file, --raw keeps the worker's bytes as they are.
     raw = _cli("logs", "-c", str(config), "--raw", env=env)
     assert "\x1b]0;pwned" in raw.stdout
+
+
+# -- 10. secrets ---------------------------------------------------------------------------
+
+def test_a_hub_token_in_the_users_environment_reaches_no_process_of_the_job(local_run):
+    token = "hf_tpuctlNotForStages7c1e"
+    names = ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"]
+    config = local_run({"report_env": names, "steps": {"train": 600}}, workers=1)
+    env = {name: token for name in names}
+    started = _cli("train", "-c", str(config), "--local", "--detach", env=env)
+    assert started.returncode == 0, started.stderr
+    log = _job_file(config, 0, "worker.log")
+    wait_for(lambda: "step 1 loss" in log.read_text(), timeout_s=60)
+    try:
+        group = _group(config)
+        members = subprocess.run(["pgrep", "-g", str(group)], capture_output=True,
+                                 text=True).stdout.split()
+        assert len(members) >= 3  # the job's shell, the agent, the train stage
+        holders = [pid for pid in members
+                   if token.encode() in Path(f"/proc/{pid}/environ").read_bytes()]
+        assert holders == [], "the Hub token is in the environment of a job's process"
+    finally:
+        assert runner.invoke(app, ["stop", "-c", str(config)]).exit_code == 0
+    text = log.read_text()
+    assert "train sees HF_TOKEN=(unset)" in text and token not in text

@@ -14,8 +14,11 @@ runs with whatever Python the worker has.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -31,6 +34,8 @@ ABORT_MARK = "abort"
 DONE = "done"
 # The stage a worker reports when it stopped because another worker failed.
 ABORTED = "aborted"
+# What the stop command writes into the job's folder before it signals the job: who stops it.
+STOP_NOTE = "stopping"
 # Secrets handed over at start on standard input (launcher.jobs.start_command), kept in this
 # process's memory only: each goes into the environment of the commands that name it.
 _secrets: dict[str, str] = {}
@@ -69,11 +74,13 @@ class Peers:
     dead. This is what ends a job when a host dies while no launcher is watching.
     """
 
-    def __init__(self, barrier_dir: str, me: int, workers: list[int], stale_after_s: float):
+    def __init__(self, barrier_dir: str, me: int, workers: list[int], stale_after_s: float,
+                 lock: RunLock | None = None):
         self._storage = _storage()
         self.barrier_dir = barrier_dir
         self.me = me
         self.stale_after_s = stale_after_s
+        self.lock = lock
         now = time.monotonic()
         self._seen = {w: ("", now) for w in workers if w != me}
         self._beats = 0
@@ -92,8 +99,11 @@ class Peers:
         self._storage.write_text(self._alive_path(self.me), DONE)
 
     def trouble(self, step: str) -> str | None:
-        """Why this worker should stop: a peer failed this step, or stopped beating."""
+        """Why this worker should stop: a peer failed this step, or stopped beating, or the
+        run lock this worker held was taken over (another run now writes to output_dir)."""
         storage = self._storage
+        if self.lock is not None and self.lock.lost:
+            return self.lock.lost
         for worker in self._seen:
             if _reported(self.barrier_dir, step, worker) not in (None, "0"):
                 return f"{step} failed on {worker_label(worker)}"
@@ -123,13 +133,15 @@ class RunLock:
         self.job = job
         self._guard = threading.Lock()
         self._held = True
+        self.lost: str | None = None  # why the job must end, once the lock is not its own
 
     def beat(self) -> None:
         with self._guard:
             if self._held and not self._runlock.beat(self.output_dir, self.job):
                 self._held = False
-                print(f"tpuctl: the run lock of {self.output_dir} is not this job's any more "
-                      "(another run took it over)", flush=True)
+                self.lost = (f"the run lock of {self.output_dir} is not this job's any more "
+                             "(another run took it over)")
+                print(f"tpuctl: {self.lost}", flush=True)
 
     def release(self) -> None:
         with self._guard:
@@ -163,6 +175,16 @@ def port_in_use(port: int) -> bool:
     return False
 
 
+def bound_to_agent(argv: list[str]) -> list[str]:
+    """`argv`, run so that the kernel sends it SIGTERM when this agent dies, however it dies
+    (SIGKILL, the OOM killer): a stage must never train on alone, unwatched, holding nothing
+    (the run lock goes stale and the next run takes output_dir). util-linux's setpriv sets
+    PR_SET_PDEATHSIG, which exec keeps; without it the stop command still finds the stage
+    through the job's process group."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM", "--", *argv] if setpriv else argv
+
+
 def _end(proc: subprocess.Popen) -> None:
     """SIGTERM, then SIGKILL after a grace period."""
     proc.terminate()
@@ -178,7 +200,8 @@ class Service:
     worker server): started before the step, stopped after it; dying early fails the step."""
 
     def __init__(self, spec: dict | None):
-        self.proc = (subprocess.Popen(spec["argv"], env={**os.environ, **spec["env"]},
+        self.proc = (subprocess.Popen(bound_to_agent(spec["argv"]),
+                                      env={**os.environ, **spec["env"]},
                                       stdin=subprocess.DEVNULL) if spec else None)
 
     def trouble(self) -> str | None:
@@ -194,12 +217,18 @@ class Service:
 def _run_stage(argv: list[str], env: dict, peers: Peers, step: str, check_s: float,
                service: Service):
     """Run a stage; stop it early if a peer fails or dies. (exit code, trouble or None)"""
-    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(bound_to_agent(argv), env=env, stdin=subprocess.DEVNULL)
     while True:
         try:
             return proc.wait(timeout=check_s), None
         except subprocess.TimeoutExpired:
             pass
+        except Stopped:
+            # The whole group got SIGTERM: let the stage end first, so that the agent's word
+            # on the stop is the log's last line.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=STOP_WAIT_S)
+            raise
         reason = service.trouble() or peers.trouble(step)
         if reason:
             _end(proc)
@@ -279,8 +308,49 @@ def _run_step(step: dict, plan: dict, job_dir: Path, peers: Peers, check_s: floa
     return None
 
 
+class Stopped(BaseException):
+    """SIGTERM reached the agent (the stop command signals the job's whole group)."""
+
+
+# How long the agent waits for a signalled stage before it speaks (the stop command waits
+# longer, STOP_GRACE_S in launcher.jobs, before SIGKILL).
+STOP_WAIT_S = 3.0
+
+
 def _terminated(signum, frame):
-    raise SystemExit(128 + signum)
+    raise Stopped()
+
+
+_CHECKPOINT = re.compile(r'^model_checkpoint_path: "(?:.*/)?(ckpt-\d+)"', re.MULTILINE)
+
+
+def stop_words(job_dir: Path, plan: dict, stage: str) -> str:
+    """What a stopped job says last: who stopped it, at which training step (the newest
+    progress record in this worker's log, worker 0's) and from which checkpoint it resumes."""
+    from payload import progress
+
+    note = job_dir / STOP_NOTE
+    who = note.read_text().strip() if note.is_file() else ""
+    words = f"stopped by {who or 'SIGTERM'}"
+    step = None
+    try:
+        with open(plan["log"], errors="replace") as log:
+            for line in log:
+                record = progress.parse(line.rstrip("\n"))
+                if record and record.get("kind") in ("start", "train") and "step" in record:
+                    step = record["step"]
+    except OSError:
+        pass
+    words += f" at step {step}" if step is not None else f" during {stage}"
+    if stage == "train" or step is not None:
+        storage = _storage()
+        index = storage.join(plan["output_dir"], "checkpoints", "checkpoint")
+        try:
+            found = _CHECKPOINT.search(storage.read_text(index)) if storage.exists(index) else None
+        except Exception:  # a stop must not fail over a checkpoint it cannot read
+            found = None
+        words += f" (checkpoint {found.group(1)})" if found else " (no checkpoint yet)"
+    return words
 
 
 def run(plan_path: str) -> int:
@@ -290,8 +360,16 @@ def run(plan_path: str) -> int:
     # `tpuctl stop` sends SIGTERM to the whole group: end through `finally`, lock released.
     signal.signal(signal.SIGTERM, _terminated)
     lock = RunLock(plan["output_dir"], plan["job_id"]) if plan.get("holds_run_lock") else None
+    job_dir = Path(plan_path).parent
     try:
-        return _walk(plan, Path(plan_path).parent, lock)
+        return _walk(plan, job_dir, lock)
+    except Stopped:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once is enough: say so, then end
+        stage_file = job_dir / "stage"  # left as it is: the stage the job was stopped in
+        stage = stage_file.read_text().strip() if stage_file.is_file() else ""
+        print(f"== tpuctl: {stop_words(job_dir, plan, stage)} ==", flush=True)
+        _copy_log(plan["log"], plan["log_copy"])
+        return 128 + signal.SIGTERM
     finally:
         if lock is not None:
             try:
@@ -318,7 +396,7 @@ def _walk(plan: dict, job_dir: Path, lock: RunLock | None) -> int:
     me = plan["worker"]
     barrier_dir = plan["barrier_dir"]
     check_s = 2.0 if _storage().is_gcs(barrier_dir) else POLL_S
-    peers = Peers(barrier_dir, me, plan["all_workers"], plan["stale_after_s"])
+    peers = Peers(barrier_dir, me, plan["all_workers"], plan["stale_after_s"], lock)
     threading.Thread(target=_keep_beating, args=(peers, lock, plan["heartbeat_s"]),
                      daemon=True).start()
     for step in plan["steps"]:

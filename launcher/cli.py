@@ -450,17 +450,46 @@ def logs(
 @app.command()
 def stop(config_path: ConfigOpt = DEFAULT_CONFIG, job: JobOpt = None) -> None:
     """Stop the job on every worker; nothing is left running."""
+    import threading
+
     from launcher import launch
     from launcher.agent import worker_label
+    from launcher.jobs import STOP_GRACE_S
     from launcher.run import stopped_everywhere
+    from launcher.view import visible
 
     with launch.open_job(config_path, job) as opened:
-        results = launch.stop_job(opened)
-    for index, result in results.items():
-        typer.echo(f"{worker_label(index)}: {result}")
+        workers = opened.plan.workers
+        typer.echo(f"stopping job {opened.plan.job_id} on {len(workers)} workers: SIGTERM to "
+                   f"each worker's job, SIGKILL to what is left after {STOP_GRACE_S:.0f} s")
+        pending, done, guard = {w.index for w in workers}, threading.Event(), threading.Lock()
+
+        def answered(index: int, result: str) -> None:
+            with guard:
+                pending.discard(index)
+                typer.echo(f"{worker_label(index)}: {visible(result)}")
+
+        def waiting() -> None:  # a stop can take a while: say whom it waits for
+            while not done.wait(WAITING_EVERY_S):
+                with guard:
+                    if pending:
+                        typer.echo("waiting for " + ", ".join(worker_label(i) for i in
+                                                               sorted(pending))
+                                   + " (their processes are ending)")
+                    else:
+                        typer.echo("letting the run lock of output_dir go")
+
+        threading.Thread(target=waiting, daemon=True).start()
+        try:
+            results = launch.stop_job(opened, on_result=answered)
+        finally:
+            done.set()
     if not stopped_everywhere(results):
         raise typer.Exit(1)
     typer.echo(f"job {opened.plan.job_id} stopped on every worker")
+
+
+WAITING_EVERY_S = 3.0
 
 
 @app.command()

@@ -17,10 +17,12 @@ for `sh`: the same ones run on local workers and over SSH.
 
 from __future__ import annotations
 
+import posixpath
 import shlex
 from dataclasses import dataclass
 from enum import Enum
 
+from launcher.agent import STOP_NOTE
 from launcher.groups import FUNCTIONS, load_group, record_group
 from launcher.plan import HUB_TOKEN_ENV, JobPaths
 from payload import progress
@@ -84,14 +86,15 @@ def start_command(paths: JobPaths, python: str, *, secrets: bool = False) -> str
 
 def poll_command(paths: JobPaths, line_offset: int, max_lines: int = POLL_MAX_LINES) -> str:
     """First line `STATE RC STAGE`, then up to max_lines log lines after line_offset. A job is
-    running only while its recorded group, identity checked, has live processes."""
+    running while its recorded group, identity checked, has live processes, whatever its rc
+    file says: a stage whose agent was killed (the shell then records the agent's exit code)
+    still runs until it ends."""
     return (
         f"cd {_q(paths.job_dir)} 2>/dev/null || {{ echo none - -; exit 0; }}; "
         'stage=$(cat stage 2>/dev/null | head -c 40); [ -n "$stage" ] || stage=-; '
-        'if [ -s rc ]; then echo "exited $(cat rc) $stage"; '
-        f'elif [ -s pid ] && {{ {load_group("pid")}{FUNCTIONS}[ "$(live)" -gt 0 ]; }}; then '
+        f'if [ -s pid ] && {{ {load_group("pid")}{FUNCTIONS}[ "$(live)" -gt 0 ]; }}; then '
         'echo "running - $stage"; '
-        # The job may have finished between the first look at rc and counting its processes.
+        # No process left: the job's shell wrote rc before it ended, if it got that far.
         'elif [ -s rc ]; then echo "exited $(cat rc) $stage"; '
         'elif [ -s pid ]; then echo "gone - $stage"; else echo "none - $stage"; fi; '
         f"tail -n +{line_offset + 1} worker.log 2>/dev/null | head -n {max_lines}"
@@ -110,17 +113,25 @@ def parse_poll(output: str) -> Poll:
     return Poll(state=state, rc=rc, lines=tuple(complete), partial=partial, stage=stage)
 
 
-def stop_command(paths: JobPaths, grace_s: float = 5.0) -> str:
+STOP_GRACE_S = 5.0
+BY_USER = "`tpuctl stop`"
+
+
+def stop_command(paths: JobPaths, grace_s: float = STOP_GRACE_S, *, who: str = BY_USER) -> str:
     """SIGTERM the job's process group, SIGKILL what is left after grace_s; prints `stopped N`
     (N = processes still alive afterwards, 0 when all are gone), or `ended RC` for a job that
-    has an exit code: that one is never signalled. Neither is a recorded group that is not the
-    job's any more (its id taken by another process)."""
+    has an exit code and no live process. A job with an exit code whose processes live on (its
+    agent was killed, its stage was not) is stopped like a running one. A recorded group that
+    is not the job's any more (its id taken by another process) is never signalled. `who`
+    stops it: written beside the job first, so that the agent's last line names it."""
     tries = max(1, int(grace_s / 0.1))
     rc = _q(paths.rc)
+    note = posixpath.join(paths.job_dir, STOP_NOTE)
     return (
-        f'if [ -s {rc} ]; then echo "ended $(cat {rc})"; exit 0; fi; '
-        + load_group(paths.pid) + FUNCTIONS
-        + 'ours || { echo "stopped 0"; exit 0; }; '
+        load_group(paths.pid) + FUNCTIONS
+        + f'if [ -s {rc} ] && [ "$(live)" -eq 0 ]; then echo "ended $(cat {rc})"; exit 0; fi; '
+        'ours || { echo "stopped 0"; exit 0; }; '
+        f"printf '%s\\n' {_q(who)} > {_q(note + '.tmp')} && mv {_q(note + '.tmp')} {_q(note)}; "
         'kill -TERM -"$pg" 2>/dev/null; '
         f'i=0; while [ "$(live)" -gt 0 ] && [ $i -lt {tries} ]; do sleep 0.1; i=$((i+1)); done; '
         'if [ "$(live)" -gt 0 ] && ours; then kill -KILL -"$pg" 2>/dev/null; i=0; '

@@ -316,8 +316,9 @@ def select(workers: tuple[Worker, ...], index: int, *, of: str = "the job") -> W
     return workers[index]
 
 
-def stop_job(job: Job) -> dict[int, str]:
-    results = run.stop(job.executor, job.plan)
+def stop_job(job: Job, on_result: Callable[[int, str], None] = lambda worker, result: None
+             ) -> dict[int, str]:
+    results = run.stop(job.executor, job.plan, on_result=on_result)
     if run.stopped_everywhere(results) and not job.record.outcome():
         job.record.save_outcome("stopped", "tpuctl stop")
     return results

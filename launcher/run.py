@@ -341,21 +341,28 @@ STOPPED = "stopped"
 ENDED = "already ended"
 
 
-def stop(executor, plan: Plan) -> dict[int, str]:
-    """Stop the job's process group on every worker (a worker's job that already has an exit
-    code is left alone); what each one reported. Then let the run lock go."""
+def stop(executor, plan: Plan, *, who: str = jobs.BY_USER,
+         on_result: Callable[[int, str], None] = lambda worker, result: None) -> dict[int, str]:
+    """Stop the job's process group on every worker (a worker's job that has ended, exit code
+    and no process left, is left alone); what each one reported, also to `on_result` as each
+    worker answers. Then let the run lock go."""
 
     def stop_one(worker: Worker) -> str:
         try:
-            res = executor.run(worker, jobs.stop_command(plan.paths[worker.index]), timeout_s=60)
+            res = executor.run(worker, jobs.stop_command(plan.paths[worker.index], who=who),
+                               timeout_s=60)
         except WorkerUnreachable as exc:
-            return f"unreachable ({exc})"
-        out = res.stdout.strip().split()
-        if out[-2:] == ["stopped", "0"]:
-            return STOPPED
-        if len(out) >= 2 and out[-2] == "ended":
-            return f"{ENDED} (exit {out[-1]})"
-        return f"still running: {res.stdout!r}"
+            result = f"unreachable ({exc})"
+        else:
+            out = res.stdout.strip().split()
+            if out[-2:] == ["stopped", "0"]:
+                result = STOPPED
+            elif len(out) >= 2 and out[-2] == "ended":
+                result = f"{ENDED} (exit {out[-1]})"
+            else:
+                result = f"still running: {res.stdout!r}"
+        on_result(worker.index, result)
+        return result
 
     results = dict(zip((w.index for w in plan.workers), on_workers(plan.workers, stop_one),
                        strict=True))
@@ -388,6 +395,11 @@ def status(executor, plan: Plan) -> list[dict]:
             return {"worker": worker.label, "host": worker.host, "state": "unreachable",
                     "stage": "", "step": "", "rc": None, "last": str(exc)}
         poll = jobs.parse_poll(res.stdout)
+        if poll.state is JobState.EXITED and poll.rc == jobs.STOPPED_RC:
+            # Not a crash: the agent's last line says who stopped it, at which step and
+            # checkpoint (launcher.agent.stop_words).
+            return {"worker": worker.label, "host": worker.host, "state": STOPPED,
+                    "stage": poll.stage, "step": step, "rc": None, "last": last}
         return {"worker": worker.label, "host": worker.host, "state": poll.state.value,
                 "stage": poll.stage, "step": step, "rc": poll.rc, "last": last}
 

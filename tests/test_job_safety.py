@@ -500,3 +500,84 @@ def test_a_hub_token_in_the_users_environment_reaches_no_process_of_the_job(loca
         assert runner.invoke(app, ["stop", "-c", str(config)]).exit_code == 0
     text = log.read_text()
     assert "train sees HF_TOKEN=(unset)" in text and token not in text
+
+
+# -- 11. a job that lost its agent or its lock; a stop that says where it stopped --------------
+
+def _agent_pid(config, worker: int = 0) -> int:
+    members = subprocess.run(["pgrep", "-g", str(_group(config, worker))], capture_output=True,
+                             text=True).stdout.split()
+    # The agent's own argv (`python -m launcher.agent PLAN`), not the shell whose script names it.
+    return next(int(pid) for pid in members
+                if b"\0-m\0launcher.agent\0" in Path(f"/proc/{pid}/cmdline").read_bytes())
+
+
+@pytest.fixture
+def long_jobs():
+    """Configs of jobs a test starts; stopped at the end (identity checked) whatever happened."""
+    started = []
+    yield started
+    for config in started:
+        runner.invoke(app, ["stop", "-c", str(config)])
+
+
+def _start_long_job(config, long_jobs: list) -> Path:
+    long_jobs.append(config)
+    assert runner.invoke(app, ["train", "-c", str(config), "--local", "--detach"]).exit_code == 0
+    log = _job_file(config, 0, "worker.log")
+    wait_for(lambda: "step 1 loss" in log.read_text(), timeout_s=60)
+    return log
+
+
+def test_a_stage_whose_agent_was_killed_stops_itself(local_run, long_jobs):
+    config = local_run({"steps": {"train": 600}}, workers=1)
+    _start_long_job(config, long_jobs)
+    os.kill(_agent_pid(config), signal.SIGKILL)
+    # Nobody watches the stage any more, nor beats the run lock: it must not train on alone.
+    wait_for(lambda: _live(config) == {0: 0}, timeout_s=20)
+    assert _live(config) == {0: 0}, "the train stage kept running after its agent died"
+
+
+def test_stop_ends_a_job_whose_exit_code_is_written_while_it_runs(local_run, long_jobs):
+    config = local_run({"steps": {"train": 600}}, workers=1)
+    _start_long_job(config, long_jobs)
+    # What the job's shell writes when its agent is killed; the stage may still run.
+    _job_file(config, 0, "rc").write_text("137\n")
+    status = _cli("status", "-c", str(config), env={"COLUMNS": "250"})
+    assert "running" in status.stdout, status.stdout
+    result = runner.invoke(app, ["stop", "-c", str(config)])
+    assert result.exit_code == 0, result.output
+    assert "worker-0: stopped" in result.output and "already ended" not in result.output
+    assert _live(config) == {0: 0}
+
+
+def test_a_job_whose_run_lock_was_taken_over_stops_itself(local_run, long_jobs, tmp_path, monkeypatch):
+    monkeypatch.setenv(PEER_TIMEOUT_ENV, "2")  # a heartbeat every 0.5 s
+    config = local_run({"steps": {"train": 600}})
+    log = _start_long_job(config, long_jobs)
+    lock = tmp_path / "out/.tpuctl/run.lock"
+    taker = {"job": "another-run", "from": "elsewhere", "beat": time.time(), "beats": 0,
+             "stale_after_s": 120}
+    lock.write_text(json.dumps(taker))  # another run took output_dir over
+    wait_for(lambda: _live(config) == {0: 0, 1: 0}, timeout_s=30)
+    assert _live(config) == {0: 0, 1: 0}, "the job kept writing to a taken-over output_dir"
+    assert "is not this job's any more" in log.read_text()
+    assert json.loads(lock.read_text())["job"] == "another-run"  # its lock, left alone
+
+
+def test_status_after_stop_says_who_stopped_it_at_which_step(local_run, long_jobs):
+    config = local_run({"steps": {"train": 600}, "checkpoint_every": 5})
+    log = _start_long_job(config, long_jobs)
+    wait_for(lambda: "step 12 loss" in log.read_text(), timeout_s=60)
+    stopped = _cli("stop", "-c", str(config))
+    assert stopped.returncode == 0, stopped.stderr
+    assert stopped.stdout.startswith("stopping job ") and "SIGKILL" in stopped.stdout.splitlines()[0]
+    text = log.read_text()
+    last_step = [line for line in text.splitlines() if line.startswith("step ")][-1].split()[1]
+    index = (Path(_plan(config).output_dir) / "checkpoints" / "checkpoint").read_text()
+    checkpoint = index.split('"')[1]
+    words = f"stopped by `tpuctl stop` at step {last_step} (checkpoint {checkpoint})"
+    assert words in text.splitlines()[-1]
+    status = _cli("status", "-c", str(config), env={"COLUMNS": "250"})
+    assert words in status.stdout, status.stdout
+    assert "143" not in status.stdout and "exited" not in status.stdout

@@ -36,6 +36,13 @@ DONE = "done"
 ABORTED = "aborted"
 # What the stop command writes into the job's folder before it signals the job: who stops it.
 STOP_NOTE = "stopping"
+# A job ended by its limit (train.max_hours / max_cost) reports this exit code.
+LIMIT_RC = 4
+# The steps that end a run properly at its limit: the training loop stops there by itself
+# (checkpoint), then export and publish follow. The agent gives them this long past the limit
+# before it ends them; every other step (tokenizer, prepare, a hung one) ends at the limit.
+FINISHING_STEPS = ("train", "export", "publish")
+FINISH_GRACE_S = 1800.0
 # Secrets handed over at start on standard input (launcher.jobs.start_command), kept in this
 # process's memory only: each goes into the environment of the commands that name it.
 _secrets: dict[str, str] = {}
@@ -75,12 +82,14 @@ class Peers:
     """
 
     def __init__(self, barrier_dir: str, me: int, workers: list[int], stale_after_s: float,
-                 lock: RunLock | None = None):
+                 lock: RunLock | None = None, limit: Limit | None = None):
         self._storage = _storage()
         self.barrier_dir = barrier_dir
         self.me = me
         self.stale_after_s = stale_after_s
         self.lock = lock
+        self.limit = limit
+        self.over_limit: str | None = None  # set once the limit has ended the job
         now = time.monotonic()
         self._seen = {w: ("", now) for w in workers if w != me}
         self._beats = 0
@@ -104,6 +113,9 @@ class Peers:
         storage = self._storage
         if self.lock is not None and self.lock.lost:
             return self.lock.lost
+        self.over_limit = self.limit.trouble() if self.limit is not None else None
+        if self.over_limit:
+            return self.over_limit
         for worker in self._seen:
             if _reported(self.barrier_dir, step, worker) not in (None, "0"):
                 return f"{step} failed on {worker_label(worker)}"
@@ -119,6 +131,34 @@ class Peers:
                 return (f"{worker_label(worker)} stopped answering (no heartbeat for "
                         f"{now - since:.0f}s)")
         return None
+
+
+class Limit:
+    """The run's time and cost limits (payload.budget), held over the whole job: `trouble`
+    says why the step running now must end (None while within them, or with no limit)."""
+
+    def __init__(self, spec: dict | None, output_dir: str, started: float):
+        self.budget = None
+        if spec:
+            from payload.budget import Budget
+
+            self.budget = Budget(output_dir=output_dir, max_hours=spec["max_hours"],
+                                 max_cost=spec["max_cost"], usd_per_hour=spec["usd_per_hour"],
+                                 started=started)
+        self.step = ""
+
+    def trouble(self) -> str | None:
+        if self.budget is None:
+            return None
+        grace = FINISH_GRACE_S if self.step in FINISHING_STEPS else 0.0
+        try:
+            over = self.budget.exceeded(time.time() - grace)
+        except Exception as exc:  # an unreadable billing record is not worth ending the job over
+            print(f"tpuctl: cannot check the run's limits: {exc}", flush=True)
+            return None
+        if over and grace:
+            return f"{over}, {grace / 60:.0f} min before {self.step} ended"
+        return over
 
 
 class RunLock:
@@ -263,13 +303,15 @@ def _copy_log(log: str, log_copy: str) -> None:
         print(f"tpuctl: could not copy the log to {log_copy}: {exc}", flush=True)
 
 
-def _abort(job_dir: Path, plan: dict, step: str, reason: str) -> int:
-    (job_dir / "stage").write_text(ABORTED)
+def _abort(job_dir: Path, plan: dict, step: str, reason: str, *,
+           over_limit: bool = False) -> int:
+    if not over_limit:  # the limit ends every worker in its own step: that one is kept
+        (job_dir / "stage").write_text(ABORTED)
     # Tell the others too, so a chain of waiting workers ends at once.
     _mark(plan["barrier_dir"], step, plan["worker"], ABORT_MARK)
     print(f"== tpuctl: stopping, {reason} ==", flush=True)
     _copy_log(plan["log"], plan["log_copy"])
-    return ABORT_RC
+    return LIMIT_RC if over_limit else ABORT_RC
 
 
 def _run_step(step: dict, plan: dict, job_dir: Path, peers: Peers, check_s: float,
@@ -293,7 +335,7 @@ def _run_step(step: dict, plan: dict, job_dir: Path, peers: Peers, check_s: floa
                **{k: _secrets[k] for k in command.get("secrets", ()) if _secrets.get(k)}}
         rc, reason = _run_stage(command["argv"], env, peers, name, check_s, service)
         if reason:
-            return _abort(job_dir, plan, name, reason)
+            return _abort(job_dir, plan, name, reason, over_limit=bool(peers.over_limit))
         _mark(barrier_dir, name, me, rc)
         if rc != 0:
             print(f"== tpuctl: {name} failed on {worker_label(me)} (exit {rc}) ==", flush=True)
@@ -304,7 +346,7 @@ def _run_step(step: dict, plan: dict, job_dir: Path, peers: Peers, check_s: floa
     reason = _wait_for(peers, name, step["workers"], check_s, service)
     _copy_log(plan["log"], plan["log_copy"])
     if reason:
-        return _abort(job_dir, plan, name, reason)
+        return _abort(job_dir, plan, name, reason, over_limit=bool(peers.over_limit))
     return None
 
 
@@ -396,12 +438,22 @@ def _walk(plan: dict, job_dir: Path, lock: RunLock | None) -> int:
     me = plan["worker"]
     barrier_dir = plan["barrier_dir"]
     check_s = 2.0 if _storage().is_gcs(barrier_dir) else POLL_S
-    peers = Peers(barrier_dir, me, plan["all_workers"], plan["stale_after_s"], lock)
+    from payload.budget import JOB_STARTED_ENV
+
+    started = time.time()
+    # Every stage counts the limits from the job's start too (the training loop's own stop).
+    os.environ[JOB_STARTED_ENV] = repr(started)
+    limit = Limit(plan.get("limits"), plan["output_dir"], started)
+    peers = Peers(barrier_dir, me, plan["all_workers"], plan["stale_after_s"], lock, limit)
     threading.Thread(target=_keep_beating, args=(peers, lock, plan["heartbeat_s"]),
                      daemon=True).start()
     for step in plan["steps"]:
         name = step["name"]
         (job_dir / "stage").write_text(name)
+        limit.step = name
+        over = limit.trouble()  # set-up or the step before may have used it all
+        if over:
+            return _abort(job_dir, plan, name, over, over_limit=True)
         service = Service(step.get("service"))
         try:
             rc = _run_step(step, plan, job_dir, peers, check_s, service)

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from launcher import jobs, view
-from launcher.agent import ABORTED
+from launcher.agent import ABORTED, LIMIT_RC
 from launcher.executors import WorkerUnreachable, on_workers
 from launcher.jobs import JobState
 from launcher.plan import Plan, Worker
@@ -255,6 +255,9 @@ def _failure(plan: Plan, seen: dict[int, _Seen]) -> tuple[int, int, str] | None:
         elif s.state is JobState.GONE:
             found.append((0, w.index, f"{w.label}'s job vanished during {s.stage or 'start'} "
                           "(killed?)"))
+        elif s.state is JobState.EXITED and s.rc == LIMIT_RC:
+            found.append((0, w.index, f"{w.label}: the run's limit (train.max_hours / "
+                          f"max_cost) ended the job during {s.stage or 'start'}"))
         elif s.state is JobState.EXITED and s.rc == jobs.STOPPED_RC:
             found.append((3, w.index, f"{w.label}'s job was stopped (tpuctl stop) during "
                           f"{s.stage or 'start'}"))

@@ -581,3 +581,20 @@ def test_status_after_stop_says_who_stopped_it_at_which_step(local_run, long_job
     status = _cli("status", "-c", str(config), env={"COLUMNS": "250"})
     assert words in status.stdout, status.stdout
     assert "143" not in status.stdout and "exited" not in status.stdout
+
+
+# -- 12. limits bind the whole job ---------------------------------------------------------
+
+def test_the_time_limit_ends_a_job_hung_before_training(local_run, long_jobs):
+    # 0.0003 h is about 1 s: prepare hangs on worker 0 far past it.
+    config = local_run({"hang": {"prepare": 0}}, train={"max_hours": 0.0003})
+    long_jobs.append(config)
+    try:
+        result = _cli("train", "-c", str(config), "--local", timeout=90)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the job ran on past train.max_hours (prepare hung)")
+    assert result.returncode == 1, result.stderr
+    assert ("worker-0: the run's limit (train.max_hours / max_cost) ended the job during "
+            "prepare") in result.stderr
+    assert "stopping, train.max_hours 0.0003 reached" in result.stderr
+    assert _live(config) == {0: 0, 1: 0}

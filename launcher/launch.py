@@ -402,7 +402,9 @@ DOWNLOAD_MARKER = ".tpuctl-download"
 def check_download_target(target: Path) -> None:
     """Refuse a `--download TARGET` that would put something the user owns at risk."""
     problem = None
-    if target.exists() and not target.is_dir():
+    if target.is_symlink():  # replacing it would swap out, or copy into, what it points to
+        problem = f"--download {target} is a symbolic link (to {os.readlink(target)})"
+    elif target.exists() and not target.is_dir():
         problem = f"--download {target} is a file"
     elif target.is_dir() and any(target.iterdir()) and not (target / DOWNLOAD_MARKER).exists():
         problem = (f"--download {target} holds files tpuctl did not download there; they would "

@@ -155,7 +155,7 @@ def submit(executor, plan: Plan, record: JobRecord,
         return on_workers(plan.workers, start)
     except BaseException:
         # Some workers may have started; alone they would wait for the others forever.
-        stop(executor, plan)
+        stop(executor, plan, who="the launcher (the job did not start on every worker)")
         raise
 
 
@@ -302,7 +302,7 @@ def watch(executor, plan: Plan, book: LogBook, sink: Callable[[int, str], None],
                 reason = trouble()
                 if reason:
                     halt.set()
-                    stop(executor, plan)
+                    stop(executor, plan, who=f"the launcher ({reason})")
                     return Outcome(ok=False, reason=reason, lost_fleet=True)
             time.sleep(0.1)
     except KeyboardInterrupt:
@@ -313,9 +313,9 @@ def watch(executor, plan: Plan, book: LogBook, sink: Callable[[int, str], None],
         # A worker that fails or stops answering may be a machine taken away: ask first.
         lost = trouble() if follow else None
         if lost:
-            stop(executor, plan)
+            stop(executor, plan, who=f"the launcher ({lost})")
             return Outcome(ok=False, reason=lost, lost_fleet=True)
-        stop(executor, plan)
+        stop(executor, plan, who=f"the launcher ({failure[2]})")
         for t in threads:
             t.join(timeout=5)
         # What the workers printed while being stopped (not from one that stopped answering:

@@ -598,3 +598,15 @@ def test_the_time_limit_ends_a_job_hung_before_training(local_run, long_jobs):
             "prepare") in result.stderr
     assert "stopping, train.max_hours 0.0003 reached" in result.stderr
     assert _live(config) == {0: 0, 1: 0}
+
+
+def test_a_slow_stop_says_whom_it_waits_for(local_run, long_jobs):
+    config = local_run({"steps": {"train": 600}, "ignore_term": ["train"]}, workers=1)
+    _start_long_job(config, long_jobs)
+    stopped = _cli("stop", "-c", str(config))  # SIGKILL ends the stage after the grace period
+    assert stopped.returncode == 0, stopped.stderr
+    lines = stopped.stdout.splitlines()
+    assert "waiting for worker-0 (their processes are ending)" in lines
+    assert lines.index("waiting for worker-0 (their processes are ending)") < lines.index(
+        "worker-0: stopped")
+    assert _live(config) == {0: 0}

@@ -363,36 +363,39 @@ def _terminated(signum, frame):
     raise Stopped()
 
 
+STOP_LOG_TAIL = 4 << 20  # bytes of the log read for the step a stopped job reached
 _CHECKPOINT = re.compile(r'^model_checkpoint_path: "(?:.*/)?(ckpt-\d+)"', re.MULTILINE)
 
 
 def stop_words(job_dir: Path, plan: dict, stage: str) -> str:
-    """What a stopped job says last: who stopped it, at which training step (the newest
-    progress record in this worker's log, worker 0's) and from which checkpoint it resumes."""
+    """What a stopped job says last: who stopped it (the stop command's note), and in training
+    at which step (the newest progress record in this worker's log: worker 0 has them) and from
+    which checkpoint it resumes."""
     from payload import progress
 
     note = job_dir / STOP_NOTE
     who = note.read_text().strip() if note.is_file() else ""
     words = f"stopped by {who or 'SIGTERM'}"
+    if stage != "train":
+        return f"{words} during {stage or 'start'}"
     step = None
     try:
-        with open(plan["log"], errors="replace") as log:
-            for line in log:
-                record = progress.parse(line.rstrip("\n"))
+        with open(plan["log"], "rb") as log:
+            log.seek(max(0, log.seek(0, os.SEEK_END) - STOP_LOG_TAIL))  # the newest records
+            for raw in log:
+                record = progress.parse(raw.decode("utf-8", "replace").rstrip("\n"))
                 if record and record.get("kind") in ("start", "train") and "step" in record:
                     step = record["step"]
     except OSError:
         pass
-    words += f" at step {step}" if step is not None else f" during {stage}"
-    if stage == "train" or step is not None:
-        storage = _storage()
-        index = storage.join(plan["output_dir"], "checkpoints", "checkpoint")
-        try:
-            found = _CHECKPOINT.search(storage.read_text(index)) if storage.exists(index) else None
-        except Exception:  # a stop must not fail over a checkpoint it cannot read
-            found = None
-        words += f" (checkpoint {found.group(1)})" if found else " (no checkpoint yet)"
-    return words
+    words += f" at step {step}" if step is not None else " during train"
+    storage = _storage()
+    index = storage.join(plan["output_dir"], "checkpoints", "checkpoint")
+    try:
+        found = _CHECKPOINT.search(storage.read_text(index)) if storage.exists(index) else None
+    except Exception:  # a stop must not fail over a checkpoint it cannot read
+        found = None
+    return words + (f" (checkpoint {found.group(1)})" if found else " (no checkpoint yet)")
 
 
 def run(plan_path: str) -> int:

@@ -91,12 +91,14 @@ def poll_command(paths: JobPaths, line_offset: int, max_lines: int = POLL_MAX_LI
     still runs until it ends."""
     return (
         f"cd {_q(paths.job_dir)} 2>/dev/null || {{ echo none - -; exit 0; }}; "
-        'stage=$(cat stage 2>/dev/null | head -c 40); [ -n "$stage" ] || stage=-; '
         f'if [ -s pid ] && {{ {load_group("pid")}{FUNCTIONS}[ "$(live)" -gt 0 ]; }}; then '
-        'echo "running - $stage"; '
+        'state="running -"; '
         # No process left: the job's shell wrote rc before it ended, if it got that far.
-        'elif [ -s rc ]; then echo "exited $(cat rc) $stage"; '
-        'elif [ -s pid ]; then echo "gone - $stage"; else echo "none - $stage"; fi; '
+        'elif [ -s rc ]; then state="exited $(cat rc)"; '
+        'elif [ -s pid ]; then state="gone -"; else state="none -"; fi; '
+        # Read after the state: the agent writes its last stage (aborted) before it exits.
+        'stage=$(cat stage 2>/dev/null | head -c 40); [ -n "$stage" ] || stage=-; '
+        'echo "$state $stage"; '
         f"tail -n +{line_offset + 1} worker.log 2>/dev/null | head -n {max_lines}"
     )
 

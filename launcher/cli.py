@@ -476,8 +476,9 @@ def stop(config_path: ConfigOpt = DEFAULT_CONFIG, job: JobOpt = None) -> None:
                         typer.echo("waiting for " + ", ".join(worker_label(i) for i in
                                                                sorted(pending))
                                    + " (their processes are ending)")
-                    else:
+                    else:  # every worker answered: what is left is the lock's release
                         typer.echo("letting the run lock of output_dir go")
+                        return
 
         threading.Thread(target=waiting, daemon=True).start()
         try:

@@ -7,9 +7,11 @@ a job keeps going when the launcher's connection drops. Between steps every work
 exit code under the plan's barrier folder (in output_dir, which all workers see) and waits for
 the others; a failed peer ends the wait with an error. Worker 0 keeps output_dir's run lock
 (launcher.runlock) beating while the job runs and lets it go when the job ends, however it
-ends short of SIGKILL. Before training, a worker that listens for the others checks that its
-coordination port is free. Standard library only (plus payload.storage for gs://), since it
-runs with whatever Python the worker has.
+ends short of SIGKILL, and ends the job if another run takes the lock over. Every worker holds
+the job to train.max_hours / max_cost from its first step to its last, and its stages die
+with it (PR_SET_PDEATHSIG). Before training, a worker that listens for the others checks that
+its coordination port is free. Standard library only (plus payload.storage for gs://, and
+payload's budget and progress readers), since it runs with whatever Python the worker has.
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ to a log file, so it outlives the SSH connection (or the laptop) that started it
 with what identifies it (launcher.groups), goes to a pid file and its exit code to an rc file.
 Closing an SSH channel does not stop a remote process, and the SSH signal request is refused
 for root, so `stop_command` signals the recorded process group itself, after checking that it
-is still the job's, and never once the job has an exit code. The commands are plain strings
-for `sh`: the same ones run on local workers and over SSH.
+is still the job's, and never once the job has ended (an exit code and no live process). The
+commands are plain strings for `sh`: the same ones run on local workers and over SSH.
 """
 
 from __future__ import annotations

@@ -7,15 +7,20 @@ a job keeps going when the launcher's connection drops. Between steps every work
 exit code under the plan's barrier folder (in output_dir, which all workers see) and waits for
 the others; a failed peer ends the wait with an error. Worker 0 keeps output_dir's run lock
 (launcher.runlock) beating while the job runs and lets it go when the job ends, however it
-ends short of SIGKILL. Before training, a worker that listens for the others checks that its
-coordination port is free. Standard library only (plus payload.storage for gs://), since it
-runs with whatever Python the worker has.
+ends short of SIGKILL, and ends the job if another run takes the lock over. Every worker holds
+the job to train.max_hours / max_cost from its first step to its last, and its stages die
+with it (PR_SET_PDEATHSIG). Before training, a worker that listens for the others checks that
+its coordination port is free. Standard library only (plus payload.storage for gs://, and
+payload's budget and progress readers), since it runs with whatever Python the worker has.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -31,6 +36,15 @@ ABORT_MARK = "abort"
 DONE = "done"
 # The stage a worker reports when it stopped because another worker failed.
 ABORTED = "aborted"
+# What the stop command writes into the job's folder before it signals the job: who stops it.
+STOP_NOTE = "stopping"
+# A job ended by its limit (train.max_hours / max_cost) reports this exit code.
+LIMIT_RC = 4
+# The steps that end a run properly at its limit: the training loop stops there by itself
+# (checkpoint), then export and publish follow. The agent gives them this long past the limit
+# before it ends them; every other step (tokenizer, prepare, a hung one) ends at the limit.
+FINISHING_STEPS = ("train", "export", "publish")
+FINISH_GRACE_S = 1800.0
 # Secrets handed over at start on standard input (launcher.jobs.start_command), kept in this
 # process's memory only: each goes into the environment of the commands that name it.
 _secrets: dict[str, str] = {}
@@ -69,11 +83,15 @@ class Peers:
     dead. This is what ends a job when a host dies while no launcher is watching.
     """
 
-    def __init__(self, barrier_dir: str, me: int, workers: list[int], stale_after_s: float):
+    def __init__(self, barrier_dir: str, me: int, workers: list[int], stale_after_s: float,
+                 lock: RunLock | None = None, limit: Limit | None = None):
         self._storage = _storage()
         self.barrier_dir = barrier_dir
         self.me = me
         self.stale_after_s = stale_after_s
+        self.lock = lock
+        self.limit = limit
+        self.over_limit: str | None = None  # set once the limit has ended the job
         now = time.monotonic()
         self._seen = {w: ("", now) for w in workers if w != me}
         self._beats = 0
@@ -92,8 +110,14 @@ class Peers:
         self._storage.write_text(self._alive_path(self.me), DONE)
 
     def trouble(self, step: str) -> str | None:
-        """Why this worker should stop: a peer failed this step, or stopped beating."""
+        """Why this worker should stop: a peer failed this step, or stopped beating, or the
+        run lock this worker held was taken over (another run now writes to output_dir)."""
         storage = self._storage
+        if self.lock is not None and self.lock.lost:
+            return self.lock.lost
+        self.over_limit = self.limit.trouble() if self.limit is not None else None
+        if self.over_limit:
+            return self.over_limit
         for worker in self._seen:
             if _reported(self.barrier_dir, step, worker) not in (None, "0"):
                 return f"{step} failed on {worker_label(worker)}"
@@ -111,6 +135,34 @@ class Peers:
         return None
 
 
+class Limit:
+    """The run's time and cost limits (payload.budget), held over the whole job: `trouble`
+    says why the step running now must end (None while within them, or with no limit)."""
+
+    def __init__(self, spec: dict | None, output_dir: str, started: float):
+        self.budget = None
+        if spec:
+            from payload.budget import Budget
+
+            self.budget = Budget(output_dir=output_dir, max_hours=spec["max_hours"],
+                                 max_cost=spec["max_cost"], usd_per_hour=spec["usd_per_hour"],
+                                 started=started)
+        self.step = ""
+
+    def trouble(self) -> str | None:
+        if self.budget is None:
+            return None
+        grace = FINISH_GRACE_S if self.step in FINISHING_STEPS else 0.0
+        try:
+            over = self.budget.exceeded(time.time() - grace)
+        except Exception as exc:  # an unreadable billing record is not worth ending the job over
+            print(f"tpuctl: cannot check the run's limits: {exc}", flush=True)
+            return None
+        if over and grace:
+            return f"{over}, {grace / 60:.0f} min before {self.step} ended"
+        return over
+
+
 class RunLock:
     """Worker 0's hold on output_dir's run lock: beats with the others' heartbeat, released
     once at the end (a beat never brings a released lock back)."""
@@ -123,13 +175,15 @@ class RunLock:
         self.job = job
         self._guard = threading.Lock()
         self._held = True
+        self.lost: str | None = None  # why the job must end, once the lock is not its own
 
     def beat(self) -> None:
         with self._guard:
             if self._held and not self._runlock.beat(self.output_dir, self.job):
                 self._held = False
-                print(f"tpuctl: the run lock of {self.output_dir} is not this job's any more "
-                      "(another run took it over)", flush=True)
+                self.lost = (f"the run lock of {self.output_dir} is not this job's any more "
+                             "(another run took it over)")
+                print(f"tpuctl: {self.lost}", flush=True)
 
     def release(self) -> None:
         with self._guard:
@@ -163,6 +217,16 @@ def port_in_use(port: int) -> bool:
     return False
 
 
+def bound_to_agent(argv: list[str]) -> list[str]:
+    """`argv`, run so that the kernel sends it SIGTERM when this agent dies, however it dies
+    (SIGKILL, the OOM killer): a stage must never train on alone, unwatched, holding nothing
+    (the run lock goes stale and the next run takes output_dir). util-linux's setpriv sets
+    PR_SET_PDEATHSIG, which exec keeps; without it the stop command still finds the stage
+    through the job's process group."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM", "--", *argv] if setpriv else argv
+
+
 def _end(proc: subprocess.Popen) -> None:
     """SIGTERM, then SIGKILL after a grace period."""
     proc.terminate()
@@ -178,7 +242,8 @@ class Service:
     worker server): started before the step, stopped after it; dying early fails the step."""
 
     def __init__(self, spec: dict | None):
-        self.proc = (subprocess.Popen(spec["argv"], env={**os.environ, **spec["env"]},
+        self.proc = (subprocess.Popen(bound_to_agent(spec["argv"]),
+                                      env={**os.environ, **spec["env"]},
                                       stdin=subprocess.DEVNULL) if spec else None)
 
     def trouble(self) -> str | None:
@@ -194,12 +259,18 @@ class Service:
 def _run_stage(argv: list[str], env: dict, peers: Peers, step: str, check_s: float,
                service: Service):
     """Run a stage; stop it early if a peer fails or dies. (exit code, trouble or None)"""
-    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(bound_to_agent(argv), env=env, stdin=subprocess.DEVNULL)
     while True:
         try:
             return proc.wait(timeout=check_s), None
         except subprocess.TimeoutExpired:
             pass
+        except Stopped:
+            # The whole group got SIGTERM: let the stage end first, so that the agent's word
+            # on the stop is the log's last line.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=STOP_WAIT_S)
+            raise
         reason = service.trouble() or peers.trouble(step)
         if reason:
             _end(proc)
@@ -234,13 +305,15 @@ def _copy_log(log: str, log_copy: str) -> None:
         print(f"tpuctl: could not copy the log to {log_copy}: {exc}", flush=True)
 
 
-def _abort(job_dir: Path, plan: dict, step: str, reason: str) -> int:
-    (job_dir / "stage").write_text(ABORTED)
+def _abort(job_dir: Path, plan: dict, step: str, reason: str, *,
+           over_limit: bool = False) -> int:
+    if not over_limit:  # the limit ends every worker in its own step: that one is kept
+        (job_dir / "stage").write_text(ABORTED)
     # Tell the others too, so a chain of waiting workers ends at once.
     _mark(plan["barrier_dir"], step, plan["worker"], ABORT_MARK)
     print(f"== tpuctl: stopping, {reason} ==", flush=True)
     _copy_log(plan["log"], plan["log_copy"])
-    return ABORT_RC
+    return LIMIT_RC if over_limit else ABORT_RC
 
 
 def _run_step(step: dict, plan: dict, job_dir: Path, peers: Peers, check_s: float,
@@ -264,7 +337,7 @@ def _run_step(step: dict, plan: dict, job_dir: Path, peers: Peers, check_s: floa
                **{k: _secrets[k] for k in command.get("secrets", ()) if _secrets.get(k)}}
         rc, reason = _run_stage(command["argv"], env, peers, name, check_s, service)
         if reason:
-            return _abort(job_dir, plan, name, reason)
+            return _abort(job_dir, plan, name, reason, over_limit=bool(peers.over_limit))
         _mark(barrier_dir, name, me, rc)
         if rc != 0:
             print(f"== tpuctl: {name} failed on {worker_label(me)} (exit {rc}) ==", flush=True)
@@ -275,12 +348,56 @@ def _run_step(step: dict, plan: dict, job_dir: Path, peers: Peers, check_s: floa
     reason = _wait_for(peers, name, step["workers"], check_s, service)
     _copy_log(plan["log"], plan["log_copy"])
     if reason:
-        return _abort(job_dir, plan, name, reason)
+        return _abort(job_dir, plan, name, reason, over_limit=bool(peers.over_limit))
     return None
 
 
+class Stopped(BaseException):
+    """SIGTERM reached the agent (the stop command signals the job's whole group)."""
+
+
+# How long the agent waits for a signalled stage before it speaks (the stop command waits
+# longer, STOP_GRACE_S in launcher.jobs, before SIGKILL).
+STOP_WAIT_S = 3.0
+
+
 def _terminated(signum, frame):
-    raise SystemExit(128 + signum)
+    raise Stopped()
+
+
+STOP_LOG_TAIL = 4 << 20  # bytes of the log read for the step a stopped job reached
+_CHECKPOINT = re.compile(r'^model_checkpoint_path: "(?:.*/)?(ckpt-\d+)"', re.MULTILINE)
+
+
+def stop_words(job_dir: Path, plan: dict, stage: str) -> str:
+    """What a stopped job says last: who stopped it (the stop command's note), and in training
+    at which step (the newest progress record in this worker's log: worker 0 has them) and from
+    which checkpoint it resumes."""
+    from payload import progress
+
+    note = job_dir / STOP_NOTE
+    who = note.read_text().strip() if note.is_file() else ""
+    words = f"stopped by {who or 'SIGTERM'}"
+    if stage != "train":
+        return f"{words} during {stage or 'start'}"
+    step = None
+    try:
+        with open(plan["log"], "rb") as log:
+            log.seek(max(0, log.seek(0, os.SEEK_END) - STOP_LOG_TAIL))  # the newest records
+            for raw in log:
+                record = progress.parse(raw.decode("utf-8", "replace").rstrip("\n"))
+                if record and record.get("kind") in ("start", "train") and "step" in record:
+                    step = record["step"]
+    except OSError:
+        pass
+    words += f" at step {step}" if step is not None else " during train"
+    storage = _storage()
+    index = storage.join(plan["output_dir"], "checkpoints", "checkpoint")
+    try:
+        found = _CHECKPOINT.search(storage.read_text(index)) if storage.exists(index) else None
+    except Exception:  # a stop must not fail over a checkpoint it cannot read
+        found = None
+    return words + (f" (checkpoint {found.group(1)})" if found else " (no checkpoint yet)")
 
 
 def run(plan_path: str) -> int:
@@ -290,8 +407,16 @@ def run(plan_path: str) -> int:
     # `tpuctl stop` sends SIGTERM to the whole group: end through `finally`, lock released.
     signal.signal(signal.SIGTERM, _terminated)
     lock = RunLock(plan["output_dir"], plan["job_id"]) if plan.get("holds_run_lock") else None
+    job_dir = Path(plan_path).parent
     try:
-        return _walk(plan, Path(plan_path).parent, lock)
+        return _walk(plan, job_dir, lock)
+    except Stopped:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once is enough: say so, then end
+        stage_file = job_dir / "stage"  # left as it is: the stage the job was stopped in
+        stage = stage_file.read_text().strip() if stage_file.is_file() else ""
+        print(f"== tpuctl: {stop_words(job_dir, plan, stage)} ==", flush=True)
+        _copy_log(plan["log"], plan["log_copy"])
+        return 128 + signal.SIGTERM
     finally:
         if lock is not None:
             try:
@@ -320,12 +445,22 @@ def _walk(plan: dict, job_dir: Path, lock: RunLock | None) -> int:
     me = plan["worker"]
     barrier_dir = plan["barrier_dir"]
     check_s = 2.0 if _storage().is_gcs(barrier_dir) else POLL_S
-    peers = Peers(barrier_dir, me, plan["all_workers"], plan["stale_after_s"])
+    from payload.budget import JOB_STARTED_ENV
+
+    started = time.time()
+    # Every stage counts the limits from the job's start too (the training loop's own stop).
+    os.environ[JOB_STARTED_ENV] = repr(started)
+    limit = Limit(plan.get("limits"), plan["output_dir"], started)
+    peers = Peers(barrier_dir, me, plan["all_workers"], plan["stale_after_s"], lock, limit)
     threading.Thread(target=_keep_beating, args=(peers, lock, plan["heartbeat_s"]),
                      daemon=True).start()
     for step in plan["steps"]:
         name = step["name"]
         (job_dir / "stage").write_text(name)
+        limit.step = name
+        over = limit.trouble()  # set-up or the step before may have used it all
+        if over:
+            return _abort(job_dir, plan, name, over, over_limit=True)
         service = Service(step.get("service"))
         try:
             rc = _run_step(step, plan, job_dir, peers, check_s, service)

@@ -60,12 +60,20 @@ def init(
     target = directory / "tpuctl.yaml"
     if directory.exists() and not directory.is_dir():
         raise UserError(f"{directory} is a file, not a folder")
+    # A link named tpuctl.yaml (dangling or not) would have the file written wherever it
+    # points, outside the folder asked for: never followed, --force or not.
+    if target.is_symlink():
+        raise UserError(f"{target} is a symbolic link (to {os.readlink(target)})",
+                        hint="remove the link, or init another folder")
     if target.exists() and not force:
         raise UserError(f"{target} already exists", hint="pass --force to replace it")
     text = resources.files("launcher").joinpath("templates/tpuctl.yaml").read_text("utf-8")
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
+        # O_NOFOLLOW (and O_EXCL without --force): a link made since the check is refused too.
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_TRUNC if force else os.O_EXCL)
+        with os.fdopen(os.open(target, flags, 0o644), "w", encoding="utf-8") as out:
+            out.write(text)
     except OSError as exc:
         raise UserError(f"cannot write {target}: {exc.strerror}") from None
     typer.echo(f"wrote {target}; edit data.corpus and output_dir, then run `tpuctl train --local`")
@@ -81,27 +89,30 @@ def _console(stderr: bool = False):
     return Console(highlight=False, soft_wrap=True, stderr=stderr)
 
 
-def _worker_line(num_workers: int):
-    """(worker, line) -> the line after its worker's coloured prefix."""
+def _worker_line(num_workers: int, *, keep_bytes: bool = False):
+    """(worker, line) -> the line after its worker's coloured prefix, control characters
+    escaped (launcher.view.visible) unless `keep_bytes`."""
     from rich.text import Text
 
     from launcher.agent import worker_label
+    from launcher.view import visible
 
     width = len(worker_label(num_workers - 1))
 
     def render(worker: int, line: str) -> Text:
         prefix = worker_label(worker).ljust(width)
-        return Text.assemble((prefix + " | ", WORKER_COLOURS[worker % len(WORKER_COLOURS)]), line)
+        return Text.assemble((prefix + " | ", WORKER_COLOURS[worker % len(WORKER_COLOURS)]),
+                             line if keep_bytes else visible(line))
 
     return render
 
 
-def _line_printer(console, num_workers: int):
+def _line_printer(console, num_workers: int, *, keep_bytes: bool = False):
     """A thread-safe sink printing every line after its worker's coloured prefix."""
     import threading
 
     lock = threading.Lock()
-    render = _worker_line(num_workers)
+    render = _worker_line(num_workers, keep_bytes=keep_bytes)
 
     def sink(worker: int, line: str) -> None:
         with lock:
@@ -152,9 +163,9 @@ def _progress_line(record: dict, width: int):
     from rich.progress_bar import ProgressBar
     from rich.table import Table
 
-    from launcher.view import live_text
+    from launcher.view import live_text, visible
 
-    text = live_text(record)
+    text = visible(live_text(record))
     line = Table.grid(padding=(0, 1))
     cells = ["train"]
     bar_width = min(30, width - len(text) - 8)
@@ -192,25 +203,25 @@ def _report_outcome(outcome, job, config_path: Path, view) -> bool:
         return False
     if outcome.ok:
         if outcome.reason:
-            console.print(f"job {plan.job_id}: {outcome.reason}", markup=False)
+            console.print(f"job {plan.job_id}: {views.visible(outcome.reason)}", markup=False)
             return False
         final = view.final if view else None
         console.print(f"\njob {plan.job_id} finished on {counted(len(plan.workers), 'worker')}", markup=False)
         for line in views.summary(final=final, family=(final or {}).get("family")
                                   or job.record.model_family(), output_dir=plan.output_dir,
                                   exported=any(s.name == "export" for s in plan.steps)):
-            console.print(line, markup=False)
+            console.print(views.visible(line), markup=False)
         console.print(f"outputs: {plan.output_dir}  (logs: {plan.output_dir}/logs, local copies: "
                       f"{job.record.folder / 'logs'})", markup=False)
         return False
     if outcome.failed_worker is not None:
-        err.print(f"\n{outcome.reason}; the job was stopped on every worker. "
+        err.print(f"\n{views.visible(outcome.reason)}; the job was stopped on every worker. "
                   f"Last lines of {worker_label(outcome.failed_worker)}:", markup=False)
         for line in views.shown_lines(outcome.tail)[-TAIL_SHOWN:]:
-            err.print(f"  {line}", markup=False)
+            err.print(f"  {views.visible(line)}", markup=False)
         err.print(f"full log: {job.record.log_file(outcome.failed_worker)}", markup=False)
     else:
-        err.print(outcome.reason, markup=False)
+        err.print(views.visible(outcome.reason), markup=False)
     return True
 
 
@@ -432,7 +443,9 @@ def logs(
     console = _console()
     with launch.open_job(config_path, job) as opened:
         n = len(opened.plan.workers)
-        with (contextlib.nullcontext((_line_printer(console, n), None)) if raw
+        # --raw into a file (not a terminal) may keep the bytes as the workers wrote them.
+        printer = _line_printer(console, n, keep_bytes=not console.is_terminal)
+        with (contextlib.nullcontext((printer, None)) if raw
               else _watching(console, n)) as (sink, view):
             outcome = launch.follow(opened, sink, worker=worker, keep_following=follow)
     _report(outcome, opened, config_path, view)
@@ -441,17 +454,47 @@ def logs(
 @app.command()
 def stop(config_path: ConfigOpt = DEFAULT_CONFIG, job: JobOpt = None) -> None:
     """Stop the job on every worker; nothing is left running."""
+    import threading
+
     from launcher import launch
     from launcher.agent import worker_label
+    from launcher.jobs import STOP_GRACE_S
     from launcher.run import stopped_everywhere
+    from launcher.view import visible
 
     with launch.open_job(config_path, job) as opened:
-        results = launch.stop_job(opened)
-    for index, result in results.items():
-        typer.echo(f"{worker_label(index)}: {result}")
+        workers = opened.plan.workers
+        typer.echo(f"stopping job {opened.plan.job_id} on {len(workers)} workers: SIGTERM to "
+                   f"each worker's job, SIGKILL to what is left after {STOP_GRACE_S:.0f} s")
+        pending, done, guard = {w.index for w in workers}, threading.Event(), threading.Lock()
+
+        def answered(index: int, result: str) -> None:
+            with guard:
+                pending.discard(index)
+                typer.echo(f"{worker_label(index)}: {visible(result)}")
+
+        def waiting() -> None:  # a stop can take a while: say whom it waits for
+            while not done.wait(WAITING_EVERY_S):
+                with guard:
+                    if pending:
+                        typer.echo("waiting for " + ", ".join(worker_label(i) for i in
+                                                               sorted(pending))
+                                   + " (their processes are ending)")
+                    else:  # every worker answered: what is left is the lock's release
+                        typer.echo("letting the run lock of output_dir go")
+                        return
+
+        threading.Thread(target=waiting, daemon=True).start()
+        try:
+            results = launch.stop_job(opened, on_result=answered)
+        finally:
+            done.set()
     if not stopped_everywhere(results):
         raise typer.Exit(1)
     typer.echo(f"job {opened.plan.job_id} stopped on every worker")
+
+
+WAITING_EVERY_S = 3.0
 
 
 @app.command()
@@ -463,6 +506,7 @@ def status(config_path: ConfigOpt = DEFAULT_CONFIG, job: JobOpt = None) -> None:
 
     from launcher import launch
     from launcher.records import NoJob
+    from launcher.view import visible
     from payload import budget
 
     console = _console()
@@ -484,7 +528,7 @@ def status(config_path: ConfigOpt = DEFAULT_CONFIG, job: JobOpt = None) -> None:
         table.add_column(column, overflow="fold")
     for row in rows:
         # Text, not markup: a log line such as "[/job:worker/replica:0/...]" is shown as it is.
-        table.add_row(*(Text(cell) for cell in (
+        table.add_row(*(Text(visible(cell)) for cell in (
             row["worker"], row["host"], row["state"], row["stage"] or "-", row["step"] or "-",
             "-" if row["rc"] is None else str(row["rc"]), _clip(row["last"], LAST_LINE_CHARS))))
     console.print(table)
@@ -624,8 +668,10 @@ def main() -> None:
         message = next((m for t, m in table.items() if isinstance(exc, t)), None)
         if message is None or os.environ.get("TPUCTL_DEBUG"):
             raise
+        from launcher.view import visible
+
         for line in message(exc).splitlines():  # several problems: one line each
-            typer.echo(f"error: {line}", err=True)
+            typer.echo(f"error: {visible(line)}", err=True)
         sys.exit(getattr(exc, "exit_code", 2))
     sys.exit(code if isinstance(code, int) else 0)
 

@@ -11,18 +11,20 @@ to a log file, so it outlives the SSH connection (or the laptop) that started it
 with what identifies it (launcher.groups), goes to a pid file and its exit code to an rc file.
 Closing an SSH channel does not stop a remote process, and the SSH signal request is refused
 for root, so `stop_command` signals the recorded process group itself, after checking that it
-is still the job's, and never once the job has an exit code. The commands are plain strings
-for `sh`: the same ones run on local workers and over SSH.
+is still the job's, and never once the job has ended (an exit code and no live process). The
+commands are plain strings for `sh`: the same ones run on local workers and over SSH.
 """
 
 from __future__ import annotations
 
+import posixpath
 import shlex
 from dataclasses import dataclass
 from enum import Enum
 
+from launcher.agent import STOP_NOTE
 from launcher.groups import FUNCTIONS, load_group, record_group
-from launcher.plan import JobPaths
+from launcher.plan import HUB_TOKEN_ENV, JobPaths
 from payload import progress
 
 POLL_MAX_LINES = 2000
@@ -54,6 +56,8 @@ def _q(path: str) -> str:
 # assignment inside the script SSH sends on its encrypted channel), never in an argument or a
 # file. The shell hands the value to the agent on a pipe and starts it without the variable.
 SECRETS_ENV = "TPUCTL_SECRETS"
+# Every variable huggingface_hub reads a token from (HF_TOKEN, then the older name).
+HUB_TOKEN_NAMES = (HUB_TOKEN_ENV, "HUGGING_FACE_HUB_TOKEN")
 
 
 def start_command(paths: JobPaths, python: str, *, secrets: bool = False) -> str:
@@ -65,9 +69,12 @@ def start_command(paths: JobPaths, python: str, *, secrets: bool = False) -> str
     rc_tmp = paths.rc + ".tmp"
     inner = (f"{record_group(paths.pid, paths.job_dir)}; {agent}; "
              f"echo $? > {_q(rc_tmp)} && mv {_q(rc_tmp)} {_q(paths.rc)}")
-    detach = f"nohup setsid -f sh -c {_q(inner)} < /dev/null >> {_q(paths.log)} 2>&1"
+    # A Hub token in the starting environment (a local worker inherits the user's) stays out
+    # of the job: the publish step alone gets it, as a secret, from the agent's memory.
+    unset = " ".join(f"-u {name}" for name in (SECRETS_ENV, *HUB_TOKEN_NAMES))
+    detach = f"env {unset} nohup setsid -f sh -c {_q(inner)} < /dev/null >> {_q(paths.log)} 2>&1"
     if secrets:
-        detach = (f'printf "%s\\n" "${SECRETS_ENV}" | env -u {SECRETS_ENV} nohup setsid -f sh -c '
+        detach = (f'printf "%s\\n" "${SECRETS_ENV}" | env {unset} nohup setsid -f sh -c '
                   f"{_q(inner)} >> {_q(paths.log)} 2>&1")
     return (
         f"rm -f {_q(paths.pid)} {_q(paths.rc)} && "
@@ -79,16 +86,19 @@ def start_command(paths: JobPaths, python: str, *, secrets: bool = False) -> str
 
 def poll_command(paths: JobPaths, line_offset: int, max_lines: int = POLL_MAX_LINES) -> str:
     """First line `STATE RC STAGE`, then up to max_lines log lines after line_offset. A job is
-    running only while its recorded group, identity checked, has live processes."""
+    running while its recorded group, identity checked, has live processes, whatever its rc
+    file says: a stage whose agent was killed (the shell then records the agent's exit code)
+    still runs until it ends."""
     return (
         f"cd {_q(paths.job_dir)} 2>/dev/null || {{ echo none - -; exit 0; }}; "
+        f'if [ -s pid ] && {{ {load_group("pid")}{FUNCTIONS}[ "$(live)" -gt 0 ]; }}; then '
+        'state="running -"; '
+        # No process left: the job's shell wrote rc before it ended, if it got that far.
+        'elif [ -s rc ]; then state="exited $(cat rc)"; '
+        'elif [ -s pid ]; then state="gone -"; else state="none -"; fi; '
+        # Read after the state: the agent writes its last stage (aborted) before it exits.
         'stage=$(cat stage 2>/dev/null | head -c 40); [ -n "$stage" ] || stage=-; '
-        'if [ -s rc ]; then echo "exited $(cat rc) $stage"; '
-        f'elif [ -s pid ] && {{ {load_group("pid")}{FUNCTIONS}[ "$(live)" -gt 0 ]; }}; then '
-        'echo "running - $stage"; '
-        # The job may have finished between the first look at rc and counting its processes.
-        'elif [ -s rc ]; then echo "exited $(cat rc) $stage"; '
-        'elif [ -s pid ]; then echo "gone - $stage"; else echo "none - $stage"; fi; '
+        'echo "$state $stage"; '
         f"tail -n +{line_offset + 1} worker.log 2>/dev/null | head -n {max_lines}"
     )
 
@@ -105,17 +115,25 @@ def parse_poll(output: str) -> Poll:
     return Poll(state=state, rc=rc, lines=tuple(complete), partial=partial, stage=stage)
 
 
-def stop_command(paths: JobPaths, grace_s: float = 5.0) -> str:
+STOP_GRACE_S = 5.0
+BY_USER = "`tpuctl stop`"
+
+
+def stop_command(paths: JobPaths, grace_s: float = STOP_GRACE_S, *, who: str = BY_USER) -> str:
     """SIGTERM the job's process group, SIGKILL what is left after grace_s; prints `stopped N`
     (N = processes still alive afterwards, 0 when all are gone), or `ended RC` for a job that
-    has an exit code: that one is never signalled. Neither is a recorded group that is not the
-    job's any more (its id taken by another process)."""
+    has an exit code and no live process. A job with an exit code whose processes live on (its
+    agent was killed, its stage was not) is stopped like a running one. A recorded group that
+    is not the job's any more (its id taken by another process) is never signalled. `who`
+    stops it: written beside the job first, so that the agent's last line names it."""
     tries = max(1, int(grace_s / 0.1))
     rc = _q(paths.rc)
+    note = posixpath.join(paths.job_dir, STOP_NOTE)
     return (
-        f'if [ -s {rc} ]; then echo "ended $(cat {rc})"; exit 0; fi; '
-        + load_group(paths.pid) + FUNCTIONS
-        + 'ours || { echo "stopped 0"; exit 0; }; '
+        load_group(paths.pid) + FUNCTIONS
+        + f'if [ -s {rc} ] && [ "$(live)" -eq 0 ]; then echo "ended $(cat {rc})"; exit 0; fi; '
+        'ours || { echo "stopped 0"; exit 0; }; '
+        f"printf '%s\\n' {_q(who)} > {_q(note + '.tmp')} && mv {_q(note + '.tmp')} {_q(note)}; "
         'kill -TERM -"$pg" 2>/dev/null; '
         f'i=0; while [ "$(live)" -gt 0 ] && [ $i -lt {tries} ]; do sleep 0.1; i=$((i+1)); done; '
         'if [ "$(live)" -gt 0 ] && ours; then kill -KILL -"$pg" 2>/dev/null; i=0; '

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from launcher import estimate, hub, records, run, ship
+from launcher import estimate, hub, records, run, ship, view
 from launcher.environment import plan_environment
 from launcher.plan import ALL_STAGES, Plan, Stage, Worker, build_plan
 from launcher.providers import Fleet, Provider, provider_for, reopen
@@ -339,8 +339,9 @@ def select(workers: tuple[Worker, ...], index: int, *, of: str = "the job") -> W
     return workers[index]
 
 
-def stop_job(job: Job) -> dict[int, str]:
-    results = run.stop(job.executor, job.plan)
+def stop_job(job: Job, on_result: Callable[[int, str], None] = lambda worker, result: None
+             ) -> dict[int, str]:
+    results = run.stop(job.executor, job.plan, on_result=on_result)
     if run.stopped_everywhere(results) and not job.record.outcome():
         job.record.save_outcome("stopped", "tpuctl stop")
     return results
@@ -437,7 +438,9 @@ DOWNLOAD_MARKER = ".tpuctl-download"
 def check_download_target(target: Path) -> None:
     """Refuse a `--download TARGET` that would put something the user owns at risk."""
     problem = None
-    if target.exists() and not target.is_dir():
+    if target.is_symlink():  # replacing it would swap out, or copy into, what it points to
+        problem = f"--download {target} is a symbolic link (to {os.readlink(target)})"
+    elif target.exists() and not target.is_dir():
         problem = f"--download {target} is a file"
     elif target.is_dir() and any(target.iterdir()) and not (target / DOWNLOAD_MARKER).exists():
         problem = (f"--download {target} holds files tpuctl did not download there; they would "
@@ -500,7 +503,8 @@ def list_jobs(config_path: Path, *, check: bool = False) -> list[JobSummary]:
             state = (_asked_state(config_path, record.job_id) if check
                      else "not followed to its end")
         found.append(JobSummary(job_id=record.job_id, started=record.started,
-                                stages=tuple(s.name for s in plan.steps), state=state,
+                                stages=tuple(s.name for s in plan.steps),
+                                state=view.visible(state),  # it may quote a worker's words
                                 output_dir=plan.output_dir, current=record.job_id == current))
     return found
 

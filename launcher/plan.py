@@ -116,6 +116,16 @@ class NodeToDelete:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Limits:
+    """train.max_hours / max_cost, which every worker's agent holds the whole job to
+    (payload.budget), not only the training loop."""
+
+    max_hours: float | None
+    max_cost: float | None
+    usd_per_hour: float | None  # None: no price (local and ssh runs)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Plan:
     job_id: str
     name: str
@@ -134,6 +144,7 @@ class Plan:
     heartbeat_s: float = 5.0
     stale_after_s: float = 120.0
     delete_when_done: NodeToDelete | None = None
+    limits: Limits | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -174,6 +185,7 @@ class Plan:
             "secrets_on_stdin": bool(self.secret_names(worker)),
             "heartbeat_s": self.heartbeat_s,
             "stale_after_s": self.stale_after_s,
+            "limits": dataclasses.asdict(self.limits) if self.limits else None,
             "steps": [
                 {
                     "name": step.name,
@@ -360,6 +372,10 @@ def build_plan(
                          for w in workers),
         heartbeat_s=min(5.0, stale_after_s / 4), stale_after_s=stale_after_s,
         delete_when_done=delete_when_done,
+        limits=(Limits(max_hours=config.train.max_hours, max_cost=config.train.max_cost,
+                       usd_per_hour=config.cluster.hourly_usd())
+                if config.train.max_hours is not None or config.train.max_cost is not None
+                else None),
     )
 
 

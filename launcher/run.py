@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from launcher import jobs, view
-from launcher.agent import ABORTED
+from launcher.agent import ABORTED, LIMIT_RC
 from launcher.executors import WorkerUnreachable, on_workers
 from launcher.jobs import JobState
 from launcher.plan import Plan, Worker
@@ -155,7 +155,7 @@ def submit(executor, plan: Plan, record: JobRecord,
         return on_workers(plan.workers, start)
     except BaseException:
         # Some workers may have started; alone they would wait for the others forever.
-        stop(executor, plan)
+        stop(executor, plan, who="the launcher (the job did not start on every worker)")
         raise
 
 
@@ -255,6 +255,9 @@ def _failure(plan: Plan, seen: dict[int, _Seen]) -> tuple[int, int, str] | None:
         elif s.state is JobState.GONE:
             found.append((0, w.index, f"{w.label}'s job vanished during {s.stage or 'start'} "
                           "(killed?)"))
+        elif s.state is JobState.EXITED and s.rc == LIMIT_RC:
+            found.append((0, w.index, f"{w.label}: the run's limit (train.max_hours / "
+                          f"max_cost) ended the job during {s.stage or 'start'}"))
         elif s.state is JobState.EXITED and s.rc == jobs.STOPPED_RC:
             found.append((3, w.index, f"{w.label}'s job was stopped (tpuctl stop) during "
                           f"{s.stage or 'start'}"))
@@ -299,7 +302,7 @@ def watch(executor, plan: Plan, book: LogBook, sink: Callable[[int, str], None],
                 reason = trouble()
                 if reason:
                     halt.set()
-                    stop(executor, plan)
+                    stop(executor, plan, who=f"the launcher ({reason})")
                     return Outcome(ok=False, reason=reason, lost_fleet=True)
             time.sleep(0.1)
     except KeyboardInterrupt:
@@ -310,9 +313,9 @@ def watch(executor, plan: Plan, book: LogBook, sink: Callable[[int, str], None],
         # A worker that fails or stops answering may be a machine taken away: ask first.
         lost = trouble() if follow else None
         if lost:
-            stop(executor, plan)
+            stop(executor, plan, who=f"the launcher ({lost})")
             return Outcome(ok=False, reason=lost, lost_fleet=True)
-        stop(executor, plan)
+        stop(executor, plan, who=f"the launcher ({failure[2]})")
         for t in threads:
             t.join(timeout=5)
         # What the workers printed while being stopped (not from one that stopped answering:
@@ -341,21 +344,28 @@ STOPPED = "stopped"
 ENDED = "already ended"
 
 
-def stop(executor, plan: Plan) -> dict[int, str]:
-    """Stop the job's process group on every worker (a worker's job that already has an exit
-    code is left alone); what each one reported. Then let the run lock go."""
+def stop(executor, plan: Plan, *, who: str = jobs.BY_USER,
+         on_result: Callable[[int, str], None] = lambda worker, result: None) -> dict[int, str]:
+    """Stop the job's process group on every worker (a worker's job that has ended, exit code
+    and no process left, is left alone); what each one reported, also to `on_result` as each
+    worker answers. Then let the run lock go."""
 
     def stop_one(worker: Worker) -> str:
         try:
-            res = executor.run(worker, jobs.stop_command(plan.paths[worker.index]), timeout_s=60)
+            res = executor.run(worker, jobs.stop_command(plan.paths[worker.index], who=who),
+                               timeout_s=60)
         except WorkerUnreachable as exc:
-            return f"unreachable ({exc})"
-        out = res.stdout.strip().split()
-        if out[-2:] == ["stopped", "0"]:
-            return STOPPED
-        if len(out) >= 2 and out[-2] == "ended":
-            return f"{ENDED} (exit {out[-1]})"
-        return f"still running: {res.stdout!r}"
+            result = f"unreachable ({exc})"
+        else:
+            out = res.stdout.strip().split()
+            if out[-2:] == ["stopped", "0"]:
+                result = STOPPED
+            elif len(out) >= 2 and out[-2] == "ended":
+                result = f"{ENDED} (exit {out[-1]})"
+            else:
+                result = f"still running: {res.stdout!r}"
+        on_result(worker.index, result)
+        return result
 
     results = dict(zip((w.index for w in plan.workers), on_workers(plan.workers, stop_one),
                        strict=True))
@@ -388,6 +398,11 @@ def status(executor, plan: Plan) -> list[dict]:
             return {"worker": worker.label, "host": worker.host, "state": "unreachable",
                     "stage": "", "step": "", "rc": None, "last": str(exc)}
         poll = jobs.parse_poll(res.stdout)
+        if poll.state is JobState.EXITED and poll.rc == jobs.STOPPED_RC:
+            # Not a crash: the agent's last line says who stopped it, at which step and
+            # checkpoint (launcher.agent.stop_words).
+            return {"worker": worker.label, "host": worker.host, "state": STOPPED,
+                    "stage": poll.stage, "step": step, "rc": None, "last": last}
         return {"worker": worker.label, "host": worker.host, "state": poll.state.value,
                 "stage": poll.stage, "step": step, "rc": poll.rc, "last": last}
 

@@ -107,10 +107,10 @@ def beat(output_dir: str, job: str, *, clock=time.time) -> bool:
     seen = _read(path)
     if seen is None or seen[1].get("job") != job:
         return False
-    info = seen[1]
+    raw, info = seen
     info["beat"], info["beats"] = clock(), int(info.get("beats", 0)) + 1
-    _storage().write_bytes(path, _encode(info))
-    return True
+    # Only over the very lock just read: another run may have taken it over in between.
+    return _storage().create_exclusive(path, _encode(info), replacing=raw)
 
 
 def release(output_dir: str, job: str) -> bool:
@@ -119,8 +119,8 @@ def release(output_dir: str, job: str) -> bool:
     seen = _read(path)
     if seen is None or seen[1].get("job") != job:
         return False
-    _storage().remove(path)
-    return True
+    # Only the very lock just read: one another run took over in between stays.
+    return _storage().remove_if(path, seen[0])
 
 
 def main(argv: list[str]) -> int:

@@ -36,6 +36,18 @@ _PEER_GONE = (r"(leader task was preempted/died|following tasks are unhealthy "
               r"\(stopped sending heartbeats\))")
 
 
+# Control characters (C0 but tab, DEL, C1): what a worker's line, a log or a record may carry
+# (a corpus key, a library's colours) and a terminal would obey (window title, clear screen).
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """`text` safe for a terminal: every control character but tab as a visible escape
+    (ESC as `\\x1b`). Everything tpuctl prints from a worker, a log or a record goes through
+    here; only `tpuctl logs --raw` into a file keeps the bytes as they are."""
+    return _CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
+
+
 @dataclass(frozen=True)
 class Noise:
     """Lines of one kind of noise: a message's first line, and the lines that may continue it

@@ -8,13 +8,17 @@ What counts is what the TPU bills: from each node's creation to its deletion, re
 included and queue waiting excluded. The launcher records every node a run used in
 output_dir/.tpuctl/billing.json (`record_node`, `record_deleted`); the training chief reads it,
 so the limit holds with no launcher watching. Without a record (local and ssh runs) the time is
-the time since training started. Cost is that time at the price table's rate for the run's
-accelerator, zone and provisioning (payload.prices).
+the time since the job started (JOB_STARTED_ENV, which each worker's agent sets; the stage's own
+start when run by hand). Cost is that time at the price table's rate for the run's accelerator,
+zone and provisioning (payload.prices). The limit binds the whole job: the training loop stops
+at it with a checkpoint (then export), and the agent (launcher.agent) ends any stage that
+runs past it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 
@@ -22,6 +26,16 @@ from payload import storage
 
 BILLING = (".tpuctl", "billing.json")
 REREAD_S = 60.0
+# When the job started (epoch seconds), as the agent hands it to every stage.
+JOB_STARTED_ENV = "TPUCTL_JOB_STARTED"
+
+
+def job_started() -> float:
+    """When the job started: the agent's word, else now (a stage run by hand)."""
+    try:
+        return float(os.environ[JOB_STARTED_ENV])
+    except (KeyError, ValueError):
+        return time.time()
 
 
 def billing_path(output_dir: str) -> str:
@@ -75,7 +89,7 @@ class Budget:
             return None
         return cls(output_dir=config.output_dir, max_hours=train.max_hours,
                    max_cost=train.max_cost, usd_per_hour=config.cluster.hourly_usd(),
-                   started=time.time())
+                   started=job_started())
 
     def hours(self, now: float | None = None) -> float:
         now = time.time() if now is None else now

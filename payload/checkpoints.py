@@ -95,6 +95,7 @@ def check_start(output_dir: str, *, resume: bool, overwrite: bool) -> None:
     TensorFlow): what the launcher checks before it starts anything."""
     check_flags(resume=resume, overwrite=overwrite)
     directory = checkpoint_dir(output_dir)
+    storage.check_no_link(output_dir, directory)  # training writes and deletes in it
     present = storage.exists(storage.join(directory, INDEX))
     if not resume and present and not overwrite:
         raise _earlier_run(directory)
@@ -129,6 +130,7 @@ def start_fresh(output_dir: str, identity: dict) -> None:
     """Clear an earlier run's checkpoint files (named first; nothing else in the folder is
     touched) and record what this run's are made from; the folder is then complete."""
     directory = checkpoint_dir(output_dir)
+    storage.check_no_link(output_dir, directory)
     names = [n for n in storage.list_tree(directory) if written_by_training(n)]
     storage.clear_complete(directory)  # first: readers stop trusting the folder
     if names:

@@ -361,6 +361,8 @@ def _other_current_worker(ctx: _Context, name: str) -> bool:
 
 
 def _guard_existing(ctx: _Context, overwrite: bool) -> None:
+    for folder in ["", *records.SPLITS, "parts"]:  # prepare writes and deletes in these
+        storage.check_no_link(ctx.config.output_dir, ctx.path(folder) if folder else ctx.data_dir)
     stale = [(path, reason) for path, stamp in _existing_stamps(ctx)
              if (reason := _mismatch_reason(ctx, stamp))]
     if not stale:

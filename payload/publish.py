@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 
@@ -110,15 +111,68 @@ def _read_json(path: str) -> dict:
         return {}
 
 
+# What Markdown reads as syntax inside a line (code, emphasis, links and images, HTML, entities,
+# tables, strike-through): backslash-escaped, as CommonMark allows for any punctuation.
+_MARKDOWN = re.compile(r"([\\`*_\[\]<>&|~#])")
+# The config sections that describe the model; the rest (cluster: project, address ranges,
+# key files, bucket; hub; output_dir) describe the user's infrastructure and stay private.
+CARD_SECTIONS = ("data", "tokenizer", "model", "train")
+# Keys of those sections holding a path on the user's machines: only its last name is shown.
+_PATH_KEYS = {"data": ("corpus",), "tokenizer": ("path",), "model": ("config", "init_from")}
+
+
+def _text(value) -> str:
+    """A value as plain Markdown text: nothing in it is read as syntax, on one line."""
+    return _MARKDOWN.sub(r"\\\1", " ".join(str(value).split()))
+
+
+def _code(value) -> str:
+    """A value as an inline code span that nothing in it can end: the fence is longer than any
+    run of backticks inside (CommonMark), padded where the value starts or ends with one."""
+    text = " ".join(str(value).split())
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _fence(text: str) -> str:
+    """A code-block fence that no line of `text` can close."""
+    return "`" * max(3, max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+
+
+def data_name(path: str) -> str:
+    """What the card calls an input: a Hub dataset by its name, a file or folder by its last
+    name (its folders, bucket or home on the user's machines are not the model's business)."""
+    from payload.corpus import HF_PREFIX
+
+    if path.startswith(HF_PREFIX):
+        return path
+    return path.rstrip("/").rsplit("/", 1)[-1] or path
+
+
+def public_config(config) -> dict:
+    """The parts of the resolved config that describe the model, paths by their last name."""
+    raw = config.model_dump(mode="json")
+    shown = {name: raw[name] for name in CARD_SECTIONS}
+    for section, keys in _PATH_KEYS.items():
+        for key in keys:
+            value = shown[section].get(key)
+            if isinstance(value, list):
+                shown[section][key] = [data_name(v) for v in value]
+            elif isinstance(value, str):
+                shown[section][key] = data_name(value)
+    return shown
+
+
 def model_card(config, metrics: dict, manifest: dict) -> str:
     """README.md for the repository: what the model is, what it was trained on and how, the
-    final evaluation, and the exact config."""
-    from payload.config import dump_config
+    final evaluation, and the config sections that describe the model (never the cluster,
+    bucket or key files). Every value from the config or the run is escaped for Markdown."""
     from payload.runplan import describe_model
 
     family = config.model.family
     try:
-        architecture = describe_model(config)
+        architecture = _text(describe_model(config))
     except UserError:
         architecture = family
     front = {"library_name": "transformers", "pipeline_tag": PIPELINE_TAGS[family],
@@ -130,47 +184,54 @@ def model_card(config, metrics: dict, manifest: dict) -> str:
     train_split, validation = splits.get("train", {}), splits.get("validation", {})
     lines = [
         "---", yaml.safe_dump(front, sort_keys=False).strip(), "---", "",
-        f"# {config.hub.repo.split('/', 1)[1]}", "",
+        f"# {_text(config.hub.repo.split('/', 1)[1])}", "",
         f"A {family} model pretrained with tpuctl (TensorFlow, on Cloud TPUs or CPUs) "
-        + (f"from `{config.model.init_from}`." if config.model.init_from else "from scratch."),
+        + (f"from {_code(data_name(config.model.init_from))}." if config.model.init_from
+           else "from scratch."),
         "", "## Model", "", f"- {architecture}",
         f"- objective: {_objective(family)}", "", "## Data", "",
-        "- corpus: " + ", ".join(f"`{c}`" for c in config.data.corpus),
+        "- corpus: " + ", ".join(_code(data_name(c)) for c in config.data.corpus),
     ]
     if manifest:
         lines += [
-            f"- {manifest.get('documents', 0):,} documents; rows of {manifest.get('seq_len')} "
+            f"- {manifest.get('documents', 0):,} documents; rows of "
+            f"{_text(manifest.get('seq_len'))} "
             f"tokens: {train_split.get('records', 0):,} for training "
             f"({train_split.get('tokens', 0):,} tokens), {validation.get('records', 0):,} "
             "held out for evaluation",
         ]
     tokenizer = config.tokenizer
-    source = (f"reused from `{tokenizer.path}`" if tokenizer.path else
+    source = (f"reused from {_code(data_name(tokenizer.path))}" if tokenizer.path else
               "the model's own" if config.model.init_from else
               f"{tokenizer.kind}, trained on the corpus")
     vocab = manifest.get("vocab_size") or tokenizer.vocab_size
     lines += ["", "## Tokenizer", "", f"- {source}; vocabulary {vocab:,}", "",
               "## Training", "",
-              f"- steps: {steps_done if steps_done is not None else '?'} of "
+              "- steps: "
+              f"{_text(steps_done) if steps_done is not None else '?'} of "
               f"{config.train.steps} (batch {config.train.batch_size} x "
               f"{config.data.seq_len} tokens, learning rate {config.train.learning_rate}, "
               f"{config.train.optimizer}{', bf16' if config.train.bf16 else ''})"]
     if metrics.get("strategy"):
-        lines.append(f"- distribution: {metrics['strategy']}, {metrics.get('replicas')} "
-                     "replicas")
+        lines.append(f"- distribution: {_text(metrics['strategy'])}, "
+                     f"{_text(metrics.get('replicas'))} replicas")
     if evaluation:
-        shown = ", ".join(f"{k} {v:.4f}" for k, v in evaluation.items() if k != "step")
-        lines.append(f"- final evaluation (step {evaluation.get('step')}): {shown}")
+        shown = ", ".join(f"{_text(k)} {v:.4f}" if isinstance(v, int | float) else
+                          f"{_text(k)} {_text(v)}" for k, v in evaluation.items() if k != "step")
+        lines.append(f"- final evaluation (step {_text(evaluation.get('step'))}): {shown}")
     else:
         lines.append("- final evaluation: none (the validation split was smaller than a batch)")
     if final.get("stopped"):
-        lines.append(f"- stopped early: {final['stopped']}")
+        lines.append(f"- stopped early: {_text(final['stopped'])}")
     lines += ["", "## Use", "", "```python",
               f"from transformers import AutoTokenizer, {AUTO_CLASSES[family]}",
               f'tokenizer = AutoTokenizer.from_pretrained("{config.hub.repo}")',
               f'model = {AUTO_CLASSES[family]}.from_pretrained("{config.hub.repo}")', "```", "",
-              "## Config", "", "The exact run config (`tpuctl.yaml`, resolved):", "", "```yaml",
-              dump_config(config).rstrip(), "```", ""]
+              "## Config", "", "The run config's model, data and training settings "
+              "(`tpuctl.yaml`, resolved):", ""]
+    settings = yaml.safe_dump(public_config(config), sort_keys=False).rstrip()
+    fence = _fence(settings)
+    lines += [fence + "yaml", settings, fence, ""]
     return "\n".join(lines)
 
 

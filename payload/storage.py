@@ -353,6 +353,40 @@ def remove(path: str) -> None:
     _remove_quietly(path)
 
 
+def remove_if(path: str, holding: bytes) -> bool:
+    """Remove `path` only if it still holds exactly `holding`, in one atomic step (the
+    counterpart of create_exclusive's `replacing`): a file someone else has written since it
+    was read is left as it is. Whether it removed it."""
+    note_change("remove", path)
+    if is_gcs(path):
+        from google.api_core.exceptions import NotFound, PreconditionFailed
+
+        blob = _blob(path)
+        try:
+            blob.reload()
+            generation = blob.generation
+            if _blob(path).download_as_bytes(if_generation_match=generation) != holding:
+                return False
+            blob.delete(if_generation_match=generation)
+        except (NotFound, PreconditionFailed):
+            return False
+        return True
+    aside = f"{path}.{os.getpid()}-{os.urandom(4).hex()}.old"
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return False
+    with open(aside, "rb") as f:
+        held = f.read()
+    if held != holding:  # someone else's: put it back (unless a newer one is there already)
+        with contextlib.suppress(FileExistsError):
+            os.link(aside, path)
+        _remove_quietly(aside)
+        return False
+    _remove_quietly(aside)
+    return True
+
+
 def remove_tree(path: str) -> None:
     note_change("remove-tree", path)
     if is_gcs(path):
@@ -650,6 +684,26 @@ def claim_output_dir(output_dir: str) -> None:
              "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=1) + "\n")
 
 
+def check_no_link(output_dir: str, folder: str) -> None:
+    """Refuse to write or delete in local `folder` (output_dir or inside it) when it, or a
+    folder between output_dir and it, is a symbolic link: a link would lead tpuctl's writes
+    and deletes to files it did not make, outside output_dir (output_dir itself may be reached
+    through links; what tpuctl makes inside it may not)."""
+    if is_gcs(folder):
+        return
+    root, target = os.path.abspath(output_dir), os.path.abspath(folder)
+    if os.path.commonpath([root, target]) != root:
+        raise ValueError(f"{folder} is not inside {output_dir}")
+    current = root
+    for part in [p for p in os.path.relpath(target, root).split(os.sep) if p != "."]:
+        current = os.path.join(current, part)
+        if os.path.islink(current):
+            raise UserError(f"{current} is a symbolic link (to {os.readlink(current)}): tpuctl "
+                            "writes and deletes only inside output_dir",
+                            hint="replace the link with a folder (move what it points to "
+                                 "yourself if you want it there)")
+
+
 def _inside(path: str, folder: str) -> bool:
     if is_gcs(path) or is_gcs(folder):
         return path.startswith(folder.rstrip("/") + "/")
@@ -670,6 +724,7 @@ def remove_owned(output_dir: str, paths: Iterable[str]) -> None:
     for path in paths:
         if not _inside(path, output_dir):
             raise ValueError(f"{path} is not inside {output_dir}")
+        check_no_link(output_dir, os.path.dirname(path))  # real paths: no link on the way
         remove(path)
         if not is_gcs(path):
             parent = os.path.dirname(path)
@@ -761,14 +816,18 @@ def recover_folder(target: str) -> None:
         return
     new, old = _sibling(target, "new"), _sibling(target, "old")
     if not os.path.lexists(target):
-        if is_complete(new):  # the crash came between moving the old aside and the new in
-            note_change("rename", target)
+        # (Never a link: tpuctl makes these as folders; a link is someone else's.)
+        if is_complete(new) and not os.path.islink(new):  # the crash came between moving
+            note_change("rename", target)                  # the old aside and the new in
             os.rename(new, target)
-        elif os.path.isdir(old):
+        elif os.path.isdir(old) and not os.path.islink(old):
             note_change("rename", target)
             os.rename(old, target)
     for leftover in (new, old):
-        if os.path.lexists(leftover):
+        if os.path.islink(leftover):  # the link goes, never what it points to
+            note_change("remove", leftover)
+            os.unlink(leftover)
+        elif os.path.lexists(leftover):
             note_change("remove-tree", leftover)
             shutil.rmtree(leftover, ignore_errors=True)
 
@@ -786,6 +845,9 @@ def _keep_foreign_files(target: str, staging: str) -> None:
     ours = set(record.get("files", [])) if "files" in record else None
     for name in _files_under(target):
         if os.path.exists(os.path.join(staging, name)) or (ours is not None and name in ours):
+            continue
+        if os.path.islink(os.path.join(target, name)):  # its target is not the folder's
+            log.info("not keeping %s in the new %s: a symbolic link", name, target)
             continue
         log.info("keeping %s in the new %s (tpuctl did not write it)", name, target)
         os.makedirs(os.path.dirname(os.path.join(staging, name)), exist_ok=True)
@@ -849,6 +911,10 @@ def replacing_folder(target: str, info: dict) -> Iterator[str]:
         finally:
             shutil.rmtree(local, ignore_errors=True)
         return
+    if os.path.islink(target):  # replacing it would read, copy and delete what it points to
+        raise UserError(f"{target} is a symbolic link (to {os.readlink(target)}): tpuctl "
+                        "replaces only a folder it made",
+                        hint="remove the link (what it points to stays), or move it aside")
     try:
         recover_folder(target)
         staging = _sibling(target, "new")

@@ -9,11 +9,14 @@ worker; {"hang": {"train": 1}} then waits there until stopped; {"steps": {"train
 the train stage print that many steps, 0.1 s apart, and worker 0 a progress record
 (payload.progress) for each; {"checkpoint_every": 10} makes worker 0 write
 checkpoints/checkpoint (TensorFlow's index) every 10 steps, and `--resume` start from it.
+{"report_env": ["NAME"]} makes every stage print its value of $NAME; {"ignore_term": ["train"]}
+makes that stage ignore SIGTERM (only SIGKILL ends it).
 """
 
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -47,6 +50,10 @@ def main() -> int:
           flush=True)
     for line in behaviour.get("print", {}).get(args.stage, []):
         print(line, flush=True)
+    if args.stage in behaviour.get("ignore_term", []):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for name in behaviour.get("report_env", []):
+        print(f"{args.stage} sees {name}={os.environ.get(name, '(unset)')}", flush=True)
     if behaviour.get("hang", {}).get(args.stage) == me:
         time.sleep(3600)
     if behaviour.get("fail", {}).get(args.stage) == me:

@@ -125,6 +125,20 @@ def test_init_writes_a_starter_that_loads(tmp_path):
     assert runner.invoke(app, ["init", str(tmp_path), "--force"]).exit_code == 0
 
 
+@pytest.mark.parametrize("force", [[], ["--force"]])
+def test_init_never_writes_through_a_link_named_tpuctl_yaml(tmp_path, force):
+    folder, elsewhere = tmp_path / "run", tmp_path / "elsewhere.yaml"
+    folder.mkdir()
+    (folder / "tpuctl.yaml").symlink_to(elsewhere)  # dangling: exists() says False
+    result = CliRunner().invoke(app, ["init", str(folder), *force])
+    assert result.exit_code != 0
+    assert isinstance(result.exception, UserError) and "symbolic link" in str(result.exception)
+    assert not elsewhere.exists(), "init wrote through the link"
+    elsewhere.write_text("the user's own file\n")  # a live link: not overwritten either
+    assert CliRunner().invoke(app, ["init", str(folder), *force]).exit_code != 0
+    assert elsewhere.read_text() == "the user's own file\n"
+
+
 def test_demo_config_is_valid():
     config = load_config(REPO / "examples" / "demo.yaml")
     assert config.output_dir.startswith(str(REPO))

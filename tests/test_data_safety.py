@@ -327,3 +327,89 @@ def test_complete_folders_and_ownership_on_cloud_storage():
     with pytest.raises(UserError, match="refusing to delete"):
         storage.remove_owned("gs://tpuctl-test/theirs", ["gs://tpuctl-test/theirs/notes.txt"])
     assert storage.exists("gs://tpuctl-test/theirs/notes.txt")
+
+
+# -- symbolic links inside output_dir (issue 16.8) -------------------------------------------
+
+def _outside(tmp_path: Path, files: dict[str, str]) -> Path:
+    """A folder of the user's, outside output_dir, that a link inside output_dir points to."""
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    return folder
+
+
+def test_train_overwrite_never_follows_a_linked_checkpoints_folder(tmp_path):
+    from payload import checkpoints
+
+    out = tmp_path / "run"
+    storage.claim_output_dir(str(out))
+    theirs = {"checkpoint": 'model_checkpoint_path: "ckpt-9"\n', "ckpt-9.index": "mine",
+              "ckpt-9.data-00000-of-00001": "mine"}
+    outside = _outside(tmp_path, theirs)
+    (out / "checkpoints").symlink_to(outside)
+    before = snapshot(outside)
+    with pytest.raises(UserError, match="checkpoints is a symbolic link"):
+        checkpoints.check_start(str(out), resume=False, overwrite=True)
+    with pytest.raises(UserError, match="checkpoints is a symbolic link"):
+        checkpoints.start_fresh(str(out), {"model": "x"})
+    assert snapshot(outside) == before
+
+
+def test_prepare_overwrite_never_follows_a_linked_data_folder(tmp_path, texts):
+    out = tmp_path / "run"
+    path = run_config(tmp_path, out, texts / "a.txt", data={"records_per_shard": 40})
+    run_payload("tokenizer", "--config", str(path))
+    run_payload("prepare", "--config", str(path))
+    outside = tmp_path / "elsewhere"
+    (out / "data" / "train").rename(outside)  # the user keeps the shards elsewhere, linked
+    (out / "data" / "train").symlink_to(outside)
+    before = snapshot(outside)
+    path = run_config(tmp_path, out, texts / "a.txt", "longer",
+                      data={"records_per_shard": 40, "seq_len": 48})
+    done = run_payload("prepare", "--config", str(path), "--overwrite", check=False)
+    assert_user_error(done, "is a symbolic link")
+    assert snapshot(outside) == before
+
+
+def test_export_never_copies_through_a_linked_model_folder(tmp_path):
+    out = tmp_path / "run"
+    storage.claim_output_dir(str(out))
+    home = _outside(tmp_path, {".ssh/id_rsa": "PRIVATE KEY\n", "notes.txt": "mine\n"})
+    (out / "model").symlink_to(home)
+    before = snapshot(home)
+    with pytest.raises(UserError, match="model is a symbolic link"), \
+            storage.replacing_folder(str(out / "model"), {"stage": "export"}) as folder:
+        Path(folder, "config.json").write_text("{}")
+    assert snapshot(home) == before
+    assert not any("PRIVATE" in p.read_text() for p in out.rglob("*")
+                   if p.is_file() and not p.is_symlink() and home not in p.resolve().parents)
+    # A real model/ holding a link: the link's target is not copied into the new model/.
+    (out / "model").unlink()
+    (out / "model").mkdir()
+    (out / "model" / "key").symlink_to(home / ".ssh" / "id_rsa")
+    with storage.replacing_folder(str(out / "model"), {"stage": "export"}) as folder:
+        Path(folder, "config.json").write_text("{}")
+    assert sorted(p.name for p in (out / "model").iterdir()) == [".tpuctl-complete",
+                                                                  "config.json"]
+    assert snapshot(home) == before
+
+
+def test_a_download_target_that_is_a_link_is_refused_and_linked_leftovers_go(tmp_path):
+    from launcher.launch import check_download_target
+
+    mine = _outside(tmp_path, {"weights.bin": "mine\n"})
+    target = tmp_path / "model"
+    target.symlink_to(mine)
+    with pytest.raises(UserError, match="is a symbolic link"):
+        check_download_target(target)
+    # What an earlier version left: the link, swapped out to the staging name.
+    target.unlink()
+    leftover = tmp_path / ".model.tpuctl-new"
+    leftover.symlink_to(mine)
+    with storage.replacing_folder(str(target), {"stage": "download"}) as folder:
+        Path(folder, "config.json").write_text("{}")
+    assert not os.path.lexists(leftover)
+    assert (target / "config.json").exists() and (mine / "weights.bin").read_text() == "mine\n"

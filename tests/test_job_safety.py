@@ -318,6 +318,43 @@ def test_run_lock_take_beat_release(tmp_path):
     assert runlock.release(out, "b") and not os.path.exists(runlock.lock_path(out))
 
 
+def _taken_over_while_read(monkeypatch, out: str) -> None:
+    """Another run takes the lock over right after the holder reads it (its heartbeat stalled
+    past stale_after_s, say): the holder's next write comes after the takeover."""
+    read = runlock._read
+
+    def read_then_lose(path):
+        seen = read(path)
+        storage.write_bytes(path, json.dumps({"job": "b", "beat": 0, "beats": 0}).encode())
+        return seen
+
+    monkeypatch.setattr(runlock, "_read", read_then_lose)
+
+
+@pytest.mark.parametrize("where", ["local", "gcs"])
+def test_run_lock_beat_and_release_never_clobber_a_takeover(tmp_path, monkeypatch, where,
+                                                            request):
+    out = str(tmp_path / "out")
+    if where == "gcs":
+        sandbox = request.getfixturevalue("gcs_sandbox")
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", sandbox.url)
+        monkeypatch.setattr(storage, "_client", None)
+        sandbox.make_bucket("takeover")
+        out = "gs://takeover/run"
+    assert runlock.take(out, {"job": "a", "from": "here", "stale_after_s": 10}) == ""
+    with monkeypatch.context() as patch:
+        _taken_over_while_read(patch, out)
+        assert runlock.beat(out, "a") is False
+    assert json.loads(storage.read_bytes(runlock.lock_path(out)))["job"] == "b"
+    storage.write_bytes(runlock.lock_path(out), json.dumps({"job": "a", "beat": 0}).encode())
+    with monkeypatch.context() as patch:
+        _taken_over_while_read(patch, out)
+        assert runlock.release(out, "a") is False
+    assert json.loads(storage.read_bytes(runlock.lock_path(out)))["job"] == "b"
+    if where == "gcs":
+        monkeypatch.setattr(storage, "_client", None)
+
+
 def test_create_exclusive_has_one_winner_locally(tmp_path):
     path = str(tmp_path / "lock")
     together = threading.Barrier(8)
@@ -400,3 +437,166 @@ def test_status_shows_a_log_line_that_looks_like_markup(local_run):
     result = _cli("status", "-c", str(config), env={"COLUMNS": "250"})
     assert result.returncode == 0, result.stderr
     assert "[/job:worker/replica:0/task:0/device:CPU:0]" in result.stdout
+
+
+# -- 9. what reaches the terminal ----------------------------------------------------------
+
+# What a corpus key or a library may carry: a window title (OSC), clear screen, colours.
+HOSTILE = "title \x1b]0;pwned\x07 clear \x1b[2J\x1b[H colour \x1b[31mred\x1b[0m end"
+ESCAPED = "title \\x1b]0;pwned\\x07 clear \\x1b[2J\\x1b[H colour \\x1b[31mred\\x1b[0m end"
+
+
+def test_control_bytes_from_workers_never_reach_the_terminal(local_run, tmp_path):
+    config = local_run({"print": {"train": [HOSTILE]}, "fail": {"train": 0}}, workers=1)
+    env = {"COLUMNS": "250", "NO_COLOR": "1"}
+    seen = {}
+    seen["train"] = _cli("train", "-c", str(config), "--local", env=env)  # live view + tail
+    assert seen["train"].returncode == 1 and ESCAPED in seen["train"].stderr
+    seen["logs"] = _cli("logs", "-c", str(config), env=env)
+    with _job_file(config, 0, "worker.log").open("a") as log:
+        log.write(HOSTILE + "\n")  # the last line: what status shows of the worker
+    seen["status"] = _cli("status", "-c", str(config), env=env)
+    seen["jobs"] = _cli("jobs", "-c", str(config), "--check", env=env)
+    for command, result in seen.items():
+        out = result.stdout + result.stderr
+        assert "\x1b" not in out and "\x07" not in out, f"{command}: {out!r}"
+    assert ESCAPED in seen["train"].stdout and ESCAPED in seen["logs"].stdout
+    assert "\\x1b]0;pwned" in seen["status"].stdout
+    # Into a file, --raw keeps the worker's bytes as they are.
+    raw = _cli("logs", "-c", str(config), "--raw", env=env)
+    assert "\x1b]0;pwned" in raw.stdout
+
+
+# -- 10. secrets ---------------------------------------------------------------------------
+
+def test_a_hub_token_in_the_users_environment_reaches_no_process_of_the_job(local_run):
+    token = "hf_tpuctlNotForStages7c1e"
+    names = ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"]
+    config = local_run({"report_env": names, "steps": {"train": 600}}, workers=1)
+    env = {name: token for name in names}
+    started = _cli("train", "-c", str(config), "--local", "--detach", env=env)
+    assert started.returncode == 0, started.stderr
+    log = _job_file(config, 0, "worker.log")
+    wait_for(lambda: "step 1 loss" in log.read_text(), timeout_s=60)
+    try:
+        group = _group(config)
+        members = subprocess.run(["pgrep", "-g", str(group)], capture_output=True,
+                                 text=True).stdout.split()
+        assert len(members) >= 3  # the job's shell, the agent, the train stage
+        holders = [pid for pid in members
+                   if token.encode() in Path(f"/proc/{pid}/environ").read_bytes()]
+        assert holders == [], "the Hub token is in the environment of a job's process"
+    finally:
+        assert runner.invoke(app, ["stop", "-c", str(config)]).exit_code == 0
+    text = log.read_text()
+    assert "train sees HF_TOKEN=(unset)" in text and token not in text
+
+
+# -- 11. a job that lost its agent or its lock; a stop that says where it stopped --------------
+
+def _agent_pid(config, worker: int = 0) -> int:
+    members = subprocess.run(["pgrep", "-g", str(_group(config, worker))], capture_output=True,
+                             text=True).stdout.split()
+    # The agent's own argv (`python -m launcher.agent PLAN`), not the shell whose script names it.
+    return next(int(pid) for pid in members
+                if b"\0-m\0launcher.agent\0" in Path(f"/proc/{pid}/cmdline").read_bytes())
+
+
+@pytest.fixture
+def long_jobs():
+    """Configs of jobs a test starts; stopped at the end (identity checked) whatever happened."""
+    started = []
+    yield started
+    for config in started:
+        runner.invoke(app, ["stop", "-c", str(config)])
+
+
+def _start_long_job(config, long_jobs: list) -> Path:
+    long_jobs.append(config)
+    assert runner.invoke(app, ["train", "-c", str(config), "--local", "--detach"]).exit_code == 0
+    log = _job_file(config, 0, "worker.log")
+    wait_for(lambda: "step 1 loss" in log.read_text(), timeout_s=60)
+    return log
+
+
+def test_a_stage_whose_agent_was_killed_stops_itself(local_run, long_jobs):
+    config = local_run({"steps": {"train": 600}}, workers=1)
+    _start_long_job(config, long_jobs)
+    os.kill(_agent_pid(config), signal.SIGKILL)
+    # Nobody watches the stage any more, nor beats the run lock: it must not train on alone.
+    wait_for(lambda: _live(config) == {0: 0}, timeout_s=20)
+    assert _live(config) == {0: 0}, "the train stage kept running after its agent died"
+
+
+def test_stop_ends_a_job_whose_exit_code_is_written_while_it_runs(local_run, long_jobs):
+    config = local_run({"steps": {"train": 600}}, workers=1)
+    _start_long_job(config, long_jobs)
+    # What the job's shell writes when its agent is killed; the stage may still run.
+    _job_file(config, 0, "rc").write_text("137\n")
+    status = _cli("status", "-c", str(config), env={"COLUMNS": "250"})
+    assert "running" in status.stdout, status.stdout
+    result = runner.invoke(app, ["stop", "-c", str(config)])
+    assert result.exit_code == 0, result.output
+    assert "worker-0: stopped" in result.output and "already ended" not in result.output
+    assert _live(config) == {0: 0}
+
+
+def test_a_job_whose_run_lock_was_taken_over_stops_itself(local_run, long_jobs, tmp_path, monkeypatch):
+    monkeypatch.setenv(PEER_TIMEOUT_ENV, "2")  # a heartbeat every 0.5 s
+    config = local_run({"steps": {"train": 600}})
+    log = _start_long_job(config, long_jobs)
+    lock = tmp_path / "out/.tpuctl/run.lock"
+    taker = {"job": "another-run", "from": "elsewhere", "beat": time.time(), "beats": 0,
+             "stale_after_s": 120}
+    lock.write_text(json.dumps(taker))  # another run took output_dir over
+    wait_for(lambda: _live(config) == {0: 0, 1: 0}, timeout_s=30)
+    assert _live(config) == {0: 0, 1: 0}, "the job kept writing to a taken-over output_dir"
+    assert "is not this job's any more" in log.read_text()
+    assert json.loads(lock.read_text())["job"] == "another-run"  # its lock, left alone
+
+
+def test_status_after_stop_says_who_stopped_it_at_which_step(local_run, long_jobs):
+    config = local_run({"steps": {"train": 600}, "checkpoint_every": 5})
+    log = _start_long_job(config, long_jobs)
+    wait_for(lambda: "step 12 loss" in log.read_text(), timeout_s=60)
+    stopped = _cli("stop", "-c", str(config))
+    assert stopped.returncode == 0, stopped.stderr
+    assert stopped.stdout.startswith("stopping job ") and "SIGKILL" in stopped.stdout.splitlines()[0]
+    text = log.read_text()
+    last_step = [line for line in text.splitlines() if line.startswith("step ")][-1].split()[1]
+    index = (Path(_plan(config).output_dir) / "checkpoints" / "checkpoint").read_text()
+    checkpoint = index.split('"')[1]
+    words = f"stopped by `tpuctl stop` at step {last_step} (checkpoint {checkpoint})"
+    assert words in text.splitlines()[-1]
+    status = _cli("status", "-c", str(config), env={"COLUMNS": "250"})
+    assert words in status.stdout, status.stdout
+    assert "143" not in status.stdout and "exited" not in status.stdout
+
+
+# -- 12. limits bind the whole job ---------------------------------------------------------
+
+def test_the_time_limit_ends_a_job_hung_before_training(local_run, long_jobs):
+    # 0.0003 h is about 1 s: prepare hangs on worker 0 far past it.
+    config = local_run({"hang": {"prepare": 0}}, train={"max_hours": 0.0003})
+    long_jobs.append(config)
+    try:
+        result = _cli("train", "-c", str(config), "--local", timeout=90)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the job ran on past train.max_hours (prepare hung)")
+    assert result.returncode == 1, result.stderr
+    assert ("worker-0: the run's limit (train.max_hours / max_cost) ended the job during "
+            "prepare") in result.stderr
+    assert "stopping, train.max_hours 0.0003 reached" in result.stderr
+    assert _live(config) == {0: 0, 1: 0}
+
+
+def test_a_slow_stop_says_whom_it_waits_for(local_run, long_jobs):
+    config = local_run({"steps": {"train": 600}, "ignore_term": ["train"]}, workers=1)
+    _start_long_job(config, long_jobs)
+    stopped = _cli("stop", "-c", str(config))  # SIGKILL ends the stage after the grace period
+    assert stopped.returncode == 0, stopped.stderr
+    lines = stopped.stdout.splitlines()
+    assert "waiting for worker-0 (their processes are ending)" in lines
+    assert lines.index("waiting for worker-0 (their processes are ending)") < lines.index(
+        "worker-0: stopped")
+    assert _live(config) == {0: 0}

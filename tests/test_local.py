@@ -84,7 +84,7 @@ def test_detached_job_can_be_watched_stopped_and_shown(local_run):
     assert stopped.exit_code == 0, stopped.output
     assert _live(config) == {0: 0, 1: 0}
     final = runner.invoke(app, ["status", "-c", str(config)])
-    assert "143" in final.output
+    assert "stopped" in final.output and "143" not in final.output
 
 
 def _read_logs(config, needle):

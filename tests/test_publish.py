@@ -116,6 +116,34 @@ def test_secrets_reach_the_ssh_shell_as_variables_not_arguments():
     assert "secret" not in cmdline
 
 
+def test_the_model_card_shows_the_model_not_the_infrastructure(tmp_path):
+    from markdown_it import MarkdownIt
+
+    from payload.publish import model_card
+
+    corpus = "/home/alice/data/we`ird *name* <b>.txt"
+    raw = yaml.safe_load(tiny_config(tmp_path, output_dir="gs://alice-private-bucket/run",
+                                     corpus=corpus, cluster={}).read_text())
+    raw["cluster"] = {"provider": "gcp", "project": "secret-project-4711",
+                      "zone": "us-central2-b", "accelerator_type": "v4-8",
+                      "ssh_source_ranges": ["203.0.113.7/32"], "bucket": "alice-private-bucket",
+                      "identity_file": "/home/alice/.ssh/tpu_key"}
+    raw["hub"] = {"repo": "lab/model"}
+    card = model_card(parse_config(raw), {"final": {"step": 4, "stopped": "max_hours <b>"}}, {})
+    for private in ("secret-project-4711", "203.0.113.7", "alice-private-bucket", "tpu_key",
+                    "/home/alice", "cluster", "output_dir"):
+        assert private not in card, private
+    tokens = [t for block in MarkdownIt().parse(card) if block.children
+              for t in block.children]
+    # The corpus is one code span holding its name whole: the backtick did not end it.
+    assert [t.content for t in tokens if t.type == "code_inline" and "ird" in t.content] == [
+        "we`ird *name* <b>.txt"]
+    assert not [t for t in tokens if t.type in ("html_inline", "em_open")]
+    settings = yaml.safe_load(card.split("```yaml\n", 1)[1].split("\n```", 1)[0])
+    assert list(settings) == ["data", "tokenizer", "model", "train"]
+    assert settings["data"]["corpus"] == ["we`ird *name* <b>.txt"]
+
+
 def test_publish_reads_only_a_complete_export(tmp_path, hub, monkeypatch):
     from payload import publish, storage
 
@@ -206,9 +234,9 @@ def test_a_local_run_publishes_its_model_and_the_token_is_in_no_file(tmp_path):
         metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
         final_loss = metrics["final"]["eval"]["loss"]
         for needle in ("pipeline_tag: fill-mask", "# tiny-roberta", "roberta (1 layers, hidden 32",
-                       "- corpus: `" + str(corpus) + "`", "bpe, trained on the corpus",
+                       "- corpus: `corpus.txt`", "bpe, trained on the corpus",
                        "steps: 4 of 4", f"loss {final_loss:.4f}", "```yaml",
-                       "repo: lab/tiny-roberta"):
+                       'from_pretrained("lab/tiny-roberta")'):
             assert needle in card, needle
         assert yaml.safe_load(card.split("```yaml\n", 1)[1].split("```", 1)[0])["train"] == (
             yaml.safe_load((tmp_path / "out" / "config.yaml").read_text())["train"])

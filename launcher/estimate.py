@@ -66,15 +66,19 @@ def measured_cpu_speed(config, *, read_remote: bool) -> runplan.CpuSpeed | None:
 
 
 def cpu_speed(launch, *, read_remote: bool) -> runplan.CpuSpeed | str:
-    """How fast training will go on CPU workers: the last run's measured figure, else (workers
-    on this machine) a quick matrix-product probe of this machine scaled by how much of it
-    training of this family reaches; or why there is no figure."""
+    """How fast training will go on CPU workers: the last run's measured figure, else (a dry
+    run, workers on this machine) a quick matrix-product probe of this machine scaled by how
+    much of it training of this family reaches; or why there is no figure."""
     measured = measured_cpu_speed(launch.config, read_remote=read_remote)
     if measured is not None:
         return measured
     if getattr(launch.provider, "name", None) != "local":
         return ("the CPU workers are other machines and no earlier run in output_dir measured "
                 "their speed")
+    if not launch.options.dry_run:
+        # The job's workers have just started on these cores: a probe now would measure what
+        # they leave over, not what training will get.
+        return "no run here has measured it yet; `--dry-run` probes this machine before a run"
     from payload.utilisation import matmul_probe_flops
 
     family = launch.config.model.family

@@ -15,7 +15,9 @@ the masked positions, GPT-2 at every position, T5 at every target position). T5 
 and decoder apart: the encoder's parameters per input token, the decoder's per target token
 (the cross-attention keys and values per input token), cross-attention scores over the inputs.
 The wall time divides the total by the slice's peak bf16 FLOP/s at an assumed utilisation
-(`ASSUMED_UTILISATION`); the cost multiplies that time by the price table's hourly price.
+(`ASSUMED_UTILISATION`); the cost multiplies that time by the price table's hourly price. On
+CPU workers it divides by a `CpuSpeed` the caller found (launcher.estimate: a measured figure
+or a probe), said with its source.
 """
 
 from __future__ import annotations
@@ -375,11 +377,12 @@ def render(plan: RunPlan) -> list[str]:
 
 # What makes each term large, for the line that says where a step's FLOPs go.
 _DRIVERS = {
-    "vocabulary projection": ("grows with tokenizer.vocab_size x width at every predicted "
-                              "position: GPT-2 predicts every position and T5 every target, "
-                              "BERT/RoBERTa only the masked ~15%, so per token they cost least"),
-    "layers' matrices": "grows with hidden size squared x layers",
-    "attention": "grows with data.seq_len squared: shorter rows cost less per token",
+    "vocabulary projection": ("costs vocabulary x width per predicted position: GPT-2 "
+                              "predicts every position and T5 every target, BERT/RoBERTa only "
+                              "the masked ~15%; a smaller tokenizer.vocab_size cuts it"),
+    "layers' matrices": "grow with hidden size squared x layers",
+    "attention": ("grows with data.seq_len squared per row: shorter rows cost less per "
+                  "token"),
 }
 
 

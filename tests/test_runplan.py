@@ -250,3 +250,16 @@ def test_dry_run_on_cpu_workers_times_the_run_by_the_last_measured_speed(tmp_pat
     # A figure measured for another family says nothing about this one: the probe again.
     (out / "metrics.json").write_text(json.dumps({**metrics, "family": "bert"}))
     assert "matrix-product probe" in _dry_run(tmp_path, raw).stdout
+
+
+def test_the_demo_is_sized_to_warn_of_nothing(tmp_path):
+    # `make demo` is the first thing a user runs: a warning there would be noise. Its tokens
+    # are over 2x its parameters; that its steps read at most one epoch of the bundled corpus
+    # (the other warning) needs the manifest: tests/test_demo.py runs the demo.
+    raw = yaml.safe_load((REPO / "examples" / "demo.yaml").read_text())
+    raw["output_dir"] = str(tmp_path / "out")
+    raw["data"]["corpus"] = str(REPO / "payload" / "data" / "corpus.txt.gz")
+    result = _dry_run(tmp_path, raw)
+    assert result.returncode == 0, result.stderr
+    assert "warning" not in result.stderr, result.stderr
+    assert "time: about " in result.stdout

@@ -9,6 +9,8 @@ the shard manifest when prepare has run) and turns what cannot be known here int
 
 from __future__ import annotations
 
+import json
+
 from payload import runplan
 from payload.errors import UserError
 from payload.stages import Stage
@@ -37,11 +39,69 @@ def dataset_rows(config, *, read_remote: bool) -> int | None:
         return None
 
 
+def measured_cpu_speed(config, *, read_remote: bool) -> runplan.CpuSpeed | None:
+    """The model FLOP/s the last CPU run in this output_dir measured (its metrics.json), when it
+    trained the same family over as many processes as this one will."""
+    from payload import storage
+
+    path = storage.join(config.output_dir, "metrics.json")
+    if storage.is_gcs(path) and not read_remote:
+        return None
+    try:
+        if not storage.exists(path):
+            return None
+        metrics = json.loads(storage.read_text(path))
+    except (OSError, ValueError, UserError):
+        return None
+    reports = [metrics.get("final") or {}, *reversed(metrics.get("train") or [])]
+    speed = next((r["model_flops_per_s"] for r in reports if r.get("model_flops_per_s")), None)
+    if (speed is None or (metrics.get("utilisation") or {}).get("device") != "process"
+            or metrics.get("family") != config.model.family):
+        return None
+    return runplan.CpuSpeed(
+        model_flops_per_s=speed,
+        source=(f"at the {speed / 1e9:,.1f} GFLOP/s of model FLOPs the last "
+                f"{metrics['family']} run in {config.output_dir} measured on "
+                f"{metrics.get('replicas', '?')} CPU process(es)"))
+
+
+def cpu_speed(launch, *, read_remote: bool) -> runplan.CpuSpeed | str:
+    """How fast training will go on CPU workers: the last run's measured figure, else (a dry
+    run, workers on this machine) a quick matrix-product probe of this machine scaled by how
+    much of it training of this family reaches; or why there is no figure."""
+    measured = measured_cpu_speed(launch.config, read_remote=read_remote)
+    if measured is not None:
+        return measured
+    if getattr(launch.provider, "name", None) != "local":
+        return ("the CPU workers are other machines and no earlier run in output_dir measured "
+                "their speed")
+    if not launch.options.dry_run:
+        # The job's workers have just started on these cores: a probe now would measure what
+        # they leave over, not what training will get.
+        return "no run here has measured it yet; `--dry-run` probes this machine before a run"
+    from payload.utilisation import matmul_probe_flops
+
+    family = launch.config.model.family
+    peak = matmul_probe_flops()
+    share = runplan.CPU_MODEL_FLOPS_SHARE[family]
+    return runplan.CpuSpeed(
+        model_flops_per_s=peak * share,
+        source=(f"a matrix-product probe of this machine now, {peak / 1e9:,.0f} GFLOP/s, x the "
+                f"{share:.0%} of that {family} training reached on a 2-core machine; a rough "
+                "guess until a run here measures its own"))
+
+
 def describe(launch, *, read_remote: bool) -> tuple[list[str], list[str]]:
     """(plan lines, warning lines) for the launch's config and fleet."""
+    from payload.strategy import Device
+
     config, fleet = launch.config, launch.fleet
+    speed = None
+    if fleet.hardware.device is not Device.TPU and Stage.TRAIN in launch.options.stages:
+        speed = cpu_speed(launch, read_remote=read_remote)
     try:
-        plan = runplan.run_plan(config, hardware=fleet.hardware, num_workers=len(fleet.workers))
+        plan = runplan.run_plan(config, hardware=fleet.hardware, num_workers=len(fleet.workers),
+                                cpu_speed=speed)
     except UserError as exc:  # e.g. an init_from folder on gs:// a dry run does not read
         return [f"run plan: not worked out here ({exc})"], []
     if Stage.TRAIN not in launch.options.stages:

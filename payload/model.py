@@ -150,8 +150,24 @@ def build_model(hf_config):
         # tf-keras warns about on every build; the weights are initialised as they should be.
         warnings.filterwarnings("ignore", message="The initializer RandomNormal is unseeded")
         model = model_class(hf_config.model_type)(hf_config)
+        if getattr(model, "lm_head", None) is not None and hf_config.model_type == "t5":
+            # Before the weights exist, so every replica and worker creates the same ones.
+            model.lm_head.kernel_initializer = untied_head_initializer()
         model(model.dummy_inputs, training=False)
     return model
+
+
+def untied_head_initializer():
+    """T5 v1.1's untied output projection as T5's own training code draws it: variance scaling
+    by fan-in (std d_model^-0.5, truncated normal). transformers draws it at std 1.0 like the
+    tied embedding, but only the tied head scales the decoder output by d_model^-0.5 first; the
+    untied one then starts with logits d_model^0.5 too large (eval loss 58 for T5 tiny where a
+    uniform guess is ln 8000 = 9.0) and trains no better than a unigram model for hundreds of
+    steps."""
+    import tf_keras
+
+    return tf_keras.initializers.VarianceScaling(1.0, mode="fan_in",
+                                                 distribution="truncated_normal")
 
 
 def config_fingerprint(hf_config) -> str:

@@ -15,7 +15,9 @@ the masked positions, GPT-2 at every position, T5 at every target position). T5 
 and decoder apart: the encoder's parameters per input token, the decoder's per target token
 (the cross-attention keys and values per input token), cross-attention scores over the inputs.
 The wall time divides the total by the slice's peak bf16 FLOP/s at an assumed utilisation
-(`ASSUMED_UTILISATION`); the cost multiplies that time by the price table's hourly price.
+(`ASSUMED_UTILISATION`); the cost multiplies that time by the price table's hourly price. On
+CPU workers it divides by a `CpuSpeed` the caller found (launcher.estimate: a measured figure
+or a probe), said with its source.
 """
 
 from __future__ import annotations
@@ -29,9 +31,26 @@ from payload.errors import UserError
 # pretraining reaches on TPUs (PaLM reported 46%, MaxText's published runs 40-60%); a first run
 # of a new configuration is often lower.
 ASSUMED_UTILISATION = 0.40
-# Fewer training tokens than this many per parameter leaves a model far from trained (the
-# compute-optimal ratio is about 20 tokens per parameter).
+# Fewer training tokens than this many per parameter leaves a model far from trained: the
+# warning's threshold. About ENOUGH_TOKENS_PER_PARAMETER is compute-optimal (Hoffmann et al.
+# 2022, "Chinchilla"): the figure the warning names as enough.
 MIN_TOKENS_PER_PARAMETER = 2
+ENOUGH_TOKENS_PER_PARAMETER = 20
+# Model FLOP/s a CPU training step reaches, as a share of a numpy float32 matrix-product probe
+# run in the same process (payload.utilisation.matmul_probe_flops): measured here (2 cores,
+# TF 2.20, hidden 128, 2 layers, vocabulary 4,000, rows of 64). TensorFlow's kernels beat the
+# probe on a masked LM's large products; GPT-2's and T5's softmax over the vocabulary at every
+# predicted position is work the model-FLOP count leaves out, so they reach less of it.
+CPU_MODEL_FLOPS_SHARE = {"bert": 1.0, "roberta": 1.0, "gpt2": 0.7, "t5": 0.8}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CpuSpeed:
+    """What training reaches on CPU workers: model FLOP/s of all its processes together, and
+    where that figure comes from (the plan says it with the estimate)."""
+
+    model_flops_per_s: float
+    source: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +65,13 @@ class StepFlops:
     @property
     def total(self) -> float:
         return self.dense + self.attention + self.vocabulary
+
+    def shares(self) -> tuple[tuple[str, float], ...]:
+        terms = (("vocabulary projection", self.vocabulary), ("layers' matrices", self.dense),
+                 ("attention", self.attention))
+        total = self.total or 1.0
+        return tuple(sorted(((name, value / total) for name, value in terms),
+                            key=lambda term: -term[1]))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +90,8 @@ class RunPlan:
     flops_per_step: float
     total_flops: float
     flops_formula: str
+    # (term, share of a step's FLOPs), largest first: what the family and shape spend them on.
+    flops_shares: tuple[tuple[str, float], ...] = ()
     bf16: bool
     continues: bool  # model.init_from: continued pretraining starts from trained weights
     # What the batch is split over: TensorFlow replicas, and what they are in words.
@@ -80,6 +108,8 @@ class RunPlan:
     usd_per_hour: float | None = None
     price_note: str = ""  # "on-demand, us-central2; prices of ..." or why there is no price
     cost_usd: float | None = None
+    # CPU workers: where the time estimate's speed comes from, or why there is none.
+    cpu_note: str = ""
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -204,9 +234,12 @@ def replicas_of(hardware, num_workers: int) -> tuple[int, str]:
 
 
 def run_plan(config, *, hardware, num_workers: int, architecture: dict | None = None,
-             utilisation: float = ASSUMED_UTILISATION) -> RunPlan:
+             utilisation: float = ASSUMED_UTILISATION,
+             cpu_speed: CpuSpeed | str | None = None) -> RunPlan:
     """The run's figures. `hardware` is the fleet's (payload.strategy.Hardware); the price
-    comes from `config.cluster` (zone, provisioning) where the price table has one."""
+    comes from `config.cluster` (zone, provisioning) where the price table has one. On CPU
+    workers the time comes from `cpu_speed` (launcher.estimate finds one), or a string saying
+    why there is none."""
     from payload import accelerators, prices
     from payload.sizes import count_parameters
     from payload.strategy import Device
@@ -226,11 +259,16 @@ def run_plan(config, *, hardware, num_workers: int, architecture: dict | None = 
         batch_size=train.batch_size, seq_len=config.data.seq_len,
         tokens_per_step=tokens_per_step, total_tokens=tokens_per_step * train.steps,
         flops_per_step=flops_per_step, total_flops=flops_per_step * train.steps,
-        flops_formula=per_row.formula, bf16=train.bf16,
+        flops_formula=per_row.formula, flops_shares=per_row.shares(), bf16=train.bf16,
         continues=bool(config.model.init_from), replicas=replicas,
         replicas_are=replicas_are, utilisation=utilisation,
     )
     if hardware.device is not Device.TPU:
+        if isinstance(cpu_speed, CpuSpeed):
+            figures.update(wall_time_s=figures["total_flops"] / cpu_speed.model_flops_per_s,
+                           cpu_note=cpu_speed.source)
+        else:
+            figures.update(cpu_note=cpu_speed or "no measured CPU speed")
         return RunPlan(**figures)
     acc = accelerators.accelerator(hardware.accelerator_type)
     wall = figures["total_flops"] / (acc.peak_bf16_flops * utilisation)
@@ -280,11 +318,13 @@ def warnings(plan: RunPlan, *, dataset_rows: int | None = None) -> list[str]:
     lines = []
     floor = MIN_TOKENS_PER_PARAMETER * plan.parameters
     if plan.total_tokens < floor and not plan.continues:  # from trained weights, few may do
+        enough = ENOUGH_TOKENS_PER_PARAMETER * plan.parameters
+        steps = math.ceil(enough / plan.tokens_per_step)
         lines.append(
-            f"{_count(plan.total_tokens)} training tokens are fewer than "
-            f"{MIN_TOKENS_PER_PARAMETER}x the {_count(plan.parameters)} parameters "
-            f"({_count(floor)}): the model will be far from trained; raise train.steps or "
-            "train.batch_size, or pick a smaller model.size")
+            f"{_count(plan.total_tokens)} training tokens for {_count(plan.parameters)} "
+            f"parameters leave the model far from trained: about {_count(enough)} "
+            f"({ENOUGH_TOKENS_PER_PARAMETER} per parameter) would be enough, {steps:,} steps "
+            f"at this batch; raise train.steps or train.batch_size, or pick a smaller model")
     rows = plan.steps * plan.batch_size
     if dataset_rows is not None and dataset_rows < rows:
         lines.append(
@@ -310,10 +350,14 @@ def render(plan: RunPlan) -> list[str]:
         f"= {plan.batch_size // plan.replicas if plan.batch_size % plan.replicas == 0 else '?'}"
         " per replica",
     ]
+    lines.append(_cost_drivers(plan))
     if plan.accelerator is None:
-        lines.append("  accelerator: CPU workers have no accelerator table entry, so no time or "
-                     "cost estimate; the train stage measures a CPU peak at start and logs its "
-                     "utilisation")
+        if plan.wall_time_s is not None:
+            lines.append(f"  time: about {_duration(plan.wall_time_s)} of training on CPU "
+                         f"({plan.cpu_note}); tokenizer, prepare and export come on top")
+        else:
+            lines.append(f"  time: not estimated ({plan.cpu_note}); the train stage shows its "
+                         "ETA from the first steps")
         return lines
     lines.append(
         f"  accelerator: {plan.accelerator}, {plan.chips} chips of TPU {plan.generation}, peak "
@@ -329,6 +373,26 @@ def render(plan: RunPlan) -> list[str]:
         lines.append(f"  cost: not estimated ({plan.price_note})")
     lines += [f"  note: {note}" for note in plan.notes]
     return lines
+
+
+# What makes each term large, for the line that says where a step's FLOPs go.
+_DRIVERS = {
+    "vocabulary projection": ("costs vocabulary x width per predicted position: GPT-2 "
+                              "predicts every position and T5 every target, BERT/RoBERTa only "
+                              "the masked ~15%; a smaller tokenizer.vocab_size cuts it"),
+    "layers' matrices": "grow with hidden size squared x layers",
+    "attention": ("grows with data.seq_len squared per row: shorter rows cost less per "
+                  "token"),
+}
+
+
+def _cost_drivers(plan: RunPlan) -> str:
+    """Where a step's FLOPs go, largest first, and what makes the largest one large."""
+    if not plan.flops_shares:
+        return "  FLOPs by term: not worked out"
+    shares = ", ".join(f"{name} {share:.0%}" for name, share in plan.flops_shares)
+    top = plan.flops_shares[0][0]
+    return f"  FLOPs by term: {shares}; most goes to the {top}, which {_DRIVERS[top]}"
 
 
 def _m(n: float) -> str:

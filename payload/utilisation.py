@@ -83,6 +83,24 @@ def cpu_peak_flops(size: int = PROBE_SIZE, rounds: int = PROBE_ROUNDS,
     return best
 
 
+def matmul_probe_flops(size: int = PROBE_SIZE, rounds: int = PROBE_ROUNDS,
+                       products: int = 2) -> float:
+    """`cpu_peak_flops` without TensorFlow (numpy's BLAS, a fraction of a second): what a run
+    plan can afford to measure. Same shape of work, and the same best-of-rounds."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    a, b = (rng.random((size, size), dtype=np.float32) for _ in range(2))
+    a @ b  # warm up: threads, page faults
+    best = 0.0
+    for _ in range(rounds):
+        began = time.perf_counter()
+        for _ in range(products):
+            a @ b
+        best = max(best, 2 * size**3 * products / (time.perf_counter() - began))
+    return best
+
+
 def meter_for(config, hf_config, strategy, hardware) -> Meter:
     """The meter for a training run: FLOPs from the built model's config, the peak from the
     accelerator table when the strategy drives a TPU, else from a CPU probe (now)."""

@@ -28,13 +28,15 @@ PROMPTS = {
 MASK_PROMPTS = ["The interpreter reads the {mask} and runs it.", "Return a list of the {mask}."]
 
 
-def train_and_export(tmp_path_factory, family: str) -> Path:
+def train_and_export(tmp_path_factory, family: str, size: str | None = None) -> Path:
     out = make_run_dir(tmp_path_factory.mktemp("usage"), family)
     if family in PROMPTS:
         # Enough to generate more than one token over and over (~20 s on this machine).
         raw = config_dict(out, family, steps=300, batch_size=32, checkpoint_every=300,
                           eval_every=300)
         raw["model"].update(hidden_size=64, intermediate_size=256)
+        if size:  # a published size instead (T5's: gated GELU, the untied head)
+            raw["model"] = {"family": family, "size": size, "dropout": 0.0}
     else:
         raw = config_dict(out, family, steps=80, checkpoint_every=80, eval_every=80)
     config = parse_config(raw)
@@ -43,9 +45,11 @@ def train_and_export(tmp_path_factory, family: str) -> Path:
     return out / "model"
 
 
-@pytest.fixture(scope="module", params=sorted(PROMPTS))
+@pytest.fixture(scope="module", params=[*sorted(PROMPTS),
+                                        pytest.param("t5-tiny", marks=pytest.mark.slow)])
 def generator(request, tmp_path_factory):
-    return request.param, train_and_export(tmp_path_factory, request.param)
+    family, _, size = request.param.partition("-")
+    return family, train_and_export(tmp_path_factory, family, size or None)
 
 
 @pytest.fixture(scope="module", params=["bert", "roberta"])

@@ -66,7 +66,10 @@ def test_flops_time_and_cost_match_a_hand_calculation():
                    "attention 12 x layers x seq_len x hidden", "16 chips of TPU v5e",
                    "197 TFLOP/s bf16 per chip", "assumed 40% utilisation", "1h20m",
                    "$4.59 for that time (spot, $3.41/h for v5litepod-16 in us-central1",
-                   "64 = 4 per replica"):
+                   "64 = 4 per replica",
+                   # 50.3e9 / 95.5e9, 38.7e9 / 95.5e9, 6.4e9 / 95.5e9 of a row's FLOPs
+                   "FLOPs by term: vocabulary projection 53%, layers' matrices 41%, attention 7%; "
+                   "most goes to the vocabulary projection"):
         assert needle in text, text
 
 
@@ -98,13 +101,44 @@ def test_t5_counts_every_matrix_of_both_stacks_once():
     assert "encoder and decoder apart" in flops.formula
 
 
-def test_cpu_workers_have_no_table_entry_but_get_the_figures():
-    config = parse_config(_raw(cluster={"provider": "local", "workers": 2}))
+def test_cpu_workers_get_a_time_from_the_speed_they_are_given():
+    config = parse_config(_raw(cluster={"provider": "local", "workers": 2},
+                               train={"steps": 1000}))
     plan = runplan.run_plan(config, hardware=CPU, num_workers=2)
     assert plan.accelerator is None and plan.wall_time_s is None and plan.cost_usd is None
     assert plan.replicas == 2 and plan.flops_per_step == 6_112_879_312_896
     text = "\n".join(runplan.render(plan))
-    assert "no accelerator table entry" in text and "6.11e12 per step" in text
+    assert "time: not estimated (no measured CPU speed)" in text and "6.11e12 per step" in text
+    # 1,000 steps x 6.1129e12 FLOPs at 50 GFLOP/s: 122,258 s, 33h57m.
+    speed = runplan.CpuSpeed(model_flops_per_s=50e9, source="as measured")
+    timed = runplan.run_plan(config, hardware=CPU, num_workers=2, cpu_speed=speed)
+    assert timed.wall_time_s == pytest.approx(122_257.59, abs=0.01) and timed.cost_usd is None
+    assert ("time: about 33h57m of training on CPU (as measured); tokenizer, prepare and export "
+            "come on top") in "\n".join(runplan.render(timed))
+    why = runplan.run_plan(config, hardware=CPU, num_workers=2, cpu_speed="not measured: why")
+    assert "time: not estimated (not measured: why)" in "\n".join(runplan.render(why))
+
+
+def test_the_plan_says_which_family_and_length_cost_most():
+    def shares(**over):
+        plan = runplan.run_plan(parse_config(_raw(**over)), hardware=CPU, num_workers=1)
+        return dict(plan.flops_shares), runplan.render(plan)
+
+    # The same width, depth and rows: GPT-2 projects onto the vocabulary at every position, a
+    # masked LM at the 15% masked, so its projection is the larger share by far.
+    gpt2, text = shares(data={"seq_len": 128})
+    bert, _ = shares(data={"seq_len": 128},
+                     model={"family": "bert", "hidden_size": 512, "num_layers": 4,
+                            "num_heads": 8, "intermediate_size": 2048})
+    assert gpt2["vocabulary projection"] > 0.5 > 0.2 > bert["vocabulary projection"]
+    assert "GPT-2 predicts every position" in "\n".join(text)
+    # Attention grows with the row length squared: a narrow model over 1,024 tokens spends most
+    # on it.
+    long, text = shares(data={"seq_len": 1024}, tokenizer={"vocab_size": 1000},
+                        model={"family": "gpt2", "hidden_size": 64, "num_layers": 2,
+                               "num_heads": 2, "intermediate_size": 256})
+    assert max(long, key=long.get) == "attention"
+    assert "grows with data.seq_len squared" in "\n".join(text)
 
 
 def test_replicas_are_chips_on_every_generation():
@@ -127,7 +161,11 @@ def test_warnings_for_an_obviously_mis_sized_run():
     plan = runplan.run_plan(config, hardware=Hardware.tpu("v5litepod-16", "x"), num_workers=4)
     lines = runplan.warnings(plan, dataset_rows=100)
     assert len(lines) == 2
-    assert "327.7K training tokens are fewer than 2x the 110.7M parameters" in lines[0]
+    # 20 x 110,651,648 parameters / 32,768 tokens per step = 67,537 steps (rounded up).
+    assert lines[0] == (
+        "327.7K training tokens for 110.7M parameters leave the model far from trained: about "
+        "2.2B (20 per parameter) would be enough, 67,537 steps at this batch; raise "
+        "train.steps or train.batch_size, or pick a smaller model")
     assert "the dataset has 100 training rows but 10 steps x 64 read 640: 6.4 epochs" in lines[1]
     big = runplan.run_plan(parse_config(_raw()), hardware=CPU, num_workers=1)
     assert runplan.warnings(big, dataset_rows=10**9) == []
@@ -177,7 +215,9 @@ def test_dry_run_on_cpu_workers_warns_from_the_manifest(tmp_path):
     (tmp_path / "c.txt").write_text("".join(f"some text {i}\n" for i in range(12)))
     result = _dry_run(tmp_path, raw)
     assert result.returncode == 0, result.stderr
-    assert "no accelerator table entry" in result.stdout
+    # No run has measured this machine yet: a quick probe, said as a rough guess.
+    assert "time: about " in result.stdout
+    assert "a matrix-product probe of this machine now" in result.stdout
     assert "replicas: 3 (one per CPU worker process: 3 processes)" in result.stdout
     warned = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
     assert len(warned) == 2, result.stderr
@@ -185,3 +225,42 @@ def test_dry_run_on_cpu_workers_warns_from_the_manifest(tmp_path):
     refused = _dry_run(tmp_path, {**raw, "train": {**raw["train"], "batch_size": 32}})
     assert refused.returncode == 2
     assert "over the 3 replicas (one per CPU worker process" in refused.stderr
+
+
+def test_dry_run_on_cpu_workers_times_the_run_by_the_last_measured_speed(tmp_path):
+    import json
+
+    from payload import storage
+
+    out = tmp_path / "out"
+    storage.claim_output_dir(str(out))
+    raw = _raw(cluster={"provider": "local", "workers": 2}, output_dir=str(out),
+               data={"corpus": str(tmp_path / "c.txt"), "seq_len": 128},
+               train={"steps": 100, "batch_size": 32})
+    (tmp_path / "c.txt").write_text("some text\n")
+    # What the train stage writes on CPU: its meter's header and the final speed.
+    metrics = {"family": "gpt2", "replicas": 2, "utilisation": {"device": "process"},
+               "train": [], "final": {"step": 10, "model_flops_per_s": 2.0e10}}
+    (out / "metrics.json").write_text(json.dumps(metrics))
+    flops = runplan.run_plan(parse_config(raw), hardware=CPU, num_workers=2).total_flops
+    assert flops / 2.0e10 == pytest.approx(3627.28, abs=0.01)  # 100 steps x 7.25e11: 1h00m
+    result = _dry_run(tmp_path, raw)
+    assert result.returncode == 0, result.stderr
+    assert (f"time: about 1h00m of training on CPU (at the 20.0 GFLOP/s of model FLOPs the last "
+            f"gpt2 run in {out} measured on 2 CPU process(es))") in result.stdout
+    # A figure measured for another family says nothing about this one: the probe again.
+    (out / "metrics.json").write_text(json.dumps({**metrics, "family": "bert"}))
+    assert "matrix-product probe" in _dry_run(tmp_path, raw).stdout
+
+
+def test_the_demo_is_sized_to_warn_of_nothing(tmp_path):
+    # `make demo` is the first thing a user runs: a warning there would be noise. Its tokens
+    # are over 2x its parameters; that its steps read at most one epoch of the bundled corpus
+    # (the other warning) needs the manifest: tests/test_demo.py runs the demo.
+    raw = yaml.safe_load((REPO / "examples" / "demo.yaml").read_text())
+    raw["output_dir"] = str(tmp_path / "out")
+    raw["data"]["corpus"] = str(REPO / "payload" / "data" / "corpus.txt.gz")
+    result = _dry_run(tmp_path, raw)
+    assert result.returncode == 0, result.stderr
+    assert "warning" not in result.stderr, result.stderr
+    assert "time: about " in result.stdout

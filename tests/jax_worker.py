@@ -90,8 +90,11 @@ def main() -> None:
     plan = jax_step.ShardingPlan(data=devices // args.fsdp, fsdp=args.fsdp,
                                  state_bytes_per_chip=0, hbm_bytes_per_chip=0)
     cfg = train_cfg(args.steps)
+    # Under FSDP every parameter the group divides is split, however small, so that a tiny
+    # model exercises the sharded path.
     program = jax_step.TrainProgram(MODEL, family="gpt2", train_cfg=cfg,
-                                    mesh=jax_step.make_mesh(plan))
+                                    mesh=jax_step.make_mesh(plan), min_sharded_elements=1)
+    sharded = sum(s.spec != jax_step.P() for s in jax.tree.leaves(program.param_sharding))
     state = program.init_state(seed=cfg.seed)
     manager = None
     if args.checkpoints:
@@ -118,7 +121,7 @@ def main() -> None:
         args.out.mkdir(parents=True, exist_ok=True)
         weights = {f"w:{k}": v for k, v in state_dict(params).items()}
         np.savez(args.out / "result.npz", losses=np.array(losses), step=int(state.step),
-                 start=start, **weights)
+                 start=start, sharded=sharded, **weights)
 
 
 if __name__ == "__main__":

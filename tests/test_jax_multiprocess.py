@@ -55,9 +55,7 @@ def run_workers(out: Path, *, num_processes: int, devices_each: int, extra=()) -
         return dict(result)
 
 
-def test_two_processes_compute_what_one_process_over_two_devices_computes(tmp_path):
-    single = run_workers(tmp_path / "one", num_processes=1, devices_each=2)
-    multi = run_workers(tmp_path / "two", num_processes=2, devices_each=1)
+def assert_same_run(multi: dict, single: dict) -> None:
     assert int(single["step"]) == int(multi["step"]) == STEPS
     assert single["losses"].shape == (STEPS,)
     assert single["losses"][-1] < single["losses"][0]  # it trained, with dropout on
@@ -66,3 +64,20 @@ def test_two_processes_compute_what_one_process_over_two_devices_computes(tmp_pa
     assert weights and set(weights) == {k for k in multi if k.startswith("w:")}
     for name in weights:
         np.testing.assert_allclose(multi[name], single[name], rtol=0, atol=1e-5, err_msg=name)
+
+
+def test_two_processes_compute_what_one_process_over_two_devices_computes(tmp_path):
+    single = run_workers(tmp_path / "one", num_processes=1, devices_each=2)
+    multi = run_workers(tmp_path / "two", num_processes=2, devices_each=1)
+    assert int(single["sharded"]) == int(multi["sharded"]) == 0  # data parallel: replicated
+    assert_same_run(multi, single)
+
+
+# Two more runs of several processes: past the default suite's budget on a shared machine.
+@pytest.mark.slow
+def test_fsdp_across_two_processes_computes_what_data_parallel_computes(tmp_path):
+    replicated = run_workers(tmp_path / "one", num_processes=1, devices_each=2)
+    sharded = run_workers(tmp_path / "fsdp", num_processes=2, devices_each=1,
+                          extra=("--fsdp", "2"))
+    assert int(sharded["sharded"]) > 0  # the weights really were split between the processes
+    assert_same_run(sharded, replicated)

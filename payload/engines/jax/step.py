@@ -90,10 +90,11 @@ def plan_sharding(num_params: int, *, num_devices: int, hbm_bytes_per_chip: int,
     )
 
 
-def parameter_spec(shape: tuple[int, ...], fsdp: int) -> P:
+def parameter_spec(shape: tuple[int, ...], fsdp: int,
+                   min_elements: int = MIN_SHARDED_ELEMENTS) -> P:
     """Where a parameter lives: replicated, or (under FSDP) split along its largest dimension
     that the group divides, as MaxText's fsdp axis splits the embedding or hidden dimension."""
-    if fsdp == 1 or math.prod(shape) < MIN_SHARDED_ELEMENTS:
+    if fsdp == 1 or math.prod(shape) < min_elements:
         return P()
     for dim in sorted(range(len(shape)), key=lambda d: -shape[d]):
         if shape[dim] % fsdp == 0:
@@ -177,7 +178,8 @@ class TrainState:
 class TrainProgram:
     """The model's structure, the optimizer and the mesh, and the jitted steps over them."""
 
-    def __init__(self, hf_config, *, family: str, train_cfg, mesh: Mesh, dtype=None):
+    def __init__(self, hf_config, *, family: str, train_cfg, mesh: Mesh, dtype=None,
+                 min_sharded_elements: int = MIN_SHARDED_ELEMENTS):
         self.family, self.train_cfg, self.mesh = family, train_cfg, mesh
         self.config = hf_config
         self.dtype = dtype if dtype is not None else compute_dtype(train_cfg.bf16)
@@ -185,7 +187,8 @@ class TrainProgram:
         self.graphdef, abstract = nnx.split(model_shapes(hf_config, dtype=self.dtype))
         self.tx = jax_optimizer.build_optimizer(train_cfg)
         self.param_sharding = jax.tree.map(
-            lambda leaf: NamedSharding(mesh, parameter_spec(tuple(leaf.shape), self.fsdp)),
+            lambda leaf: NamedSharding(mesh, parameter_spec(tuple(leaf.shape), self.fsdp,
+                                                            min_sharded_elements)),
             abstract)
         abstract_opt = jax.eval_shape(self.tx.init, abstract)
         # Optimizer moments shaped like a parameter live where it does; counters replicated.

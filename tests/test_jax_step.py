@@ -131,3 +131,28 @@ def test_bf16_compute_keeps_float32_master_weights(tmp_path):
     state, metrics = program.train_step(state, batch)
     assert {leaf.dtype for leaf in jax.tree.leaves(state.params)} == {jnp.dtype("float32")}
     assert np.isfinite(float(metrics["loss"]))
+
+
+def test_the_mlm_head_sees_only_the_masked_slots_and_the_loss_is_the_tf_engines():
+    from payload.engines.jax.models import build_model
+    from tests.test_jax_models import SMALL, architecture
+
+    model = build_model(architecture("roberta", vocab_size=40, **SMALL))
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, 40, (3, 12)).astype(np.int32)
+    batch = {"input_ids": ids, "attention_mask": np.ones_like(ids),
+             "masked_positions": np.array([[1, 4], [0, 7], [3, 3]], np.int32),
+             "masked_ids": np.array([[9, 8], [7, 6], [5, 5]], np.int32),
+             "masked_weights": np.array([[1, 1], [1, 0], [1, 0]], np.float32)}
+    logits, labels = jax_step.predictions(model, batch, family="roberta")
+    assert logits.shape == (3, 2, 40)  # [B, P, V], not [B, L, V]
+    np.testing.assert_array_equal(labels, [[9, 8], [7, -100], [5, -100]])
+    full = model(ids, np.ones_like(ids))
+    np.testing.assert_allclose(logits[0, 1], full[0, 4], rtol=1e-5, atol=1e-5)
+    xent, count, correct = (float(x) for x in jax_step.loss_sums(logits, labels))
+    # payload.model.loss_sums: summed cross-entropy over labels != -100, their count, hits.
+    log_p = np.asarray(jax.nn.log_softmax(logits))
+    valid = [(0, 0), (0, 1), (1, 0), (2, 0)]
+    assert xent == pytest.approx(-sum(log_p[b, t, labels[b, t]] for b, t in valid), rel=1e-5)
+    assert count == 4
+    assert correct == sum(int(np.argmax(log_p[b, t]) == labels[b, t]) for b, t in valid)

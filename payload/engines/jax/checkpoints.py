@@ -10,8 +10,10 @@ processes that hold them and has process 0 commit). A save is atomic: on a local
 writes `<step>.orbax-checkpoint-tmp-*` and renames it to `<step>` when complete; on `gs://`
 (where renames are not atomic) it writes `<step>/` and adds a `commit_success.txt` last. A
 folder without its commit is never listed as a step, so a crash mid-save leaves the previous
-checkpoint the latest. `gs://` paths go through Orbax's own tensorstore GCS driver (with
-Google's default credentials), not through TensorFlow.
+checkpoint the latest. On `gs://` the arrays go through tensorstore's own GCS driver, but the
+folders (listing, creating, the commit file) through etils.epath, which picks TensorFlow's
+tf.io.gfile whenever TensorFlow is installed (etils 1.x `gpath._backend`), else fsspec's gcsfs
+(not installed here); EPATH_USE_TF=false turns that off.
 """
 
 from __future__ import annotations

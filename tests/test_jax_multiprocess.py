@@ -34,16 +34,22 @@ def worker_env(devices: int) -> dict:
     return env
 
 
-def run_workers(out: Path, *, num_processes: int, devices_each: int, extra=()) -> dict:
+def start_workers(out: Path, *, num_processes: int, devices_each: int, extra=()) -> list:
     port = free_port()
-    procs = [subprocess.Popen(
+    return [subprocess.Popen(
         [sys.executable, str(WORKER), "--out", str(out), "--steps", str(STEPS),
          "--process-id", str(i), "--num-processes", str(num_processes), "--port", str(port),
          *extra],
         env=worker_env(devices_each), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for i in range(num_processes)]
+
+
+def results(*runs: tuple[Path, list]) -> list[dict]:
+    """Wait for runs started together (the layouts run side by side: most of a worker's time
+    is starting up), then each run's result."""
+    procs = [p for _, group in runs for p in group]
     try:
-        outputs = [p.communicate(timeout=240)[0] for p in procs]
+        outputs = [p.communicate(timeout=300)[0] for p in procs]
     finally:
         for p in procs:
             if p.poll() is None:
@@ -51,8 +57,11 @@ def run_workers(out: Path, *, num_processes: int, devices_each: int, extra=()) -
                 p.wait()
     for p, output in zip(procs, outputs, strict=True):
         assert p.returncode == 0, output[-3000:]
-    with np.load(out / "result.npz") as result:
-        return dict(result)
+    found = []
+    for out, _ in runs:
+        with np.load(out / "result.npz") as result:
+            found.append(dict(result))
+    return found
 
 
 def assert_same_run(multi: dict, single: dict) -> None:
@@ -67,8 +76,10 @@ def assert_same_run(multi: dict, single: dict) -> None:
 
 
 def test_two_processes_compute_what_one_process_over_two_devices_computes(tmp_path):
-    single = run_workers(tmp_path / "one", num_processes=1, devices_each=2)
-    multi = run_workers(tmp_path / "two", num_processes=2, devices_each=1)
+    one, two = tmp_path / "one", tmp_path / "two"
+    single, multi = results(
+        (one, start_workers(one, num_processes=1, devices_each=2)),
+        (two, start_workers(two, num_processes=2, devices_each=1)))
     assert int(single["sharded"]) == int(multi["sharded"]) == 0  # data parallel: replicated
     assert_same_run(multi, single)
 
@@ -76,8 +87,9 @@ def test_two_processes_compute_what_one_process_over_two_devices_computes(tmp_pa
 # Two more runs of several processes: past the default suite's budget on a shared machine.
 @pytest.mark.slow
 def test_fsdp_across_two_processes_computes_what_data_parallel_computes(tmp_path):
-    replicated = run_workers(tmp_path / "one", num_processes=1, devices_each=2)
-    sharded = run_workers(tmp_path / "fsdp", num_processes=2, devices_each=1,
-                          extra=("--fsdp", "2"))
+    one, fsdp = tmp_path / "one", tmp_path / "fsdp"
+    replicated, sharded = results(
+        (one, start_workers(one, num_processes=1, devices_each=2)),
+        (fsdp, start_workers(fsdp, num_processes=2, devices_each=1, extra=("--fsdp", "2"))))
     assert int(sharded["sharded"]) > 0  # the weights really were split between the processes
     assert_same_run(sharded, replicated)

@@ -156,3 +156,25 @@ def test_the_mlm_head_sees_only_the_masked_slots_and_the_loss_is_the_tf_engines(
     assert xent == pytest.approx(-sum(log_p[b, t, labels[b, t]] for b, t in valid), rel=1e-5)
     assert count == 4
     assert correct == sum(int(np.argmax(log_p[b, t]) == labels[b, t]) for b, t in valid)
+
+
+def test_adafactor_trains_and_counts_its_steps(tmp_path):
+    raw = {"model_type": "t5", "vocab_size": 48, "d_model": 16, "d_kv": 8, "d_ff": 32,
+           "num_layers": 1, "num_heads": 2, "feed_forward_proj": "gated-gelu",
+           "tie_word_embeddings": False}
+    cfg = run_config(tmp_path / "unused", "t5", steps=4, warmup_steps=1, optimizer="adafactor").train
+    plan = jax_step.plan_sharding(1, num_devices=len(jax.devices()), hbm_bytes_per_chip=GIB,
+                                  optimizer="adafactor")
+    program = jax_step.TrainProgram(raw, family="t5", train_cfg=cfg,
+                                    mesh=jax_step.make_mesh(plan))
+    state = program.init_state(seed=0)
+    ids = np.random.default_rng(0).integers(2, 48, (4, 10)).astype(np.int32)
+    labels = ids[:, :5]
+    batch = program.global_batch({"input_ids": ids, "attention_mask": np.ones_like(ids),
+                                  "decoder_input_ids": np.pad(labels[:, :-1], ((0, 0), (1, 0))),
+                                  "labels": labels})
+    losses = []
+    for _ in range(cfg.steps):
+        state, metrics = program.train_step(state, batch)
+        losses.append(float(metrics["loss"]))
+    assert int(state.step) == cfg.steps and losses[-1] < losses[0]

@@ -253,6 +253,7 @@ def test_the_jax_engine_does_not_import_tensorflow():
         "import sys\n"
         "import numpy as np\n"
         "from payload.engines.jax.models import build_model\n"
+        "import payload.engines.jax.step, payload.engines.jax.checkpoints\n"
         "model = build_model({'model_type': 't5', 'vocab_size': 50, 'd_model': 8, 'd_kv': 4,"
         " 'd_ff': 16, 'num_layers': 1, 'num_heads': 2})\n"
         "model(np.array([[5, 6, 7]]), None, np.array([[0, 5]]))\n"

@@ -237,7 +237,7 @@ def test_dry_run_on_cpu_workers_times_the_run_by_the_last_measured_speed(tmp_pat
     raw = _raw(cluster={"provider": "local", "workers": 2}, output_dir=str(out),
                data={"corpus": str(tmp_path / "c.txt"), "seq_len": 128},
                train={"steps": 100, "batch_size": 32})
-    (tmp_path / "c.txt").write_text("some text\n")
+    (tmp_path / "c.txt").write_text("some text\n" * 12)  # a document for each worker
     # What the train stage writes on CPU: its meter's header and the final speed.
     metrics = {"family": "gpt2", "replicas": 2, "utilisation": {"device": "process"},
                "train": [], "final": {"step": 10, "model_flops_per_s": 2.0e10}}

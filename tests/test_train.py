@@ -168,16 +168,19 @@ def test_resume_refuses_a_changed_model_and_a_diverged_run_names_its_step(tmp_pa
         run_train(parse_config(raw), resume=True)
     with pytest.raises(UserError, match="already holds checkpoints"):
         run_train(run_config(out, "roberta", steps=8))
-    # Learning rate 1e6: the loss overflows within a few steps; the good checkpoint stays.
+    # Learning rate 1e6: the loss overflows within a few steps; the good checkpoint stays. The
+    # config refuses such a rate, so it is set past validation, as a corrupted state would be.
     diverging = run_config(
         out,
         "roberta",
         steps=40,
-        learning_rate=1e6,
+        learning_rate=1.0,
         warmup_steps=0,
         checkpoint_every=1,
         eval_every=40,
     )
+    diverging = diverging.model_copy(
+        update={"train": diverging.train.model_copy(update={"learning_rate": 1e6})})
     with pytest.raises(UserError, match=r"not finite at step (\d+)") as info:
         run_train(diverging, overwrite=True)
     bad_step = int(re.search(r"step (\d+)", str(info.value)).group(1))

@@ -146,7 +146,8 @@ def gcs_sandbox():
 
 # What a skipped test lacked, read from its reason, and the command that provides it. A laptop
 # run skips what this machine cannot do; the summary says so, and how to cover it (CI does).
-SKIP_NEEDS = (
+SKIP_NEEDS = (  # the first key found in a reason names the group: the narrowest need first
+    ("tcsh", "tcsh (a worker login shell)", "apt-get install -y tcsh"),
     ("openssh-server", "real SSH workers (sshd)", "apt-get install -y openssh-server (as root)"),
     ("network namespaces", "workers in network namespaces",
      "run as root where `ip netns` works (apt-get install -y iproute2)"),

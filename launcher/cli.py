@@ -21,7 +21,7 @@ from typing import Annotated
 
 import typer
 
-from payload.errors import UserError, counted, error_lines, one_line
+from payload.core.errors import UserError, counted, error_lines, one_line
 
 app = typer.Typer(
     name="tpuctl",
@@ -94,8 +94,8 @@ def _worker_line(num_workers: int, *, keep_bytes: bool = False):
     escaped (launcher.view.visible) unless `keep_bytes`."""
     from rich.text import Text
 
-    from launcher.agent import worker_label
     from launcher.view import visible
+    from payload.jobs.agent import worker_label
 
     width = len(worker_label(num_workers - 1))
 
@@ -191,7 +191,7 @@ def _report(outcome, job, config_path: Path, view=None) -> None:
 
 def _report_outcome(outcome, job, config_path: Path, view) -> bool:
     from launcher import view as views
-    from launcher.agent import worker_label
+    from payload.jobs.agent import worker_label
 
     console = _console()
     err = _console(stderr=True)
@@ -392,7 +392,7 @@ def _print_publishing(the_launch) -> None:
 
 
 def _model_line(config) -> str:
-    from payload.runplan import describe_model
+    from payload.training.runplan import describe_model
 
     try:
         return describe_model(config)
@@ -457,10 +457,10 @@ def stop(config_path: ConfigOpt = DEFAULT_CONFIG, job: JobOpt = None) -> None:
     import threading
 
     from launcher import launch
-    from launcher.agent import worker_label
     from launcher.jobs import STOP_GRACE_S
     from launcher.run import stopped_everywhere
     from launcher.view import visible
+    from payload.jobs.agent import worker_label
 
     with launch.open_job(config_path, job) as opened:
         workers = opened.plan.workers
@@ -507,7 +507,7 @@ def status(config_path: ConfigOpt = DEFAULT_CONFIG, job: JobOpt = None) -> None:
     from launcher import launch
     from launcher.records import NoJob
     from launcher.view import visible
-    from payload import budget
+    from payload.cloud import budget
 
     console = _console()
     for line in launch.cluster_provider(config_path).describe():
@@ -576,7 +576,7 @@ def _jobs_table(found):
     from rich.table import Table
     from rich.text import Text
 
-    from payload.stages import Stage
+    from payload.core.stages import Stage
 
     # The pipeline a whole run goes through (publish is added when hub.repo is set).
     pipeline = [s.value for s in Stage if s is not Stage.PUBLISH]

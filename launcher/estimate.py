@@ -3,7 +3,7 @@
     refuse_unsplittable_batch(config, fleet, stages)       # in plan_train: a UserError, exit 2
     lines, warnings = describe(launch, read_remote=False)  # what `train --dry-run` prints
 
-The arithmetic is payload.runplan's; this module only gathers its inputs (the fleet's hardware,
+The arithmetic is payload.training.runplan's; this module only gathers its inputs (the fleet's hardware,
 the shard manifest when prepare has run) and turns what cannot be known here into words.
 """
 
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 
-from payload import runplan
-from payload.errors import UserError
-from payload.stages import Stage
+from payload.core.errors import UserError
+from payload.core.stages import Stage
+from payload.training import runplan
 
 
 def refuse_unsplittable_batch(config, fleet, stages) -> None:
@@ -26,7 +26,8 @@ def refuse_unsplittable_batch(config, fleet, stages) -> None:
 def dataset_rows(config, *, read_remote: bool) -> int | None:
     """Training rows in the shard manifest, None before prepare has run (or, in a dry run, when
     it lives on gs://: a dry run asks no cloud)."""
-    from payload import records, storage
+    from payload.core import storage
+    from payload.data import shards as records
 
     path = records.manifest_path(config.output_dir)
     if storage.is_gcs(path) and not read_remote:
@@ -42,7 +43,7 @@ def dataset_rows(config, *, read_remote: bool) -> int | None:
 def measured_cpu_speed(config, *, read_remote: bool) -> runplan.CpuSpeed | None:
     """The model FLOP/s the last CPU run in this output_dir measured (its metrics.json), when it
     trained the same family over as many processes as this one will."""
-    from payload import storage
+    from payload.core import storage
 
     path = storage.join(config.output_dir, "metrics.json")
     if storage.is_gcs(path) and not read_remote:
@@ -79,7 +80,7 @@ def cpu_speed(launch, *, read_remote: bool) -> runplan.CpuSpeed | str:
         # The job's workers have just started on these cores: a probe now would measure what
         # they leave over, not what training will get.
         return "no run here has measured it yet; `--dry-run` probes this machine before a run"
-    from payload.utilisation import matmul_probe_flops
+    from payload.training.utilisation import matmul_probe_flops
 
     family = launch.config.model.family
     peak = matmul_probe_flops()
@@ -93,7 +94,7 @@ def cpu_speed(launch, *, read_remote: bool) -> runplan.CpuSpeed | str:
 
 def describe(launch, *, read_remote: bool) -> tuple[list[str], list[str]]:
     """(plan lines, warning lines) for the launch's config and fleet."""
-    from payload.strategy import Device
+    from payload.training.strategy import Device
 
     config, fleet = launch.config, launch.fleet
     speed = None

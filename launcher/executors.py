@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.plan import Worker
-from payload.errors import UserError
+from payload.core.errors import UserError
 
 RETRY_DELAYS_S = (0.5, 1.0, 2.0)
 CONNECT_TIMEOUT_S = 10.0

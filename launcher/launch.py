@@ -28,8 +28,9 @@ from launcher import estimate, hub, records, run, ship, view
 from launcher.environment import plan_environment
 from launcher.plan import ALL_STAGES, Plan, Stage, Worker, build_plan
 from launcher.providers import Fleet, Provider, provider_for, reopen
-from payload import storage, tpu_api
-from payload.errors import UserError, UserErrors, error_lines
+from payload.cloud import tpu_api
+from payload.core import storage
+from payload.core.errors import UserError, UserErrors, error_lines
 
 # Test hook: run stages as `PYTHON FILE STAGE ...` instead of `PYTHON -m payload STAGE ...`.
 STAGE_ENTRY_ENV = "TPUCTL_STAGE_ENTRY"
@@ -38,7 +39,7 @@ PEER_TIMEOUT_ENV = "TPUCTL_PEER_TIMEOUT_S"
 
 
 def load(config_path: Path):
-    from payload.config import load_config
+    from payload.core.config import load_config
 
     return load_config(config_path)
 
@@ -118,7 +119,7 @@ def _with_limits(config, options: TrainOptions):
                                    ("max_cost", options.max_cost)) if v is not None}
     if not overrides:
         return config
-    from payload.config import parse_config
+    from payload.core.config import parse_config
 
     raw = config.model_dump(mode="json")
     raw["train"].update(overrides)
@@ -139,11 +140,11 @@ def plan_train(config_path: Path, options: TrainOptions) -> Launch:
                             num_workers=options.num_workers)
     config = _with_limits(provider.worker_config(load(config_path)), options)
     if options.push_to_hub:
-        from payload.config import with_hub_repo
+        from payload.core.config import with_hub_repo
 
         config = with_hub_repo(config, options.push_to_hub)
     fleet = provider.planned_fleet() if options.dry_run else provider.fleet()
-    from payload.config import check_stages
+    from payload.core.config import check_stages
 
     # What the plan cannot do is collected, with what the stages would refuse below, so that
     # every problem is reported in one round.
@@ -159,7 +160,7 @@ def plan_train(config_path: Path, options: TrainOptions) -> Launch:
     wheelhouse = ((cluster.wheelhouse, ship.wheelhouse_digest(cluster.wheelhouse))
                   if cluster.wheelhouse else None)
     wheel = ship.wheel_bytes()
-    from payload.strategy import Device
+    from payload.training.strategy import Device
 
     environment = plan_environment(
         python=python, wheelhouse_digest=wheelhouse[1] if wheelhouse else None,
@@ -208,7 +209,7 @@ def check_before_start(launch: Launch) -> None:
     """What the stages would refuse, refused before anything starts, where the launcher sees
     what the workers see (local workers share its disk and credentials)."""
     if launch.fleet.shares_launcher_machine:
-        from payload.preflight import check_before_start as stages_would_refuse
+        from payload.training.preflight import check_before_start as stages_would_refuse
 
         options = launch.options
         stages_would_refuse(launch.config, stages=options.stages, resume=options.resume,
@@ -237,7 +238,7 @@ def start(launch: Launch, *, on_event: Callable[[Worker, str], None] = lambda w,
     on every worker when this returns. `on_event` hears shipping per worker, `on_note` the
     rest (a dead job's run lock taken over, for one). `dead_job`: a job the caller knows has
     ended (its machines were taken away), whose run lock is taken over at once."""
-    from payload.config import dump_config
+    from payload.core.config import dump_config
 
     check_before_start(launch)
     launch = dataclasses.replace(launch, config=launch.provider.stage_inputs(launch.config,
@@ -367,7 +368,7 @@ def tpu_left_up(job: Job, rows: list[dict]) -> str | None:
 def _steps_reached(job: Job) -> int | None:
     """The newest training step of the chief's progress records (in the launcher's copy of
     its log)."""
-    from payload import progress
+    from payload.training import progress
 
     path = job.record.log_file(0)
     if not path.is_file():
@@ -380,7 +381,7 @@ def _steps_reached(job: Job) -> int | None:
 def _keep_lock_beating(output_dir: str, job_id: str, stop_event) -> None:
     """While the TPU is gone nobody beats the run lock: the launcher does, so no other run
     takes the output_dir over during a recovery (if the launcher can reach output_dir)."""
-    from launcher import runlock
+    from payload.jobs import runlock
 
     while not stop_event.wait(5.0):
         try:
@@ -451,7 +452,7 @@ def check_download_target(target: Path) -> None:
 
 def download_model(output_dir: str, target: Path) -> str:
     """Copy output_dir/model/ (only once it is complete) into `target`, replacing an earlier
-    download there whole (payload.storage.replacing_folder): a crash leaves the old copy or the
+    download there whole (payload.core.storage.replacing_folder): a crash leaves the old copy or the
     new one."""
     check_download_target(target)
     source = storage.join(output_dir, "model")

@@ -20,9 +20,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.agent import worker_label
 from launcher.plan import Plan
-from payload.errors import UserError
+from payload.core.errors import UserError
+from payload.jobs.agent import worker_label
 
 PLAN = "plan.json"
 REACH = "reach.json"

@@ -15,7 +15,7 @@ import json
 import re
 import time
 
-from payload import storage
+from payload.core import storage
 
 FILE = "recoveries.json"
 

@@ -24,12 +24,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from launcher import jobs, view
-from launcher.agent import ABORTED, LIMIT_RC
 from launcher.executors import WorkerUnreachable, on_workers
 from launcher.jobs import JobState
 from launcher.plan import Plan, Worker
 from launcher.records import JobRecord
-from payload.errors import UserError, one_line
+from payload.core.errors import UserError, one_line
+from payload.jobs.agent import ABORTED, LIMIT_RC
 
 POLL_S = 0.5
 TAIL_LINES = 60  # of which the launcher shows the last 20 the live view would show
@@ -48,18 +48,18 @@ def _python_snippet(plan: Plan, code: str, *args: str) -> str:
 
 # Only into an output_dir tpuctl may write in (its own, or new or empty): the check comes
 # first, so a folder of the user's gets nothing, not even the marker.
-_WRITE = ("import sys\nfrom payload import storage\nfrom payload.errors import UserError\n"
+_WRITE = ("import sys\nfrom payload.core import storage\nfrom payload.core.errors import UserError\n"
           "try:\n    storage.check_output_dir(sys.argv[3])\n"
           "except UserError as exc:\n    print('error: ' + str(exc)); sys.exit(2)\n"
           "storage.write_text(sys.argv[1], sys.argv[2])")
-_EXISTS = ("import sys\nfrom payload import storage\n"
+_EXISTS = ("import sys\nfrom payload.core import storage\n"
            "print('seen' if storage.exists(sys.argv[1]) else 'missing')")
-_REMOVE = "import sys\nfrom payload import storage\nstorage.remove(sys.argv[1])"
+_REMOVE = "import sys\nfrom payload.core import storage\nstorage.remove(sys.argv[1])"
 
 
 def check_shared_output(executor, plan: Plan) -> None:
     """Worker 0 writes a marker into output_dir; every worker must see it."""
-    from payload import storage
+    from payload.core import storage
 
     marker = storage.join(plan.output_dir, ".tpuctl", f"shared-check-{secrets.token_hex(6)}")
     first = plan.workers[0]
@@ -86,7 +86,7 @@ def check_shared_output(executor, plan: Plan) -> None:
 
 
 def take_run_lock(executor, plan: Plan, holder: dict, *, dead_job: str | None = None) -> str:
-    """Take output_dir's run lock for this job, through worker 0 (launcher.runlock); a note
+    """Take output_dir's run lock for this job, through worker 0 (payload.jobs.runlock); a note
     when a dead job's lock was taken over, "" otherwise. Held by a live job: a UserError."""
     first = plan.workers[0]
     res = executor.run(first, _python_snippet(
@@ -109,7 +109,7 @@ def release_run_lock(executor, plan: Plan) -> None:
                                                       plan.job_id), timeout_s=60)
 
 
-_RUNLOCK = "import sys\nfrom launcher import runlock\nsys.exit(runlock.main(sys.argv[1:]))"
+_RUNLOCK = "import sys\nfrom payload.jobs import runlock\nsys.exit(runlock.main(sys.argv[1:]))"
 
 
 def _last_json(text: str) -> dict:
@@ -400,7 +400,7 @@ def status(executor, plan: Plan) -> list[dict]:
         poll = jobs.parse_poll(res.stdout)
         if poll.state is JobState.EXITED and poll.rc == jobs.STOPPED_RC:
             # Not a crash: the agent's last line says who stopped it, at which step and
-            # checkpoint (launcher.agent.stop_words).
+            # checkpoint (payload.jobs.agent.stop_words).
             return {"worker": worker.label, "host": worker.host, "state": STOPPED,
                     "stage": poll.stage, "step": step, "rc": None, "last": last}
         return {"worker": worker.label, "host": worker.host, "state": poll.state.value,

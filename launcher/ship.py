@@ -33,8 +33,8 @@ from launcher.environment import (
 )
 from launcher.executors import on_workers
 from launcher.plan import JobPaths, Worker
-from payload import storage
-from payload.errors import UserError
+from payload.core import storage
+from payload.core.errors import UserError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("launcher", "payload")

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from payload import storage
-from payload.errors import UserError
+from payload.core import storage
+from payload.core.errors import UserError
 
 PREFIX = "corpus"
 # What marks the staging area as tpuctl's own (see `tpuctl down --delete-bucket`).
@@ -70,8 +70,8 @@ def is_local(entry: str) -> bool:
 
 def local_files(entries: list[str]) -> list[str]:
     """The files local corpus entries name (globs and folders expanded), in corpus order."""
-    from payload import corpus
-    from payload.config import DataConfig
+    from payload.core.config import DataConfig
+    from payload.data import corpus
 
     local = [e for e in entries if is_local(e)]
     if not local:

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Literal
 
 from launcher.records import state_dir
-from payload import storage
-from payload.errors import UserError, one_line
+from payload.core import storage
+from payload.core.errors import UserError, one_line
 
 INFRA_DIR = Path(__file__).resolve().parent.parent / "infra"
 VARS_FILE = "terraform.tfvars.json"

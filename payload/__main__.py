@@ -24,8 +24,8 @@ from pathlib import Path
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from payload.errors import UserError, error_lines
-from payload.stages import STAGE_NAMES, Stage, check_share
+from payload.core.errors import UserError, error_lines
+from payload.core.stages import STAGE_NAMES, Stage, check_share
 
 
 class _Parser(argparse.ArgumentParser):
@@ -52,8 +52,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def run_stage(args: argparse.Namespace) -> None:
-    from payload.config import load_config
-    from payload.strategy import Hardware
+    from payload.core.config import load_config
+    from payload.training.strategy import Hardware
 
     check_share(args.worker_index, args.num_workers)
     hardware = Hardware.parse(args.hardware)
@@ -61,25 +61,25 @@ def run_stage(args: argparse.Namespace) -> None:
     use_private_tempdir()
     stage = Stage(args.stage)
     if stage is Stage.TOKENIZER:
-        from payload.tokenizer import run_tokenizer
+        from payload.data.tokenizer import run_tokenizer
 
         run_tokenizer(config, overwrite=args.overwrite)
     elif stage is Stage.PREPARE:
-        from payload.prepare import run_prepare
+        from payload.data.prepare import run_prepare
 
         run_prepare(config, worker_index=args.worker_index, num_workers=args.num_workers,
                     overwrite=args.overwrite)
     elif stage is Stage.TRAIN:
-        from payload.train import run_train
+        from payload.training.train import run_train
 
         run_train(config, worker_index=args.worker_index, num_workers=args.num_workers,
                   resume=args.resume, overwrite=args.overwrite, hardware=hardware)
     elif stage is Stage.EXPORT:
-        from payload.export import run_export
+        from payload.training.export import run_export
 
         run_export(config)
     elif stage is Stage.PUBLISH:
-        from payload.publish import run_publish
+        from payload.training.publish import run_publish
 
         run_publish(config)
 

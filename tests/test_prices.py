@@ -2,9 +2,9 @@
 
 import pytest
 
-from payload.accelerators import ACCELERATORS, accelerator
-from payload.errors import UserError
-from payload.prices import PRICE_NOTE, PRICE_TABLE_DATE, hourly_price
+from payload.cloud.accelerators import ACCELERATORS, accelerator
+from payload.cloud.prices import PRICE_NOTE, PRICE_TABLE_DATE, hourly_price
+from payload.core.errors import UserError
 
 
 def test_v4_8_on_demand_by_hand():

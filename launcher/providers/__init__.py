@@ -20,7 +20,7 @@ from __future__ import annotations
 from launcher.plan import Worker
 from launcher.providers import gcp, local, ssh
 from launcher.providers.base import Fleet, Provider
-from payload.errors import UserError
+from payload.core.errors import UserError
 
 __all__ = ["PROVIDERS", "Fleet", "Provider", "provider_for", "reopen"]
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
 from launcher.plan import NodeToDelete, Worker
-from payload.strategy import Hardware
+from payload.training.strategy import Hardware
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,7 +154,7 @@ class OwnMachines:
         return config
 
     def node_to_delete(self, on_event: Callable[[str], None]) -> NodeToDelete:
-        from payload.errors import UserError
+        from payload.core.errors import UserError
 
         raise UserError(f"--down deletes a cloud TPU when the job ends; {self.what} have none",
                         hint="leave --down out")
@@ -163,7 +163,7 @@ class OwnMachines:
         return None
 
     def recover(self, on_event: Callable[[str], None]) -> None:
-        from payload.errors import UserError
+        from payload.core.errors import UserError
 
         raise UserError(f"{self.what} cannot be replaced by tpuctl",
                         hint="--auto-resume recovers preempted cloud TPUs")

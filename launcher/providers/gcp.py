@@ -23,10 +23,10 @@ from launcher.plan import NodeToDelete, Worker
 from launcher.providers import gcp_doctor, gcp_infra, gcp_owned, gcp_site
 from launcher.providers.base import Check, Fleet
 from launcher.providers.gcp_site import Site
-from payload import budget
-from payload.errors import UserError
-from payload.strategy import Hardware
-from payload.tpu_api import GONE_STATES, stand_in
+from payload.cloud import budget
+from payload.cloud.tpu_api import GONE_STATES, stand_in
+from payload.core.errors import UserError
+from payload.training.strategy import Hardware
 
 NAME = "gcp"
 UNREACHABLE_HINT = "check the TPU with `tpuctl status`; if it was preempted, `tpuctl up` again"

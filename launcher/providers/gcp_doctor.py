@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 from launcher.providers import gcp_site
 from launcher.providers.base import Check
 from launcher.providers.gcp_site import Site
-from payload import accelerators, tpu_api
-from payload.errors import UserError, counted
+from payload.cloud import accelerators, tpu_api
+from payload.core.errors import UserError, counted
 
 OS_LOGIN_KEY = "enable-oslogin"
 
@@ -97,7 +97,7 @@ def _quota_check(cluster) -> Check:
 def _bucket_check(cluster) -> Check:
     from google.api_core import exceptions as gexc
 
-    from payload import storage
+    from payload.core import storage
 
     def look() -> str:
         try:

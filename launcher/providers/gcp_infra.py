@@ -21,8 +21,8 @@ from pathlib import Path
 from launcher import staging, terraform
 from launcher.providers import gcp_owned, gcp_site
 from launcher.providers.gcp_site import Site
-from payload import accelerators, prices, tpu_api
-from payload.errors import UserError
+from payload.cloud import accelerators, prices, tpu_api
+from payload.core.errors import UserError
 
 # Terraform's module: the repository's infra/ (tests point this at a twin of it).
 INFRA_MODULE = terraform.INFRA_DIR
@@ -155,7 +155,7 @@ def _bucket_exists(bucket: str, project: str) -> bool:
     """Whether the bucket exists and is ours to use; taken by someone else is an error."""
     from google.api_core import exceptions as gexc
 
-    from payload import storage
+    from payload.core import storage
 
     try:
         return storage.client(project).lookup_bucket(bucket) is not None
@@ -475,7 +475,7 @@ def _bucket_plan(config) -> gcp_owned.BucketPlan:
     from google.api_core import exceptions as gexc
 
     from launcher import staging
-    from payload import storage
+    from payload.core import storage
 
     bucket = storage.client(config.cluster.project).bucket(config.cluster.bucket_name)
     names = {b.name for b in bucket.list_blobs(versions=True)}
@@ -510,7 +510,7 @@ def _bucket_plan(config) -> gcp_owned.BucketPlan:
 
 def _empty_bucket(config, plan: gcp_owned.BucketPlan, on_event: Callable[[str], None]) -> bool:
     """Delete the run's own objects (every version); whether the bucket is empty after."""
-    from payload import storage
+    from payload.core import storage
 
     bucket = storage.client(config.cluster.project).bucket(config.cluster.bucket_name)
     doomed = set(plan.delete)

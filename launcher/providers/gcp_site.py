@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.records import state_dir
-from payload import storage, tpu_api
-from payload.errors import UserError
+from payload.cloud import tpu_api
+from payload.core import storage
+from payload.core.errors import UserError
 
 # The TPU worker server's port: a pod slice's driver on worker 0 reaches every host there.
 TPU_WORKER_PORT = 8470

@@ -14,14 +14,14 @@ import socket
 import sys
 from dataclasses import dataclass
 
-from launcher.agent import worker_label
 from launcher.executors import LocalExecutor
 from launcher.plan import Worker
 from launcher.providers.base import Fleet, OwnMachines
 from launcher.records import state_dir
-from payload.config import MAX_LOCAL_WORKERS, LocalCluster
-from payload.errors import UserError
-from payload.strategy import CPU
+from payload.core.config import MAX_LOCAL_WORKERS, LocalCluster
+from payload.core.errors import UserError
+from payload.jobs.agent import worker_label
+from payload.training.strategy import CPU
 
 NAME = "local"
 DEFAULT_WORKERS = 2

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from launcher.executors import SshExecutor, SshSettings
 from launcher.plan import Worker
 from launcher.providers.base import Fleet, OwnMachines
-from payload.errors import UserError
-from payload.strategy import CPU
+from payload.core.errors import UserError
+from payload.training.strategy import CPU
 
 NAME = "ssh"
 # Where MultiWorkerMirroredStrategy workers listen for each other: consecutive ports from a base

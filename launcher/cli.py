@@ -95,7 +95,7 @@ def _worker_line(num_workers: int, *, keep_bytes: bool = False):
     from rich.text import Text
 
     from launcher.view import visible
-    from payload.jobs.agent import worker_label
+    from payload.core.layout import worker_label
 
     width = len(worker_label(num_workers - 1))
 
@@ -191,7 +191,7 @@ def _report(outcome, job, config_path: Path, view=None) -> None:
 
 def _report_outcome(outcome, job, config_path: Path, view) -> bool:
     from launcher import view as views
-    from payload.jobs.agent import worker_label
+    from payload.core.layout import worker_label
 
     console = _console()
     err = _console(stderr=True)
@@ -460,7 +460,7 @@ def stop(config_path: ConfigOpt = DEFAULT_CONFIG, job: JobOpt = None) -> None:
     from launcher.jobs import STOP_GRACE_S
     from launcher.run import stopped_everywhere
     from launcher.view import visible
-    from payload.jobs.agent import worker_label
+    from payload.core.layout import worker_label
 
     with launch.open_job(config_path, job) as opened:
         workers = opened.plan.workers

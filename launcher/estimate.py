@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 
+from payload.core import layout
 from payload.core.errors import UserError
 from payload.core.stages import Stage
 from payload.training import runplan
@@ -45,7 +46,7 @@ def measured_cpu_speed(config, *, read_remote: bool) -> runplan.CpuSpeed | None:
     trained the same family over as many processes as this one will."""
     from payload.core import storage
 
-    path = storage.join(config.output_dir, "metrics.json")
+    path = layout.metrics_path(config.output_dir)
     if storage.is_gcs(path) and not read_remote:
         return None
     try:

@@ -29,7 +29,7 @@ from launcher.environment import plan_environment
 from launcher.plan import ALL_STAGES, Plan, Stage, Worker, build_plan
 from launcher.providers import Fleet, Provider, provider_for, reopen
 from payload.cloud import tpu_api
-from payload.core import storage
+from payload.core import layout, storage
 from payload.core.errors import UserError, UserErrors, error_lines
 
 # Test hook: run stages as `PYTHON FILE STAGE ...` instead of `PYTHON -m payload STAGE ...`.
@@ -433,7 +433,7 @@ def follow_to_end(launch: Launch, job: Job, *, sink: Callable[[int, str], None],
         on_started(job)
 
 
-DOWNLOAD_MARKER = ".tpuctl-download"
+DOWNLOAD_MARKER = layout.DOWNLOAD_MARKER
 
 
 def check_download_target(target: Path) -> None:
@@ -455,7 +455,7 @@ def download_model(output_dir: str, target: Path) -> str:
     download there whole (payload.core.storage.replacing_folder): a crash leaves the old copy or the
     new one."""
     check_download_target(target)
-    source = storage.join(output_dir, "model")
+    source = layout.model_dir(output_dir)
     if not storage.is_complete(source):
         raise UserError(f"{source} is not complete (no export finished there)",
                         hint="run the export stage: `tpuctl train --stages export`")

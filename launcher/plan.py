@@ -21,9 +21,10 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 
 from launcher.environment import WORKER_ROOT, Environment, EnvMode
+from payload.core import layout
 from payload.core.errors import UserError, counted
+from payload.core.layout import worker_label
 from payload.core.stages import Stage
-from payload.jobs.agent import worker_label
 from payload.jobs.groups import FUNCTIONS, load_group
 from payload.training.strategy import Device, Hardware, fleet_strategy
 
@@ -361,15 +362,13 @@ def build_plan(
         raise UserError("nothing to run: the tokenizer stage is skipped when tokenizer.path or "
                         "model.init_from brings the tokenizer", hint="choose other --stages")
 
-    from payload import storage  # pure path joining; no I/O
 
     return Plan(
         job_id=job_id, name=config.name, output_dir=config.output_dir, hardware=hardware,
         workers=workers, steps=tuple(steps), paths=paths, environment=environment,
         payload_digest=payload_digest,
-        barrier_dir=storage.join(config.output_dir, ".tpuctl", "jobs", job_id),
-        log_copies=tuple(storage.join(config.output_dir, "logs", f"{w.label}.log")
-                         for w in workers),
+        barrier_dir=layout.own_path(config.output_dir, layout.JOBS_DIR, job_id),
+        log_copies=tuple(layout.log_path(config.output_dir, w.index) for w in workers),
         heartbeat_s=min(5.0, stale_after_s / 4), stale_after_s=stale_after_s,
         delete_when_done=delete_when_done,
         limits=(Limits(max_hours=config.train.max_hours, max_cost=config.train.max_cost,

@@ -28,6 +28,7 @@ from launcher.executors import WorkerUnreachable, on_workers
 from launcher.jobs import JobState
 from launcher.plan import Plan, Worker
 from launcher.records import JobRecord
+from payload.core import layout
 from payload.core.errors import UserError, one_line
 from payload.jobs.agent import ABORTED, LIMIT_RC
 
@@ -59,9 +60,8 @@ _REMOVE = "import sys\nfrom payload.core import storage\nstorage.remove(sys.argv
 
 def check_shared_output(executor, plan: Plan) -> None:
     """Worker 0 writes a marker into output_dir; every worker must see it."""
-    from payload.core import storage
 
-    marker = storage.join(plan.output_dir, ".tpuctl", f"shared-check-{secrets.token_hex(6)}")
+    marker = layout.own_path(plan.output_dir, f"shared-check-{secrets.token_hex(6)}")
     first = plan.workers[0]
     res = executor.run(first, _python_snippet(plan, _WRITE, marker, plan.job_id,
                                               plan.output_dir))

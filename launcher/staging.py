@@ -20,15 +20,15 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from payload.core import storage
+from payload.core import layout, storage
 from payload.core.errors import UserError
 
 PREFIX = "corpus"
 # What marks the staging area as tpuctl's own (see `tpuctl down --delete-bucket`).
-OWNER_MARKER = f"{PREFIX}/.tpuctl/staged-by-tpuctl"
+OWNER_MARKER = f"{PREFIX}/{layout.OWN_DIR}/staged-by-tpuctl"
 # corpus/.tpuctl/staged/RUN.json lists the objects RUN staged: `down --delete-bucket` deletes
 # those of its own run that no other run's record lists, and nothing else under corpus/.
-STAGED_RECORDS = f"{PREFIX}/.tpuctl/staged/"
+STAGED_RECORDS = f"{PREFIX}/{layout.OWN_DIR}/staged/"
 PARALLEL = 8
 CHUNK = 8 << 20
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from payload.core import layout
 from payload.training import progress
 
 # Without a terminal, a progress line at most this often (by training time, so a replayed log
@@ -242,12 +243,12 @@ def summary(*, final: dict | None, family: str | None, output_dir: str,
         lines.append(f"training stopped at step {final.get('step', '?')}, before train.steps: "
                      f"{final['stopped']}; the model is that step's")
     if exported:
-        model = storage.join(output_dir, "model")
+        model = layout.model_dir(output_dir)
         lines.append(f"model: {model}")
         if family in FAMILIES:
             local = model
             if storage.is_gcs(model):
                 lines.append(f"  copy it here first: gcloud storage cp -r {model} .")
-                local = "model"
+                local = layout.MODEL_DIR
             lines += [f"  {text}" for text in load_lines(family, local)]
     return lines

@@ -18,12 +18,12 @@ import shutil
 import socket
 import sys
 import tempfile
-from pathlib import Path
 
 # Transformers' TF models need tf-keras; touching Keras 3 first breaks their optimizers.
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from payload.core import layout
 from payload.core.errors import UserError, error_lines
 from payload.core.stages import STAGE_NAMES, Stage, check_share
 
@@ -99,7 +99,7 @@ def use_private_tempdir() -> None:
     folder of this process under tpuctl's local state (TPUCTL_HOME, default ~/.tpuctl), removed
     at exit; a killed stage's folder is removed by the next stage on the same host, so a crash
     leaves nothing behind in the system's temporary folder."""
-    root = Path(os.environ.get("TPUCTL_HOME") or Path.home() / ".tpuctl") / "tmp"
+    root = layout.state_dir() / layout.TMP_DIR
     host = socket.gethostname()
     try:
         root.mkdir(parents=True, exist_ok=True)

@@ -31,13 +31,12 @@ from dataclasses import dataclass, field
 from launcher import staging
 from launcher.providers.gcp_site import Site, run_state
 from payload.cloud import budget, tpu_api
-from payload.core import storage
-from payload.jobs import runlock
+from payload.core import layout, storage
 
 RUN_LABEL = "tpuctl-run"
 OWNED_FILE = "owned.json"
-LOCK_SUFFIX = f"/{storage.OWN_DIR}/{runlock.LOCK}"  # also at the bucket's top, with no prefix
-OWNER_SUFFIX = "/.tpuctl/owner"
+LOCK_SUFFIX = f"/{layout.OWN_DIR}/{layout.RUN_LOCK}"  # also at the bucket's top, with no prefix
+OWNER_SUFFIX = f"/{layout.OWN_DIR}/{layout.OWNER}"
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,10 @@ from launcher.executors import LocalExecutor
 from launcher.plan import Worker
 from launcher.providers.base import Fleet, OwnMachines
 from launcher.records import state_dir
+from payload.core import layout
 from payload.core.config import MAX_LOCAL_WORKERS, LocalCluster
 from payload.core.errors import UserError
-from payload.jobs.agent import worker_label
+from payload.core.layout import worker_label
 from payload.training.strategy import CPU
 
 NAME = "local"
@@ -49,7 +50,7 @@ def check_count(count: int) -> None:
 
 def local_workers(name: str, count: int, ports: list[int]) -> tuple[Worker, ...]:
     check_count(count)
-    base = state_dir() / "local" / name
+    base = state_dir() / layout.LOCAL_DIR / name
     return tuple(
         Worker(index=i, host="localhost", address="localhost", coordination_port=ports[i],
                base_dir=str(base / worker_label(i)))

@@ -22,9 +22,9 @@ import os
 import time
 from dataclasses import dataclass
 
-from payload.core import storage
+from payload.core import layout, storage
 
-BILLING = (".tpuctl", "billing.json")
+BILLING = (layout.OWN_DIR, layout.BILLING)
 REREAD_S = 60.0
 # When the job started (epoch seconds), as the agent hands it to every stage.
 JOB_STARTED_ENV = "TPUCTL_JOB_STARTED"

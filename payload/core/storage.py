@@ -33,24 +33,14 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import IO, NoReturn
 
+from payload.core import layout
 from payload.core.errors import UserError
 
-GCS = "gs://"
-COMPLETE = ".tpuctl-complete"
-OWN_DIR = ".tpuctl"
-OWNER = "owner"
+# Named in the layout; kept here too because callers say storage.COMPLETE, storage.join.
+GCS, COMPLETE, OWN_DIR, OWNER = layout.GCS, layout.COMPLETE, layout.OWN_DIR, layout.OWNER
+is_gcs, join = layout.is_gcs, layout.join
 
 log = logging.getLogger(__name__)
-
-
-def is_gcs(path: str) -> bool:
-    return path.startswith(GCS)
-
-
-def join(base: str, *parts: str) -> str:
-    if is_gcs(base):
-        return "/".join([base.rstrip("/"), *(p.strip("/") for p in parts)])
-    return os.path.join(base, *parts)
 
 
 def _split_gcs(path: str) -> tuple[str, str]:
@@ -615,9 +605,9 @@ def _strangers(output_dir: str) -> list[str]:
     (its `.tpuctl/` folder, write probes, `logs/worker-N.log`)."""
     found = []
     for name in _children(output_dir):
-        if name == OWN_DIR or name.startswith(".tpuctl-write-probe-"):
+        if name == OWN_DIR or name.startswith(f"{OWN_DIR}-write-probe-"):
             continue
-        if name == "logs" and all(_WORKER_LOG.match(n) for n in _children(join(output_dir, name))):
+        if name == layout.LOGS_DIR and all(_WORKER_LOG.match(n) for n in _children(join(output_dir, name))):
             continue
         found.append(name)
     return found
@@ -627,7 +617,7 @@ def _earlier_run(output_dir: str) -> bool:
     """A run made before ownership markers: its resolved config.yaml names this output_dir."""
     import yaml
 
-    path = join(output_dir, "config.yaml")
+    path = layout.config_path(output_dir)
     try:
         raw = yaml.safe_load(read_text(path)) if exists(path) else None
     except (yaml.YAMLError, UnicodeDecodeError, OSError):

@@ -23,13 +23,13 @@ from typing import IO
 import google_crc32c
 import numpy as np
 
-from payload.core import storage
+from payload.core import layout, storage
 from payload.core.errors import UserError
 
 FEATURE = "ids"
 FORMAT = "tpuctl-shards/1"
 SPLITS = ("train", "validation")
-MANIFEST = "manifest.json"
+MANIFEST = layout.MANIFEST
 
 
 def dtype_for_vocab(vocab_size: int) -> str:
@@ -268,7 +268,7 @@ class Manifest:
 
 
 def manifest_path(output_dir: str) -> str:
-    return storage.join(output_dir, "data", MANIFEST)
+    return layout.manifest_path(output_dir)
 
 
 def load_manifest(output_dir: str) -> Manifest:
@@ -292,14 +292,14 @@ def check_shards(output_dir: str, manifest: Manifest, splits=SPLITS) -> bool:
     split), so a training start or a resume does not read every shard again. True when the
     full check ran."""
     digest = hashlib.sha256(manifest.to_json().encode()).hexdigest()
-    record = storage.join(output_dir, "data", VERIFIED)
+    record = storage.join(layout.data_dir(output_dir), VERIFIED)
     if storage.exists(record) and json.loads(storage.read_text(record)).get("manifest") == digest:
         listings: dict[str, dict[str, int]] = {}
         for split in splits:
             for entry in manifest.splits[split].shards:
                 folder, _, file = entry.name.rpartition("/")
                 if folder not in listings:
-                    listings[folder] = storage.sizes(storage.join(output_dir, "data", folder))
+                    listings[folder] = storage.sizes(storage.join(layout.data_dir(output_dir), folder))
                 have = listings[folder].get(file)
                 if have is None:
                     raise UserError(f"shard {entry.name} listed in the manifest is missing",
@@ -318,7 +318,7 @@ def verify_shards(output_dir: str, manifest: Manifest, splits=SPLITS) -> None:
     """Check every listed shard's size and sha256; name the first one that does not match."""
     for split in splits:
         for entry in manifest.splits[split].shards:
-            path = storage.join(output_dir, "data", entry.name)
+            path = storage.join(layout.data_dir(output_dir), entry.name)
             if not storage.exists(path):
                 raise UserError(f"shard {entry.name} listed in the manifest is missing",
                                 hint="rerun prepare to rebuild it")

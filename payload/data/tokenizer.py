@@ -19,7 +19,7 @@ import os
 import time
 from collections.abc import Iterable, Iterator
 
-from payload.core import storage
+from payload.core import layout, storage
 from payload.core.config import RunConfig
 from payload.core.errors import UserError
 from payload.data import corpus
@@ -27,7 +27,7 @@ from payload.training.families import FAMILIES, FamilySpec
 
 log = logging.getLogger(__name__)
 
-TOKENIZER_DIR = "tokenizer"
+TOKENIZER_DIR = layout.TOKENIZER_DIR
 TOKENIZER_FILE = "tokenizer.json"
 # What the tokenizer was trained from. tokenizers' Unigram and WordPiece trainers do not give
 # the same vocabulary twice, so a rerun with the same settings keeps the trained tokenizer
@@ -286,7 +286,7 @@ def made_with(output_dir: str, tokenizer_fp: str) -> list[str]:
 
     found = []
     stamps = [records.manifest_path(output_dir),
-              *storage.listdir(storage.join(output_dir, "data", "parts"))]
+              *storage.listdir(storage.join(layout.data_dir(output_dir), layout.PARTS_DIR))]
     for path in stamps:
         stamp = _read_json(path) if storage.exists(path) else None
         if isinstance(stamp, dict) and stamp.get("tokenizer_fingerprint") == tokenizer_fp:
@@ -348,7 +348,7 @@ def _start(config: RunConfig) -> None:
 
     storage.claim_output_dir(config.output_dir)
     storage.check_writable(config.output_dir)
-    storage.write_text(storage.join(config.output_dir, "config.yaml"), dump_config(config))
+    storage.write_text(layout.config_path(config.output_dir), dump_config(config))
 
 
 def run_tokenizer(config: RunConfig, *, overwrite: bool = False) -> None:

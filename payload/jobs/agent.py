@@ -29,6 +29,9 @@ import threading
 import time
 from pathlib import Path
 
+from payload.core import layout
+from payload.core.layout import worker_label
+
 POLL_S = 0.2
 STOP_GRACE_S = 10.0
 ABORT_RC = 3
@@ -48,11 +51,6 @@ FINISH_GRACE_S = 1800.0
 # Secrets handed over at start on standard input (launcher.jobs.start_command), kept in this
 # process's memory only: each goes into the environment of the commands that name it.
 _secrets: dict[str, str] = {}
-
-
-def worker_label(index: int) -> str:
-    """How every message, log file and marker of tpuctl names a worker."""
-    return f"worker-{index}"
 
 
 def _storage():
@@ -392,7 +390,7 @@ def stop_words(job_dir: Path, plan: dict, stage: str) -> str:
         pass
     words += f" at step {step}" if step is not None else " during train"
     storage = _storage()
-    index = storage.join(plan["output_dir"], "checkpoints", "checkpoint")
+    index = storage.join(layout.checkpoints_dir(plan["output_dir"]), "checkpoint")
     try:
         found = _CHECKPOINT.search(storage.read_text(index)) if storage.exists(index) else None
     except Exception:  # a stop must not fail over a checkpoint it cannot read

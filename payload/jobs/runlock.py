@@ -24,7 +24,9 @@ import json
 import sys
 import time
 
-LOCK = "run.lock"
+from payload.core import layout
+
+LOCK = layout.RUN_LOCK
 DEFAULT_STALE_S = 120.0
 
 
@@ -35,7 +37,7 @@ def _storage():
 
 
 def lock_path(output_dir: str) -> str:
-    return _storage().join(output_dir, ".tpuctl", LOCK)
+    return layout.own_path(output_dir, LOCK)
 
 
 def _read(path: str) -> tuple[bytes, dict] | None:

@@ -27,7 +27,7 @@ import re
 import shutil
 import tempfile
 
-from payload.core import storage
+from payload.core import layout, storage
 from payload.core.errors import UserError
 
 IDENTITY = "run.json"
@@ -41,8 +41,8 @@ log = logging.getLogger(__name__)
 _WRITTEN = re.compile(
     r"^(?:checkpoint(?:\.tmp[0-9a-f]{32})?"
     r"|ckpt-\d+(?:_temp/part-\d+-of-\d+)?\.(?:index|data-\d+-of-\d+)(?:\.tempstate\d+)?"
-    r"|(?:run|schedule)\.json|\.tpuctl-complete"
-    r"|\.tmp-[^/]+-(?:run\.json|schedule\.json|\.tpuctl-complete))$"
+    r"|(?:run|schedule)\.json|" + re.escape(layout.COMPLETE)
+    + r"|\.tmp-[^/]+-(?:run\.json|schedule\.json|" + re.escape(layout.COMPLETE) + r"))$"
 )
 
 
@@ -53,7 +53,7 @@ def written_by_training(relative: str) -> bool:
 
 
 def checkpoint_dir(output_dir: str) -> str:
-    return storage.join(output_dir, "checkpoints")
+    return layout.checkpoints_dir(output_dir)
 
 
 def latest_checkpoint(output_dir: str) -> str | None:

@@ -24,7 +24,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 import json
 import logging
 
-from payload.core import storage
+from payload.core import layout, storage
 from payload.core.errors import UserError
 from payload.training import checkpoints
 
@@ -150,7 +150,7 @@ def run_export(config) -> None:
     model, _, path = trained_model(config)
     storage.claim_output_dir(config.output_dir)
     family = config.model.family
-    target = storage.join(config.output_dir, "model")
+    target = layout.model_dir(config.output_dir)
     # Built beside model/ and swapped in whole: a crash or a full disk leaves the old model/
     # or the new one, and on gs:// readers go by the completeness marker.
     with storage.replacing_folder(target, {"stage": "export", "checkpoint": path}) as staging:

@@ -21,7 +21,7 @@ import tempfile
 
 import yaml
 
-from payload.core import storage
+from payload.core import layout, storage
 from payload.core.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ def run_publish(config) -> None:
     if not repo:
         raise UserError("nothing to publish to: hub.repo is not set",
                         hint="pass --push-to-hub OWNER/NAME or set hub.repo")
-    model_dir = storage.join(config.output_dir, "model")
+    model_dir = layout.model_dir(config.output_dir)
     if not model_is_complete(model_dir):
         raise UserError(f"{model_dir} is not a complete export", hint="run the export stage "
                         "first (`--stages export,publish`)")
@@ -58,8 +58,8 @@ def run_publish(config) -> None:
         raise UserError("no Hugging Face token reached the publish stage",
                         hint="run it through `tpuctl train --push-to-hub`, which hands worker 0 "
                         "the launcher's token, or set HF_TOKEN")
-    card = model_card(config, _read_json(storage.join(config.output_dir, "metrics.json")),
-                      _read_json(storage.join(config.output_dir, "data", "manifest.json")))
+    card = model_card(config, _read_json(layout.metrics_path(config.output_dir)),
+                      _read_json(layout.manifest_path(config.output_dir)))
     endpoint = os.environ.get("HF_ENDPOINT") or None
     api = HfApi(endpoint=endpoint, token=token)
     local, names = _local_copy(model_dir)

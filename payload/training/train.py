@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 
 from payload.cloud.budget import Budget
-from payload.core import storage
+from payload.core import layout, storage
 from payload.core.errors import UserError
 from payload.data import shards as records
 from payload.training import checkpoints, progress
@@ -102,7 +102,7 @@ def check_inputs(config) -> RunInputs:
 
     def files(split: str) -> list[str]:
         return [
-            storage.join(out, "data", s.name) for s in manifest.splits[split].shards if s.records
+            storage.join(layout.data_dir(out), s.name) for s in manifest.splits[split].shards if s.records
         ]
 
     identity = {
@@ -231,9 +231,9 @@ class Trainer:
         self.budget = Budget.for_run(config)
         self.stopped: str | None = None  # why training ended before train.steps
         out = config.output_dir
-        self.metrics_path = storage.join(out, "metrics.json")
+        self.metrics_path = layout.metrics_path(out)
         self.writer = (
-            tf.summary.create_file_writer(storage.join(out, "logs", "tensorboard"))
+            tf.summary.create_file_writer(storage.join(out, layout.LOGS_DIR, layout.TENSORBOARD_DIR))
             if plan.is_chief
             else tf.summary.create_noop_writer()
         )
@@ -606,7 +606,7 @@ def _read_schedule(output_dir: str) -> dict | None:
     path = _schedule_path(output_dir)
     if storage.exists(path):
         return json.loads(storage.read_text(path))
-    metrics = storage.join(output_dir, "metrics.json")  # runs from before schedule.json
+    metrics = layout.metrics_path(output_dir)  # runs from before schedule.json
     if storage.exists(metrics):
         return {"steps": json.loads(storage.read_text(metrics)).get("steps")}
     return None

@@ -29,9 +29,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from payload.core import layout, storage
+from payload.core import storage
 from payload.core.config import RunConfig, dump_config
 from payload.core.errors import UserError
+from payload.core.layout import PARTS_DIR, config_path
+from payload.core.layout import data_dir as data_dir_of
 from payload.data import corpus
 from payload.data import shards as records
 from payload.data.tokenizer import load_tokenizer
@@ -135,7 +137,7 @@ class _Context:
 
     @property
     def data_dir(self) -> str:
-        return layout.data_dir(self.config.output_dir)
+        return data_dir_of(self.config.output_dir)
 
     def path(self, relative: str) -> str:
         return storage.join(self.data_dir, relative)
@@ -329,7 +331,7 @@ def _prepare_split(ctx: _Context, split: str) -> tuple[list[records.ShardEntry],
 def _existing_stamps(ctx: _Context) -> list[tuple[str, dict]]:
     """Fingerprint-bearing files already in data/: the manifest and every receipt and part."""
     manifest = storage.join(ctx.data_dir, records.MANIFEST)
-    candidates = [p for p in storage.listdir(ctx.path(layout.PARTS_DIR)) if p.endswith(".json")]
+    candidates = [p for p in storage.listdir(ctx.path(PARTS_DIR)) if p.endswith(".json")]
     if storage.exists(manifest):
         candidates.insert(0, manifest)
     found = []
@@ -363,7 +365,7 @@ def _other_current_worker(ctx: _Context, name: str) -> bool:
 
 
 def _guard_existing(ctx: _Context, overwrite: bool) -> None:
-    for folder in ["", *records.SPLITS, layout.PARTS_DIR]:  # prepare writes and deletes in these
+    for folder in ["", *records.SPLITS, PARTS_DIR]:  # prepare writes and deletes in these
         storage.check_no_link(ctx.config.output_dir, ctx.path(folder) if folder else ctx.data_dir)
     stale = [(path, reason) for path, stamp in _existing_stamps(ctx)
              if (reason := _mismatch_reason(ctx, stamp))]
@@ -379,7 +381,7 @@ def _guard_existing(ctx: _Context, overwrite: bool) -> None:
     # current worker's files, which may already be this run's, and never a file whose name
     # prepare does not write (the user's notes in data/ stay).
     doomed = [storage.join(ctx.data_dir, records.MANIFEST)]
-    for folder in [*records.SPLITS, layout.PARTS_DIR]:
+    for folder in [*records.SPLITS, PARTS_DIR]:
         for path in storage.listdir(ctx.path(folder)):
             name = f"{folder}/{os.path.basename(path)}"
             if records.written_by_prepare(name) and not _other_current_worker(ctx, name):
@@ -392,7 +394,7 @@ def _guard_existing(ctx: _Context, overwrite: bool) -> None:
 def _clean_temporaries(ctx: _Context) -> None:
     if storage.is_gcs(ctx.data_dir):
         return
-    for folder in [ctx.path(s) for s in records.SPLITS] + [ctx.path(layout.PARTS_DIR)]:
+    for folder in [ctx.path(s) for s in records.SPLITS] + [ctx.path(PARTS_DIR)]:
         if os.path.isdir(folder):
             for name in os.listdir(folder):
                 if name.startswith(".tmp-") and records.owned_by(name, ctx.worker_index,
@@ -457,7 +459,7 @@ def run_prepare(config: RunConfig, *, worker_index: int = 0, num_workers: int = 
     _guard_existing(ctx, overwrite)
     _clean_temporaries(ctx)
     if worker_index == 0:
-        storage.write_text(layout.config_path(config.output_dir), dump_config(config))
+        storage.write_text(config_path(config.output_dir), dump_config(config))
     part_path = ctx.path(records.worker_part_name(worker_index, num_workers))
     if storage.exists(part_path) and json.loads(storage.read_text(part_path)).get(
             "data_fingerprint") == ctx.data_fp:

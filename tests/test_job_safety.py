@@ -500,7 +500,7 @@ def _agent_pid(config, worker: int = 0) -> int:
                              text=True).stdout.split()
     # The agent's own argv (`python -m payload.jobs.agent PLAN`), not the shell whose script names it.
     return next(int(pid) for pid in members
-                if b"\0-m\0launcher.agent\0" in Path(f"/proc/{pid}/cmdline").read_bytes())
+                if b"\0-m\0payload.jobs.agent\0" in Path(f"/proc/{pid}/cmdline").read_bytes())
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from payload.core.errors import UserError, counted
 from payload.core.layout import worker_label
 from payload.core.stages import Stage
 from payload.jobs.groups import FUNCTIONS, load_group
-from payload.training.strategy import Device, Hardware, fleet_strategy
+from payload.training.strategy import Hardware, fleet_strategy, uses_tpu
 
 ALL_STAGES = tuple(Stage)
 
@@ -325,7 +325,7 @@ def build_plan(
                           commands=tuple(stage(Stage.PREPARE, w.index, (w.index, n))
                                          for w in workers)))
     if Stage.TRAIN in wanted:
-        if hardware.device is Device.TPU:
+        if uses_tpu(hardware):
             steps.append(Step(name="free-tpu", commands=tuple(
                 Command(worker=w.index, argv=("sh", "-c", free_tpu_script()))
                 for w in workers)))

@@ -22,6 +22,7 @@ import os
 import time
 from dataclasses import dataclass
 
+from payload.cloud import prices
 from payload.core import layout, storage
 
 BILLING = (layout.OWN_DIR, layout.BILLING)
@@ -104,7 +105,7 @@ class Budget:
         if self.max_hours is not None and hours >= self.max_hours:
             return f"train.max_hours {self.max_hours:g} reached ({hours:.2f} h so far)"
         if self.max_cost is not None and self.usd_per_hour is not None:
-            spent = hours * self.usd_per_hour
+            spent = prices.cost_usd(self.usd_per_hour, hours)
             if spent >= self.max_cost:
                 return f"train.max_cost ${self.max_cost:,.2f} reached (${spent:,.2f} so far)"
         return None
@@ -125,7 +126,7 @@ def describe(config) -> str | None:
         so_far = f" ({hours:.2f} h billed so far)" if hours is not None else ""
         parts.append(f"train.max_hours {limits.max_hours:g}{so_far}")
     if limits.max_cost is not None:
-        spent = (f" (${hours * limits.usd_per_hour:,.2f} so far)"
+        spent = (f" (${prices.cost_usd(limits.usd_per_hour, hours):,.2f} so far)"
                  if hours is not None and limits.usd_per_hour else "")
         parts.append(f"train.max_cost ${limits.max_cost:,.2f}{spent}")
     return "stops at " + " or ".join(parts) + ": checkpoint, export, then stop"

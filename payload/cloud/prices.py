@@ -1,9 +1,12 @@
-"""What a TPU slice costs per hour, from a versioned price table; prices change, the date shows.
+"""The price catalog: what a TPU slice costs, from a versioned price table; the date shows.
 
-    from payload.cloud.accelerators import accelerator
-    price = hourly_price(accelerator("v4-8"), "us-central2-b", "on_demand")
+    price = hourly_cost("v4-8", "us-central2-b", "on_demand")
     price.usd_per_hour      # 12.88 (4 chips x 3.22)
     price.describe()        # "$12.88/h (4 chips x $3.2200, on-demand, us-central2; prices of ...)"
+    cost_usd(12.88, hours=2.0)   # 25.76
+
+`hourly_cost` is the one lookup: the config (a cluster's price), the run plan and the gcp
+provider all ask it, and every amount of money is `cost_usd` of a price and a time.
 
 A region without an entry gives a Price whose `usd_per_hour` is None and whose `describe()` says so
 ("no spot price for TPU v4 in europe-west4 ..."): never a made-up number.
@@ -13,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from payload.cloud.accelerators import Accelerator, region_of
+from payload.cloud.accelerators import Accelerator, accelerator, region_of
 from payload.core.errors import UserError
 
 PRICE_TABLE_DATE = "2026-11-22"  # when this table was transcribed
@@ -87,6 +90,9 @@ class Price:
     def known(self) -> bool:
         return self.usd_per_hour is not None
 
+    def cost_usd(self, hours: float) -> float | None:
+        return None if self.usd_per_hour is None else cost_usd(self.usd_per_hour, hours)
+
     def describe(self) -> str:
         label = self.provisioning.replace("_", "-")
         if self.usd_per_hour is None or self.per_chip is None:
@@ -101,7 +107,18 @@ class Price:
         )
 
 
+def hourly_cost(accelerator_type: str, zone: str, provisioning: str) -> Price:
+    """What `accelerator_type` (e.g. "v4-8") costs per hour in `zone`, by the table."""
+    return hourly_price(accelerator(accelerator_type), zone, provisioning)
+
+
+def cost_usd(usd_per_hour: float, hours: float) -> float:
+    """What `hours` at `usd_per_hour` cost."""
+    return usd_per_hour * hours
+
+
 def hourly_price(acc: Accelerator, zone: str, provisioning: str) -> Price:
+    """The same lookup for an Accelerator already resolved (hourly_cost resolves the name)."""
     if provisioning not in _TABLES:
         raise UserError(
             f"unknown provisioning '{provisioning}'", hint="use one of " + ", ".join(PROVISIONING)

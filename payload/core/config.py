@@ -72,9 +72,14 @@ class _ClusterBase(_Section):
             raise ValueError("set at most one of cluster.python and cluster.wheelhouse")
         return self
 
+    def hourly_price(self):
+        """The price catalog's entry for this cluster (None: tpuctl bills nothing for it)."""
+        return None
+
     def hourly_usd(self) -> float | None:
         """What the cluster costs per hour by tpuctl's price table (None: nothing billed)."""
-        return None
+        price = self.hourly_price()
+        return None if price is None else price.usd_per_hour
 
 
 class LocalCluster(_ClusterBase):
@@ -332,11 +337,10 @@ class GcpCluster(_ClusterBase):
     def bucket_name(self) -> str:
         return self.bucket or default_bucket(self.project)
 
-    def hourly_usd(self) -> float | None:
-        from payload.cloud import accelerators, prices
+    def hourly_price(self):
+        from payload.cloud import prices
 
-        acc = accelerators.accelerator(self.accelerator_type)
-        return prices.hourly_price(acc, self.zone, self.provisioning).usd_per_hour
+        return prices.hourly_cost(self.accelerator_type, self.zone, self.provisioning)
 
     @property
     def runtime(self) -> str:

@@ -221,11 +221,10 @@ def replicas_of(hardware, num_workers: int) -> tuple[int, str]:
     and v4 and v5p chips run their two TensorCores as one "megacore" device (a v4-8 shows 4
     devices, a v4-32 16; see the README's run-plan section for the sources). On CPU workers:
     one replica per training process (MultiWorkerMirroredStrategy), 1 for a single process."""
-    from payload.cloud import accelerators
-    from payload.training.strategy import Device, training_workers
+    from payload.training.strategy import tpu_accelerator, training_workers
 
-    if hardware.device is Device.TPU:
-        acc = accelerators.accelerator(hardware.accelerator_type)
+    acc = tpu_accelerator(hardware)
+    if acc is not None:
         return acc.chips, f"one per chip: {acc.chips} chips of TPU {acc.generation}"
     trainers = len(training_workers(hardware, num_workers))
     if trainers == 1:
@@ -240,9 +239,8 @@ def run_plan(config, *, hardware, num_workers: int, architecture: dict | None = 
     comes from `config.cluster` (zone, provisioning) where the price table has one. On CPU
     workers the time comes from `cpu_speed` (launcher.estimate finds one), or a string saying
     why there is none."""
-    from payload.cloud import accelerators, prices
     from payload.training.sizes import count_parameters
-    from payload.training.strategy import Device
+    from payload.training.strategy import tpu_accelerator
 
     train = config.train
     arch = architecture if architecture is not None else run_architecture(config)
@@ -263,14 +261,14 @@ def run_plan(config, *, hardware, num_workers: int, architecture: dict | None = 
         continues=bool(config.model.init_from), replicas=replicas,
         replicas_are=replicas_are, utilisation=utilisation,
     )
-    if hardware.device is not Device.TPU:
+    acc = tpu_accelerator(hardware)
+    if acc is None:
         if isinstance(cpu_speed, CpuSpeed):
             figures.update(wall_time_s=figures["total_flops"] / cpu_speed.model_flops_per_s,
                            cpu_note=cpu_speed.source)
         else:
             figures.update(cpu_note=cpu_speed or "no measured CPU speed")
         return RunPlan(**figures)
-    acc = accelerators.accelerator(hardware.accelerator_type)
     wall = figures["total_flops"] / (acc.peak_bf16_flops * utilisation)
     figures.update(accelerator=acc.name, generation=acc.generation, chips=acc.chips,
                    peak_flops_per_chip=acc.peak_bf16_flops_per_chip, wall_time_s=wall)
@@ -278,13 +276,13 @@ def run_plan(config, *, hardware, num_workers: int, architecture: dict | None = 
     if not train.bf16:
         notes.append("train.bf16 is off: float32 matrix products run well below the bf16 "
                      "peak on a TPU, so expect a longer run than this; set train.bf16: true")
-    cluster = config.cluster
-    if getattr(cluster, "provider", None) == "gcp":
-        price = prices.hourly_price(acc, cluster.zone, cluster.provisioning)
-        label = cluster.provisioning.replace("_", "-")
+    # The cluster asks the price catalog; a cluster tpuctl does not provision has no price.
+    price = config.cluster.hourly_price()
+    if price is not None:
+        label = price.provisioning.replace("_", "-")
         if price.usd_per_hour is not None:
             figures.update(usd_per_hour=price.usd_per_hour,
-                           cost_usd=price.usd_per_hour * wall / 3600,
+                           cost_usd=price.cost_usd(wall / 3600),
                            price_note=(f"{label}, ${price.usd_per_hour:,.2f}/h for {acc.name} "
                                        f"in {price.region}; prices of {price.source_date}"))
         else:

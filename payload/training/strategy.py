@@ -84,6 +84,22 @@ class Hardware:
 CPU = Hardware()
 
 
+def uses_tpu(hardware: Hardware) -> bool:
+    """Whether the fleet computes on TPU chips: the launcher then frees the chips before training
+    and installs the TPU runtime; everything else follows from the strategy kind."""
+    return hardware.device is Device.TPU
+
+
+def tpu_accelerator(hardware: Hardware):
+    """The accelerator table's entry for a TPU fleet (its chips, peak, generation); None on CPU
+    hosts, whose speed is measured rather than looked up."""
+    if not uses_tpu(hardware):
+        return None
+    from payload.cloud import accelerators
+
+    return accelerators.accelerator(hardware.accelerator_type)
+
+
 def fleet_strategy(hardware: Hardware, num_workers: int) -> StrategyKind:
     """How a fleet of `num_workers` hosts of this hardware trains, as a whole."""
     if hardware.device is Device.TPU:

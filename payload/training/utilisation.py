@@ -106,16 +106,15 @@ def meter_for(config, hf_config, strategy, hardware) -> Meter:
     accelerator table when the strategy drives a TPU, else from a CPU probe (now)."""
     import tensorflow as tf
 
-    from payload.cloud import accelerators
     from payload.training.runplan import row_flops
-    from payload.training.strategy import Device
+    from payload.training.strategy import tpu_accelerator
 
     batch = config.train.batch_size
     architecture = hf_config.to_dict() if hasattr(hf_config, "to_dict") else dict(hf_config)
     flops = row_flops(config, architecture).total * batch
     tokens = batch * config.data.seq_len
-    if hardware.device is Device.TPU and isinstance(strategy, tf.distribute.TPUStrategy):
-        acc = accelerators.accelerator(hardware.accelerator_type)
+    acc = tpu_accelerator(hardware)
+    if acc is not None and isinstance(strategy, tf.distribute.TPUStrategy):
         return Meter(flops_per_step=flops, tokens_per_step=tokens, devices=acc.chips,
                      device="chip", peak_flops_per_device=acc.peak_bf16_flops_per_chip,
                      peak_source=(f"accelerator table: TPU {acc.generation} "

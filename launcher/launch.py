@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from launcher import estimate, hub, records, run, ship, view
 from launcher.environment import plan_environment
@@ -32,13 +33,19 @@ from payload.cloud import tpu_api
 from payload.core import layout, storage
 from payload.core.errors import UserError, UserErrors, error_lines
 
+if TYPE_CHECKING:
+    from launcher.executors import Executor
+    from launcher.hub import HubAccess
+    from payload.core.config import RunConfig
+
+
 # Test hook: run stages as `PYTHON FILE STAGE ...` instead of `PYTHON -m payload STAGE ...`.
 STAGE_ENTRY_ENV = "TPUCTL_STAGE_ENTRY"
 # How long workers wait on a silent peer before ending the job themselves (default 120 s).
 PEER_TIMEOUT_ENV = "TPUCTL_PEER_TIMEOUT_S"
 
 
-def load(config_path: Path):
+def load(config_path: Path) -> RunConfig:
     from payload.core.config import load_config
 
     return load_config(config_path)
@@ -59,13 +66,14 @@ class TrainOptions:
     max_hours: float | None = None  # override train.max_hours
     max_cost: float | None = None  # override train.max_cost
     push_to_hub: str | None = None  # override hub.repo: publish model/ there after export
+    download: Path | None = None  # copy model/ into this local folder when the job has finished
 
 
 @dataclass(frozen=True, kw_only=True)
 class Launch:
     """Everything `train` will do, worked out before anything is touched."""
 
-    config: object  # the RunConfig as the workers see it
+    config: RunConfig  # as the workers see it
     plan: Plan
     provider: Provider
     fleet: Fleet
@@ -74,7 +82,7 @@ class Launch:
     options: TrainOptions = TrainOptions()
     config_path: Path = Path("tpuctl.yaml")
     started_from: str = ""  # user@host:config, as the run lock names the job to others
-    hub: object = None  # launcher.hub.HubAccess when the run publishes (checked; holds the token)
+    hub: HubAccess | None = None  # when the run publishes (checked; holds the token)
 
 
 @dataclass
@@ -84,7 +92,7 @@ class Job:
     record: records.JobRecord
     plan: Plan
     provider: Provider
-    executor: object
+    executor: Executor
     set_up: list[str] = field(default_factory=list)  # what shipping had to do (payload, env)
 
     def close(self) -> None:
@@ -112,7 +120,7 @@ def new_job_id(name: str) -> str:
     return f"{name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
 
 
-def _with_limits(config, options: TrainOptions):
+def _with_limits(config: RunConfig, options: TrainOptions):
     """The config with --max-hours / --max-cost in place of train.max_hours / max_cost, checked
     as if the file said so."""
     overrides = {k: v for k, v in (("max_hours", options.max_hours),
@@ -129,6 +137,8 @@ def _with_limits(config, options: TrainOptions):
 def plan_train(config_path: Path, options: TrainOptions) -> Launch:
     """Everything `train` will do, as data; reads files and picks ports, writes nothing. A dry
     run asks no one where the workers are (a cloud's are placeholders from its table)."""
+    if options.download is not None:  # before anything else: a refusal here costs nothing
+        check_download_target(options.download)
     if options.resume and options.overwrite:
         raise UserError("--resume and --overwrite contradict each other",
                         hint="--resume continues the checkpoints, --overwrite starts again over "
@@ -160,11 +170,11 @@ def plan_train(config_path: Path, options: TrainOptions) -> Launch:
     wheelhouse = ((cluster.wheelhouse, ship.wheelhouse_digest(cluster.wheelhouse))
                   if cluster.wheelhouse else None)
     wheel = ship.wheel_bytes()
-    from payload.training.strategy import Device
+    from payload.training.strategy import uses_tpu
 
     environment = plan_environment(
         python=python, wheelhouse_digest=wheelhouse[1] if wheelhouse else None,
-        requirements=ship.worker_requirements(), tpu=fleet.hardware.device is Device.TPU)
+        requirements=ship.worker_requirements(), tpu=uses_tpu(fleet.hardware))
     entry = os.environ.get(STAGE_ENTRY_ENV)
     the_plan = build_plan(
         config, fleet.workers, job_id=new_job_id(config.name),
@@ -434,6 +444,20 @@ def follow_to_end(launch: Launch, job: Job, *, sink: Callable[[int, str], None],
 
 
 DOWNLOAD_MARKER = layout.DOWNLOAD_MARKER
+
+
+def finish(launch: Launch, job: Job, outcome: run.Outcome, *,
+           on_note: Callable[[str], None] = lambda m: None) -> None:
+    """What the user asked for once a followed job has ended: the TPU deleted (--down), model/
+    copied here (--download, only after a job that finished). A detached job is left alone:
+    its worker 0 deletes the TPU itself when --down was given."""
+    job.close()
+    if outcome.detached:
+        return
+    if launch.options.down:
+        job.provider.down(on_event=on_note)
+    if launch.options.download is not None and outcome.ok:
+        on_note(download_model(job.plan.output_dir, launch.options.download))
 
 
 def check_download_target(target: Path) -> None:

@@ -42,20 +42,15 @@ TROUBLE_EVERY_S = 10.0
 _ABORTED_RANK = 2
 
 
-def _python_snippet(plan: Plan, code: str, *args: str) -> str:
+def _worker_module(plan: Plan, module: str, *args: str) -> str:
+    """`python -m MODULE ARGS` on a worker, from the payload shipped there (code that lint and
+    tests see, rather than a string)."""
     return shlex.join(["env", f"PYTHONPATH={plan.paths[0].payload_dir}",
-                       plan.environment.python, "-c", code, *args])
+                       plan.environment.python, "-m", module, *args])
 
 
-# Only into an output_dir tpuctl may write in (its own, or new or empty): the check comes
-# first, so a folder of the user's gets nothing, not even the marker.
-_WRITE = ("import sys\nfrom payload.core import storage\nfrom payload.core.errors import UserError\n"
-          "try:\n    storage.check_output_dir(sys.argv[3])\n"
-          "except UserError as exc:\n    print('error: ' + str(exc)); sys.exit(2)\n"
-          "storage.write_text(sys.argv[1], sys.argv[2])")
-_EXISTS = ("import sys\nfrom payload.core import storage\n"
-           "print('seen' if storage.exists(sys.argv[1]) else 'missing')")
-_REMOVE = "import sys\nfrom payload.core import storage\nstorage.remove(sys.argv[1])"
+_FILES = "payload.jobs.files"  # write only into an output_dir tpuctl may use; exists; remove
+_RUNLOCK = "payload.jobs.runlock"
 
 
 def check_shared_output(executor, plan: Plan) -> None:
@@ -63,8 +58,8 @@ def check_shared_output(executor, plan: Plan) -> None:
 
     marker = layout.own_path(plan.output_dir, f"shared-check-{secrets.token_hex(6)}")
     first = plan.workers[0]
-    res = executor.run(first, _python_snippet(plan, _WRITE, marker, plan.job_id,
-                                              plan.output_dir))
+    res = executor.run(first, _worker_module(plan, _FILES, "write", marker, plan.job_id,
+                                             plan.output_dir))
     refused = [ln for ln in res.stdout.splitlines() if ln.startswith("error: ")]
     if refused:
         raise UserError(refused[-1].removeprefix("error: "))
@@ -74,9 +69,9 @@ def check_shared_output(executor, plan: Plan) -> None:
                         f"{last[-1] if last else 'exit ' + str(res.rc)}")
     try:
         seen = on_workers(plan.workers[1:], lambda w: executor.run(
-            w, _python_snippet(plan, _EXISTS, marker)).stdout.strip())
+            w, _worker_module(plan, _FILES, "exists", marker)).stdout.strip())
     finally:
-        executor.run(first, _python_snippet(plan, _REMOVE, marker))
+        executor.run(first, _worker_module(plan, _FILES, "remove", marker))
     blind = [w.label for w, s in zip(plan.workers[1:], seen, strict=True) if s != "seen"]
     if blind:
         raise UserError(
@@ -89,7 +84,7 @@ def take_run_lock(executor, plan: Plan, holder: dict, *, dead_job: str | None = 
     """Take output_dir's run lock for this job, through worker 0 (payload.jobs.runlock); a note
     when a dead job's lock was taken over, "" otherwise. Held by a live job: a UserError."""
     first = plan.workers[0]
-    res = executor.run(first, _python_snippet(
+    res = executor.run(first, _worker_module(
         plan, _RUNLOCK, "take", plan.output_dir, json.dumps(holder), dead_job or ""))
     answer = _last_json(res.stdout)
     if "error" in answer:
@@ -105,11 +100,8 @@ def release_run_lock(executor, plan: Plan) -> None:
     """Let output_dir's run lock go if this job still holds it (best effort: a lock left behind
     stops beating and is taken over later)."""
     with contextlib.suppress(WorkerUnreachable):
-        executor.run(plan.workers[0], _python_snippet(plan, _RUNLOCK, "release", plan.output_dir,
-                                                      plan.job_id), timeout_s=60)
-
-
-_RUNLOCK = "import sys\nfrom payload.jobs import runlock\nsys.exit(runlock.main(sys.argv[1:]))"
+        executor.run(plan.workers[0], _worker_module(plan, _RUNLOCK, "release", plan.output_dir,
+                                                     plan.job_id), timeout_s=60)
 
 
 def _last_json(text: str) -> dict:

@@ -369,7 +369,7 @@ def test_config_values_never_change_what_runs(python, corpus, output_dir):
     setup_words = _words_from_shell(shlex.join(env.setup))
     assert setup_words == list(env.setup)
     # The shared-output check puts output_dir itself on a command line.
-    check = run._python_snippet(p, "pass", p.barrier_dir)
+    check = run._worker_module(p, "pass", p.barrier_dir)
     assert _words_from_shell(check)[-1] == p.barrier_dir
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import socket
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from launcher.executors import LocalExecutor
 from launcher.plan import Worker
@@ -23,6 +24,10 @@ from payload.core.config import MAX_LOCAL_WORKERS, LocalCluster
 from payload.core.errors import UserError
 from payload.core.layout import worker_label
 from payload.training.strategy import CPU
+
+if TYPE_CHECKING:
+    from payload.core.config import RunConfig
+
 
 NAME = "local"
 DEFAULT_WORKERS = 2
@@ -68,7 +73,7 @@ class LocalProvider(OwnMachines):
     what = "local workers"
 
     @classmethod
-    def from_config(cls, config, *, num_workers: int | None) -> LocalProvider:
+    def from_config(cls, config: RunConfig, *, num_workers: int | None) -> LocalProvider:
         cluster = config.cluster
         count = num_workers if num_workers is not None else (
             cluster.workers if isinstance(cluster, LocalCluster) else DEFAULT_WORKERS)
@@ -87,7 +92,7 @@ class LocalProvider(OwnMachines):
     def connect(self, workers: tuple[Worker, ...]) -> LocalExecutor:
         return LocalExecutor(workers)
 
-    def worker_config(self, config):
+    def worker_config(self, config: RunConfig):
         """A `local` cluster of this many workers (whatever the file says, under --local),
         keeping where the environment comes from."""
         cluster = LocalCluster(provider=NAME, workers=self.count, python=config.cluster.python,

@@ -61,7 +61,7 @@ def _timed(sandbox, argv: list[str]) -> float:
 
 def _shards(sandbox, out: str) -> int:
     listing = sandbox.run([sys.executable, "-c", (
-        "import json, sys; from payload import records; "
+        "import json, sys; from payload.data import shards as records; "
         "print(len(records.load_manifest(sys.argv[1]).splits['train'].shards))"), out],
         env=runner.env(), cwd=str(REPO), check=True, timeout=300)
     return int(listing.stdout.strip().splitlines()[-1])

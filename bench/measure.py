@@ -18,9 +18,9 @@ def _peak_mb() -> float:
 
 
 def prepare(config_path: str, worker_index: int, num_workers: int) -> dict:
-    from payload import records
-    from payload.config import load_config
-    from payload.prepare import run_prepare
+    from payload.core.config import load_config
+    from payload.data import shards as records
+    from payload.data.prepare import run_prepare
 
     config = load_config(config_path)
     started = time.perf_counter()
@@ -40,7 +40,7 @@ def ceiling(tokenizer_json: str, text_file: str) -> dict:
     """Raw batch-encoding throughput of the tokenizer over text already in memory."""
     from tokenizers import Tokenizer
 
-    from payload.corpus import _BATCH_BYTES, _BATCH_DOCS
+    from payload.data.corpus import _BATCH_BYTES, _BATCH_DOCS
 
     tok = Tokenizer.from_file(tokenizer_json)
     with open(text_file, encoding="utf-8") as f:

@@ -26,9 +26,9 @@ WARMUP_BATCHES = 5
 
 
 def _setup(config_path: str):
-    from payload import records
-    from payload.config import load_config
-    from payload.model import load_tokenizer, token_ids
+    from payload.core.config import load_config
+    from payload.data import shards as records
+    from payload.training.model import load_tokenizer, token_ids
 
     config = load_config(config_path)
     manifest = records.load_manifest(config.output_dir)
@@ -43,7 +43,7 @@ def reference_dataset(config, manifest, files, vocab):
     import tensorflow as tf
     from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerFast
 
-    from payload.records import FEATURE
+    from payload.data.shards import FEATURE
 
     tf_dtype = {"uint16": tf.uint16, "int32": tf.int32}[manifest.dtype]
     record_len = manifest.record_len
@@ -84,14 +84,14 @@ def reference_dataset(config, manifest, files, vocab):
 def _tokenizer_object(config):
     from tokenizers import Tokenizer
 
-    from payload.tokenizer import TOKENIZER_FILE, tokenizer_source
+    from payload.data.tokenizer import TOKENIZER_FILE, tokenizer_source
 
     return Tokenizer.from_file(os.path.join(tokenizer_source(config), TOKENIZER_FILE))
 
 
 def ours_dataset(config, manifest, files, vocab):
-    from payload.data import input_pipeline
-    from payload.train import objective_for
+    from payload.data.pipeline import input_pipeline
+    from payload.training.train import objective_for
 
     return input_pipeline(
         files,
@@ -121,7 +121,7 @@ def fit_reference(config_path: str, steps: int) -> dict:
     import tf_keras
     from transformers import TFRobertaForMaskedLM, create_optimizer
 
-    from payload.model import model_config
+    from payload.training.model import model_config
 
     config, manifest, files, vocab = _setup(config_path)
     hf_config = model_config(config.model, vocab=vocab, seq_len=config.data.seq_len)
@@ -157,8 +157,8 @@ def fit_reference(config_path: str, steps: int) -> dict:
     steps_per_s = timed / seconds
     # Utilisation as the train stage measures it: the model FLOPs this model does per step (its
     # MLM head at every position) over a matmul probe run here, after training.
-    from payload.runplan import step_flops
-    from payload.utilisation import cpu_peak_flops
+    from payload.training.runplan import step_flops
+    from payload.training.utilisation import cpu_peak_flops
 
     flops = step_flops(hf_config.to_dict(), seq_len=config.data.seq_len,
                        mlm_probability=1.0).total * config.train.batch_size

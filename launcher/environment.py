@@ -17,9 +17,11 @@ import shlex
 from dataclasses import dataclass
 from enum import Enum
 
+from payload.core import layout
+
 # Where tpuctl keeps its files on a worker, relative to the folder commands start in (the SSH
 # user's home; a local worker's own working directory).
-WORKER_ROOT = ".tpuctl"
+WORKER_ROOT = layout.OWN_DIR
 
 
 class EnvMode(str, Enum):

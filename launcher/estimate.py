@@ -3,30 +3,37 @@
     refuse_unsplittable_batch(config, fleet, stages)       # in plan_train: a UserError, exit 2
     lines, warnings = describe(launch, read_remote=False)  # what `train --dry-run` prints
 
-The arithmetic is payload.runplan's; this module only gathers its inputs (the fleet's hardware,
+The arithmetic is payload.training.runplan's; this module only gathers its inputs (the fleet's hardware,
 the shard manifest when prepare has run) and turns what cannot be known here into words.
 """
 
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
-from payload import runplan
-from payload.errors import UserError
-from payload.stages import Stage
+from payload.core import layout
+from payload.core.errors import UserError
+from payload.core.stages import Stage
+from payload.training import runplan
+
+if TYPE_CHECKING:
+    from payload.core.config import RunConfig
 
 
-def refuse_unsplittable_batch(config, fleet, stages) -> None:
+
+def refuse_unsplittable_batch(config: RunConfig, fleet, stages) -> None:
     """A global batch the training replicas cannot split is refused before anything starts."""
     if Stage.TRAIN in stages:
         replicas, what = runplan.replicas_of(fleet.hardware, len(fleet.workers))
         runplan.check_batch_split(config.train.batch_size, replicas, what)
 
 
-def dataset_rows(config, *, read_remote: bool) -> int | None:
+def dataset_rows(config: RunConfig, *, read_remote: bool) -> int | None:
     """Training rows in the shard manifest, None before prepare has run (or, in a dry run, when
     it lives on gs://: a dry run asks no cloud)."""
-    from payload import records, storage
+    from payload.core import storage
+    from payload.data import shards as records
 
     path = records.manifest_path(config.output_dir)
     if storage.is_gcs(path) and not read_remote:
@@ -39,12 +46,12 @@ def dataset_rows(config, *, read_remote: bool) -> int | None:
         return None
 
 
-def measured_cpu_speed(config, *, read_remote: bool) -> runplan.CpuSpeed | None:
+def measured_cpu_speed(config: RunConfig, *, read_remote: bool) -> runplan.CpuSpeed | None:
     """The model FLOP/s the last CPU run in this output_dir measured (its metrics.json), when it
     trained the same family over as many processes as this one will."""
-    from payload import storage
+    from payload.core import storage
 
-    path = storage.join(config.output_dir, "metrics.json")
+    path = layout.metrics_path(config.output_dir)
     if storage.is_gcs(path) and not read_remote:
         return None
     try:
@@ -72,14 +79,14 @@ def cpu_speed(launch, *, read_remote: bool) -> runplan.CpuSpeed | str:
     measured = measured_cpu_speed(launch.config, read_remote=read_remote)
     if measured is not None:
         return measured
-    if getattr(launch.provider, "name", None) != "local":
+    if not launch.fleet.shares_launcher_machine:  # the fleet says so; no provider name asked
         return ("the CPU workers are other machines and no earlier run in output_dir measured "
                 "their speed")
     if not launch.options.dry_run:
         # The job's workers have just started on these cores: a probe now would measure what
         # they leave over, not what training will get.
         return "no run here has measured it yet; `--dry-run` probes this machine before a run"
-    from payload.utilisation import matmul_probe_flops
+    from payload.training.utilisation import matmul_probe_flops
 
     family = launch.config.model.family
     peak = matmul_probe_flops()
@@ -93,11 +100,11 @@ def cpu_speed(launch, *, read_remote: bool) -> runplan.CpuSpeed | str:
 
 def describe(launch, *, read_remote: bool) -> tuple[list[str], list[str]]:
     """(plan lines, warning lines) for the launch's config and fleet."""
-    from payload.strategy import Device
+    from payload.training.strategy import uses_tpu
 
     config, fleet = launch.config, launch.fleet
     speed = None
-    if fleet.hardware.device is not Device.TPU and Stage.TRAIN in launch.options.stages:
+    if not uses_tpu(fleet.hardware) and Stage.TRAIN in launch.options.stages:
         speed = cpu_speed(launch, read_remote=read_remote)
     try:
         plan = runplan.run_plan(config, hardware=fleet.hardware, num_workers=len(fleet.workers),

@@ -30,9 +30,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from launcher.plan import Worker
-from payload.errors import UserError
+from payload.core.errors import UserError
 
 RETRY_DELAYS_S = (0.5, 1.0, 2.0)
 CONNECT_TIMEOUT_S = 10.0
@@ -105,6 +106,24 @@ class LocalExecutor:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class Executor(Protocol):
+    """What the launcher needs of a way to reach workers; LocalExecutor and SshExecutor are it.
+    A provider picks one (`Provider.connect`); the rest of the launcher sees only this."""
+
+    def run(self, worker: Worker, command: str, *, timeout_s: float | None = 120.0,
+            secret_env: dict[str, str] | None = None) -> Result: ...
+
+    def put(self, worker: Worker, local: str, remote: str) -> None: ...
+
+    def interactive(self, worker: Worker) -> int: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Executor: ...
+
+    def __exit__(self, *exc) -> None: ...
 
 
 _warned: set[str] = set()

@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 
 from launcher.plan import HUB_TOKEN_ENV
-from payload.errors import UserError
+from payload.core.errors import UserError
 
 ENDPOINT_ENV = "HF_ENDPOINT"
 DEFAULT_ENDPOINT = "https://huggingface.co"

@@ -5,10 +5,10 @@
     poll = parse_poll(executor.run(worker, poll_command(paths, offset)).stdout)
     poll.state, poll.rc, poll.lines, poll.stage
 
-A job is the agent (launcher.agent) started with `setsid -f` in its own session and process group
+A job is the agent (payload.jobs.agent) started with `setsid -f` in its own session and process group
 (forked off, so the starting shell never waits for it), stdin from /dev/null and output appended
 to a log file, so it outlives the SSH connection (or the laptop) that started it. Its group id,
-with what identifies it (launcher.groups), goes to a pid file and its exit code to an rc file.
+with what identifies it (payload.jobs.groups), goes to a pid file and its exit code to an rc file.
 Closing an SSH channel does not stop a remote process, and the SSH signal request is refused
 for root, so `stop_command` signals the recorded process group itself, after checking that it
 is still the job's, and never once the job has ended (an exit code and no live process). The
@@ -22,10 +22,10 @@ import shlex
 from dataclasses import dataclass
 from enum import Enum
 
-from launcher.agent import STOP_NOTE
-from launcher.groups import FUNCTIONS, load_group, record_group
 from launcher.plan import HUB_TOKEN_ENV, JobPaths
-from payload import progress
+from payload.jobs.agent import STOP_NOTE
+from payload.jobs.groups import FUNCTIONS, load_group, record_group
+from payload.training import progress
 
 POLL_MAX_LINES = 2000
 STOPPED_RC = 143  # what a job stopped by `tpuctl stop` (SIGTERM) reports
@@ -65,7 +65,7 @@ def start_command(paths: JobPaths, python: str, *, secrets: bool = False) -> str
     `secrets`, the agent's standard input is a pipe carrying $TPUCTL_SECRETS (printf is a shell
     builtin: the value is in no process's arguments), and the agent's environment lacks it."""
     agent = shlex.join(["env", f"PYTHONPATH={paths.payload_dir}", "PYTHONUNBUFFERED=1", python,
-                        "-m", "launcher.agent", paths.agent_plan])
+                        "-m", "payload.jobs.agent", paths.agent_plan])
     rc_tmp = paths.rc + ".tmp"
     inner = (f"{record_group(paths.pid, paths.job_dir)}; {agent}; "
              f"echo $? > {_q(rc_tmp)} && mv {_q(rc_tmp)} {_q(paths.rc)}")
@@ -154,7 +154,7 @@ _TAIL_MARK = "== tail =="
 
 
 def progress_command(paths: JobPaths) -> str:
-    """The log's newest progress records (payload.progress), then its last lines."""
+    """The log's newest progress records (payload.training.progress), then its last lines."""
     log = _q(paths.log)
     return (f"grep -a {_q('^' + progress.PREFIX)} {log} 2>/dev/null | tail -n {PROGRESS_RECORDS}; "
             f"echo {_q(_TAIL_MARK)}; tail -n {TAIL_LINES} {log} 2>/dev/null")

@@ -23,13 +23,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from launcher import estimate, hub, records, run, ship, view
 from launcher.environment import plan_environment
 from launcher.plan import ALL_STAGES, Plan, Stage, Worker, build_plan
 from launcher.providers import Fleet, Provider, provider_for, reopen
-from payload import storage, tpu_api
-from payload.errors import UserError, UserErrors, error_lines
+from payload.cloud import tpu_api
+from payload.core import layout, storage
+from payload.core.errors import UserError, UserErrors, error_lines
+
+if TYPE_CHECKING:
+    from launcher.executors import Executor
+    from launcher.hub import HubAccess
+    from payload.core.config import RunConfig
+
 
 # Test hook: run stages as `PYTHON FILE STAGE ...` instead of `PYTHON -m payload STAGE ...`.
 STAGE_ENTRY_ENV = "TPUCTL_STAGE_ENTRY"
@@ -37,8 +45,8 @@ STAGE_ENTRY_ENV = "TPUCTL_STAGE_ENTRY"
 PEER_TIMEOUT_ENV = "TPUCTL_PEER_TIMEOUT_S"
 
 
-def load(config_path: Path):
-    from payload.config import load_config
+def load(config_path: Path) -> RunConfig:
+    from payload.core.config import load_config
 
     return load_config(config_path)
 
@@ -58,13 +66,14 @@ class TrainOptions:
     max_hours: float | None = None  # override train.max_hours
     max_cost: float | None = None  # override train.max_cost
     push_to_hub: str | None = None  # override hub.repo: publish model/ there after export
+    download: Path | None = None  # copy model/ into this local folder when the job has finished
 
 
 @dataclass(frozen=True, kw_only=True)
 class Launch:
     """Everything `train` will do, worked out before anything is touched."""
 
-    config: object  # the RunConfig as the workers see it
+    config: RunConfig  # as the workers see it
     plan: Plan
     provider: Provider
     fleet: Fleet
@@ -73,7 +82,7 @@ class Launch:
     options: TrainOptions = TrainOptions()
     config_path: Path = Path("tpuctl.yaml")
     started_from: str = ""  # user@host:config, as the run lock names the job to others
-    hub: object = None  # launcher.hub.HubAccess when the run publishes (checked; holds the token)
+    hub: HubAccess | None = None  # when the run publishes (checked; holds the token)
 
 
 @dataclass
@@ -83,7 +92,7 @@ class Job:
     record: records.JobRecord
     plan: Plan
     provider: Provider
-    executor: object
+    executor: Executor
     set_up: list[str] = field(default_factory=list)  # what shipping had to do (payload, env)
 
     def close(self) -> None:
@@ -111,14 +120,14 @@ def new_job_id(name: str) -> str:
     return f"{name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
 
 
-def _with_limits(config, options: TrainOptions):
+def _with_limits(config: RunConfig, options: TrainOptions):
     """The config with --max-hours / --max-cost in place of train.max_hours / max_cost, checked
     as if the file said so."""
     overrides = {k: v for k, v in (("max_hours", options.max_hours),
                                    ("max_cost", options.max_cost)) if v is not None}
     if not overrides:
         return config
-    from payload.config import parse_config
+    from payload.core.config import parse_config
 
     raw = config.model_dump(mode="json")
     raw["train"].update(overrides)
@@ -128,6 +137,8 @@ def _with_limits(config, options: TrainOptions):
 def plan_train(config_path: Path, options: TrainOptions) -> Launch:
     """Everything `train` will do, as data; reads files and picks ports, writes nothing. A dry
     run asks no one where the workers are (a cloud's are placeholders from its table)."""
+    if options.download is not None:  # before anything else: a refusal here costs nothing
+        check_download_target(options.download)
     if options.resume and options.overwrite:
         raise UserError("--resume and --overwrite contradict each other",
                         hint="--resume continues the checkpoints, --overwrite starts again over "
@@ -139,11 +150,11 @@ def plan_train(config_path: Path, options: TrainOptions) -> Launch:
                             num_workers=options.num_workers)
     config = _with_limits(provider.worker_config(load(config_path)), options)
     if options.push_to_hub:
-        from payload.config import with_hub_repo
+        from payload.core.config import with_hub_repo
 
         config = with_hub_repo(config, options.push_to_hub)
     fleet = provider.planned_fleet() if options.dry_run else provider.fleet()
-    from payload.config import check_stages
+    from payload.core.config import check_stages
 
     # What the plan cannot do is collected, with what the stages would refuse below, so that
     # every problem is reported in one round.
@@ -159,11 +170,11 @@ def plan_train(config_path: Path, options: TrainOptions) -> Launch:
     wheelhouse = ((cluster.wheelhouse, ship.wheelhouse_digest(cluster.wheelhouse))
                   if cluster.wheelhouse else None)
     wheel = ship.wheel_bytes()
-    from payload.strategy import Device
+    from payload.training.strategy import uses_tpu
 
     environment = plan_environment(
         python=python, wheelhouse_digest=wheelhouse[1] if wheelhouse else None,
-        requirements=ship.worker_requirements(), tpu=fleet.hardware.device is Device.TPU)
+        requirements=ship.worker_requirements(), tpu=uses_tpu(fleet.hardware))
     entry = os.environ.get(STAGE_ENTRY_ENV)
     the_plan = build_plan(
         config, fleet.workers, job_id=new_job_id(config.name),
@@ -208,7 +219,7 @@ def check_before_start(launch: Launch) -> None:
     """What the stages would refuse, refused before anything starts, where the launcher sees
     what the workers see (local workers share its disk and credentials)."""
     if launch.fleet.shares_launcher_machine:
-        from payload.preflight import check_before_start as stages_would_refuse
+        from payload.training.preflight import check_before_start as stages_would_refuse
 
         options = launch.options
         stages_would_refuse(launch.config, stages=options.stages, resume=options.resume,
@@ -237,7 +248,7 @@ def start(launch: Launch, *, on_event: Callable[[Worker, str], None] = lambda w,
     on every worker when this returns. `on_event` hears shipping per worker, `on_note` the
     rest (a dead job's run lock taken over, for one). `dead_job`: a job the caller knows has
     ended (its machines were taken away), whose run lock is taken over at once."""
-    from payload.config import dump_config
+    from payload.core.config import dump_config
 
     check_before_start(launch)
     launch = dataclasses.replace(launch, config=launch.provider.stage_inputs(launch.config,
@@ -367,7 +378,7 @@ def tpu_left_up(job: Job, rows: list[dict]) -> str | None:
 def _steps_reached(job: Job) -> int | None:
     """The newest training step of the chief's progress records (in the launcher's copy of
     its log)."""
-    from payload import progress
+    from payload.training import progress
 
     path = job.record.log_file(0)
     if not path.is_file():
@@ -380,7 +391,7 @@ def _steps_reached(job: Job) -> int | None:
 def _keep_lock_beating(output_dir: str, job_id: str, stop_event) -> None:
     """While the TPU is gone nobody beats the run lock: the launcher does, so no other run
     takes the output_dir over during a recovery (if the launcher can reach output_dir)."""
-    from launcher import runlock
+    from payload.jobs import runlock
 
     while not stop_event.wait(5.0):
         try:
@@ -432,7 +443,21 @@ def follow_to_end(launch: Launch, job: Job, *, sink: Callable[[int, str], None],
         on_started(job)
 
 
-DOWNLOAD_MARKER = ".tpuctl-download"
+DOWNLOAD_MARKER = layout.DOWNLOAD_MARKER
+
+
+def finish(launch: Launch, job: Job, outcome: run.Outcome, *,
+           on_note: Callable[[str], None] = lambda m: None) -> None:
+    """What the user asked for once a followed job has ended: the TPU deleted (--down), model/
+    copied here (--download, only after a job that finished). A detached job is left alone:
+    its worker 0 deletes the TPU itself when --down was given."""
+    job.close()
+    if outcome.detached:
+        return
+    if launch.options.down:
+        job.provider.down(on_event=on_note)
+    if launch.options.download is not None and outcome.ok:
+        on_note(download_model(job.plan.output_dir, launch.options.download))
 
 
 def check_download_target(target: Path) -> None:
@@ -451,10 +476,10 @@ def check_download_target(target: Path) -> None:
 
 def download_model(output_dir: str, target: Path) -> str:
     """Copy output_dir/model/ (only once it is complete) into `target`, replacing an earlier
-    download there whole (payload.storage.replacing_folder): a crash leaves the old copy or the
+    download there whole (payload.core.storage.replacing_folder): a crash leaves the old copy or the
     new one."""
     check_download_target(target)
-    source = storage.join(output_dir, "model")
+    source = layout.model_dir(output_dir)
     if not storage.is_complete(source):
         raise UserError(f"{source} is not complete (no export finished there)",
                         hint="run the export stage: `tpuctl train --stages export`")

@@ -20,12 +20,13 @@ import typing
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 
-from launcher.agent import worker_label
 from launcher.environment import WORKER_ROOT, Environment, EnvMode
-from launcher.groups import FUNCTIONS, load_group
-from payload.errors import UserError, counted
-from payload.stages import Stage
-from payload.strategy import Device, Hardware, fleet_strategy
+from payload.core import layout
+from payload.core.errors import UserError, counted
+from payload.core.layout import worker_label
+from payload.core.stages import Stage
+from payload.jobs.groups import FUNCTIONS, load_group
+from payload.training.strategy import Hardware, fleet_strategy, uses_tpu
 
 ALL_STAGES = tuple(Stage)
 
@@ -118,7 +119,7 @@ class NodeToDelete:
 @dataclass(frozen=True, kw_only=True)
 class Limits:
     """train.max_hours / max_cost, which every worker's agent holds the whole job to
-    (payload.budget), not only the training loop."""
+    (payload.cloud.budget), not only the training loop."""
 
     max_hours: float | None
     max_cost: float | None
@@ -173,7 +174,7 @@ class Plan:
             "worker": worker,
             "barrier_dir": self.barrier_dir,
             "output_dir": self.output_dir,
-            # Worker 0 keeps the run lock (launcher.runlock) beating and lets it go at the end.
+            # Worker 0 keeps the run lock (payload.jobs.runlock) beating and lets it go at the end.
             "holds_run_lock": worker == 0,
             "delete_when_done": (dataclasses.asdict(self.delete_when_done)
                                  if worker == 0 and self.delete_when_done else None),
@@ -240,7 +241,7 @@ def free_tpu_script(devices: tuple[str, ...] = TPU_DEVICES, lockfile: str = LIBT
 
     A crashed or detached earlier run keeps the chips open and the next one fails to start. A
     holder is an earlier job's when its process group is one recorded in a pid file under
-    `jobs_dir`, identity checked (launcher.groups); it is stopped if that job has ended (or its
+    `jobs_dir`, identity checked (payload.jobs.groups); it is stopped if that job has ended (or its
     leader is gone), and refused while the job still runs. Anything else (another program, a
     notebook) is named with its pid and command, never signalled.
     """
@@ -324,12 +325,12 @@ def build_plan(
                           commands=tuple(stage(Stage.PREPARE, w.index, (w.index, n))
                                          for w in workers)))
     if Stage.TRAIN in wanted:
-        if hardware.device is Device.TPU:
+        if uses_tpu(hardware):
             steps.append(Step(name="free-tpu", commands=tuple(
                 Command(worker=w.index, argv=("sh", "-c", free_tpu_script()))
                 for w in workers)))
         # The training stage's own rule decides who trains and how CPU workers find each other.
-        from payload import strategy
+        from payload.training import strategy
 
         trainers = strategy.training_workers(hardware, n)
         addresses = [f"{w.address}:{w.coordination_port}" for w in workers]
@@ -344,7 +345,7 @@ def build_plan(
             # Always the full count: on a pod slice worker 0 drives all n hosts.
             commands.append(stage(Stage.TRAIN, index, (index, n), extra))
         services = tuple(
-            Command(worker=w.index, argv=(environment.python, "-m", "payload.tpu_server"),
+            Command(worker=w.index, argv=(environment.python, "-m", "payload.cloud.tpu_server"),
                     env=base_env)
             for w in workers) if pod else ()
         steps.append(Step(name=Stage.TRAIN.value, commands=tuple(commands), services=services))
@@ -361,15 +362,13 @@ def build_plan(
         raise UserError("nothing to run: the tokenizer stage is skipped when tokenizer.path or "
                         "model.init_from brings the tokenizer", hint="choose other --stages")
 
-    from payload import storage  # pure path joining; no I/O
 
     return Plan(
         job_id=job_id, name=config.name, output_dir=config.output_dir, hardware=hardware,
         workers=workers, steps=tuple(steps), paths=paths, environment=environment,
         payload_digest=payload_digest,
-        barrier_dir=storage.join(config.output_dir, ".tpuctl", "jobs", job_id),
-        log_copies=tuple(storage.join(config.output_dir, "logs", f"{w.label}.log")
-                         for w in workers),
+        barrier_dir=layout.own_path(config.output_dir, layout.JOBS_DIR, job_id),
+        log_copies=tuple(layout.log_path(config.output_dir, w.index) for w in workers),
         heartbeat_s=min(5.0, stale_after_s / 4), stale_after_s=stale_after_s,
         delete_when_done=delete_when_done,
         limits=(Limits(max_hours=config.train.max_hours, max_cost=config.train.max_cost,

@@ -20,13 +20,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.agent import worker_label
 from launcher.plan import Plan
-from payload.errors import UserError
+from payload.core import layout
+from payload.core.errors import UserError
 
 PLAN = "plan.json"
 REACH = "reach.json"
-CONFIG = "config.yaml"
+CONFIG = layout.CONFIG
 CURRENT = "current"
 OUTCOME = "outcome.json"
 # The launcher process following the job to its end right now (train, logs), while it does.
@@ -38,7 +38,7 @@ class NoJob(UserError):
 
 
 def state_dir() -> Path:
-    path = Path(os.environ.get("TPUCTL_HOME") or Path.home() / ".tpuctl")
+    path = layout.state_dir()
     if path.exists() and not path.is_dir():
         raise UserError(f"the state folder {path} (TPUCTL_HOME) is a file, not a folder",
                         hint="point TPUCTL_HOME at a folder, or move that file away")
@@ -67,7 +67,7 @@ class JobRecord:
         return self.folder / f"agent-{worker}.json"
 
     def log_file(self, worker: int) -> Path:
-        return self.folder / "logs" / f"{worker_label(worker)}.log"
+        return self.folder / layout.LOGS_DIR / layout.worker_log(worker)
 
     def plan(self) -> Plan:
         try:
@@ -157,13 +157,13 @@ def _this_process(pid: int | None = None) -> dict | None:
 
 
 def jobs_dir(base: Path, name: str) -> Path:
-    return base / "jobs" / name
+    return base / layout.JOBS_DIR / name
 
 
 def save_job(base: Path, plan: Plan, config_text: str, reach: dict) -> JobRecord:
     """Write a new job's record and make it the run's current job."""
     record = JobRecord(jobs_dir(base, plan.name) / plan.job_id)
-    (record.folder / "logs").mkdir(parents=True, exist_ok=True)
+    (record.folder / layout.LOGS_DIR).mkdir(parents=True, exist_ok=True)
     record.config_file.write_text(config_text)
     for w in plan.workers:
         record.agent_file(w.index).write_text(json.dumps(plan.agent_plan(w.index)))

@@ -15,7 +15,7 @@ import json
 import re
 import time
 
-from payload import storage
+from payload.core import layout, storage
 
 FILE = "recoveries.json"
 
@@ -31,7 +31,7 @@ def history(output_dir: str) -> list[dict]:
 
 def newest_checkpoint_step(output_dir: str) -> int | None:
     """The step of the newest checkpoint (TensorFlow's index file names it), or None."""
-    index = storage.join(output_dir, "checkpoints", "checkpoint")
+    index = storage.join(layout.checkpoints_dir(output_dir), "checkpoint")
     if not storage.exists(index):
         return None
     found = re.search(r'^model_checkpoint_path: ".*?ckpt-(\d+)"', storage.read_text(index),

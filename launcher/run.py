@@ -24,12 +24,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from launcher import jobs, view
-from launcher.agent import ABORTED, LIMIT_RC
 from launcher.executors import WorkerUnreachable, on_workers
 from launcher.jobs import JobState
 from launcher.plan import Plan, Worker
 from launcher.records import JobRecord
-from payload.errors import UserError, one_line
+from payload.core import layout
+from payload.core.errors import UserError, one_line
+from payload.jobs.agent import ABORTED, LIMIT_RC
 
 POLL_S = 0.5
 TAIL_LINES = 60  # of which the launcher shows the last 20 the live view would show
@@ -41,30 +42,24 @@ TROUBLE_EVERY_S = 10.0
 _ABORTED_RANK = 2
 
 
-def _python_snippet(plan: Plan, code: str, *args: str) -> str:
+def _worker_module(plan: Plan, module: str, *args: str) -> str:
+    """`python -m MODULE ARGS` on a worker, from the payload shipped there (code that lint and
+    tests see, rather than a string)."""
     return shlex.join(["env", f"PYTHONPATH={plan.paths[0].payload_dir}",
-                       plan.environment.python, "-c", code, *args])
+                       plan.environment.python, "-m", module, *args])
 
 
-# Only into an output_dir tpuctl may write in (its own, or new or empty): the check comes
-# first, so a folder of the user's gets nothing, not even the marker.
-_WRITE = ("import sys\nfrom payload import storage\nfrom payload.errors import UserError\n"
-          "try:\n    storage.check_output_dir(sys.argv[3])\n"
-          "except UserError as exc:\n    print('error: ' + str(exc)); sys.exit(2)\n"
-          "storage.write_text(sys.argv[1], sys.argv[2])")
-_EXISTS = ("import sys\nfrom payload import storage\n"
-           "print('seen' if storage.exists(sys.argv[1]) else 'missing')")
-_REMOVE = "import sys\nfrom payload import storage\nstorage.remove(sys.argv[1])"
+_FILES = "payload.jobs.files"  # write only into an output_dir tpuctl may use; exists; remove
+_RUNLOCK = "payload.jobs.runlock"
 
 
 def check_shared_output(executor, plan: Plan) -> None:
     """Worker 0 writes a marker into output_dir; every worker must see it."""
-    from payload import storage
 
-    marker = storage.join(plan.output_dir, ".tpuctl", f"shared-check-{secrets.token_hex(6)}")
+    marker = layout.own_path(plan.output_dir, f"shared-check-{secrets.token_hex(6)}")
     first = plan.workers[0]
-    res = executor.run(first, _python_snippet(plan, _WRITE, marker, plan.job_id,
-                                              plan.output_dir))
+    res = executor.run(first, _worker_module(plan, _FILES, "write", marker, plan.job_id,
+                                             plan.output_dir))
     refused = [ln for ln in res.stdout.splitlines() if ln.startswith("error: ")]
     if refused:
         raise UserError(refused[-1].removeprefix("error: "))
@@ -74,9 +69,9 @@ def check_shared_output(executor, plan: Plan) -> None:
                         f"{last[-1] if last else 'exit ' + str(res.rc)}")
     try:
         seen = on_workers(plan.workers[1:], lambda w: executor.run(
-            w, _python_snippet(plan, _EXISTS, marker)).stdout.strip())
+            w, _worker_module(plan, _FILES, "exists", marker)).stdout.strip())
     finally:
-        executor.run(first, _python_snippet(plan, _REMOVE, marker))
+        executor.run(first, _worker_module(plan, _FILES, "remove", marker))
     blind = [w.label for w, s in zip(plan.workers[1:], seen, strict=True) if s != "seen"]
     if blind:
         raise UserError(
@@ -86,10 +81,10 @@ def check_shared_output(executor, plan: Plan) -> None:
 
 
 def take_run_lock(executor, plan: Plan, holder: dict, *, dead_job: str | None = None) -> str:
-    """Take output_dir's run lock for this job, through worker 0 (launcher.runlock); a note
+    """Take output_dir's run lock for this job, through worker 0 (payload.jobs.runlock); a note
     when a dead job's lock was taken over, "" otherwise. Held by a live job: a UserError."""
     first = plan.workers[0]
-    res = executor.run(first, _python_snippet(
+    res = executor.run(first, _worker_module(
         plan, _RUNLOCK, "take", plan.output_dir, json.dumps(holder), dead_job or ""))
     answer = _last_json(res.stdout)
     if "error" in answer:
@@ -105,11 +100,8 @@ def release_run_lock(executor, plan: Plan) -> None:
     """Let output_dir's run lock go if this job still holds it (best effort: a lock left behind
     stops beating and is taken over later)."""
     with contextlib.suppress(WorkerUnreachable):
-        executor.run(plan.workers[0], _python_snippet(plan, _RUNLOCK, "release", plan.output_dir,
-                                                      plan.job_id), timeout_s=60)
-
-
-_RUNLOCK = "import sys\nfrom launcher import runlock\nsys.exit(runlock.main(sys.argv[1:]))"
+        executor.run(plan.workers[0], _worker_module(plan, _RUNLOCK, "release", plan.output_dir,
+                                                     plan.job_id), timeout_s=60)
 
 
 def _last_json(text: str) -> dict:
@@ -400,7 +392,7 @@ def status(executor, plan: Plan) -> list[dict]:
         poll = jobs.parse_poll(res.stdout)
         if poll.state is JobState.EXITED and poll.rc == jobs.STOPPED_RC:
             # Not a crash: the agent's last line says who stopped it, at which step and
-            # checkpoint (launcher.agent.stop_words).
+            # checkpoint (payload.jobs.agent.stop_words).
             return {"worker": worker.label, "host": worker.host, "state": STOPPED,
                     "stage": poll.stage, "step": step, "rc": None, "last": last}
         return {"worker": worker.label, "host": worker.host, "state": poll.state.value,

@@ -33,11 +33,13 @@ from launcher.environment import (
 )
 from launcher.executors import on_workers
 from launcher.plan import JobPaths, Worker
-from payload import storage
-from payload.errors import UserError
+from payload.core import storage
+from payload.core.errors import UserError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("launcher", "payload")
+# Only the worker package: nothing of launcher/ runs on a worker (the job agent, run lock and
+# file checks are payload.jobs, run with `python -m`).
+PACKAGES = ("payload",)
 # Code and templates only: the bundled demo corpus is read from the launcher's side by path,
 # and leaving it out keeps every copy small.
 DATA_SUFFIXES = (".py", ".yaml")

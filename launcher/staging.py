@@ -20,15 +20,15 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from payload import storage
-from payload.errors import UserError
+from payload.core import layout, storage
+from payload.core.errors import UserError
 
 PREFIX = "corpus"
 # What marks the staging area as tpuctl's own (see `tpuctl down --delete-bucket`).
-OWNER_MARKER = f"{PREFIX}/.tpuctl/staged-by-tpuctl"
+OWNER_MARKER = f"{PREFIX}/{layout.OWN_DIR}/staged-by-tpuctl"
 # corpus/.tpuctl/staged/RUN.json lists the objects RUN staged: `down --delete-bucket` deletes
 # those of its own run that no other run's record lists, and nothing else under corpus/.
-STAGED_RECORDS = f"{PREFIX}/.tpuctl/staged/"
+STAGED_RECORDS = f"{PREFIX}/{layout.OWN_DIR}/staged/"
 PARALLEL = 8
 CHUNK = 8 << 20
 
@@ -70,8 +70,8 @@ def is_local(entry: str) -> bool:
 
 def local_files(entries: list[str]) -> list[str]:
     """The files local corpus entries name (globs and folders expanded), in corpus order."""
-    from payload import corpus
-    from payload.config import DataConfig
+    from payload.core.config import DataConfig
+    from payload.data import corpus
 
     local = [e for e in entries if is_local(e)]
     if not local:

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Literal
 
 from launcher.records import state_dir
-from payload import storage
-from payload.errors import UserError, one_line
+from payload.core import layout, storage
+from payload.core.errors import UserError, one_line
 
 INFRA_DIR = Path(__file__).resolve().parent.parent / "infra"
 VARS_FILE = "terraform.tfvars.json"
@@ -190,7 +190,7 @@ def work_dir(run_name: str, home: Path | None = None) -> Path:
         raise ValueError(f"not a run name: {run_name!r}")
     if home is None:
         home = state_dir()
-    return home / "infra" / run_name
+    return home / layout.INFRA_DIR / run_name
 
 
 def terraform_argv(binary: str, folder: Path, verb: Verb) -> list[str]:

@@ -10,7 +10,7 @@ Everything a worker prints stays in its full log (output_dir/logs/worker-N.log a
 copy); the view only chooses. It hides what TensorFlow, absl, gRPC, CUDA and transformers say
 on every healthy run (`NOISE`, one table of rules, each with a line it hides), never a line of a
 traceback, an exception or an error of tpuctl's, and reads training progress from the chief's
-records (payload.progress) instead of showing them: evaluations become lines, the rest feeds
+records (payload.training.progress) instead of showing them: evaluations become lines, the rest feeds
 the live line, or, when the output is not a terminal, plain lines at a steady pace.
 """
 
@@ -19,7 +19,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from payload import progress
+from payload.core import layout
+from payload.training import progress
 
 # Without a terminal, a progress line at most this often (by training time, so a replayed log
 # reads the same as the live run did); the first and the last step always.
@@ -216,7 +217,7 @@ AUTO_MODEL = {"mlm": "MaskedLM", "clm": "CausalLM", "span": "Seq2SeqLM"}
 def load_lines(family: str, model_dir: str) -> list[str]:
     """Two lines of Python that load an exported model: PyTorch, then TensorFlow (which needs
     use_safetensors=False: README "Export")."""
-    from payload.families import FAMILIES
+    from payload.training.families import FAMILIES
 
     auto = AUTO_MODEL[FAMILIES[family].objective]
     return [f'PyTorch:    from transformers import AutoModelFor{auto}; '
@@ -230,8 +231,8 @@ def summary(*, final: dict | None, family: str | None, output_dir: str,
             exported: bool) -> list[str]:
     """The end of a job that went well: the final evaluation, whether training stopped early,
     where the model is and how to load it."""
-    from payload import storage
-    from payload.families import FAMILIES
+    from payload.core import storage
+    from payload.training.families import FAMILIES
 
     lines = []
     evaluation = (final or {}).get("eval")
@@ -242,12 +243,12 @@ def summary(*, final: dict | None, family: str | None, output_dir: str,
         lines.append(f"training stopped at step {final.get('step', '?')}, before train.steps: "
                      f"{final['stopped']}; the model is that step's")
     if exported:
-        model = storage.join(output_dir, "model")
+        model = layout.model_dir(output_dir)
         lines.append(f"model: {model}")
         if family in FAMILIES:
             local = model
             if storage.is_gcs(model):
                 lines.append(f"  copy it here first: gcloud storage cp -r {model} .")
-                local = "model"
+                local = layout.MODEL_DIR
             lines += [f"  {text}" for text in load_lines(family, local)]
     return lines

@@ -18,14 +18,14 @@ import shutil
 import socket
 import sys
 import tempfile
-from pathlib import Path
 
 # Transformers' TF models need tf-keras; touching Keras 3 first breaks their optimizers.
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from payload.errors import UserError, error_lines
-from payload.stages import STAGE_NAMES, Stage, check_share
+from payload.core import layout
+from payload.core.errors import UserError, error_lines
+from payload.core.stages import STAGE_NAMES, Stage, check_share
 
 
 class _Parser(argparse.ArgumentParser):
@@ -52,8 +52,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def run_stage(args: argparse.Namespace) -> None:
-    from payload.config import load_config
-    from payload.strategy import Hardware
+    from payload.core.config import load_config
+    from payload.training.strategy import Hardware
 
     check_share(args.worker_index, args.num_workers)
     hardware = Hardware.parse(args.hardware)
@@ -61,25 +61,25 @@ def run_stage(args: argparse.Namespace) -> None:
     use_private_tempdir()
     stage = Stage(args.stage)
     if stage is Stage.TOKENIZER:
-        from payload.tokenizer import run_tokenizer
+        from payload.data.tokenizer import run_tokenizer
 
         run_tokenizer(config, overwrite=args.overwrite)
     elif stage is Stage.PREPARE:
-        from payload.prepare import run_prepare
+        from payload.data.prepare import run_prepare
 
         run_prepare(config, worker_index=args.worker_index, num_workers=args.num_workers,
                     overwrite=args.overwrite)
     elif stage is Stage.TRAIN:
-        from payload.train import run_train
+        from payload.training.train import run_train
 
         run_train(config, worker_index=args.worker_index, num_workers=args.num_workers,
                   resume=args.resume, overwrite=args.overwrite, hardware=hardware)
     elif stage is Stage.EXPORT:
-        from payload.export import run_export
+        from payload.training.export import run_export
 
         run_export(config)
     elif stage is Stage.PUBLISH:
-        from payload.publish import run_publish
+        from payload.training.publish import run_publish
 
         run_publish(config)
 
@@ -99,7 +99,7 @@ def use_private_tempdir() -> None:
     folder of this process under tpuctl's local state (TPUCTL_HOME, default ~/.tpuctl), removed
     at exit; a killed stage's folder is removed by the next stage on the same host, so a crash
     leaves nothing behind in the system's temporary folder."""
-    root = Path(os.environ.get("TPUCTL_HOME") or Path.home() / ".tpuctl") / "tmp"
+    root = layout.state_dir() / layout.TMP_DIR
     host = socket.gethostname()
     try:
         root.mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+from tests.fakes.gcs import StartedOrClosed
+
 SSHD = "/usr/sbin/sshd"
 SSHD_NAMES = ("sshd", "sshd-session", "sshd-auth")
 FLEET_ROOT = Path("/var/tmp")
@@ -58,7 +60,7 @@ def _wait_port(host: str, port: int, timeout_s: float = 10.0) -> None:
     raise RuntimeError(f"sshd on {host}:{port} did not come up")
 
 
-class Fleet:
+class Fleet(StartedOrClosed):
     def __init__(self, size: int, *, use_netns: bool | None = None,
                  login_shell: str | None = None):
         self.size = size
@@ -78,17 +80,6 @@ class Fleet:
         self._prefixes: list[list[str]] = []
 
     # -- set-up -------------------------------------------------------------------------
-    def __enter__(self) -> Fleet:
-        try:
-            self._start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
     @property
     def identity_file(self) -> str:
         return str(self.root / "client_key")

@@ -7,7 +7,7 @@ What it does wrong on purpose comes from `stub_stages.json` next to it:
 Python traceback there; {"print": {"train": ["line", ...]}} prints those lines first on every
 worker; {"hang": {"train": 1}} then waits there until stopped; {"steps": {"train": 200}} makes
 the train stage print that many steps, 0.1 s apart, and worker 0 a progress record
-(payload.progress) for each; {"checkpoint_every": 10} makes worker 0 write
+(payload.training.progress) for each; {"checkpoint_every": 10} makes worker 0 write
 checkpoints/checkpoint (TensorFlow's index) every 10 steps, and `--resume` start from it.
 {"report_env": ["NAME"]} makes every stage print its value of $NAME; {"ignore_term": ["train"]}
 makes that stage ignore SIGTERM (only SIGKILL ends it).
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from payload import progress
+from payload.training import progress
 
 
 def _write(path: Path, text: str) -> None:
@@ -61,7 +61,7 @@ def main() -> int:
         return 3
     if behaviour.get("raise", {}).get(args.stage) == me:
         raise RuntimeError(f"the stub's {args.stage} broke on worker {me}")
-    # Like every real stage, take output_dir first (payload.storage.claim_output_dir).
+    # Like every real stage, take output_dir first (payload.core.storage.claim_output_dir).
     if not (out / ".tpuctl" / "owner").exists():
         _write(out / ".tpuctl" / "owner", "{}")
     if args.stage == "tokenizer":

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from payload.accelerators import (
+from payload.cloud.accelerators import (
     ACCELERATORS,
     GENERATIONS,
     TENSORFLOW_VERSION,
@@ -17,7 +17,7 @@ from payload.accelerators import (
     region_of,
     zones_offering,
 )
-from payload.errors import UserError
+from payload.core.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
 

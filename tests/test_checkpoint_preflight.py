@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from payload.checkpoints import check_start
-from payload.errors import UserError
+from payload.core.errors import UserError
+from payload.training.checkpoints import check_start
 from tests.conftest import REPO
 
 
@@ -29,7 +29,7 @@ def test_check_start_refuses_a_clash_and_a_resume_without_checkpoints(tmp_path):
 
 
 def test_check_start_needs_no_tensorflow():
-    code = ("import sys, payload.checkpoints as c; c.check_start('/nonexistent', resume=False, "
+    code = ("import sys, payload.training.checkpoints as c; c.check_start('/nonexistent', resume=False, "
             "overwrite=False); print('tensorflow' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert out.stdout.strip() == "False", out.stderr

@@ -55,7 +55,7 @@ def cloud(storage_url, tpuctl_home, monkeypatch):
     if shutil.which("terraform") is None:
         pytest.skip("needs terraform on PATH (make setup-terraform)")
     from launcher.providers import gcp_infra, gcp_site
-    from payload import storage
+    from payload.core import storage
 
     monkeypatch.setattr(gcp_infra, "INFRA_MODULE", TWIN)
     monkeypatch.setattr(gcp_site, "POLL_S", 0.05)
@@ -137,7 +137,7 @@ COPIED_LABEL = {"tpuctl-run": "tpurun"}
 @pytest.mark.parametrize("labels", [None, COPIED_LABEL], ids=["unlabelled", "label-copied"])
 def test_up_refuses_a_hand_made_node_of_the_runs_name_and_creates_nothing(
         cloud, tmp_path, tpuctl_home, labels):
-    from payload.errors import UserError
+    from payload.core.errors import UserError
 
     mine = make_by_hand(cloud, labels=labels)
     config = config_file(tmp_path)
@@ -222,7 +222,7 @@ def test_train_down_refuses_a_hand_made_node(cloud, tmp_path, tpuctl_home):
 
 def _provider(config: Path):
     from launcher.providers.gcp import GcpProvider
-    from payload.config import load_config
+    from payload.core.config import load_config
 
     return GcpProvider.from_config(load_config(config), num_workers=None)
 
@@ -240,7 +240,7 @@ def test_recovery_replaces_the_runs_preempted_node(cloud, tmp_path, tpuctl_home)
 
 
 def test_recovery_never_deletes_a_hand_made_node(cloud, tmp_path):
-    from payload.errors import UserError
+    from payload.core.errors import UserError
 
     config = config_file(tmp_path)
     assert invoke("up", "-c", config).exit_code == 0
@@ -265,7 +265,7 @@ def queue_by_hand(api: FakeTpuApi) -> None:
 
 
 def test_a_queued_request_made_by_hand_is_neither_taken_nor_deleted(cloud, tmp_path):
-    from payload.errors import UserError
+    from payload.core.errors import UserError
 
     queue_by_hand(cloud)
     config = config_file(tmp_path, queued=True)
@@ -288,7 +288,7 @@ def _bucket_run(cloud, tmp_path):
     """`up` creates the bucket (Terraform's twin only records it: the test makes it in the
     emulator), then the run stages its corpus and writes its outputs there."""
     from launcher import staging
-    from payload import storage
+    from payload.core import storage
 
     corpus = tmp_path / "books.txt"
     corpus.write_text("a line of the run's own corpus\n")

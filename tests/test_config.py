@@ -9,8 +9,8 @@ import yaml
 from typer.testing import CliRunner
 
 from launcher.cli import app
-from payload.config import dump_config, load_config, parse_config
-from payload.errors import UserError
+from payload.core.config import dump_config, load_config, parse_config
+from payload.core.errors import UserError
 from tests.conftest import REPO, base_config, write_config
 
 GOOD = base_config("out", "corpus.txt")

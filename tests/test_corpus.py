@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from payload import corpus
-from payload.config import DataConfig
-from payload.errors import UserError
+from payload.core.config import DataConfig
+from payload.core.errors import UserError
+from payload.data import corpus
 
 
 def read_all(sources, data, num_workers):

@@ -3,7 +3,7 @@ and must end with exactly the outputs of an uninterrupted run, touching nothing 
 output_dir.
 
 The kill points are the stage's own changes to storage: `TPUCTL_TEST_KILL_AT=N` makes
-payload.storage SIGKILL the process just before its N-th write, rename or removal (and before
+payload.core.storage SIGKILL the process just before its N-th write, rename or removal (and before
 each TensorFlow checkpoint save). An uninterrupted reference run with `TPUCTL_TEST_WRITE_LOG`
 counts them; a seeded sample of 1..count is killed. The rerun is what a user would type: the
 same command (train: `--resume`, or a fresh start when it says there is no checkpoint yet).
@@ -234,7 +234,7 @@ def test_train_killed_at_seeded_points_reruns_to_the_final_step(world):
 
 
 def test_export_killed_at_seeded_points_leaves_a_model_and_reruns_to_the_same(world):
-    from payload import storage
+    from payload.core import storage
 
     new = world.out("exported") / "model"
     old = world.out("exported-old") / "model"

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from payload import storage
-from payload.config import load_config
-from payload.errors import UserError
-from payload.preflight import check_before_start
+from payload.core import storage
+from payload.core.config import load_config
+from payload.core.errors import UserError
+from payload.training.preflight import check_before_start
 from tests.conftest import assert_user_error, base_config, payload_env, run_payload, write_config
 from tests.test_remote_inputs import gcs  # noqa: F401 - the Cloud Storage emulator fixture
 
@@ -121,7 +121,7 @@ def test_tokenizer_is_not_replaced_under_its_shards_or_checkpoints(tmp_path, tex
                            overwrite=False)
     assert tokenizer_json.read_bytes() == first
     # Checkpoints made with it count too (what a train stage records in run.json).
-    from payload.tokenizer import fingerprint
+    from payload.data.tokenizer import fingerprint
 
     (out / "data" / "manifest.json").unlink()
     for part in (out / "data" / "parts").iterdir():
@@ -189,7 +189,7 @@ def test_output_dir_is_marked_and_an_earlier_run_is_adopted(tmp_path, texts):
 
 _REPLACE = """
 import os, sys
-from payload import storage
+from payload.core import storage
 if sys.argv[2] == "rename":
     storage._exchange = lambda a, b: False  # the two-rename path (NFS, macOS)
 with storage.replacing_folder(sys.argv[1], {"stage": "test"}) as folder:
@@ -342,7 +342,7 @@ def _outside(tmp_path: Path, files: dict[str, str]) -> Path:
 
 
 def test_train_overwrite_never_follows_a_linked_checkpoints_folder(tmp_path):
-    from payload import checkpoints
+    from payload.training import checkpoints
 
     out = tmp_path / "run"
     storage.claim_output_dir(str(out))

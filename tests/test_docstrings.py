@@ -149,7 +149,7 @@ def _check_shell(line: str, module_name: str) -> None:
 
         parser = _parser()
         options = {o for a in parser._actions for o in a.option_strings}
-        from payload.stages import STAGE_NAMES
+        from payload.core.stages import STAGE_NAMES
 
         assert words[3] in STAGE_NAMES, f"{module_name}: no payload stage {words[3]!r}"
         for word in words[4:]:

@@ -12,10 +12,10 @@ pytest.importorskip("tensorflow")
 
 from train_helpers import REPO, config_dict, make_run_dir, run_config
 
-from payload.config import parse_config
-from payload.errors import UserError
-from payload.export import run_export, trained_model
-from payload.train import run_train
+from payload.core.config import parse_config
+from payload.core.errors import UserError
+from payload.training.export import run_export, trained_model
+from payload.training.train import run_train
 
 TORCH_PYTHON = REPO / ".venv-torch" / "bin" / "python"
 TORCH_READY = REPO / ".venv-torch" / ".installed"

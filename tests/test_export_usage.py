@@ -13,9 +13,9 @@ pytest.importorskip("tensorflow")
 
 from train_helpers import REPO, config_dict, make_run_dir
 
-from payload.config import parse_config
-from payload.export import run_export
-from payload.train import run_train
+from payload.core.config import parse_config
+from payload.training.export import run_export
+from payload.training.train import run_train
 
 TORCH_PYTHON = REPO / ".venv-torch" / "bin" / "python"
 TORCH_READY = REPO / ".venv-torch" / ".installed"

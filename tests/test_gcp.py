@@ -46,7 +46,7 @@ def cloud(fleet, storage_emulator, tmp_path, tpuctl_home, monkeypatch):
     if shutil.which("terraform") is None:
         pytest.skip("needs terraform on PATH (make setup-terraform)")
     from launcher.providers import gcp_infra, gcp_site
-    from payload import storage
+    from payload.core import storage
 
     monkeypatch.setattr(gcp_infra, "INFRA_MODULE", TWIN)
     monkeypatch.setattr(gcp_site, "POLL_S", 0.1)
@@ -84,7 +84,7 @@ def gcp_config(folder: Path, fleet, **cluster) -> Path:
         "tokenizer": {"kind": "bpe", "vocab_size": 300},
         "model": {"family": "gpt2", "hidden_size": 32, "num_layers": 1, "num_heads": 2,
                   "intermediate_size": 64},
-        # v4-16: 8 chips, one replica each (payload.runplan.replicas_of)
+        # v4-16: 8 chips, one replica each (payload.training.runplan.replicas_of)
         "train": {"steps": 4, "batch_size": 8, "learning_rate": 1e-3},
     }
     path = folder / "tpuctl.yaml"
@@ -402,7 +402,7 @@ def test_the_tpu_api_endpoint_reaches_the_workers(cloud, fleet, tmp_path, tpuctl
     assert dry.exit_code == 0, dry.output
     assert f"TPUCTL_TPU_API_ENDPOINT={cloud.endpoint}" in dry.output
     assert "--hardware tpu/v4-16/tpurun" in dry.output
-    assert "python -m payload.tpu_server" in dry.output.replace(sys.executable, "python")
+    assert "python -m payload.cloud.tpu_server" in dry.output.replace(sys.executable, "python")
     assert "TPUCTL_TPU_WORKERS=grpc://" in dry.output
     assert json.loads((tpuctl_home / "gcp/tpurun/site.json").read_text()) == {
         "zone": "us-central2-b"}
@@ -476,7 +476,7 @@ def test_doctor_without_credentials_still_lists_every_check(tmp_path, tpuctl_hom
 
 
 def test_doctor_with_the_api_off_still_checks_the_bucket(tmp_path, tpuctl_home, monkeypatch):
-    from payload import storage
+    from payload.core import storage
     from tests.fakes.tpu_api import service_disabled
 
     with helpers.storage_emulator() as url, FakeTpuApi() as api:

@@ -1,4 +1,4 @@
-"""payload/storage.py on gs:// paths, against the sandbox's fake Cloud Storage (the one
+"""payload/core/storage.py on gs:// paths, against the sandbox's fake Cloud Storage (the one
 TensorFlow's gs:// writes to): every public function, and the same answers as on a local disk
 for the same tree, folder placeholders left by TensorFlow's makedirs included."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from payload import storage
-from payload.errors import UserError
+from payload.core import storage
+from payload.core.errors import UserError
 from tests.conftest import payload_env
 
 BUCKET = "storage-checks"
@@ -35,7 +35,7 @@ PLACEHOLDERS = ["tree/sub/", "tree/sub/deep/", "tree/empty/"]
 
 @pytest.fixture(scope="module")
 def gcs(gcs_sandbox):
-    """payload.storage pointed at the sandbox's fake (as STORAGE_EMULATOR_HOST does inside)."""
+    """payload.core.storage pointed at the sandbox's fake (as STORAGE_EMULATOR_HOST does inside)."""
     saved = os.environ.get("STORAGE_EMULATOR_HOST")
     os.environ["STORAGE_EMULATOR_HOST"] = gcs_sandbox.url
     storage._client = None
@@ -160,11 +160,11 @@ def test_walk_files_and_is_dir_match_local(trees):
 
 
 def test_storage_inside_the_sandbox_sees_tensorflow_objects(gcs):
-    """In one process inside the sandbox: TensorFlow writes through its gs://, payload.storage
+    """In one process inside the sandbox: TensorFlow writes through its gs://, payload.core.storage
     (STORAGE_EMULATOR_HOST from sandbox.env) reads, and the other way round."""
     code = (
         "import tensorflow as tf\n"
-        "from payload import storage\n"
+        "from payload.core import storage\n"
         f"root = '{ROOT}/inside'\n"
         "tf.io.gfile.makedirs(root + '/dir')\n"
         "with tf.io.gfile.GFile(root + '/dir/tf.txt', 'w') as f: f.write('tf')\n"

@@ -101,7 +101,7 @@ print("RESULT " + json.dumps(out))
 
 def _tfrecord(payloads: list[bytes]) -> bytes:
     """TFRecord framing, written by hand: length, its CRC, the data, its CRC."""
-    from payload.records import _masked_crc
+    from payload.data.shards import _masked_crc
 
     out = b""
     for data in payloads:

@@ -337,7 +337,7 @@ def test_checkov_finds_no_failed_check_and_every_skip_has_a_reason():
 
 
 def _gcp_run(**changes):
-    from payload.config import parse_config
+    from payload.core.config import parse_config
 
     raw = {"name": "demo",
            "cluster": {"provider": "gcp", "project": "my-project-1", "zone": "us-central2-b",
@@ -369,7 +369,7 @@ def test_the_workers_get_the_runs_prefix_and_every_corpus_bucket_not_the_whole_b
 
 def test_a_corpus_glob_over_the_whole_shared_bucket_is_refused():
     from launcher.providers.gcp_infra import bucket_access
-    from payload.errors import UserError
+    from payload.core.errors import UserError
 
     with pytest.raises(UserError) as err:
         bucket_access(_gcp_run(data={"corpus": ["gs://my-project-1-tpuctl/*.txt"]}))

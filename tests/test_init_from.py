@@ -11,10 +11,10 @@ pytest.importorskip("tensorflow")
 
 from train_helpers import config_dict, run_stage, write_config
 
-from payload.config import parse_config
-from payload.errors import UserError
-from payload.export import run_export, trained_model
-from payload.train import run_train
+from payload.core.config import parse_config
+from payload.core.errors import UserError
+from payload.training.export import run_export, trained_model
+from payload.training.train import run_train
 from tests.conftest import assert_user_error, bundled_documents, run_payload
 
 
@@ -125,8 +125,8 @@ def test_a_folder_without_what_training_needs_is_refused_before_anything_runs(fi
                       "has no tokenizer.json")
     (folder / "model.safetensors").unlink()
     (folder / "tf_model.h5").unlink()
-    from payload.preflight import check_before_start
-    from payload.stages import Stage
+    from payload.core.stages import Stage
+    from payload.training.preflight import check_before_start
 
     with pytest.raises(UserError, match=r"has neither model\.safetensors nor tf_model\.h5"):
         check_before_start(parse_config(raw), stages={Stage.TRAIN}, resume=False,
@@ -137,8 +137,8 @@ def test_a_folder_without_what_training_needs_is_refused_before_anything_runs(fi
 
 
 def test_weights_from_the_tensorflow_file_alone_load_the_same(first_run, tmp_path):
-    from payload.model import build_model
-    from payload.pretrained import load_weights
+    from payload.training.model import build_model
+    from payload.training.pretrained import load_weights
 
     first_run, first_raw = first_run
     folder = tmp_path / "model"
@@ -160,9 +160,9 @@ def test_weights_from_the_tensorflow_file_alone_load_the_same(first_run, tmp_pat
 def test_pytorch_layout_weights_load_into_the_tensorflow_model(tmp_path, family, size, rename):
     from safetensors.numpy import save_file
 
-    from payload.export import pytorch_state_dict
-    from payload.model import TokenIds, build_model, model_config
-    from payload.pretrained import load_weights
+    from payload.training.export import pytorch_state_dict
+    from payload.training.model import TokenIds, build_model, model_config
+    from payload.training.pretrained import load_weights
 
     vocab = TokenIds(vocab_size=300, special=(0, 1, 2, 3, 4), pad=1, unk=3, mask=4, bos=0, eos=2)
     settings = parse_config({

@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from launcher import records, run, runlock, ship
+from launcher import records, run, ship
 from launcher.cli import app
 from launcher.executors import LocalExecutor
 from launcher.launch import PEER_TIMEOUT_ENV
-from payload import storage
+from payload.core import storage
+from payload.jobs import runlock
 from tests.helpers import REPO, process_with_pid, wait_for
 
 runner = CliRunner()
@@ -37,7 +38,7 @@ def strangers():
 
 
 def _plan(config):
-    from payload.config import load_config
+    from payload.core.config import load_config
 
     return records.current_job(records.state_dir(), load_config(config).name).plan()
 
@@ -176,7 +177,7 @@ def test_two_set_ups_of_one_environment_build_it_once(tmp_path):
     assert sorted(r["payload"] for r in results) == [False, True], results
     assert (home / "builds.log").read_text() == "building\n"
     assert (home / ".tpuctl/env/k/.complete").exists()
-    assert (home / f".tpuctl/payload/{digest}/payload/storage.py").exists()
+    assert (home / f".tpuctl/payload/{digest}/payload/core/storage.py").exists()
     assert not list(home.glob(".tpuctl/jobs/*/worker-0/payload.whl"))
 
 
@@ -304,7 +305,7 @@ def test_run_lock_take_beat_release(tmp_path):
     holder = {"job": "a", "from": "me@here:/x.yaml", "stale_after_s": 10}
     assert runlock.take(out, holder, clock=lambda: now[0]) == ""
     assert runlock.take(out, holder, clock=lambda: now[0]) == ""  # already its own
-    from payload.errors import UserError
+    from payload.core.errors import UserError
 
     with pytest.raises(UserError, match=r"in use by job a \(started from me@here:/x.yaml; "
                                         r"last heartbeat 5 s ago\)"):
@@ -497,9 +498,9 @@ def test_a_hub_token_in_the_users_environment_reaches_no_process_of_the_job(loca
 def _agent_pid(config, worker: int = 0) -> int:
     members = subprocess.run(["pgrep", "-g", str(_group(config, worker))], capture_output=True,
                              text=True).stdout.split()
-    # The agent's own argv (`python -m launcher.agent PLAN`), not the shell whose script names it.
+    # The agent's own argv (`python -m payload.jobs.agent PLAN`), not the shell whose script names it.
     return next(int(pid) for pid in members
-                if b"\0-m\0launcher.agent\0" in Path(f"/proc/{pid}/cmdline").read_bytes())
+                if b"\0-m\0payload.jobs.agent\0" in Path(f"/proc/{pid}/cmdline").read_bytes())
 
 
 @pytest.fixture

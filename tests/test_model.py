@@ -6,9 +6,9 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from payload.config import parse_config
-from payload.errors import UserError
-from payload.model import TokenIds, model_config
+from payload.core.config import parse_config
+from payload.core.errors import UserError
+from payload.training.model import TokenIds, model_config
 
 VOCAB = TokenIds(vocab_size=777, special=(0, 1, 2, 3, 4), pad=1, unk=3, mask=4, bos=0, eos=2)
 
@@ -76,7 +76,7 @@ def _initial_loss(family: str, size: str) -> tuple[float, float]:
     import tensorflow as tf
     import tf_keras
 
-    from payload.model import build_model, forward, loss_sums
+    from payload.training.model import build_model, forward, loss_sums
 
     vocab = TokenIds(vocab_size=2000, special=(0, 1, 2, 3, 4), pad=1, unk=3, mask=4, bos=0,
                      eos=2)
@@ -101,7 +101,7 @@ def _initial_loss(family: str, size: str) -> tuple[float, float]:
 
 
 def _every_size():
-    from payload.sizes import SIZES
+    from payload.training.sizes import SIZES
 
     for family, sizes in SIZES.items():
         for size in sizes:

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from payload.config import load_config
-from payload.errors import UserError
-from payload.preflight import check_before_start
+from payload.core.config import load_config
+from payload.core.errors import UserError
+from payload.training.preflight import check_before_start
 from tests.conftest import REPO, assert_user_error, base_config, payload_env, write_config
 
 ALL = ("tokenizer", "prepare", "train", "export")

@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 from launcher import jobs, run
 from launcher.environment import EnvMode, plan_environment
-from launcher.groups import record_group
 from launcher.plan import (
     ALL_STAGES,
     Plan,
@@ -25,9 +24,10 @@ from launcher.plan import (
     parse_stages,
     render_plan,
 )
-from payload.config import parse_config
-from payload.errors import UserError
-from payload.strategy import CPU, Hardware
+from payload.core.config import parse_config
+from payload.core.errors import UserError
+from payload.jobs.groups import record_group
+from payload.training.strategy import CPU, Hardware
 from tests.helpers import wait_for
 
 RAW = {
@@ -118,7 +118,7 @@ def test_tpu_pod_trains_on_worker_zero_after_freeing_every_host():
 
 def _holder(cwd, device, *, record=None, ended=False):
     """A process holding `device` open. With `record` (a job folder under cwd), its group is
-    recorded as tpuctl records a job's (launcher.groups); with `ended` too, the job's leader
+    recorded as tpuctl records a job's (payload.jobs.groups); with `ended` too, the job's leader
     wrote its exit code and left while the holder lives on, as a crashed TF process does."""
     if record is None:
         proc = subprocess.Popen(["sh", "-c", f"exec 3<{device}; exec sleep 60"], cwd=cwd,
@@ -294,7 +294,7 @@ def test_the_tpu_environment_pins_everything_it_installs_for_every_accelerator(t
 
     from launcher import launch, ship
     from launcher.tpu_lock import TPU_LOCK
-    from payload import accelerators
+    from payload.cloud import accelerators
 
     lock = {Requirement(r).name: Requirement(r) for r in TPU_LOCK}
     assert str(lock["libtpu"].specifier) == "==0.0.14"
@@ -369,7 +369,7 @@ def test_config_values_never_change_what_runs(python, corpus, output_dir):
     setup_words = _words_from_shell(shlex.join(env.setup))
     assert setup_words == list(env.setup)
     # The shared-output check puts output_dir itself on a command line.
-    check = run._python_snippet(p, "pass", p.barrier_dir)
+    check = run._worker_module(p, "pass", p.barrier_dir)
     assert _words_from_shell(check)[-1] == p.barrier_dir
 
 
@@ -385,7 +385,7 @@ def test_job_commands_parse():
 
 def test_providers_are_one_table_and_a_record_reopens_the_same_reach(tmp_path, monkeypatch):
     from launcher import providers
-    from payload.config import CLUSTERS
+    from payload.core.config import CLUSTERS
 
     monkeypatch.setenv("TPUCTL_HOME", str(tmp_path))
     # Every provider the launcher serves is one the config knows.

@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from payload import records
-from payload.config import load_config
-from payload.errors import UserError
-from payload.prepare import encode_stream, in_validation
+from payload.core.config import load_config
+from payload.core.errors import UserError
+from payload.data import shards as records
+from payload.data.prepare import encode_stream, in_validation
 from tests.conftest import assert_user_error, base_config, payload_env, run_payload, write_config
 
 FRACTION = 0.2

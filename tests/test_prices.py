@@ -2,9 +2,9 @@
 
 import pytest
 
-from payload.accelerators import ACCELERATORS, accelerator
-from payload.errors import UserError
-from payload.prices import PRICE_NOTE, PRICE_TABLE_DATE, hourly_price
+from payload.cloud.accelerators import ACCELERATORS, accelerator
+from payload.cloud.prices import PRICE_NOTE, PRICE_TABLE_DATE, cost_usd, hourly_cost, hourly_price
+from payload.core.errors import UserError
 
 
 def test_v4_8_on_demand_by_hand():
@@ -66,3 +66,43 @@ def test_every_type_has_an_on_demand_price_in_some_zone_that_offers_it():
         known = [p for p in prices if p.known]
         assert known, acc.name
         assert all(p.usd_per_hour == pytest.approx(p.per_chip * acc.chips) for p in known)
+
+
+def test_config_run_plan_and_provider_all_price_through_the_one_catalog(monkeypatch):
+    """A price comes from prices.hourly_cost alone: change the catalog's answer and the cluster's
+    price, the run plan's cost and the gcp provider's node price all follow it."""
+    from payload.cloud import prices
+    from payload.core.config import parse_config
+    from payload.training import runplan
+    from payload.training.strategy import Hardware
+    from tests.test_runplan import _raw
+
+    asked = []
+
+    def catalog(accelerator_type, zone, provisioning):
+        asked.append((accelerator_type, zone, provisioning))
+        return prices.Price(usd_per_hour=7.0, per_chip=7.0 / 16, chips=16,
+                            accelerator=accelerator_type, generation="v5e",
+                            region="us-central1", provisioning=provisioning)
+
+    monkeypatch.setattr(prices, "hourly_cost", catalog)
+    config = parse_config(_raw())
+    assert config.cluster.hourly_usd() == 7.0
+    plan = runplan.run_plan(config, hardware=Hardware.tpu("v5litepod-16", "plan"), num_workers=4)
+    assert plan.usd_per_hour == 7.0
+    assert plan.cost_usd == pytest.approx(prices.cost_usd(7.0, plan.wall_time_s / 3600))
+
+    from launcher.providers import gcp_infra
+    from payload.cloud import tpu_api
+
+    node = tpu_api.Node(name="n", uid="u", state="READY", health="", health_description="",
+                        symptoms=(), accelerator_type="v5litepod-16", runtime_version="r",
+                        endpoints=(), create_time=None, labels={})
+    assert gcp_infra.node_price(node, "us-central1-a", "spot") == "$7.00/h"
+    assert asked and all(a == ("v5litepod-16", "us-central1-a", "spot") for a in asked)
+
+
+def test_the_catalog_looks_up_by_accelerator_name():
+    assert hourly_cost("v4-8", "us-central2-b", "on_demand") == hourly_price(
+        accelerator("v4-8"), "us-central2-b", "on_demand")
+    assert cost_usd(12.88, 2.0) == pytest.approx(25.76)

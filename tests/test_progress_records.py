@@ -1,4 +1,4 @@
-"""The train stage's progress records (payload.progress): from the first step whatever
+"""The train stage's progress records (payload.training.progress): from the first step whatever
 eval_every is, one record per report that metrics.json keeps as it is, a final one that says why
 training stopped early."""
 
@@ -10,9 +10,9 @@ pytest.importorskip("tensorflow")
 
 from train_helpers import make_run_dir, run_config
 
-from payload import progress
-from payload import train as train_stage
-from payload.train import run_train
+from payload.training import progress
+from payload.training import train as train_stage
+from payload.training.train import run_train
 
 
 def said(capsys) -> list[dict]:

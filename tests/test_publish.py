@@ -19,9 +19,9 @@ from launcher import hub as launcher_hub
 from launcher.environment import plan_environment
 from launcher.executors import _script_for_stdin
 from launcher.plan import Stage, Worker, build_plan, parse_stages, render_plan
-from payload.config import parse_config
-from payload.errors import UserError
-from payload.strategy import CPU
+from payload.core.config import parse_config
+from payload.core.errors import UserError
+from payload.training.strategy import CPU
 from tests.fakes.hub import FakeHub
 from tests.helpers import REPO, tiny_config
 
@@ -119,7 +119,7 @@ def test_secrets_reach_the_ssh_shell_as_variables_not_arguments():
 def test_the_model_card_shows_the_model_not_the_infrastructure(tmp_path):
     from markdown_it import MarkdownIt
 
-    from payload.publish import model_card
+    from payload.training.publish import model_card
 
     corpus = "/home/alice/data/we`ird *name* <b>.txt"
     raw = yaml.safe_load(tiny_config(tmp_path, output_dir="gs://alice-private-bucket/run",
@@ -145,7 +145,8 @@ def test_the_model_card_shows_the_model_not_the_infrastructure(tmp_path):
 
 
 def test_publish_reads_only_a_complete_export(tmp_path, hub, monkeypatch):
-    from payload import publish, storage
+    from payload.core import storage
+    from payload.training import publish
 
     config = _config(tmp_path, repo="lab/model")
     (tmp_path / "out" / "model").mkdir(parents=True)

@@ -7,9 +7,10 @@ import os
 
 import pytest
 
-from payload import corpus, records
-from payload.config import DataConfig
-from payload.errors import UserError
+from payload.core.config import DataConfig
+from payload.core.errors import UserError
+from payload.data import corpus
+from payload.data import shards as records
 from tests.conftest import assert_user_error, base_config, payload_env, run_payload, write_config
 from tests.helpers import storage_emulator
 
@@ -20,13 +21,13 @@ def gcs():
     with storage_emulator(default_bucket="tpuctl-test") as host:
         saved = os.environ.get("STORAGE_EMULATOR_HOST")
         os.environ["STORAGE_EMULATOR_HOST"] = host
-        import payload.storage
+        import payload.core.storage
 
-        payload.storage._client = None
+        payload.core.storage._client = None
         try:
             yield host
         finally:
-            payload.storage._client = None
+            payload.core.storage._client = None
         if saved is None:
             os.environ.pop("STORAGE_EMULATOR_HOST", None)
         else:
@@ -34,7 +35,7 @@ def gcs():
 
 
 def test_tokenizer_and_prepare_on_cloud_storage(gcs, tmp_path, small_corpus):
-    from payload import storage
+    from payload.core import storage
 
     text = small_corpus.read_text()
     half = len(text) // 2

@@ -10,8 +10,8 @@ pytest.importorskip("tensorflow")
 
 from train_helpers import make_run_dir, run_config
 
-from payload.optimization import learning_rate_at, warmup_linear_decay
-from payload.train import run_train, schedule_change
+from payload.training.optimization import learning_rate_at, warmup_linear_decay
+from payload.training.train import run_train, schedule_change
 
 
 def test_the_plain_rate_is_the_schedule_the_optimizer_uses():

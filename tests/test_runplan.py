@@ -9,10 +9,10 @@ import sys
 import pytest
 import yaml
 
-from payload import runplan
-from payload.config import parse_config
-from payload.errors import UserError
-from payload.strategy import CPU, Hardware
+from payload.core.config import parse_config
+from payload.core.errors import UserError
+from payload.training import runplan
+from payload.training.strategy import CPU, Hardware
 from tests.helpers import REPO
 
 
@@ -86,8 +86,8 @@ def test_masked_lm_scores_only_the_masked_positions():
 def test_t5_counts_every_matrix_of_both_stacks_once():
     config = parse_config(_raw(model={"family": "t5", "size": "base"},
                                tokenizer={"vocab_size": 32128}, data={"seq_len": 512}))
-    from payload.runplan import run_architecture
-    from payload.sizes import count_parameters
+    from payload.training.runplan import run_architecture
+    from payload.training.sizes import count_parameters
 
     arch = run_architecture(config)
     flops = runplan.step_flops(arch, seq_len=100, target_len=100)
@@ -197,7 +197,8 @@ def test_dry_run_prints_the_plan_and_refuses_a_bad_batch(tmp_path):
 
 
 def test_dry_run_on_cpu_workers_warns_from_the_manifest(tmp_path):
-    from payload import records, storage
+    from payload.core import storage
+    from payload.data import shards as records
 
     out = tmp_path / "out"
     storage.claim_output_dir(str(out))  # an output_dir an earlier prepare made
@@ -230,7 +231,7 @@ def test_dry_run_on_cpu_workers_warns_from_the_manifest(tmp_path):
 def test_dry_run_on_cpu_workers_times_the_run_by_the_last_measured_speed(tmp_path):
     import json
 
-    from payload import storage
+    from payload.core import storage
 
     out = tmp_path / "out"
     storage.claim_output_dir(str(out))

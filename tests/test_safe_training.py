@@ -15,10 +15,10 @@ pytest.importorskip("tensorflow")
 
 from train_helpers import make_run_dir, run_config, run_stage, stage_command, write_config
 
-from payload import storage
-from payload.errors import UserError
-from payload.export import run_export
-from payload.train import run_train
+from payload.core import storage
+from payload.core.errors import UserError
+from payload.training.export import run_export
+from payload.training.train import run_train
 from tests.conftest import assert_user_error, payload_env
 
 

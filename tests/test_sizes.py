@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from payload.config import dump_config, parse_config
-from payload.errors import UserError
-from payload.runplan import describe_model
-from payload.sizes import SIZES, architecture, count_parameters, parameter_count
+from payload.core.config import dump_config, parse_config
+from payload.core.errors import UserError
+from payload.training.runplan import describe_model
+from payload.training.sizes import SIZES, architecture, count_parameters, parameter_count
 from tests.conftest import REPO, assert_user_error, run_payload, write_config
 
 TORCH_PYTHON = REPO / ".venv-torch" / "bin" / "python"
@@ -137,7 +137,7 @@ def tensorflow_counts():
     """The TF models' own counts for tiny and small of every family (vocabulary 1000), and an
     explicit shape, with the configs they were built from."""
     pytest.importorskip("tensorflow")
-    from payload.model import TokenIds, build_model, model_config
+    from payload.training.model import TokenIds, build_model, model_config
 
     vocab = TokenIds(vocab_size=1000, special=(0, 1, 2, 3, 4), pad=1, unk=3, mask=4, bos=0,
                      eos=2)
@@ -198,8 +198,8 @@ def test_t5_v1_1_trains_exports_and_gives_the_same_logits_in_pytorch(tmp_path):
     from safetensors.numpy import load_file
     from train_helpers import config_dict, make_run_dir
 
-    from payload.export import run_export, trained_model
-    from payload.train import run_train
+    from payload.training.export import run_export, trained_model
+    from payload.training.train import run_train
 
     out = make_run_dir(tmp_path, "t5")
     raw = config_dict(out, "t5", steps=4, warmup_steps=0, checkpoint_every=4, eval_every=4)

@@ -252,7 +252,7 @@ def test_wheelhouse_environment_is_created_once_and_cached(fleet, tmp_path):
         # (The payload itself may be there from earlier tests in this session.)
         assert all(d["env"] and d["wheelhouse"] for d in first)
         check = executor.run(workers[1], f"env PYTHONPATH={paths[1].payload_dir} {env.python} -c "
-                             "'import tinydep, payload.errors; print(tinydep.VALUE)'")
+                             "'import tinydep, payload.core.errors; print(tinydep.VALUE)'")
         assert check.stdout.strip() == "42", check.stderr
         again = ship.ship(executor, workers, env, paths, wheel, wheelhouse=(str(house), digest))
         assert again == [{"payload": False, "env": False, "wheelhouse": False}] * 2

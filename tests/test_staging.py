@@ -7,7 +7,7 @@ import os
 import pytest
 
 from launcher import staging
-from payload import storage
+from payload.core import storage
 from tests.helpers import storage_emulator
 
 

@@ -2,10 +2,10 @@
 
 import pytest
 
-from payload import strategy
-from payload.config import parse_config
-from payload.errors import UserError
-from payload.strategy import (
+from payload.core.config import parse_config
+from payload.core.errors import UserError
+from payload.training import strategy
+from payload.training.strategy import (
     CPU,
     TPU_STEPS_PER_EXECUTION,
     ClusterFacts,
@@ -140,7 +140,7 @@ def test_worker_index_out_of_range_is_refused():
 
 def test_cpu_plan_builds_the_default_strategy():
     tf = pytest.importorskip("tensorflow")
-    from payload.strategy import build_strategy
+    from payload.training.strategy import build_strategy
 
     strategy = build_strategy(plan_strategy(ClusterFacts(hardware=CPU, num_workers=1)))
     assert strategy is tf.distribute.get_strategy()
@@ -149,7 +149,7 @@ def test_cpu_plan_builds_the_default_strategy():
 def test_pod_hosts_other_than_worker_zero_do_not_train(caplog):
     import logging
 
-    from payload.train import run_train
+    from payload.training.train import run_train
 
     caplog.set_level(logging.INFO)
     run_train(gcp_config("v4-32"), worker_index=2, num_workers=4,
@@ -168,7 +168,7 @@ def test_pod_driver_reaches_the_hosts_servers_listed_by_the_launcher():
 
 def test_no_tpu_is_an_error_unless_the_tpu_api_is_a_stand_in():
     tf = pytest.importorskip("tensorflow")
-    from payload.strategy import build_strategy
+    from payload.training.strategy import build_strategy
 
     real = plan_strategy(cluster_facts(tpu(), worker_index=0, num_workers=1, environ={}))
     with pytest.raises(UserError, match="no TPU found on this worker"):

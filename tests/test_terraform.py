@@ -27,7 +27,7 @@ from launcher.terraform import (
     work_dir,
     write_vars,
 )
-from payload.errors import UserError
+from payload.core.errors import UserError
 from tests.conftest import REPO
 from tests.fakes.tpu_api import FakeTpuApi
 

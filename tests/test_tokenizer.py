@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from payload.families import FAMILIES
-from payload.tokenizer import train_tokenizer
+from payload.data.tokenizer import train_tokenizer
+from payload.training.families import FAMILIES
 from tests.conftest import REPO, assert_user_error, base_config, run_payload, write_config
 
 KINDS = ["unigram", "bpe", "wordpiece", "sentencepiece"]
@@ -123,7 +123,7 @@ def test_transformers_5_encodes_the_same_ids(trained, held_out, tmp_path):
 
 
 def test_sentencepiece_conversion_matches_the_sentencepiece_model(small_corpus, held_out):
-    from payload.tokenizer import _train_sentencepiece
+    from payload.data.tokenizer import _train_sentencepiece
 
     texts = small_corpus.read_text().splitlines()
     fast, model_bytes = _train_sentencepiece(texts, vocab_size=1200, family=FAMILIES["t5"])

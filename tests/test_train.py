@@ -10,10 +10,10 @@ pytest.importorskip("tensorflow")
 
 from train_helpers import VOCAB, config_dict, make_run_dir, run_config
 
-from payload import records
-from payload.config import parse_config
-from payload.errors import UserError
-from payload.train import check_batch_size, run_train
+from payload.core.config import parse_config
+from payload.core.errors import UserError
+from payload.data import shards as records
+from payload.training.train import check_batch_size, run_train
 
 
 def written(out) -> set[str]:
@@ -144,8 +144,8 @@ def test_heads_must_divide_hidden_size(tmp_path):
 
 
 def test_more_spans_than_sentinels_is_refused(tmp_path):
-    from payload.model import TokenIds
-    from payload.train import objective_for
+    from payload.training.model import TokenIds
+    from payload.training.train import objective_for
 
     config = run_config(tmp_path, "t5")
     vocab = TokenIds(vocab_size=600, special=(0, 1, 2, 3), pad=0, unk=1, eos=2, sentinels=(3,))
@@ -204,8 +204,8 @@ def test_bf16_and_adafactor_train_and_keep_float32_weights(tmp_path):
 @pytest.mark.parametrize("family", ["bert", "roberta", "gpt2", "t5"])
 def test_every_feature_has_a_static_shape(tmp_path, family):
     # A TPU compiles the step once only if no dimension is left to the data.
-    from payload.data import input_pipeline
-    from payload.train import check_inputs, objective_for
+    from payload.data.pipeline import input_pipeline
+    from payload.training.train import check_inputs, objective_for
 
     config = run_config(make_run_dir(tmp_path, family), family)
     inputs = check_inputs(config)
@@ -253,7 +253,7 @@ def test_a_time_limit_stops_training_after_a_checkpoint(tmp_path, roberta_dir):
 
 
 def test_a_billing_record_counts_every_node_the_run_used(tmp_path):
-    from payload import budget
+    from payload.cloud import budget
 
     out = str(tmp_path)
     budget.record_node(out, uid="1", zone="z", created=1000.0)
@@ -271,7 +271,7 @@ def test_a_billing_record_counts_every_node_the_run_used(tmp_path):
 def test_shards_are_hashed_once_then_checked_by_size(tmp_path, roberta_dir):
     """The first start reads every shard (sha256) and records it; later starts only compare
     sizes (a same-size change goes unseen then, by design: the full check ran once)."""
-    from payload.records import check_shards, load_manifest
+    from payload.data.shards import check_shards, load_manifest
 
     out = fresh_copy(roberta_dir, tmp_path)
     manifest = load_manifest(str(out))

@@ -6,7 +6,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from payload import records  # noqa: E402
-from payload.data import input_pipeline  # noqa: E402
+from payload.data.pipeline import input_pipeline  # noqa: E402
 
 RECORD_LEN, BATCH = 8, 4
 

@@ -15,7 +15,7 @@ pytest.importorskip("tensorflow")
 
 from train_helpers import make_run_dir, stage_command, write_config
 
-from payload import strategy
+from payload.training import strategy
 from tests.conftest import payload_env
 from tests.test_train_processes import free_ports
 

@@ -14,7 +14,7 @@ pytest.importorskip("tensorflow")
 
 from train_helpers import make_run_dir, run_stage, stage_command, write_config
 
-from payload import strategy
+from payload.training import strategy
 from tests.conftest import payload_env
 
 

@@ -12,9 +12,9 @@ pytest.importorskip("tensorflow")
 
 from train_helpers import make_run_dir, run_config
 
-from payload import progress, runplan
-from payload.strategy import CPU, Hardware
-from payload.utilisation import Meter, cpu_peak_flops, meter_for
+from payload.training import progress, runplan
+from payload.training.strategy import CPU, Hardware
+from payload.training.utilisation import Meter, cpu_peak_flops, meter_for
 
 
 def test_fields_are_the_arithmetic_they_claim():
@@ -41,8 +41,8 @@ def test_tpu_hardware_without_a_tpu_strategy_is_measured_as_cpu(tmp_path):
 
     out = make_run_dir(tmp_path, "gpt2")
     config = run_config(out, "gpt2")
-    from payload.model import model_config
-    from payload.train import check_inputs
+    from payload.training.model import model_config
+    from payload.training.train import check_inputs
 
     inputs = check_inputs(config)
     meter = meter_for(config, inputs.hf_config, tf.distribute.get_strategy(),
@@ -57,10 +57,10 @@ def test_tpu_hardware_without_a_tpu_strategy_is_measured_as_cpu(tmp_path):
 
 
 def test_a_cpu_run_reports_utilisation_everywhere(tmp_path, caplog, capsys):
-    from payload.train import run_train
+    from payload.training.train import run_train
 
     out = make_run_dir(tmp_path, "roberta")
-    with caplog.at_level(logging.INFO, logger="payload.train"):
+    with caplog.at_level(logging.INFO, logger="payload.training.train"):
         run_train(run_config(out, "roberta", steps=40))
     metrics = json.loads((out / "metrics.json").read_text())
     header = metrics["utilisation"]
@@ -74,7 +74,7 @@ def test_a_cpu_run_reports_utilisation_everywhere(tmp_path, caplog, capsys):
     assert 0 < final["mfu"] < 1
     assert final["model_flops_per_s"] == pytest.approx(
         header["flops_per_step"] * final["steps_per_s"])
-    # The progress records (payload.progress) carry them, and the live view shows the MFU.
+    # The progress records (payload.training.progress) carry them, and the live view shows the MFU.
     said = [r for r in map(progress.parse, capsys.readouterr().out.splitlines())
             if r and r["kind"] == "train" and r["tokens_per_s"]]
     assert said and all(0 < r["mfu"] < 1 and "MFU" in progress.describe(r) for r in said)

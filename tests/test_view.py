@@ -1,11 +1,11 @@
 """What the launcher shows of a job (launcher.view) and the progress records it reads
-(payload.progress): lines kept and hidden, one voice for training, the summary at the end."""
+(payload.training.progress): lines kept and hidden, one voice for training, the summary at the end."""
 
 import pytest
 
 from launcher import view
 from launcher.view import NOISE, LineFilter, View, shown_lines, step_and_last, summary
-from payload import progress
+from payload.training import progress
 
 # Lines the live view leaves out (each also stays in the worker's full log).
 HIDDEN = [
@@ -29,7 +29,7 @@ KEPT = [
     "16:29:25 w0 prepare train shard 0: 2000 records -> train/train-w00000of00002-00000.tfrecord",
     "16:30:09 w1 train finished at step 200; weights sha256 e7748d264e576835",
     "Traceback (most recent call last):",
-    '  File "/work/payload/train.py", line 356, in _loop',
+    '  File "/work/payload/training/train.py", line 356, in _loop',
     "tensorflow.python.framework.errors_impl.UnavailableError: Graph execution error:",
     "RuntimeError: the stub's train broke on worker 1",
     "MemoryError",
@@ -81,7 +81,7 @@ Additional GRPC error information from remote target /job:worker/replica:0/task:
 :UNKNOWN:Error received from peer  {grpc_status:14, grpc_message:"failed to connect to all \
 addresses"}
 Traceback (most recent call last):
-  File "/work/payload/train.py", line 356, in _loop
+  File "/work/payload/training/train.py", line 356, in _loop
     loss_sum, first_bad = train_chunk(iterator, tf.constant(stop - step))
 tensorflow.python.framework.errors_impl.UnavailableError: Graph execution error:
 

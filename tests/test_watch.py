@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from launcher.cli import app
 from launcher.launch import STAGE_ENTRY_ENV
 from launcher.view import NOISE, LineFilter
-from payload import progress
+from payload.training import progress
 from tests.helpers import REPO, install_stub, tiny_config, wait_for
 
 runner = CliRunner()

@@ -17,10 +17,16 @@ This module is the one place that reads `cluster.provider`; everything else asks
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from launcher.plan import Worker
 from launcher.providers import gcp, local, ssh
 from launcher.providers.base import Fleet, Provider
-from payload.errors import UserError
+from payload.core.errors import UserError
+
+if TYPE_CHECKING:
+    from payload.core.config import RunConfig
+
 
 __all__ = ["PROVIDERS", "Fleet", "Provider", "provider_for", "reopen"]
 
@@ -32,7 +38,7 @@ PROVIDERS: dict[str, type] = {
 }
 
 
-def provider_for(config, *, local_override: bool = False,
+def provider_for(config: RunConfig, *, local_override: bool = False,
                  num_workers: int | None = None) -> Provider:
     """The provider for the config's cluster; `local_override` (--local) runs any config as
     local processes."""

@@ -3,7 +3,7 @@
     class MyProvider:                     # one file per provider, listed in PROVIDERS
         name = "mine"
         @classmethod
-        def from_config(cls, config, *, num_workers): ...
+        def from_config(cls, config: RunConfig, *, num_workers): ...
         @classmethod
         def from_reach(cls, reach, workers): ...
 """
@@ -12,10 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from launcher.plan import NodeToDelete, Worker
-from payload.strategy import Hardware
+from payload.training.strategy import Hardware
+
+if TYPE_CHECKING:
+    from payload.core.config import RunConfig
+
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,7 +57,7 @@ class Provider(Protocol):
     name: ClassVar[str]
 
     @classmethod
-    def from_config(cls, config, *, num_workers: int | None) -> Provider:
+    def from_config(cls, config: RunConfig, *, num_workers: int | None) -> Provider:
         """The provider a run config describes (`num_workers`: the --workers option)."""
 
     @classmethod
@@ -105,10 +109,10 @@ class Provider(Protocol):
     def connect(self, workers: tuple[Worker, ...]):
         """An executor (launcher.executors) for these workers."""
 
-    def worker_config(self, config):
+    def worker_config(self, config: RunConfig):
         """The run config as the workers see it: what is shipped and recorded."""
 
-    def stage_inputs(self, config, on_event: Callable[[str], None]):
+    def stage_inputs(self, config: RunConfig, on_event: Callable[[str], None]):
         """Put what the workers must read but cannot see (a laptop's corpus) where they can;
         the config that points at it (unchanged for local and ssh)."""
 
@@ -150,11 +154,11 @@ class OwnMachines:
     def trouble(self) -> str | None:
         return None
 
-    def stage_inputs(self, config, on_event: Callable[[str], None]):
+    def stage_inputs(self, config: RunConfig, on_event: Callable[[str], None]):
         return config
 
     def node_to_delete(self, on_event: Callable[[str], None]) -> NodeToDelete:
-        from payload.errors import UserError
+        from payload.core.errors import UserError
 
         raise UserError(f"--down deletes a cloud TPU when the job ends; {self.what} have none",
                         hint="leave --down out")
@@ -163,7 +167,7 @@ class OwnMachines:
         return None
 
     def recover(self, on_event: Callable[[str], None]) -> None:
-        from payload.errors import UserError
+        from payload.core.errors import UserError
 
         raise UserError(f"{self.what} cannot be replaced by tpuctl",
                         hint="--auto-resume recovers preempted cloud TPUs")

@@ -17,16 +17,21 @@ from __future__ import annotations
 import dataclasses
 import getpass
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from launcher.executors import SshExecutor, SshSettings
 from launcher.plan import NodeToDelete, Worker
 from launcher.providers import gcp_doctor, gcp_infra, gcp_owned, gcp_site
 from launcher.providers.base import Check, Fleet
 from launcher.providers.gcp_site import Site
-from payload import budget
-from payload.errors import UserError
-from payload.strategy import Hardware
-from payload.tpu_api import GONE_STATES, stand_in
+from payload.cloud import budget
+from payload.cloud.tpu_api import GONE_STATES, stand_in
+from payload.core.errors import UserError
+from payload.training.strategy import Hardware
+
+if TYPE_CHECKING:
+    from payload.core.config import RunConfig
+
 
 NAME = "gcp"
 UNREACHABLE_HINT = "check the TPU with `tpuctl status`; if it was preempted, `tpuctl up` again"
@@ -44,7 +49,7 @@ class GcpProvider:
         return isinstance(other, GcpProvider) and other.site == self.site
 
     @classmethod
-    def from_config(cls, config, *, num_workers: int | None) -> GcpProvider:
+    def from_config(cls, config: RunConfig, *, num_workers: int | None) -> GcpProvider:
         if num_workers is not None:
             raise UserError("--workers only applies with --local",
                             hint="a TPU runs on all of its hosts; its size is "
@@ -135,10 +140,10 @@ class GcpProvider:
                                identity_file=self.site.identity_file)
         return SshExecutor(workers, settings, unreachable_hint=UNREACHABLE_HINT)
 
-    def worker_config(self, config):
+    def worker_config(self, config: RunConfig):
         return config
 
-    def stage_inputs(self, config, on_event: Callable[[str], None]):
+    def stage_inputs(self, config: RunConfig, on_event: Callable[[str], None]):
         """A local corpus goes to gs://BUCKET/corpus/ (launcher.staging): TPU hosts read it
         there. gs:// and hf: entries are left as they are."""
         from launcher import staging

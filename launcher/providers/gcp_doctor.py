@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from launcher.providers import gcp_site
 from launcher.providers.base import Check
 from launcher.providers.gcp_site import Site
-from payload import accelerators, tpu_api
-from payload.errors import UserError, counted
+from payload.cloud import accelerators, tpu_api
+from payload.core.errors import UserError, counted
+
+if TYPE_CHECKING:
+    from payload.core.config import RunConfig
+
 
 OS_LOGIN_KEY = "enable-oslogin"
 
@@ -30,7 +35,7 @@ def _check(name: str, run: Callable[[], str | None]) -> Check:
     return Check(name, "ok", remark or "")
 
 
-def checks(config, site: Site) -> Iterator[Check]:
+def checks(config: RunConfig, site: Site) -> Iterator[Check]:
     """Every check, each once: one that cannot run because an earlier one failed (no
     credentials, the API off) says so as a skip, so the whole list shows in one round."""
     cluster = config.cluster
@@ -97,7 +102,7 @@ def _quota_check(cluster) -> Check:
 def _bucket_check(cluster) -> Check:
     from google.api_core import exceptions as gexc
 
-    from payload import storage
+    from payload.core import storage
 
     def look() -> str:
         try:

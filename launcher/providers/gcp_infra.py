@@ -17,12 +17,17 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from launcher import staging, terraform
 from launcher.providers import gcp_owned, gcp_site
 from launcher.providers.gcp_site import Site
-from payload import accelerators, prices, tpu_api
-from payload.errors import UserError
+from payload.cloud import accelerators, prices, tpu_api
+from payload.core.errors import UserError
+
+if TYPE_CHECKING:
+    from payload.core.config import RunConfig
+
 
 # Terraform's module: the repository's infra/ (tests point this at a twin of it).
 INFRA_MODULE = terraform.INFRA_DIR
@@ -31,7 +36,7 @@ CAPACITY_WORDS = ("RESOURCE_EXHAUSTED", "no more capacity", "capacity", "stockou
 RUN_LABEL = gcp_owned.RUN_LABEL
 
 
-def terraform_vars(config, site: Site, *, zone: str, create_tpu: bool,
+def terraform_vars(config: RunConfig, site: Site, *, zone: str, create_tpu: bool,
                    create_bucket: bool, public_key: str) -> terraform.TerraformVars:
     """The run config as infra/'s variables: the one place that maps one to the other."""
     cluster = config.cluster
@@ -51,7 +56,7 @@ def terraform_vars(config, site: Site, *, zone: str, create_tpu: bool,
 _GLOB = re.compile(r"[*?\\[]")
 
 
-def bucket_access(config) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+def bucket_access(config: RunConfig) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
     """What the workers' account may touch in storage (issue 16, point 11): (the run's own
     prefix in the run's bucket, which it may change; the prefixes there it may read: the staged
     corpus/ and every gs:// corpus entry in that bucket; every other bucket a corpus entry is
@@ -82,22 +87,20 @@ def bucket_access(config) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
     return (run_prefix, tuple(dict.fromkeys(read)), tuple(sorted(others)))
 
 
-def accelerator_of(config) -> accelerators.Accelerator:
+def accelerator_of(config: RunConfig) -> accelerators.Accelerator:
     return accelerators.accelerator(config.cluster.accelerator_type)
 
 
-def hourly_price(config) -> prices.Price:
-    cluster = config.cluster
-    return prices.hourly_price(accelerator_of(config), cluster.zone, cluster.provisioning)
+def hourly_price(config: RunConfig) -> prices.Price:
+    return config.cluster.hourly_price()
 
 
 def node_price(node: tpu_api.Node, zone: str, provisioning: str) -> str:
     """The node's price per hour from the table, as words ("no ... price" when unknown)."""
     try:
-        acc = accelerators.accelerator(node.accelerator_type)
+        price = prices.hourly_cost(node.accelerator_type, zone, provisioning)
     except UserError:
         return f"no price for {node.accelerator_type}"
-    price = prices.hourly_price(acc, zone, provisioning)
     return f"${price.usd_per_hour:,.2f}/h" if price.known else price.describe()
 
 
@@ -110,16 +113,15 @@ def running_cost(node: tpu_api.Node, zone: str, provisioning: str) -> str:
         return per_hour
     hours = max(0.0, time.time() - node.create_time) / 3600
     try:
-        price = prices.hourly_price(accelerators.accelerator(node.accelerator_type), zone,
-                                    provisioning)
+        price = prices.hourly_cost(node.accelerator_type, zone, provisioning)
     except UserError:
         price = None
-    spent = (f", about ${price.usd_per_hour * hours:,.2f} so far" if price and price.known
+    spent = (f", about ${price.cost_usd(hours):,.2f} so far" if price and price.known
              else "")
     return f"{per_hour}; up {hours:.1f} h{spent} (price table of {prices.PRICE_TABLE_DATE})"
 
 
-def up_plan(config, site: Site) -> list[str]:
+def up_plan(config: RunConfig, site: Site) -> list[str]:
     """What `tpuctl up` would create and what it costs per hour; reads nothing remote."""
     cluster = config.cluster
     acc = accelerator_of(config)
@@ -155,7 +157,7 @@ def _bucket_exists(bucket: str, project: str) -> bool:
     """Whether the bucket exists and is ours to use; taken by someone else is an error."""
     from google.api_core import exceptions as gexc
 
-    from payload import storage
+    from payload.core import storage
 
     try:
         return storage.client(project).lookup_bucket(bucket) is not None
@@ -170,7 +172,7 @@ def _is_capacity(error: UserError) -> bool:
     return any(word.lower() in text.lower() for word in CAPACITY_WORDS)
 
 
-def up(config, site: Site, on_event: Callable[[str], None], *,
+def up(config: RunConfig, site: Site, on_event: Callable[[str], None], *,
        zones: list[str] | None = None) -> None:
     cluster, api = config.cluster, site.api
     if not cluster.ssh_source_ranges:
@@ -245,7 +247,7 @@ def up(config, site: Site, on_event: Callable[[str], None], *,
              f"worker(s); {hourly_price(config).describe()}. When done: `tpuctl down`")
 
 
-def recreate(config, site: Site, on_event: Callable[[str], None]) -> None:
+def recreate(config: RunConfig, site: Site, on_event: Callable[[str], None]) -> None:
     """After a preemption, once the node is deleted: take it out of Terraform's state (an apply
     without the TPU), drop its queued request, then `up` again, in the zone it was in first
     and then in the other zones of the run."""
@@ -265,7 +267,7 @@ def recreate(config, site: Site, on_event: Callable[[str], None]) -> None:
     up(config, site, on_event, zones=[recorded, *(z for z in site.zones if z != recorded)])
 
 
-def allow_self_delete(config, site: Site, on_event: Callable[[str], None]) -> None:
+def allow_self_delete(config: RunConfig, site: Site, on_event: Callable[[str], None]) -> None:
     """Give the workers' service account the right to delete their own TPU (`train --down`):
     one Terraform apply, nothing else changes."""
     if site.self_delete_allowed():
@@ -285,7 +287,7 @@ def allow_self_delete(config, site: Site, on_event: Callable[[str], None]) -> No
     tf.apply(on_event)
 
 
-def _ownership(config, site: Site) -> gcp_owned.Ownership:
+def _ownership(config: RunConfig, site: Site) -> gcp_owned.Ownership:
     return gcp_owned.Ownership(site, output_dir=config.output_dir)
 
 
@@ -341,7 +343,7 @@ def _outputs_or_none(tf: terraform.Terraform):
         return None
 
 
-def _queue(config, site: Site, owned: gcp_owned.Ownership, outputs, zone: str,
+def _queue(config: RunConfig, site: Site, owned: gcp_owned.Ownership, outputs, zone: str,
            public_key: str, on_event: Callable[[str], None]) -> None:
     """Ask for the TPU through the queue and wait until it is ACTIVE, within the deadline."""
     cluster, api = config.cluster, site.api
@@ -387,7 +389,7 @@ def _queue(config, site: Site, owned: gcp_owned.Ownership, outputs, zone: str,
                         "(the request was deleted so it holds no quota)")
 
 
-def _undo_tpu(config, site: Site, owned: gcp_owned.Ownership, tf: terraform.Terraform,
+def _undo_tpu(config: RunConfig, site: Site, owned: gcp_owned.Ownership, tf: terraform.Terraform,
               public_key: str, create_bucket: bool, on_event: Callable[[str], None]) -> None:
     """After a failed `up`: remove the run's own TPU or queued request (never another of the
     same name), keep what costs nothing."""
@@ -409,7 +411,7 @@ def _undo_tpu(config, site: Site, owned: gcp_owned.Ownership, tf: terraform.Terr
         on_event(note)
 
 
-def down(config, site: Site, on_event: Callable[[str], None], *,
+def down(config: RunConfig, site: Site, on_event: Callable[[str], None], *,
          delete_bucket: bool = False) -> None:
     tf = terraform.Terraform(terraform.work_dir(config.name), module=INFRA_MODULE)
     tpu_api.check_credentials()
@@ -459,7 +461,7 @@ def down(config, site: Site, on_event: Callable[[str], None], *,
              f"(checked through the TPU API){kept}")
 
 
-def _output_prefix(config) -> str | None:
+def _output_prefix(config: RunConfig) -> str | None:
     """The run's output_dir as a prefix of its bucket (`demo` for gs://BUCKET/demo), if it
     is in that bucket."""
     head = f"gs://{config.cluster.bucket_name}/"
@@ -468,14 +470,14 @@ def _output_prefix(config) -> str | None:
     return prefix or None
 
 
-def _bucket_plan(config) -> gcp_owned.BucketPlan:
+def _bucket_plan(config: RunConfig) -> gcp_owned.BucketPlan:
     """What --delete-bucket may delete (gcp_owned.bucket_plan); a refusal is a UserError."""
     import json
 
     from google.api_core import exceptions as gexc
 
     from launcher import staging
-    from payload import storage
+    from payload.core import storage
 
     bucket = storage.client(config.cluster.project).bucket(config.cluster.bucket_name)
     names = {b.name for b in bucket.list_blobs(versions=True)}
@@ -508,9 +510,9 @@ def _bucket_plan(config) -> gcp_owned.BucketPlan:
     return plan
 
 
-def _empty_bucket(config, plan: gcp_owned.BucketPlan, on_event: Callable[[str], None]) -> bool:
+def _empty_bucket(config: RunConfig, plan: gcp_owned.BucketPlan, on_event: Callable[[str], None]) -> bool:
     """Delete the run's own objects (every version); whether the bucket is empty after."""
-    from payload import storage
+    from payload.core import storage
 
     bucket = storage.client(config.cluster.project).bucket(config.cluster.bucket_name)
     doomed = set(plan.delete)

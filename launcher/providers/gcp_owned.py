@@ -28,14 +28,15 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from launcher import runlock, staging
+from launcher import staging
 from launcher.providers.gcp_site import Site, run_state
-from payload import budget, storage, tpu_api
+from payload.cloud import budget, tpu_api
+from payload.core import layout, storage
 
 RUN_LABEL = "tpuctl-run"
 OWNED_FILE = "owned.json"
-LOCK_SUFFIX = f"/{storage.OWN_DIR}/{runlock.LOCK}"  # also at the bucket's top, with no prefix
-OWNER_SUFFIX = "/.tpuctl/owner"
+LOCK_SUFFIX = f"/{layout.OWN_DIR}/{layout.RUN_LOCK}"  # also at the bucket's top, with no prefix
+OWNER_SUFFIX = f"/{layout.OWN_DIR}/{layout.OWNER}"
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,7 @@ def is_lock(name: str) -> bool:
 
 
 def live_lock(info: dict, now: float) -> bool:
-    """Whether a run lock (launcher.runlock's record) is still beating. One that cannot be
+    """Whether a run lock (payload.jobs.runlock's record) is still beating. One that cannot be
     read counts as live: deleting under a running job is the mistake that cannot be undone."""
     try:
         return now - float(info["beat"]) <= float(info.get("stale_after_s", 120.0))

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.records import state_dir
-from payload import storage, tpu_api
-from payload.errors import UserError
+from payload.cloud import tpu_api
+from payload.core import layout, storage
+from payload.core.errors import UserError
 
 # The TPU worker server's port: a pod slice's driver on worker 0 reaches every host there.
 TPU_WORKER_PORT = 8470
@@ -36,7 +37,7 @@ ZONE_FILE = "site.json"
 
 def run_state(run_name: str) -> Path:
     """TPUCTL_HOME/gcp/RUN: the key tpuctl made, the known_hosts, the zone the TPU is in."""
-    return state_dir() / "gcp" / run_name
+    return state_dir() / layout.GCP_DIR / run_name
 
 
 def default_identity(run_name: str) -> Path:

@@ -13,15 +13,21 @@ from __future__ import annotations
 import socket
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from launcher.agent import worker_label
 from launcher.executors import LocalExecutor
 from launcher.plan import Worker
 from launcher.providers.base import Fleet, OwnMachines
 from launcher.records import state_dir
-from payload.config import MAX_LOCAL_WORKERS, LocalCluster
-from payload.errors import UserError
-from payload.strategy import CPU
+from payload.core import layout
+from payload.core.config import MAX_LOCAL_WORKERS, LocalCluster
+from payload.core.errors import UserError
+from payload.core.layout import worker_label
+from payload.training.strategy import CPU
+
+if TYPE_CHECKING:
+    from payload.core.config import RunConfig
+
 
 NAME = "local"
 DEFAULT_WORKERS = 2
@@ -49,7 +55,7 @@ def check_count(count: int) -> None:
 
 def local_workers(name: str, count: int, ports: list[int]) -> tuple[Worker, ...]:
     check_count(count)
-    base = state_dir() / "local" / name
+    base = state_dir() / layout.LOCAL_DIR / name
     return tuple(
         Worker(index=i, host="localhost", address="localhost", coordination_port=ports[i],
                base_dir=str(base / worker_label(i)))
@@ -67,7 +73,7 @@ class LocalProvider(OwnMachines):
     what = "local workers"
 
     @classmethod
-    def from_config(cls, config, *, num_workers: int | None) -> LocalProvider:
+    def from_config(cls, config: RunConfig, *, num_workers: int | None) -> LocalProvider:
         cluster = config.cluster
         count = num_workers if num_workers is not None else (
             cluster.workers if isinstance(cluster, LocalCluster) else DEFAULT_WORKERS)
@@ -86,7 +92,7 @@ class LocalProvider(OwnMachines):
     def connect(self, workers: tuple[Worker, ...]) -> LocalExecutor:
         return LocalExecutor(workers)
 
-    def worker_config(self, config):
+    def worker_config(self, config: RunConfig):
         """A `local` cluster of this many workers (whatever the file says, under --local),
         keeping where the environment comes from."""
         cluster = LocalCluster(provider=NAME, workers=self.count, python=config.cluster.python,

@@ -13,12 +13,17 @@ from __future__ import annotations
 import os
 import secrets
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from launcher.executors import SshExecutor, SshSettings
 from launcher.plan import Worker
 from launcher.providers.base import Fleet, OwnMachines
-from payload.errors import UserError
-from payload.strategy import CPU
+from payload.core.errors import UserError
+from payload.training.strategy import CPU
+
+if TYPE_CHECKING:
+    from payload.core.config import RunConfig
+
 
 NAME = "ssh"
 # Where MultiWorkerMirroredStrategy workers listen for each other: consecutive ports from a base
@@ -50,7 +55,7 @@ class SshProvider(OwnMachines):
     what = "ssh hosts"
 
     @classmethod
-    def from_config(cls, config, *, num_workers: int | None) -> SshProvider:
+    def from_config(cls, config: RunConfig, *, num_workers: int | None) -> SshProvider:
         if num_workers is not None:
             raise UserError("--workers only applies with --local",
                             hint="an ssh cluster runs on every host in cluster.hosts")
@@ -75,7 +80,7 @@ class SshProvider(OwnMachines):
     def connect(self, workers: tuple[Worker, ...]) -> SshExecutor:
         return SshExecutor(workers, self.settings, unreachable_hint=UNREACHABLE_HINT)
 
-    def worker_config(self, config):
+    def worker_config(self, config: RunConfig):
         return config
 
     def reach(self, fleet: Fleet) -> dict:

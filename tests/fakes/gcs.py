@@ -87,7 +87,25 @@ def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
 
 
-class GcsSandbox:
+class StartedOrClosed:
+    """A test rig as a context manager: `_start()` on enter, `close()` on exit, and `close()`
+    too when starting fails half way, so nothing it started is left running. tests/fleet.py's
+    Fleet uses it as well; it lives here because this file also runs as a script (the server),
+    where it can import nothing of tests/."""
+
+    def __enter__(self):
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class GcsSandbox(StartedOrClosed):
     def __init__(self) -> None:
         self.token = secrets.token_hex(2)
         self.root = Path(tempfile.mkdtemp(prefix=f"tpuctl-gcs-{self.token}-"))
@@ -102,17 +120,6 @@ class GcsSandbox:
         self.started_in_s = 0.0
 
     # -- set-up -------------------------------------------------------------------------
-    def __enter__(self) -> GcsSandbox:
-        try:
-            self._start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
     def _start(self) -> None:
         began = time.monotonic()
         reason = unavailable_reason()

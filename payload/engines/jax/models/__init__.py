@@ -1,7 +1,7 @@
 """BERT, RoBERTa, GPT-2 and T5 as the project's own Flax NNX modules, whose parameter paths are
 the PyTorch transformers state-dict keys, in the same layouts.
 
-    config = payload.sizes.transformers_config(model_cfg, vocab_size=32000, seq_len=512)
+    config = payload.training.sizes.transformers_config(model_cfg, vocab_size=32000, seq_len=512)
     model = build_model(config, seed=0)            # or any transformers config dict / object
     logits = model(input_ids, attention_mask)      # float32
     tensors = state_dict(model)                    # {"bert.embeddings.word_embeddings.weight": ...}
@@ -21,10 +21,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from payload.core.errors import UserError
 from payload.engines.jax.models.bert import BertForMaskedLM, RobertaForMaskedLM
 from payload.engines.jax.models.gpt2 import GPT2LMHeadModel
 from payload.engines.jax.models.t5 import T5ForConditionalGeneration
-from payload.errors import UserError
 
 MODEL_CLASSES = {
     "bert": BertForMaskedLM,

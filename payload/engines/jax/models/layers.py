@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from payload.errors import UserError
+from payload.core.errors import UserError
 
 # transformers' activation names (ACT2FN) for the ones these families use.
 ACTIVATIONS = {

@@ -1,0 +1,495 @@
+"""Stage `prepare`: tokenize this worker's share of the corpus into TFRecord shards.
+
+    python -m payload prepare --config run.yaml --worker-index 0 --num-workers 2
+
+Each split (train, validation) is one token stream per worker: the worker's documents in order,
+each followed by the family's separator, cut into rows of `record_len` tokens (BERT/RoBERTa
+rows start with [CLS]/<s>). The tokens left after a worker's last full row (fewer than one
+row, per worker and split) are dropped. A document is in validation when a hash of its text
+falls under `validation_fraction`, so the split does not depend on the worker count and
+duplicate documents never straddle it.
+
+Shards fill to `records_per_shard` and are written under a temporary name, then renamed (or
+uploaded) into place; then a receipt records the shard's manifest entry and where in the input
+the next shard starts. A rerun resumes after the last receipt, so a killed run loses at most
+one shard of work and ends with exactly the shards an uninterrupted run makes. The last worker
+to finish merges the per-worker parts into `data/manifest.json`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import logging
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from payload.core import storage
+from payload.core.config import RunConfig, dump_config
+from payload.core.errors import UserError
+from payload.core.layout import PARTS_DIR, config_path
+from payload.core.layout import data_dir as data_dir_of
+from payload.data import corpus
+from payload.data import shards as records
+from payload.data.tokenizer import load_tokenizer
+from payload.training.families import FAMILIES
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How token ids become rows: what every shard of one dataset shares."""
+
+    family: str
+    seq_len: int
+    record_len: int
+    dtype: str
+    vocab_size: int
+    separator_id: int
+    row_start_id: int | None
+
+    @property
+    def window(self) -> int:
+        """Stream tokens per row (the row-start token is added, not taken from the stream)."""
+        return self.record_len - (1 if self.row_start_id is not None else 0)
+
+
+def layout_for(config: RunConfig, tok) -> Layout:
+    family = FAMILIES[config.model.family]
+    vocab_size = tok.get_vocab_size(with_added_tokens=True)
+
+    def token_id(token: str) -> int:
+        tid = tok.token_to_id(token)
+        if tid is None:
+            raise UserError(f"the tokenizer has no {token} token, which {family.name} needs",
+                            hint="retrain it with the tokenizer stage or fix tokenizer.path")
+        return tid
+
+    return Layout(
+        family=family.name, seq_len=config.data.seq_len, record_len=config.record_len,
+        dtype=records.dtype_for_vocab(vocab_size), vocab_size=vocab_size,
+        separator_id=token_id(family.separator),
+        row_start_id=token_id(family.row_start) if family.row_start else None,
+    )
+
+
+def data_fingerprint(config: RunConfig, sources: list[corpus.Source], layout: Layout,
+                     tokenizer_fp: str, num_workers: int) -> str:
+    """Everything that decides the shards' content: a rerun with another value starts over."""
+    d = config.data
+    facts = {
+        "sources": [(s.path, s.size) for s in sources], "layout": asdict(layout),
+        "tokenizer": tokenizer_fp, "num_workers": num_workers,
+        "data": [d.text_column, d.document_split, d.validation_fraction, d.records_per_shard,
+                 d.max_document_mb, d.hf_config, d.hf_split],
+    }
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def in_validation(text: str, fraction: float) -> bool:
+    if fraction <= 0:
+        return False
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "little") < fraction * (1 << 64)
+
+
+def encode_stream(tok, texts: list[str], separator_id: int) -> np.ndarray:
+    """Token ids of `texts`, each document followed by the separator, as one int32 array."""
+    encode = getattr(tok, "encode_batch_fast", tok.encode_batch)
+    id_lists = [e.ids for e in encode(texts, add_special_tokens=False)]
+    lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
+    flat = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=np.int32,
+                       count=int(lengths.sum()))
+    return np.insert(flat, np.cumsum(lengths), separator_id)
+
+
+def _encode_ahead(tok, batches, separator_id: int):
+    """(batch, token ids) in order, encoding one batch ahead on a second thread: the tokenizer
+    releases the GIL, so reading the next batch and writing rows overlap with encoding."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="encode") as pool:
+        pending = None
+        for batch in batches:
+            future = pool.submit(encode_stream, tok, batch.texts, separator_id)
+            if pending is not None:
+                yield pending[0], pending[1].result()
+            pending = (batch, future)
+        if pending is not None:
+            yield pending[0], pending[1].result()
+
+
+@dataclass
+class _Context:
+    config: RunConfig
+    tok: object
+    tokenizer_fp: str
+    layout: Layout
+    data_fp: str
+    sources: list[corpus.Source]
+    pieces: list[corpus.Piece]
+    worker_index: int
+    num_workers: int
+
+    @property
+    def data_dir(self) -> str:
+        return data_dir_of(self.config.output_dir)
+
+    def path(self, relative: str) -> str:
+        return storage.join(self.data_dir, relative)
+
+    def stamp(self) -> dict:
+        return {"data_fingerprint": self.data_fp, "tokenizer_fingerprint": self.tokenizer_fp,
+                "seq_len": self.layout.seq_len, "record_len": self.layout.record_len,
+                "num_workers": self.num_workers}
+
+
+class _SplitWriter:
+    """Cuts one split's token stream into rows and rows into shards, with receipts."""
+
+    def __init__(self, ctx: _Context, split: str):
+        self.ctx = ctx
+        self.split = split
+        self.rows_per_shard = ctx.config.data.records_per_shard
+        self.shards: list[records.ShardEntry] = []
+        self._file = None
+        self._tmp = None
+        self._writer: records.ShardWriter | None = None
+        self._rows_in_shard = 0
+
+    def _open(self) -> None:
+        name = records.shard_name(self.split, self.ctx.worker_index, self.ctx.num_workers,
+                                  len(self.shards))
+        self._file, self._tmp = storage.staging_file(self.ctx.path(name))
+        self._writer = records.ShardWriter(self._file, dtype=self.ctx.layout.dtype)
+        self._rows_in_shard = 0
+
+    def add_rows(self, rows: np.ndarray) -> int:
+        """Write rows into the open shard; returns how many fit before it is full."""
+        if self._writer is None:
+            self._open()
+        assert self._writer is not None
+        take = min(len(rows), self.rows_per_shard - self._rows_in_shard)
+        if self.ctx.layout.row_start_id is not None:
+            starts = np.full((take, 1), self.ctx.layout.row_start_id, dtype=rows.dtype)
+            body = np.concatenate([starts, rows[:take]], axis=1)
+        else:
+            body = rows[:take]
+        try:
+            self._writer.write_rows(body)
+        except OSError as exc:
+            self.abort()
+            storage.raise_disk_error(exc, self.ctx.data_dir)
+        self._rows_in_shard += take
+        return take
+
+    @property
+    def full(self) -> bool:
+        return self._rows_in_shard >= self.rows_per_shard
+
+    def close_shard(self, resume: dict, *, final: bool) -> None:
+        assert self._writer is not None and self._file is not None
+        index = len(self.shards)
+        name = records.shard_name(self.split, self.ctx.worker_index, self.ctx.num_workers, index)
+        try:
+            stats = self._writer.finish()
+            os.fsync(self._file.fileno())
+            self._file.close()
+        except OSError as exc:
+            self.abort()
+            storage.raise_disk_error(exc, self.ctx.path(name))
+        storage.publish_file(self._tmp, self.ctx.path(name))
+        entry = records.ShardEntry(name=name, records=stats.records, tokens=stats.tokens,
+                                   bytes=stats.bytes, sha256=stats.sha256)
+        receipt = {**self.ctx.stamp(), "entry": asdict(entry), "resume": resume, "final": final}
+        storage.write_text(self.ctx.path(records.shard_receipt_name(
+            self.split, self.ctx.worker_index, self.ctx.num_workers, index)),
+            json.dumps(receipt))
+        self.shards.append(entry)
+        self._writer, self._file, self._tmp = None, None, None
+        log.info("%s shard %d: %d records -> %s", self.split, index, stats.records, name)
+
+    def abort(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            storage.remove(self._tmp)
+        self._writer, self._file, self._tmp = None, None, None
+
+    @property
+    def has_rows(self) -> bool:
+        return self._writer is not None and self._rows_in_shard > 0
+
+
+def _read_receipts(ctx: _Context, split: str) -> list[dict]:
+    """This worker's finished shards of a split, in order, stopping at the first gap. Two
+    listings say which receipts and shards exist and how big; the receipts are then read
+    together (in parallel on gs://), not one request after another per shard."""
+    first = records.shard_receipt_name(split, ctx.worker_index, ctx.num_workers, 0)
+    present = storage.sizes(ctx.path(os.path.dirname(first)))
+    receipts = []
+    for index in itertools.count():
+        name = records.shard_receipt_name(split, ctx.worker_index, ctx.num_workers, index)
+        if os.path.basename(name) not in present:
+            break
+        receipts.append(ctx.path(name))
+    shard_sizes: dict[str, dict[str, int]] = {}
+    done = []
+    for raw in storage.read_many(receipts):
+        if raw is None:
+            break
+        receipt = json.loads(raw)
+        folder, _, file = receipt["entry"]["name"].rpartition("/")
+        if folder not in shard_sizes:
+            shard_sizes[folder] = storage.sizes(ctx.path(folder))
+        if (receipt.get("data_fingerprint") != ctx.data_fp
+                or shard_sizes[folder].get(file) != receipt["entry"]["bytes"]):
+            break
+        done.append(receipt)
+        if receipt["final"]:
+            break
+    return done
+
+
+def _prepare_split(ctx: _Context, split: str) -> tuple[list[records.ShardEntry], tuple[int, int]]:
+    """Write one split's shards (resuming after finished ones); returns them and read stats."""
+    fraction = ctx.config.data.validation_fraction
+    want_validation = split == "validation"
+    done = _read_receipts(ctx, split)
+    writer = _SplitWriter(ctx, split)
+    writer.shards = [records.ShardEntry(**r["entry"]) for r in done]
+    if done and done[-1]["final"]:
+        totals = done[-1]["resume"]["stats"]
+        return writer.shards, (totals[0], totals[1])
+    start_cursor, next_token, stats_before = None, 0, (0, 0)
+    if done:
+        resume = done[-1]["resume"]
+        start_cursor = corpus.Cursor.from_json(resume["cursor"]) if resume["cursor"] else None
+        next_token = resume["next_token"]
+        stats_before = tuple(resume["batch_stats"])
+        log.info("%s: resuming after %d finished shards", split, len(done))
+    # `buffer` holds stream tokens [buffer_start, buffer_start + len) not yet in a row.
+    buffer = np.zeros(0, dtype=np.int32)
+    buffer_start = done[-1]["resume"]["batch_offset"] if done else 0
+    stats = corpus.ReadStats(documents=stats_before[0], invalid_utf8_lines=stats_before[1])
+    recent: list[tuple[corpus.Cursor, int, tuple[int, int]]] = []
+    window = ctx.layout.window
+    started, tokens_seen, last_report = time.monotonic(), 0, time.monotonic()
+
+    def resume_point() -> dict:
+        # The newest batch that starts at or before the next unwritten token.
+        cursor, offset, before = next((c, o, b) for c, o, b in reversed(recent)
+                                      if o <= buffer_start)
+        return {"cursor": cursor.to_json(), "batch_offset": offset, "next_token": buffer_start,
+                "batch_stats": list(before)}
+
+    batches = corpus.iter_batches(
+        ctx.sources, ctx.pieces, ctx.config.data, stats=stats, start=start_cursor,
+        keep=lambda text: in_validation(text, fraction) == want_validation,
+    )
+    for batch, ids in _encode_ahead(ctx.tok, batches, ctx.layout.separator_id):
+        batch_offset = buffer_start + len(buffer)
+        recent.append((batch.cursor, batch_offset, batch.stats_before))
+        buffer = np.concatenate([buffer, ids]) if len(buffer) else ids
+        if buffer_start < next_token:  # resuming: skip what finished shards already hold
+            drop = min(next_token - buffer_start, len(buffer))
+            buffer, buffer_start = buffer[drop:], buffer_start + drop
+        tokens_seen += len(ids)
+        while len(buffer) >= window:
+            num_rows = len(buffer) // window
+            rows = buffer[:num_rows * window].reshape(num_rows, window)
+            taken = writer.add_rows(rows)
+            buffer, buffer_start = buffer[taken * window:], buffer_start + taken * window
+            if writer.full:
+                point = resume_point()
+                writer.close_shard(point, final=False)
+                recent = [r for r in recent if r[1] >= point["batch_offset"]]
+        if time.monotonic() - last_report > 30:
+            last_report = time.monotonic()
+            log.info("%s: %d documents read, %.0f tokens/s", split, stats.documents,
+                     tokens_seen / (last_report - started))
+    totals = (stats.documents, stats.invalid_utf8_lines)
+    if writer.has_rows:
+        writer.close_shard({"cursor": None, "batch_offset": 0, "next_token": buffer_start,
+                            "batch_stats": list(totals), "stats": list(totals)}, final=True)
+    elif writer.shards:
+        # The stream ended exactly on a shard boundary: mark the last receipt final.
+        last = records.shard_receipt_name(split, ctx.worker_index, ctx.num_workers,
+                                          len(writer.shards) - 1)
+        receipt = json.loads(storage.read_text(ctx.path(last)))
+        receipt["final"] = True
+        receipt["resume"]["stats"] = list(totals)
+        storage.write_text(ctx.path(last), json.dumps(receipt))
+    log.info("%s: %d shards, %d documents read, %d tokens dropped at the tail", split,
+             len(writer.shards), stats.documents, len(buffer))
+    return writer.shards, totals
+
+
+def _existing_stamps(ctx: _Context) -> list[tuple[str, dict]]:
+    """Fingerprint-bearing files already in data/: the manifest and every receipt and part."""
+    manifest = storage.join(ctx.data_dir, records.MANIFEST)
+    candidates = [p for p in storage.listdir(ctx.path(PARTS_DIR)) if p.endswith(".json")]
+    if storage.exists(manifest):
+        candidates.insert(0, manifest)
+    found = []
+    # Read together (in parallel on gs://): a big run has thousands of receipts.
+    for path, raw in zip(candidates, storage.read_many(candidates), strict=True):
+        if raw is None:
+            continue
+        try:
+            found.append((path, json.loads(raw)))
+        except (ValueError, UnicodeDecodeError):
+            found.append((path, {}))
+    return found
+
+
+def _mismatch_reason(ctx: _Context, stamp: dict) -> str | None:
+    if stamp.get("data_fingerprint") == ctx.data_fp:
+        return None
+    if stamp.get("tokenizer_fingerprint") not in (None, ctx.tokenizer_fp):
+        return "a different tokenizer"
+    if stamp.get("seq_len") not in (None, ctx.layout.seq_len) or stamp.get(
+            "record_len") not in (None, ctx.layout.record_len):
+        return f"seq_len {stamp.get('seq_len')} (this run: {ctx.layout.seq_len})"
+    if stamp.get("num_workers") not in (None, ctx.num_workers):
+        return f"{stamp.get('num_workers')} workers (this run: {ctx.num_workers})"
+    return "other data settings or corpus files"
+
+
+def _other_current_worker(ctx: _Context, name: str) -> bool:
+    return records.written_for(name, ctx.num_workers) and not records.owned_by(
+        name, ctx.worker_index, ctx.num_workers)
+
+
+def _guard_existing(ctx: _Context, overwrite: bool) -> None:
+    for folder in ["", *records.SPLITS, PARTS_DIR]:  # prepare writes and deletes in these
+        storage.check_no_link(ctx.config.output_dir, ctx.path(folder) if folder else ctx.data_dir)
+    stale = [(path, reason) for path, stamp in _existing_stamps(ctx)
+             if (reason := _mismatch_reason(ctx, stamp))]
+    if not stale:
+        return
+    if not overwrite:
+        path, reason = stale[0]
+        raise UserError(
+            f"{ctx.data_dir} holds shards made with {reason}",
+            hint="pass --overwrite to replace them, or choose another output_dir",
+        )
+    # Each worker deletes what it owns and what no current worker owns; never another
+    # current worker's files, which may already be this run's, and never a file whose name
+    # prepare does not write (the user's notes in data/ stay).
+    doomed = [storage.join(ctx.data_dir, records.MANIFEST)]
+    for folder in [*records.SPLITS, PARTS_DIR]:
+        for path in storage.listdir(ctx.path(folder)):
+            name = f"{folder}/{os.path.basename(path)}"
+            if records.written_by_prepare(name) and not _other_current_worker(ctx, name):
+                doomed.append(path)
+    log.info("--overwrite: removing %d files of an earlier, different prepare from %s",
+             len(doomed), ctx.data_dir)
+    storage.remove_owned(ctx.config.output_dir, doomed)
+
+
+def _clean_temporaries(ctx: _Context) -> None:
+    if storage.is_gcs(ctx.data_dir):
+        return
+    for folder in [ctx.path(s) for s in records.SPLITS] + [ctx.path(PARTS_DIR)]:
+        if os.path.isdir(folder):
+            for name in os.listdir(folder):
+                if name.startswith(".tmp-") and records.owned_by(name, ctx.worker_index,
+                                                                 ctx.num_workers):
+                    storage.remove(os.path.join(folder, name))
+
+
+def finalize_manifest(ctx: _Context) -> records.Manifest | None:
+    """Merge every worker's part into data/manifest.json once all parts exist."""
+    parts = []
+    for index in range(ctx.num_workers):
+        path = ctx.path(records.worker_part_name(index, ctx.num_workers))
+        if not storage.exists(path):
+            return None
+        part = json.loads(storage.read_text(path))
+        if part.get("data_fingerprint") != ctx.data_fp:
+            return None
+        parts.append(part)
+    splits = {}
+    for split in records.SPLITS:
+        entries = [records.ShardEntry(**e) for part in parts for e in part["shards"][split]]
+        splits[split] = records.SplitSummary(
+            shards=entries, records=sum(e.records for e in entries),
+            tokens=sum(e.tokens for e in entries))
+    layout = ctx.layout
+    manifest = records.Manifest(
+        format=records.FORMAT, seq_len=layout.seq_len, record_len=layout.record_len,
+        dtype=layout.dtype, family=layout.family, vocab_size=layout.vocab_size,
+        tokenizer_fingerprint=ctx.tokenizer_fp, data_fingerprint=ctx.data_fp,
+        num_workers=ctx.num_workers, documents=sum(p["documents"] for p in parts),
+        invalid_utf8_lines=sum(p["invalid_utf8_lines"] for p in parts), splits=splits,
+    )
+    if manifest.splits["train"].records == 0:
+        raise UserError(
+            f"the corpus gave no full training row of {layout.record_len} tokens "
+            f"({manifest.documents} documents)",
+            hint="add text or lower data.seq_len",
+        )
+    storage.write_text(records.manifest_path(ctx.config.output_dir), manifest.to_json())
+    log.info("manifest: %d train / %d validation records in %d + %d shards, %d documents",
+             splits["train"].records, splits["validation"].records,
+             len(splits["train"].shards), len(splits["validation"].shards), manifest.documents)
+    return manifest
+
+
+def run_prepare(config: RunConfig, *, worker_index: int = 0, num_workers: int = 1,
+                overwrite: bool = False) -> None:
+    sources = corpus.resolve_sources(config.data)
+    corpus.check_apart(config.data, config.output_dir, sources)
+    storage.check_output_dir(config.output_dir)
+    tok, tokenizer_fp = load_tokenizer(config)
+    layout = layout_for(config, tok)
+    storage.claim_output_dir(config.output_dir)
+    storage.check_writable(config.output_dir)
+    ctx = _Context(
+        config=config, tok=tok, tokenizer_fp=tokenizer_fp, layout=layout,
+        data_fp=data_fingerprint(config, sources, layout, tokenizer_fp, num_workers),
+        sources=sources, pieces=corpus.share(sources, worker_index=worker_index,
+                                             num_workers=num_workers),
+        worker_index=worker_index, num_workers=num_workers,
+    )
+    _guard_existing(ctx, overwrite)
+    _clean_temporaries(ctx)
+    if worker_index == 0:
+        storage.write_text(config_path(config.output_dir), dump_config(config))
+    part_path = ctx.path(records.worker_part_name(worker_index, num_workers))
+    if storage.exists(part_path) and json.loads(storage.read_text(part_path)).get(
+            "data_fingerprint") == ctx.data_fp:
+        log.info("worker %d already prepared its share; nothing to do", worker_index)
+        finalize_manifest(ctx)
+        return
+    started = time.monotonic()
+    shards = {}
+    totals = (0, 0)
+    for split in records.SPLITS:
+        if split == "validation" and config.data.validation_fraction == 0:
+            shards[split] = []  # nothing to hold out: no second pass over the input
+            continue
+        shards[split], split_totals = _prepare_split(ctx, split)
+        if split == "train":
+            totals = split_totals
+    documents, invalid = totals
+    if documents == 0:
+        raise UserError(
+            f"worker {worker_index} of {num_workers} has no documents to prepare",
+            hint="the corpus has fewer documents than workers (or only blank lines); "
+                 "use fewer workers or more text",
+        )
+    part = {**ctx.stamp(), "worker_index": worker_index, "documents": documents,
+            "invalid_utf8_lines": invalid,
+            "shards": {s: [asdict(e) for e in shards[s]] for s in records.SPLITS}}
+    storage.write_text(part_path, json.dumps(part))
+    tokens = sum(e.tokens for s in records.SPLITS for e in shards[s])
+    elapsed = time.monotonic() - started
+    log.info("worker %d: %d documents, %d tokens in %.1fs (%.0f tokens/s)%s", worker_index,
+             documents, tokens, elapsed, tokens / max(elapsed, 1e-9),
+             f", {invalid} lines with invalid UTF-8 replaced" if invalid else "")
+    finalize_manifest(ctx)

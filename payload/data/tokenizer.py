@@ -1,0 +1,414 @@
+"""Stage `tokenizer`: train a tokenizer on (a sample of) the corpus and save Hugging Face files.
+
+    python -m payload tokenizer --config run.yaml   # -> output_dir/tokenizer/tokenizer.json ...
+
+Kinds: `unigram` (tokenizers' Unigram over Metaspace words), `bpe` (byte-level), `wordpiece`
+(BERT style), `sentencepiece` (the sentencepiece trainer, converted to a fast tokenizer).
+Special tokens come from the model family and take ids 0..n-1. The folder is saved with the
+plain `PreTrainedTokenizerFast` class: a model-specific class name makes newer transformers
+rebuild the tokenizer with that model's own normalisation, changing the ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+import time
+from collections.abc import Iterable, Iterator
+
+from payload.core import layout, storage
+from payload.core.config import RunConfig
+from payload.core.errors import UserError
+from payload.data import corpus
+from payload.training.families import FAMILIES, FamilySpec
+
+log = logging.getLogger(__name__)
+
+TOKENIZER_DIR = layout.TOKENIZER_DIR
+TOKENIZER_FILE = "tokenizer.json"
+# What the tokenizer was trained from. tokenizers' Unigram and WordPiece trainers do not give
+# the same vocabulary twice, so a rerun with the same settings keeps the trained tokenizer
+# (and the shards made with it) instead of training a new one.
+TRAINING_STAMP = "training.json"
+# sentencepiece skips longer "sentences"; documents are fed to it line by line.
+_SPM_MAX_SENTENCE_BYTES = 1 << 16
+
+
+def tokenizer_dir(config: RunConfig) -> str:
+    """Where the tokenizer stage writes: output_dir/tokenizer."""
+    return storage.join(config.output_dir, TOKENIZER_DIR)
+
+
+def tokenizer_source(config: RunConfig) -> str:
+    """Where later stages read the tokenizer: `tokenizer.path`, or the model folder of
+    `model.init_from`, when set (the tokenizer stage may be skipped then), else what the
+    tokenizer stage wrote."""
+    return config.tokenizer.path or config.model.init_from or tokenizer_dir(config)
+
+
+def planned_vocab_size(config: RunConfig) -> int:
+    """The vocabulary a run's model gets: the reused tokenizer's, or the one it will train."""
+    from payload.training.sizes import tokenizer_json_size
+
+    if config.tokenizer.path or config.model.init_from:
+        path = storage.join(tokenizer_source(config), TOKENIZER_FILE)
+        if storage.exists(path):
+            return tokenizer_json_size(json.loads(storage.read_text(path)))
+    return config.tokenizer.vocab_size
+
+
+def _reused_from(config: RunConfig) -> str | None:
+    """How the config names a tokenizer it reuses, for messages; None when one is trained."""
+    if config.tokenizer.path:
+        return f"tokenizer.path {config.tokenizer.path}"
+    if config.model.init_from:
+        return f"model.init_from {config.model.init_from}"
+    return None
+
+
+def is_tokenizer_file(name: str) -> bool:
+    """A tokenizer's own file, not a model's (a reused folder may be a whole model folder)."""
+    if name == TRAINING_STAMP:
+        return False
+    return name.startswith(("tokenizer", "special_tokens_map", "added_tokens", "vocab", "merges",
+                            "spiece", "sentencepiece")) or name.endswith(".model")
+
+
+def fingerprint(tokenizer_json: bytes) -> str:
+    """Identifies a tokenizer by what it encodes with: its canonical tokenizer.json."""
+    canonical = json.dumps(json.loads(tokenizer_json), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
+
+
+def _post_processor(family: FamilySpec, tok):
+    from tokenizers import processors
+
+    def tid(token: str) -> tuple[str, int]:
+        return token, tok.token_to_id(token)
+
+    if family.name == "bert":
+        return processors.TemplateProcessing(
+            single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+            special_tokens=[tid("[CLS]"), tid("[SEP]")],
+        )
+    if family.name == "roberta":
+        return processors.TemplateProcessing(
+            single="<s> $A </s>", pair="<s> $A </s> </s> $B:1 </s>:1",
+            special_tokens=[tid("<s>"), tid("</s>")],
+        )
+    if family.name == "t5":
+        return processors.TemplateProcessing(
+            single="$A </s>", pair="$A </s> $B:1 </s>:1", special_tokens=[tid("</s>")]
+        )
+    return None  # GPT-2: raw ids, documents are joined with </s> by prepare
+
+
+def _train_tokenizers(kind: str, texts: Iterable[str], *, vocab_size: int, family: FamilySpec,
+                      min_frequency: int):
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    specials = family.special_tokens
+    if kind == "unigram":
+        tok = Tokenizer(models.Unigram())
+        tok.normalizer = normalizers.NFKC()
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+        tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+        trainer = trainers.UnigramTrainer(
+            vocab_size=vocab_size, special_tokens=specials, unk_token=family.unk,
+            max_piece_length=16, show_progress=False,
+        )
+    elif kind == "bpe":
+        tok = Tokenizer(models.BPE(unk_token=None))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=specials,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+        )
+    elif kind == "wordpiece":
+        tok = Tokenizer(models.WordPiece(unk_token=family.unk, max_input_chars_per_word=100))
+        tok.normalizer = normalizers.BertNormalizer(
+            clean_text=True, handle_chinese_chars=True, strip_accents=False, lowercase=False
+        )
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece(prefix="##")
+        trainer = trainers.WordPieceTrainer(
+            vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=specials,
+            continuing_subword_prefix="##", show_progress=False,
+        )
+    else:
+        raise ValueError(kind)
+    tok.train_from_iterator(texts, trainer=trainer)
+    return tok
+
+
+def _lines(texts: Iterable[str]) -> Iterator[str]:
+    for text in texts:
+        for line in text.split("\n"):
+            if line.strip():
+                yield line[:_SPM_MAX_SENTENCE_BYTES // 4]
+
+
+def _train_sentencepiece(texts: Iterable[str], *, vocab_size: int, family: FamilySpec):
+    import sentencepiece as spm
+    from sentencepiece import sentencepiece_model_pb2
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+    specials = family.special_tokens
+    others = [t for t in specials if t not in (family.pad, family.unk)]
+    pad_id, unk_id = specials.index(family.pad), specials.index(family.unk)
+    model = io.BytesIO()
+    # sentencepiece fixes pad and unk where asked and fills the free ids below them with the
+    # other specials in order, so every special lands on the family's id.
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=_lines(texts), model_writer=model, model_type="unigram",
+        vocab_size=vocab_size, hard_vocab_limit=False, character_coverage=0.9995,
+        pad_id=pad_id, pad_piece=family.pad, unk_id=unk_id, unk_piece=family.unk, bos_id=-1,
+        eos_id=-1,
+        user_defined_symbols=others, max_sentence_length=_SPM_MAX_SENTENCE_BYTES,
+        train_extremely_large_corpus=False, minloglevel=2, num_threads=os.cpu_count() or 1,
+    )
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(model.getvalue())
+    vocab = [(p.piece, p.score if p.type == 1 else 0.0) for p in proto.pieces]
+    tok = Tokenizer(models.Unigram(vocab, unk_id=unk_id, byte_fallback=False))
+    steps = []
+    if proto.normalizer_spec.precompiled_charsmap:
+        steps.append(normalizers.Precompiled(proto.normalizer_spec.precompiled_charsmap))
+    # sentencepiece drops leading/trailing whitespace and collapses runs of spaces.
+    steps += [normalizers.Strip(), normalizers.Replace(Regex(" {2,}"), " ")]
+    tok.normalizer = normalizers.Sequence(steps)
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    return tok, model.getvalue()
+
+
+def train_tokenizer(kind: str, texts: Iterable[str], *, vocab_size: int, family: FamilySpec,
+                    min_frequency: int = 2):
+    """A trained `tokenizers.Tokenizer` with the family's special tokens at ids 0..n-1."""
+    from tokenizers import AddedToken
+
+    if kind == "sentencepiece":
+        tok, _ = _train_sentencepiece(texts, vocab_size=vocab_size, family=family)
+    else:
+        tok = _train_tokenizers(kind, texts, vocab_size=vocab_size, family=family,
+                                min_frequency=min_frequency)
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                            for t in family.special_tokens])
+    for expected, token in enumerate(family.special_tokens):
+        if tok.token_to_id(token) != expected:
+            raise AssertionError(f"special token {token} got id {tok.token_to_id(token)}")
+    processor = _post_processor(family, tok)
+    if processor is not None:
+        tok.post_processor = processor
+    return tok
+
+
+def save_tokenizer(tok, family: FamilySpec, out_dir: str, *, model_max_length: int,
+                   stamp: dict | None = None) -> None:
+    """Write Hugging Face tokenizer files to `out_dir` (local or gs://), all at once, with the
+    training stamp when given: the folder is replaced whole (storage.replacing_folder)."""
+    from transformers import PreTrainedTokenizerFast
+
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, model_max_length=model_max_length,
+        unk_token=family.unk, pad_token=family.pad, mask_token=family.mask,
+        cls_token=family.cls, sep_token=family.sep, bos_token=family.bos, eos_token=family.eos,
+        additional_special_tokens=list(family.extra) or None,
+        model_input_names=list(family.model_inputs),
+    )
+    with storage.replacing_folder(out_dir, {"stage": "tokenizer"}) as folder:
+        fast.save_pretrained(folder)
+        if stamp is not None:
+            with open(os.path.join(folder, TRAINING_STAMP), "w", encoding="utf-8") as f:
+                json.dump(stamp, f, indent=1)
+
+
+TOKENIZER_CONFIG = "tokenizer_config.json"
+
+
+def set_model_inputs(folder: str, family: FamilySpec) -> None:
+    """Make the tokenizer in a local folder return what the family's model takes (a tokenizer
+    saved before this was recorded, or reused from elsewhere, may return token_type_ids)."""
+    path = os.path.join(folder, TOKENIZER_CONFIG)
+    settings = {}
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            settings = json.load(f)
+    settings["model_input_names"] = list(family.model_inputs)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(settings, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+
+
+def read_tokenizer_json(config: RunConfig) -> tuple[str, bytes]:
+    """The folder later stages read the tokenizer from, and its tokenizer.json."""
+    folder = tokenizer_source(config)
+    path = storage.join(folder, TOKENIZER_FILE)
+    if not storage.exists(path):
+        if _reused_from(config):
+            raise UserError(f"{_reused_from(config)} has no {TOKENIZER_FILE}",
+                            hint="point it at a folder saved by a Hugging Face fast tokenizer "
+                            "(AutoTokenizer.from_pretrained(P).save_pretrained(P) writes one)")
+        raise UserError(f"no tokenizer at {folder}",
+                        hint="run the tokenizer stage first, or set tokenizer.path")
+    return folder, storage.read_bytes(path)
+
+
+def load_tokenizer(config: RunConfig):
+    """The `tokenizers.Tokenizer` prepare encodes with, and its fingerprint."""
+    from tokenizers import Tokenizer
+
+    folder, raw = read_tokenizer_json(config)
+    try:
+        tok = Tokenizer.from_str(raw.decode("utf-8"))
+    except Exception as exc:  # the Rust side raises a plain Exception for bad files
+        raise UserError(f"{storage.join(folder, TOKENIZER_FILE)} is not a valid tokenizer "
+                        f"({exc})") from None
+    return tok, fingerprint(raw)
+
+
+def _read_json(path: str):
+    try:
+        return json.loads(storage.read_text(path))
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def made_with(output_dir: str, tokenizer_fp: str) -> list[str]:
+    """What in output_dir was made with the tokenizer of this fingerprint (shards, checkpoints):
+    what replacing that tokenizer would orphan, since it cannot be trained again the same."""
+    from payload.data import shards as records
+    from payload.training import checkpoints
+
+    found = []
+    stamps = [records.manifest_path(output_dir),
+              *storage.listdir(storage.join(layout.data_dir(output_dir), layout.PARTS_DIR))]
+    for path in stamps:
+        stamp = _read_json(path) if storage.exists(path) else None
+        if isinstance(stamp, dict) and stamp.get("tokenizer_fingerprint") == tokenizer_fp:
+            found.append("the shards in data/")
+            break
+    identity = checkpoints.read_identity(output_dir)
+    if identity and identity.get("tokenizer") == tokenizer_fp:
+        found.append("the checkpoints")
+    return found
+
+
+def check_replacement(config: RunConfig, *, overwrite: bool,
+                      sources: list[corpus.Source] | None = None) -> bool:
+    """Whether the tokenizer stage would (re)write output_dir/tokenizer; refuses, without
+    --overwrite, to replace one that shards or checkpoints were made with. Writes nothing."""
+    out = tokenizer_dir(config)
+    current = storage.join(out, TOKENIZER_FILE)
+    if not storage.exists(current):
+        return True
+    if _reused_from(config):
+        _, wanted = read_tokenizer_json(config)
+        if fingerprint(wanted) == fingerprint(storage.read_bytes(current)):
+            return True  # the same tokenizer: copying it again changes nothing
+        why = f"{_reused_from(config)} is another tokenizer"
+    else:
+        stamp_path = storage.join(out, TRAINING_STAMP)
+        stamp = _training_stamp(config, sources or corpus.resolve_sources(config.data))
+        if storage.exists(stamp_path) and _read_json(stamp_path) == stamp:
+            return False
+        why = "the tokenizer settings or the corpus changed"
+    users = made_with(config.output_dir, fingerprint(storage.read_bytes(current)))
+    if users and not overwrite:
+        raise UserError(
+            f"{out} would be replaced ({why}), but {' and '.join(users)} were made with it",
+            hint="pass --overwrite to replace it (then prepare and train need --overwrite too), "
+                 "or restore the earlier settings",
+        )
+    return True
+
+
+def _check_reused(config: RunConfig) -> None:
+    """A reused tokenizer must carry the special tokens the family's objective needs."""
+    family = FAMILIES[config.model.family]
+    tok, _ = load_tokenizer(config)  # reads tokenizer.path
+    needed = [t for t in (family.pad, family.unk, family.mask, family.separator, family.row_start,
+                          *family.extra) if t]
+    missing = [t for t in needed if tok.token_to_id(t) is None]
+    if missing:
+        raise UserError(
+            f"{_reused_from(config)} lacks {family.name}'s special tokens "
+            f"{', '.join(missing[:5])}",
+            hint="train one with tokenizer.kind, or use a tokenizer made for this family",
+        )
+
+
+def _start(config: RunConfig) -> None:
+    """Checks passed: take output_dir and record the config (the first writes of a run)."""
+    from payload.core.config import dump_config
+
+    storage.claim_output_dir(config.output_dir)
+    storage.check_writable(config.output_dir)
+    storage.write_text(layout.config_path(config.output_dir), dump_config(config))
+
+
+def run_tokenizer(config: RunConfig, *, overwrite: bool = False) -> None:
+    out = tokenizer_dir(config)
+    if _reused_from(config):
+        corpus.check_apart(config.data, config.output_dir)
+        storage.check_output_dir(config.output_dir)
+        _check_reused(config)
+        write = check_replacement(config, overwrite=overwrite)
+        _start(config)
+        if write:
+            with storage.replacing_folder(out, {"stage": "tokenizer",
+                                                "source": tokenizer_source(config)}) as folder:
+                copy_tokenizer_files(config, folder)
+        log.info("reusing the tokenizer of %s -> %s", _reused_from(config), out)
+        return
+    family = FAMILIES[config.model.family]
+    sources = corpus.resolve_sources(config.data)
+    corpus.check_apart(config.data, config.output_dir, sources)
+    storage.check_output_dir(config.output_dir)
+    stamp = _training_stamp(config, sources)
+    if not check_replacement(config, overwrite=overwrite, sources=sources):
+        _start(config)
+        log.info("tokenizer already trained with these settings: %s (delete it to retrain)", out)
+        return
+    _start(config)
+    if storage.exists(storage.join(out, TOKENIZER_FILE)):
+        log.info("tokenizer settings or corpus changed: training a new one")
+    sample_bytes = None if config.tokenizer.sample_mb is None else int(
+        config.tokenizer.sample_mb * 1e6)
+    counter = corpus.ByteCounter()
+    texts = counter.count(corpus.sample_documents(sources, config.data, sample_bytes))
+    started = time.monotonic()
+    log.info("training %s tokenizer (vocab %d) on %s", config.tokenizer.kind,
+             config.tokenizer.vocab_size,
+             "all of the corpus" if sample_bytes is None else f"up to {sample_bytes / 1e6:g} MB")
+    tok = train_tokenizer(config.tokenizer.kind, texts, vocab_size=config.tokenizer.vocab_size,
+                          family=family, min_frequency=config.tokenizer.min_frequency)
+    if counter.documents == 0:
+        raise UserError("the corpus has no documents (only blank lines)",
+                        hint="check data.corpus and data.document_split")
+    save_tokenizer(tok, family, out, model_max_length=config.data.seq_len, stamp=stamp)
+    log.info("tokenizer: %d tokens from %.1f MB in %.1fs -> %s", tok.get_vocab_size(),
+             counter.bytes / 1e6, time.monotonic() - started, out)
+
+
+def _training_stamp(config: RunConfig, sources: list[corpus.Source]) -> dict:
+    d, t = config.data, config.tokenizer
+    return {
+        "kind": t.kind, "vocab_size": t.vocab_size, "sample_mb": t.sample_mb,
+        "min_frequency": t.min_frequency, "family": config.model.family,
+        "seq_len": d.seq_len, "sources": [[s.path, s.size] for s in sources],
+        "data": [d.document_split, d.text_column, d.max_document_mb, d.hf_config, d.hf_split],
+    }
+
+
+def copy_tokenizer_files(config: RunConfig, dest: str) -> None:
+    """Copy the run's tokenizer files into another folder (local or gs://): the exported model,
+    a reused tokenizer's place in output_dir, or a local copy of one on GCS."""
+    for name in storage.listdir(tokenizer_source(config)):
+        if is_tokenizer_file(os.path.basename(name)):
+            storage.write_bytes(storage.join(dest, os.path.basename(name)),
+                                storage.read_bytes(name))

@@ -1,0 +1,453 @@
+"""What a run will compute, how long that takes and what it costs, before it runs: pure arithmetic.
+
+    plan = run_plan(config, hardware=Hardware.tpu("v4-8", "my-run"), num_workers=1)
+    plan.flops_per_step, plan.wall_time_s, plan.cost_usd     # None where there is no table entry
+    print("\\n".join(render(plan)))                           # what `tpuctl train --dry-run` shows
+    check_batch(plan)                                        # UserError: replicas cannot divide it
+    describe_model(config)     # "roberta base (12 layers, ...): 124.7M parameters, vocabulary ..."
+    warnings(plan, dataset_rows=manifest_rows)               # one line per obvious mis-sizing
+
+FLOPs are model FLOPs (what the architecture needs, not what a compiler happens to run), the
+standard estimate: 6 per non-embedding parameter per token (2 forward, 4 backward), plus
+attention's score and value products, 12 x layers x length x width per token, plus the
+vocabulary projection, 6 x vocabulary x width per predicted token (BERT/RoBERTa predict only at
+the masked positions, GPT-2 at every position, T5 at every target position). T5 counts encoder
+and decoder apart: the encoder's parameters per input token, the decoder's per target token
+(the cross-attention keys and values per input token), cross-attention scores over the inputs.
+The wall time divides the total by the slice's peak bf16 FLOP/s at an assumed utilisation
+(`ASSUMED_UTILISATION`); the cost multiplies that time by the price table's hourly price. On
+CPU workers it divides by a `CpuSpeed` the caller found (launcher.estimate: a measured figure
+or a probe), said with its source.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from payload.core.errors import UserError
+
+# Model FLOPs utilisation assumed for the time and cost estimate: what well-tuned transformer
+# pretraining reaches on TPUs (PaLM reported 46%, MaxText's published runs 40-60%); a first run
+# of a new configuration is often lower.
+ASSUMED_UTILISATION = 0.40
+# Fewer training tokens than this many per parameter leaves a model far from trained: the
+# warning's threshold. About ENOUGH_TOKENS_PER_PARAMETER is compute-optimal (Hoffmann et al.
+# 2022, "Chinchilla"): the figure the warning names as enough.
+MIN_TOKENS_PER_PARAMETER = 2
+ENOUGH_TOKENS_PER_PARAMETER = 20
+# Model FLOP/s a CPU training step reaches, as a share of a numpy float32 matrix-product probe
+# run in the same process (payload.training.utilisation.matmul_probe_flops): measured here (2 cores,
+# TF 2.20, hidden 128, 2 layers, vocabulary 4,000, rows of 64). TensorFlow's kernels beat the
+# probe on a masked LM's large products; GPT-2's and T5's softmax over the vocabulary at every
+# predicted position is work the model-FLOP count leaves out, so they reach less of it.
+CPU_MODEL_FLOPS_SHARE = {"bert": 1.0, "roberta": 1.0, "gpt2": 0.7, "t5": 0.8}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CpuSpeed:
+    """What training reaches on CPU workers: model FLOP/s of all its processes together, and
+    where that figure comes from (the plan says it with the estimate)."""
+
+    model_flops_per_s: float
+    source: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepFlops:
+    """Model FLOPs of one training step (forward and backward) for one row, by term."""
+
+    dense: float  # 6 x non-embedding parameters x tokens
+    attention: float  # scores and weighted values
+    vocabulary: float  # the output projection at the predicted positions
+    formula: str  # the estimate in words, with the figures it used
+
+    @property
+    def total(self) -> float:
+        return self.dense + self.attention + self.vocabulary
+
+    def shares(self) -> tuple[tuple[str, float], ...]:
+        terms = (("vocabulary projection", self.vocabulary), ("layers' matrices", self.dense),
+                 ("attention", self.attention))
+        total = self.total or 1.0
+        return tuple(sorted(((name, value / total) for name, value in terms),
+                            key=lambda term: -term[1]))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunPlan:
+    """The run in figures: a plain record, rendered by `render`."""
+
+    family: str
+    model: str  # "roberta base", or the family when the shape is given otherwise
+    parameters: int
+    non_embedding_parameters: int
+    steps: int
+    batch_size: int
+    seq_len: int
+    tokens_per_step: int  # batch x seq_len: the input tokens a step trains on
+    total_tokens: int
+    flops_per_step: float
+    total_flops: float
+    flops_formula: str
+    # (term, share of a step's FLOPs), largest first: what the family and shape spend them on.
+    flops_shares: tuple[tuple[str, float], ...] = ()
+    bf16: bool
+    continues: bool  # model.init_from: continued pretraining starts from trained weights
+    # What the batch is split over: TensorFlow replicas, and what they are in words.
+    replicas: int
+    replicas_are: str
+    # The accelerator table's entry (None: CPU workers, no entry).
+    accelerator: str | None = None
+    generation: str | None = None
+    chips: int | None = None
+    peak_flops_per_chip: float | None = None
+    utilisation: float = ASSUMED_UTILISATION
+    wall_time_s: float | None = None
+    # The price table's entry (None: no price for this cluster).
+    usd_per_hour: float | None = None
+    price_note: str = ""  # "on-demand, us-central2; prices of ..." or why there is no price
+    cost_usd: float | None = None
+    # CPU workers: where the time estimate's speed comes from, or why there is none.
+    cpu_note: str = ""
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def peak_flops(self) -> float | None:
+        if self.chips is None or self.peak_flops_per_chip is None:
+            return None
+        return self.chips * self.peak_flops_per_chip
+
+
+# --- FLOPs ---------------------------------------------------------------------------------
+
+
+def _encoder_flops(c: dict, seq_len: int, predicted: int) -> StepFlops:
+    from payload.training.sizes import count_parameters
+
+    h, layers, v = c.get("hidden_size", 768), c.get("num_hidden_layers", 12), c["vocab_size"]
+    count = count_parameters(c)
+    head_transform = h * h + 3 * h  # dense + LayerNorm of the MLM head: masked positions only
+    body = count.non_embedding - head_transform - v  # minus the decoder's bias
+    return StepFlops(
+        dense=6 * body * seq_len + 6 * head_transform * predicted,
+        attention=12 * layers * seq_len * h * seq_len,
+        vocabulary=6 * v * h * predicted,
+        formula=(f"6 x N per token (N = {_m(body)} non-embedding parameters) + attention 12 x "
+                 f"layers x seq_len x hidden per token + vocabulary projection 6 x vocab x hidden "
+                 f"at the {predicted} masked positions of each {seq_len}-token row"),
+    )
+
+
+def _gpt2_flops(c: dict, seq_len: int) -> StepFlops:
+    from payload.training.sizes import count_parameters
+
+    h, layers, v = c.get("n_embd", 768), c.get("n_layer", 12), c["vocab_size"]
+    body = count_parameters(c).non_embedding
+    return StepFlops(
+        dense=6 * body * seq_len,
+        attention=12 * layers * seq_len * h * seq_len,
+        vocabulary=6 * v * h * seq_len,
+        formula=(f"6 x N per token (N = {_m(body)} non-embedding parameters) + attention 12 x "
+                 "layers x seq_len x hidden per token + vocabulary projection 6 x vocab x "
+                 "hidden at every position"),
+    )
+
+
+def _t5_flops(c: dict, input_len: int, target_len: int) -> StepFlops:
+    d, v = c.get("d_model", 512), c["vocab_size"]
+    heads = c.get("num_heads", 8)
+    inner = heads * c.get("d_kv", 64)
+    layers = c.get("num_layers", 6)
+    decoder_layers = c.get("num_decoder_layers") or layers
+    gated = str(c.get("feed_forward_proj", "relu")).startswith("gated-")
+    ff = (3 if gated else 2) * d * c.get("d_ff", 2048)
+    encoder = layers * (4 * d * inner + ff)  # per input token
+    cross_kv = decoder_layers * 2 * d * inner  # the decoder's, applied to every input token
+    decoder = decoder_layers * (6 * d * inner + ff)  # self q,k,v,o; cross q,o; feed-forward
+    return StepFlops(
+        dense=6 * (encoder + cross_kv) * input_len + 6 * decoder * target_len,
+        attention=12 * inner * (layers * input_len * input_len
+                                + decoder_layers * target_len * (target_len + input_len)),
+        vocabulary=6 * v * d * target_len,
+        formula=(f"encoder and decoder apart: 6 x N_enc per input token (N_enc = {_m(encoder)}, "
+                 f"with the decoder's cross-attention keys and values {_m(cross_kv)}), 6 x N_dec "
+                 f"per target token (N_dec = {_m(decoder)}), attention 12 x layers x length x "
+                 f"heads x d_kv per token of each stack and over the {input_len} inputs per "
+                 f"target token, vocabulary projection 6 x vocab x d_model at the {target_len} "
+                 "target positions"),
+    )
+
+
+def step_flops(architecture: dict, *, seq_len: int, mlm_probability: float = 0.15,
+               target_len: int | None = None) -> StepFlops:
+    """Model FLOPs of training on one row: `architecture` is a transformers config dict (with
+    model_type); `target_len` is T5's target length."""
+    kind = architecture["model_type"]
+    if kind in ("bert", "roberta"):
+        from payload.data.objectives import max_predictions
+
+        return _encoder_flops(architecture, seq_len, max_predictions(seq_len, mlm_probability))
+    if kind == "gpt2":
+        return _gpt2_flops(architecture, seq_len)
+    if kind == "t5":
+        if target_len is None:
+            raise ValueError("T5 FLOPs need the target length")
+        return _t5_flops(architecture, seq_len, target_len)
+    raise ValueError(f"no FLOP estimate for model_type {kind!r}")
+
+
+def row_flops(config, architecture: dict | None = None) -> StepFlops:
+    """`step_flops` for one row of the run a RunConfig describes (its architecture unless
+    given: the train stage passes the model config it built)."""
+    from payload.training.families import span_corruption_lengths
+
+    arch = architecture if architecture is not None else run_architecture(config)
+    target_len = None
+    if config.model.family == "t5":
+        target_len = span_corruption_lengths(config.record_len, config.model.noise_density,
+                                             config.model.mean_noise_span_length)[1]
+    return step_flops(arch, seq_len=config.data.seq_len,
+                      mlm_probability=config.model.mlm_probability, target_len=target_len)
+
+
+# --- the plan ------------------------------------------------------------------------------
+
+
+def replicas_of(hardware, num_workers: int) -> tuple[int, str]:
+    """What a global batch is split over, and what that is in words. On a TPU: one replica per
+    chip. TensorFlow's TPUStrategy makes one replica per TPU device, and the TPU runtime shows
+    one device per chip on every generation in the table: v5e and v6e chips have one TensorCore,
+    and v4 and v5p chips run their two TensorCores as one "megacore" device (a v4-8 shows 4
+    devices, a v4-32 16; see the README's run-plan section for the sources). On CPU workers:
+    one replica per training process (MultiWorkerMirroredStrategy), 1 for a single process."""
+    from payload.training.strategy import tpu_accelerator, training_workers
+
+    acc = tpu_accelerator(hardware)
+    if acc is not None:
+        return acc.chips, f"one per chip: {acc.chips} chips of TPU {acc.generation}"
+    trainers = len(training_workers(hardware, num_workers))
+    if trainers == 1:
+        return 1, "one CPU training process"
+    return trainers, f"one per CPU worker process: {trainers} processes"
+
+
+def run_plan(config, *, hardware, num_workers: int, architecture: dict | None = None,
+             utilisation: float = ASSUMED_UTILISATION,
+             cpu_speed: CpuSpeed | str | None = None) -> RunPlan:
+    """The run's figures. `hardware` is the fleet's (payload.training.strategy.Hardware); the price
+    comes from `config.cluster` (zone, provisioning) where the price table has one. On CPU
+    workers the time comes from `cpu_speed` (launcher.estimate finds one), or a string saying
+    why there is none."""
+    from payload.training.sizes import count_parameters
+    from payload.training.strategy import tpu_accelerator
+
+    train = config.train
+    arch = architecture if architecture is not None else run_architecture(config)
+    count = count_parameters(arch)
+    per_row = row_flops(config, arch)
+    flops_per_step = per_row.total * train.batch_size
+    replicas, replicas_are = replicas_of(hardware, num_workers)
+    tokens_per_step = train.batch_size * config.data.seq_len
+    figures = dict(
+        family=config.model.family,
+        model=" ".join(filter(None, (config.model.family, config.model.size))),
+        parameters=count.total,
+        non_embedding_parameters=count.non_embedding, steps=train.steps,
+        batch_size=train.batch_size, seq_len=config.data.seq_len,
+        tokens_per_step=tokens_per_step, total_tokens=tokens_per_step * train.steps,
+        flops_per_step=flops_per_step, total_flops=flops_per_step * train.steps,
+        flops_formula=per_row.formula, flops_shares=per_row.shares(), bf16=train.bf16,
+        continues=bool(config.model.init_from), replicas=replicas,
+        replicas_are=replicas_are, utilisation=utilisation,
+    )
+    acc = tpu_accelerator(hardware)
+    if acc is None:
+        if isinstance(cpu_speed, CpuSpeed):
+            figures.update(wall_time_s=figures["total_flops"] / cpu_speed.model_flops_per_s,
+                           cpu_note=cpu_speed.source)
+        else:
+            figures.update(cpu_note=cpu_speed or "no measured CPU speed")
+        return RunPlan(**figures)
+    wall = figures["total_flops"] / (acc.peak_bf16_flops * utilisation)
+    figures.update(accelerator=acc.name, generation=acc.generation, chips=acc.chips,
+                   peak_flops_per_chip=acc.peak_bf16_flops_per_chip, wall_time_s=wall)
+    notes = []
+    if not train.bf16:
+        notes.append("train.bf16 is off: float32 matrix products run well below the bf16 "
+                     "peak on a TPU, so expect a longer run than this; set train.bf16: true")
+    # The cluster asks the price catalog; a cluster tpuctl does not provision has no price.
+    price = config.cluster.hourly_price()
+    if price is not None:
+        label = price.provisioning.replace("_", "-")
+        if price.usd_per_hour is not None:
+            figures.update(usd_per_hour=price.usd_per_hour,
+                           cost_usd=price.cost_usd(wall / 3600),
+                           price_note=(f"{label}, ${price.usd_per_hour:,.2f}/h for {acc.name} "
+                                       f"in {price.region}; prices of {price.source_date}"))
+        else:
+            figures.update(price_note=price.describe())
+    else:
+        figures.update(price_note="no price: tpuctl prices only TPUs it provisions (gcp)")
+    return RunPlan(**figures, notes=tuple(notes))
+
+
+def check_batch(plan: RunPlan) -> None:
+    """Refuse a global batch the replicas cannot split evenly (TensorFlow would fail at the
+    first step, after the set-up was paid for)."""
+    check_batch_split(plan.batch_size, plan.replicas, plan.replicas_are)
+
+
+def check_batch_split(batch_size: int, replicas: int, replicas_are: str) -> None:
+    if batch_size % replicas:
+        below = batch_size // replicas * replicas
+        above = below + replicas
+        near = f"{below} or {above}" if below else str(above)
+        raise UserError(
+            f"train.batch_size={batch_size} does not split over the {replicas} replicas "
+            f"({replicas_are})",
+            hint=f"use a multiple of {replicas}, e.g. {near}",
+        )
+
+
+def warnings(plan: RunPlan, *, dataset_rows: int | None = None) -> list[str]:
+    """One line per obvious mis-sizing: too few tokens for the parameters, or fewer rows in the
+    dataset (the manifest's training records, when prepare has run) than the run reads."""
+    lines = []
+    floor = MIN_TOKENS_PER_PARAMETER * plan.parameters
+    if plan.total_tokens < floor and not plan.continues:  # from trained weights, few may do
+        enough = ENOUGH_TOKENS_PER_PARAMETER * plan.parameters
+        steps = math.ceil(enough / plan.tokens_per_step)
+        lines.append(
+            f"{_count(plan.total_tokens)} training tokens for {_count(plan.parameters)} "
+            f"parameters leave the model far from trained: about {_count(enough)} "
+            f"({ENOUGH_TOKENS_PER_PARAMETER} per parameter) would be enough, {steps:,} steps "
+            f"at this batch; raise train.steps or train.batch_size, or pick a smaller model")
+    rows = plan.steps * plan.batch_size
+    if dataset_rows is not None and dataset_rows < rows:
+        lines.append(
+            f"the dataset has {dataset_rows:,} training rows but {plan.steps:,} steps x "
+            f"{plan.batch_size} read {rows:,}: {rows / max(dataset_rows, 1):.1f} epochs, the "
+            "same rows again and again; add data or lower train.steps")
+    return lines
+
+
+# --- words ---------------------------------------------------------------------------------
+
+
+def render(plan: RunPlan) -> list[str]:
+    """The plan as lines for a person: figures with their units and where they come from."""
+    lines = [
+        f"run plan: {plan.model}, {_count(plan.parameters)} parameters "
+        f"({_count(plan.non_embedding_parameters)} without embeddings)",
+        f"  tokens: {plan.tokens_per_step:,} per step ({plan.batch_size} rows x "
+        f"{plan.seq_len}), {_count(plan.total_tokens)} in {plan.steps:,} steps",
+        f"  FLOPs: {_flops(plan.flops_per_step)} per step, {_flops(plan.total_flops)} in total",
+        f"    estimate: {plan.flops_formula}",
+        f"  replicas: {plan.replicas} ({plan.replicas_are}); train.batch_size {plan.batch_size} "
+        f"= {plan.batch_size // plan.replicas if plan.batch_size % plan.replicas == 0 else '?'}"
+        " per replica",
+    ]
+    lines.append(_cost_drivers(plan))
+    if plan.accelerator is None:
+        if plan.wall_time_s is not None:
+            lines.append(f"  time: about {_duration(plan.wall_time_s)} of training on CPU "
+                         f"({plan.cpu_note}); tokenizer, prepare and export come on top")
+        else:
+            lines.append(f"  time: not estimated ({plan.cpu_note}); the train stage shows its "
+                         "ETA from the first steps")
+        return lines
+    lines.append(
+        f"  accelerator: {plan.accelerator}, {plan.chips} chips of TPU {plan.generation}, peak "
+        f"{plan.peak_flops_per_chip / 1e12:,.0f} TFLOP/s bf16 per chip "
+        f"({plan.peak_flops / 1e12:,.0f} TFLOP/s in all)")
+    lines.append(
+        f"  time: {_duration(plan.wall_time_s)} of training at an assumed "
+        f"{plan.utilisation:.0%} utilisation (model FLOPs / peak); set-up, prepare and export "
+        "come on top")
+    if plan.cost_usd is not None:
+        lines.append(f"  cost: ${plan.cost_usd:,.2f} for that time ({plan.price_note})")
+    else:
+        lines.append(f"  cost: not estimated ({plan.price_note})")
+    lines += [f"  note: {note}" for note in plan.notes]
+    return lines
+
+
+# What makes each term large, for the line that says where a step's FLOPs go.
+_DRIVERS = {
+    "vocabulary projection": ("costs vocabulary x width per predicted position: GPT-2 "
+                              "predicts every position and T5 every target, BERT/RoBERTa only "
+                              "the masked ~15%; a smaller tokenizer.vocab_size cuts it"),
+    "layers' matrices": "grow with hidden size squared x layers",
+    "attention": ("grows with data.seq_len squared per row: shorter rows cost less per "
+                  "token"),
+}
+
+
+def _cost_drivers(plan: RunPlan) -> str:
+    """Where a step's FLOPs go, largest first, and what makes the largest one large."""
+    if not plan.flops_shares:
+        return "  FLOPs by term: not worked out"
+    shares = ", ".join(f"{name} {share:.0%}" for name, share in plan.flops_shares)
+    top = plan.flops_shares[0][0]
+    return f"  FLOPs by term: {shares}; most goes to the {top}, which {_DRIVERS[top]}"
+
+
+def _m(n: float) -> str:
+    return f"{n / 1e6:,.1f}M"
+
+
+def _count(n: float) -> str:
+    for size, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= size:
+            return f"{n / size:,.1f}{unit}"
+    return f"{n:,.0f}"
+
+
+def _flops(n: float) -> str:
+    if n <= 0:
+        return "0"
+    exponent = math.floor(math.log10(n))
+    return f"{n / 10 ** exponent:.2f}e{exponent}"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return "?"
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    minutes = seconds / 60
+    if minutes < 60:
+        return f"{minutes:.0f} min"
+    hours = minutes / 60
+    if hours < 48:
+        return f"{int(hours)}h{int(minutes % 60):02d}m"
+    return f"{hours / 24:.1f} days ({hours:,.0f} h)"
+
+
+def run_architecture(config) -> dict:
+    """The transformers config a run's model has, with the vocabulary its tokenizer gives it."""
+    from payload.data.tokenizer import planned_vocab_size
+    from payload.training.sizes import architecture
+
+    return architecture(config, planned_vocab_size(config))
+
+
+def describe_model(config) -> str:
+    """One line for a plan: the architecture and its parameter count, e.g.
+    "roberta base (12 layers, hidden 768, 12 heads): 124.7M parameters, vocabulary 50,265"."""
+    from payload.training.sizes import count_parameters, shape_of
+
+    model = config.model
+    settings = run_architecture(config)
+    count = count_parameters(settings)
+    if model.init_from or model.config:
+        source = (f"from model.init_from {model.init_from}" if model.init_from
+                  else f"as {model.config}")
+        what = f"{model.family} {source}"
+    else:
+        s = shape_of(model)
+        what = (f"{model.family}{' ' + model.size if model.size else ''} ({s.num_layers} layers, "
+                f"hidden {s.hidden_size}, {s.num_heads} heads)")
+    return (f"{what}: {count.total / 1e6:,.1f}M parameters, vocabulary "
+            f"{settings['vocab_size']:,}")

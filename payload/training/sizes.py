@@ -1,0 +1,226 @@
+"""Model sizes by their published names, the shapes they stand for, and parameter counts.
+
+    SIZES["roberta"]["base"]            # Shape(hidden_size=768, num_layers=12, num_heads=12, ...)
+    parameter_count(config, vocab_size=32000)   # the model a run config builds, from its shapes
+    parameter_count({"model_type": "gpt2", "n_embd": 768, "n_layer": 12}, vocab_size=50257)
+
+One table, read by the config checks (`model.size`), the model builder and the run plan.
+Counting is arithmetic on the shapes, no model is built: the tests check it against the real
+models' own counts, TensorFlow's and PyTorch's, for every family and size.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+# Shape keys a run config may set one by one, and what they are when nothing describes the
+# architecture.
+SHAPE_DEFAULTS = {"hidden_size": 256, "num_layers": 4, "num_heads": 4, "intermediate_size": 1024}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Shape:
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    intermediate_size: int
+    # T5 v1.1: every head is 64 wide whatever the head count, the feed-forward is gated GELU
+    # (wi_0, wi_1) and the output projection is its own matrix, not the embeddings.
+    head_size: int | None = None  # None: hidden_size / num_heads
+    gated_gelu: bool = False
+    tied_head: bool = True
+
+
+def _encoder(layers: int, hidden: int, heads: int) -> Shape:
+    return Shape(hidden_size=hidden, num_layers=layers, num_heads=heads,
+                 intermediate_size=4 * hidden)
+
+
+def _t5_v1_1(hidden: int, layers: int, heads: int, ff: int) -> Shape:
+    return Shape(hidden_size=hidden, num_layers=layers, num_heads=heads, intermediate_size=ff,
+                 head_size=64, gated_gelu=True, tied_head=False)
+
+
+# tiny and small are the BERT miniatures' shapes (Turc et al. 2019, "BERT-Tiny", "BERT-Small");
+# RoBERTa and GPT-2 were not published that small and take the same ones. T5's tiny is the
+# T5-efficient "tiny" shape in v1.1 form.
+_TINY, _SMALL = _encoder(2, 128, 2), _encoder(4, 512, 8)
+SIZES: dict[str, dict[str, Shape]] = {
+    "bert": {"tiny": _TINY, "small": _SMALL, "base": _encoder(12, 768, 12),
+             "large": _encoder(24, 1024, 16)},
+    "roberta": {"tiny": _TINY, "small": _SMALL, "base": _encoder(12, 768, 12),
+                "large": _encoder(24, 1024, 16)},
+    "gpt2": {"tiny": _TINY, "small": _encoder(12, 768, 12), "medium": _encoder(24, 1024, 16),
+             "large": _encoder(36, 1280, 20), "xl": _encoder(48, 1600, 25)},
+    "t5": {"tiny": _t5_v1_1(256, 4, 4, 1024), "small": _t5_v1_1(512, 8, 6, 1024),
+           "base": _t5_v1_1(768, 12, 12, 2048), "large": _t5_v1_1(1024, 24, 16, 2816)},
+}
+
+
+def shape_of(model_cfg) -> Shape:
+    """The shape a run config's `model` section asks for: its size, or its shape keys (the
+    defaults for any it leaves out). Not for `model.config` / `model.init_from`."""
+    if model_cfg.size is not None:
+        return SIZES[model_cfg.family][model_cfg.size]
+    keys = {k: getattr(model_cfg, k) or default for k, default in SHAPE_DEFAULTS.items()}
+    return Shape(**keys)
+
+
+def transformers_config(model_cfg, *, vocab_size: int, seq_len: int) -> dict:
+    """The transformers config (keyword arguments with `model_type`) for a sized model."""
+    from payload.training.families import ROBERTA_POSITION_PADDING
+
+    family, s, dropout = model_cfg.family, shape_of(model_cfg), model_cfg.dropout
+    if family in ("bert", "roberta"):
+        encoder = {
+            "model_type": family,
+            "vocab_size": vocab_size,
+            "hidden_size": s.hidden_size,
+            "num_hidden_layers": s.num_layers,
+            "num_attention_heads": s.num_heads,
+            "intermediate_size": s.intermediate_size,
+            "hidden_dropout_prob": dropout,
+            "attention_probs_dropout_prob": dropout,
+            "max_position_embeddings": max(512, seq_len),
+        }
+        if family == "roberta":
+            encoder["max_position_embeddings"] += ROBERTA_POSITION_PADDING + 1
+            encoder["type_vocab_size"] = 1
+        return encoder
+    if family == "gpt2":
+        return {
+            "model_type": "gpt2",
+            "vocab_size": vocab_size,
+            "n_embd": s.hidden_size,
+            "n_layer": s.num_layers,
+            "n_head": s.num_heads,
+            "n_inner": s.intermediate_size,
+            "n_positions": max(1024, seq_len),
+            "resid_pdrop": dropout,
+            "embd_pdrop": dropout,
+            "attn_pdrop": dropout,
+        }
+    t5 = {
+        "model_type": "t5",
+        "vocab_size": vocab_size,
+        "d_model": s.hidden_size,
+        "d_kv": s.head_size or s.hidden_size // s.num_heads,
+        "d_ff": s.intermediate_size,
+        "num_layers": s.num_layers,
+        "num_decoder_layers": s.num_layers,
+        "num_heads": s.num_heads,
+        "dropout_rate": dropout,
+    }
+    if s.gated_gelu:
+        t5["feed_forward_proj"] = "gated-gelu"
+    if not s.tied_head:
+        t5["tie_word_embeddings"] = False
+    return t5
+
+
+@dataclass(frozen=True)
+class ParameterCount:
+    total: int
+    embeddings: int  # token and position embeddings (and an untied output matrix)
+
+    @property
+    def non_embedding(self) -> int:
+        return self.total - self.embeddings
+
+
+def parameter_count(source: Any, vocab_size: int | None = None) -> int:
+    """Parameters of the model `source` describes: a run config (`RunConfig`, with the
+    vocabulary it gets: payload.training.runplan.run_architecture finds it), a transformers config or its
+    dict / config.json contents. `vocab_size` overrides the vocabulary."""
+    return count_parameters(source, vocab_size).total
+
+
+def count_parameters(source: Any, vocab_size: int | None = None) -> ParameterCount:
+    """`parameter_count` with the embeddings' share, for FLOP estimates (6 x non-embedding)."""
+    config = architecture(source, vocab_size)
+    return _COUNTERS[config["model_type"]](config)
+
+
+def architecture(source: Any, vocab_size: int | None = None) -> dict:
+    """A transformers config dict for `source` (see `parameter_count`), vocab_size applied."""
+    if hasattr(source, "model") and hasattr(source, "data"):  # a RunConfig
+        model = source.model
+        if vocab_size is None:
+            raise ValueError("a run config's architecture needs its vocabulary size "
+                             "(payload.data.tokenizer.planned_vocab_size)")
+        folder_or_file = model.init_from or model.config
+        if folder_or_file:
+            config = read_config_json(folder_or_file)
+            if model.init_from:  # the checkpoint's embeddings stay as they are
+                vocab_size = None
+        else:
+            config = transformers_config(model, vocab_size=vocab_size,
+                                         seq_len=source.data.seq_len)
+    elif hasattr(source, "to_dict"):
+        config = source.to_dict()
+    else:
+        config = dict(source)
+    if vocab_size is not None:
+        config["vocab_size"] = vocab_size
+    return config
+
+
+def read_config_json(path: str) -> dict:
+    """A transformers config.json (or the one in a model folder), local or gs://."""
+    from payload.core import storage
+
+    if not path.endswith(".json"):
+        path = storage.join(path, "config.json")
+    return json.loads(storage.read_text(path))
+
+
+def tokenizer_json_size(raw: dict) -> int:
+    """How many ids a tokenizer.json gives out: its model's vocabulary and added tokens."""
+    vocab = raw["model"]["vocab"]
+    ids = list(vocab.values()) if isinstance(vocab, dict) else list(range(len(vocab)))
+    ids += [t["id"] for t in raw.get("added_tokens", [])]
+    return max(ids) + 1 if ids else 0
+
+
+def _encoder_count(c: dict) -> ParameterCount:
+    # BertForMaskedLM / RobertaForMaskedLM: no pooler; the MLM head's decoder is the embedding
+    # matrix, plus its own bias.
+    v, h = c["vocab_size"], c.get("hidden_size", 768)
+    layers, i = c.get("num_hidden_layers", 12), c.get("intermediate_size", 3072)
+    positions = c.get("max_position_embeddings", 512)
+    types = c.get("type_vocab_size", 2)
+    layer = (4 * h * h + 4 * h) + 2 * h + (h * i + i) + (i * h + h) + 2 * h
+    head = (h * h + h) + 2 * h + v
+    embeddings = (v + positions) * h
+    return ParameterCount(embeddings + types * h + 2 * h + layers * layer + head, embeddings)
+
+
+def _gpt2_count(c: dict) -> ParameterCount:
+    v, h = c["vocab_size"], c.get("n_embd", 768)
+    layers, positions = c.get("n_layer", 12), c.get("n_positions", 1024)
+    i = c.get("n_inner") or 4 * h
+    layer = 2 * h + (3 * h * h + 3 * h) + (h * h + h) + 2 * h + (h * i + i) + (i * h + h)
+    untied = 0 if c.get("tie_word_embeddings", True) else v * h
+    embeddings = (v + positions) * h + untied
+    return ParameterCount(embeddings + layers * layer + 2 * h, embeddings)
+
+
+def _t5_count(c: dict) -> ParameterCount:
+    v, d = c["vocab_size"], c.get("d_model", 512)
+    inner = c.get("num_heads", 8) * c.get("d_kv", 64)
+    layers = c.get("num_layers", 6)
+    decoder_layers = c.get("num_decoder_layers") or layers
+    gated = str(c.get("feed_forward_proj", "relu")).startswith("gated-")
+    ff = (3 if gated else 2) * d * c.get("d_ff", 2048)
+    attention = 4 * d * inner  # q, k, v, o; no biases
+    relative = c.get("relative_attention_num_buckets", 32) * c.get("num_heads", 8)
+    encoder = layers * (attention + ff + 2 * d) + relative + d
+    decoder = decoder_layers * (2 * attention + ff + 3 * d) + relative + d
+    embeddings = v * d * (1 if c.get("tie_word_embeddings", True) else 2)
+    return ParameterCount(embeddings + encoder + decoder, embeddings)
+
+
+_COUNTERS = {"bert": _encoder_count, "roberta": _encoder_count, "gpt2": _gpt2_count,
+             "t5": _t5_count}

@@ -1,0 +1,337 @@
+"""The one place that decides how training is distributed; nothing else branches on hardware.
+
+    hardware = Hardware.parse("tpu/v4-32/my-run")          # what `--hardware` says
+    plan = plan_strategy(cluster_facts(hardware, worker_index=0, num_workers=4))
+    plan.kind, plan.tpu, plan.env, training_workers(hardware, 4)      # pure, unit-tested
+    strategy = build_strategy(plan)                                   # the side effect
+
+The launcher's provider says what the fleet is (`Hardware`: CPU hosts, or a TPU node and its
+type); it never says which provider it is. Four kinds of run follow from that:
+- a single-host TPU VM: `TPUClusterResolver(tpu="local")`, with TensorFlow's pluggable-device C
+  API pointed at the environment's libtpu.so, as Google's TF release CI runs single hosts;
+- a multi-host pod slice: TensorFlow drives the whole slice from worker 0 by the TPU's name, with
+  `TPU_LOAD_LIBRARY=0` so the driver does not grab the local chips; the other hosts only serve
+  the TPU runtime (`"local"` is wrong there, Google's own CI runs TF pod jobs this way);
+- one CPU process: the default strategy;
+- N CPU processes: MultiWorkerMirroredStrategy from `TF_CONFIG`, which the caller (the launcher's
+  local mode, or an SSH cluster) sets with every worker's address.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+from dataclasses import dataclass, field
+
+from payload.core.errors import UserError
+from payload.core.stages import check_share
+
+# A pod slice's driver reaches every host's TPU worker server at these grpc:// addresses (set by
+# the launcher's plan on worker 0, as TF_CONFIG is for CPU workers).
+TPU_WORKERS_ENV = "TPUCTL_TPU_WORKERS"
+# On a TPU one host call runs this many steps: the host loop is not the bottleneck. It is capped
+# by the events (eval, checkpoint, log) the loop has to stop for.
+TPU_STEPS_PER_EXECUTION = 100
+
+
+class StrategyKind(enum.Enum):
+    TPU_HOST = "tpu-host"  # single-host TPU VM
+    TPU_POD = "tpu-pod"  # multi-host pod slice, driven from worker 0
+    CPU = "cpu"  # one process, default strategy
+    CPU_MULTI_WORKER = "cpu-multi-worker"  # MultiWorkerMirroredStrategy over TF_CONFIG
+
+
+class Device(str, enum.Enum):
+    """What a fleet's hosts compute with."""
+
+    CPU = "cpu"
+    TPU = "tpu"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Hardware:
+    """What the fleet is made of, as the launcher's provider reports it: the one vocabulary for
+    hardware. It reaches every stage as `--hardware SPEC`; the strategy decides from it alone.
+
+    `cpu`, or `tpu/ACCELERATOR_TYPE/NODE_NAME` (the node name drives a multi-host slice).
+    """
+
+    device: Device = Device.CPU
+    accelerator_type: str | None = None
+    tpu_name: str | None = None
+
+    @classmethod
+    def tpu(cls, accelerator_type: str, tpu_name: str) -> Hardware:
+        return cls(device=Device.TPU, accelerator_type=accelerator_type, tpu_name=tpu_name)
+
+    def spec(self) -> str:
+        if self.device is Device.CPU:
+            return Device.CPU.value
+        return f"{Device.TPU.value}/{self.accelerator_type}/{self.tpu_name}"
+
+    @classmethod
+    def parse(cls, spec: str) -> Hardware:
+        parts = spec.split("/")
+        if parts == [Device.CPU.value]:
+            return cls()
+        if len(parts) == 3 and parts[0] == Device.TPU.value and all(parts[1:]):
+            return cls.tpu(parts[1], parts[2])
+        raise UserError(f"--hardware {spec!r} is not a hardware spec",
+                        hint="use cpu, or tpu/ACCELERATOR_TYPE/NODE_NAME (e.g. tpu/v4-32/my-run)")
+
+
+CPU = Hardware()
+
+
+def uses_tpu(hardware: Hardware) -> bool:
+    """Whether the fleet computes on TPU chips: the launcher then frees the chips before training
+    and installs the TPU runtime; everything else follows from the strategy kind."""
+    return hardware.device is Device.TPU
+
+
+def tpu_accelerator(hardware: Hardware):
+    """The accelerator table's entry for a TPU fleet (its chips, peak, generation); None on CPU
+    hosts, whose speed is measured rather than looked up."""
+    if not uses_tpu(hardware):
+        return None
+    from payload.cloud import accelerators
+
+    return accelerators.accelerator(hardware.accelerator_type)
+
+
+def fleet_strategy(hardware: Hardware, num_workers: int) -> StrategyKind:
+    """How a fleet of `num_workers` hosts of this hardware trains, as a whole."""
+    if hardware.device is Device.TPU:
+        return StrategyKind.TPU_HOST if num_workers == 1 else StrategyKind.TPU_POD
+    return StrategyKind.CPU if num_workers == 1 else StrategyKind.CPU_MULTI_WORKER
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterFacts:
+    """What the plan depends on, gathered once from the command line and the environment."""
+
+    hardware: Hardware = CPU
+    num_workers: int
+    worker_index: int = 0
+    tf_config: str | None = None  # the TF_CONFIG environment variable, if set
+    tpu_workers: str | None = None  # TPUCTL_TPU_WORKERS: the slice's grpc:// endpoints
+    stand_in: bool = False  # the TPU API is a stand-in: no TPU here, train on the CPU
+    libtpu: str | None = None  # this environment's libtpu.so, when the libtpu package is there
+
+
+@dataclass(frozen=True, kw_only=True)
+class StrategyPlan:
+    kind: StrategyKind
+    runs_training: bool  # False: this host only serves the TPU runtime for worker 0
+    tpu: str | None = None  # TPUClusterResolver's `tpu` argument
+    env: dict[str, str] = field(default_factory=dict)  # set before TensorFlow is imported
+    steps_per_execution: int = 1
+    is_chief: bool = True  # writes checkpoints, logs, metrics and the export
+    stand_in: bool = False  # no TPU to be found is expected: fall back to the CPU
+
+
+def plan_strategy(facts: ClusterFacts) -> StrategyPlan:
+    check_share(facts.worker_index, facts.num_workers)
+    kind = fleet_strategy(facts.hardware, facts.num_workers)
+    if kind is StrategyKind.TPU_HOST:
+        # Google's TF release CI runs a single-host TPU through TensorFlow's pluggable-device C
+        # API, pointed at the pip-installed libtpu (ml-auto-solutions dags/solutions_team/
+        # configs/tensorflow/common.py, export_env_variables for single-host PJRT runs).
+        env = ({"NEXT_PLUGGABLE_DEVICE_USE_C_API": "true",
+                "TF_PLUGGABLE_DEVICE_LIBRARY_PATH": facts.libtpu}
+               if facts.libtpu and not facts.stand_in else {})
+        return StrategyPlan(kind=kind, runs_training=True, tpu="local", env=env,
+                            steps_per_execution=TPU_STEPS_PER_EXECUTION,
+                            stand_in=facts.stand_in)
+    if kind is StrategyKind.TPU_POD:
+        chief = facts.worker_index == 0
+        return StrategyPlan(
+            kind=kind,
+            runs_training=chief,
+            # The hosts' own servers, when the launcher listed them: no TPU API call needed.
+            tpu=facts.tpu_workers or facts.hardware.tpu_name,
+            env={"TPU_LOAD_LIBRARY": "0"} if chief else {},
+            steps_per_execution=TPU_STEPS_PER_EXECUTION,
+            is_chief=chief,
+            stand_in=facts.stand_in,
+        )
+    if kind is StrategyKind.CPU:
+        return StrategyPlan(kind=kind, runs_training=True)
+    task = _tf_config_task(facts.tf_config, facts.num_workers)
+    return StrategyPlan(kind=kind, runs_training=True, is_chief=task == 0)
+
+
+def _tf_config_task(tf_config: str | None, num_workers: int) -> int:
+    if not tf_config:
+        raise UserError(
+            f"{num_workers} CPU workers need TF_CONFIG with every worker's address",
+            hint="run through `tpuctl train --local`, or set TF_CONFIG as TensorFlow documents",
+        )
+    try:
+        raw = json.loads(tf_config)
+        workers = raw["cluster"]["worker"]
+        index = int(raw["task"]["index"])
+    except (ValueError, KeyError, TypeError):
+        raise UserError(
+            "TF_CONFIG is not valid JSON with cluster.worker and task.index",
+            hint='e.g. {"cluster": {"worker": ["h0:p", "h1:p"]}, '
+            '"task": {"type": "worker", "index": 0}}',
+        ) from None
+    if len(workers) != num_workers:
+        raise UserError(
+            f"TF_CONFIG lists {len(workers)} workers but --num-workers is {num_workers}",
+            hint="make them agree",
+        )
+    return index
+
+
+def tf_config(addresses: list[str], index: int) -> str:
+    """The `TF_CONFIG` value for worker `index` of a CPU multi-worker run (the launcher sets it;
+    `addresses` are every worker's host:port for TensorFlow's collectives, in worker order)."""
+    return json.dumps(
+        {"cluster": {"worker": list(addresses)}, "task": {"type": "worker", "index": index}}
+    )
+
+
+def tpu_workers(addresses: list[str]) -> str:
+    """The TPUCTL_TPU_WORKERS value: every host's TPU worker server, worker 0 first, in the form
+    TPUClusterResolver takes instead of a TPU name."""
+    return ",".join(f"grpc://{address}" for address in addresses)
+
+
+def training_workers(hardware: Hardware, num_workers: int) -> list[int]:
+    """Which workers run the train stage (the launcher waits on these, not on TPU servers)."""
+    if fleet_strategy(hardware, num_workers) is StrategyKind.TPU_POD:
+        return [0]
+    return list(range(num_workers))
+
+
+def cluster_facts(
+    hardware: Hardware, *, worker_index: int, num_workers: int,
+    environ: dict[str, str] | None = None, libtpu: str | None = None,
+) -> ClusterFacts:
+    from payload.cloud import tpu_api
+
+    environ = os.environ if environ is None else environ
+    return ClusterFacts(hardware=hardware, num_workers=num_workers, worker_index=worker_index,
+                        tf_config=environ.get("TF_CONFIG"),
+                        tpu_workers=environ.get(TPU_WORKERS_ENV) or None,
+                        stand_in=bool(environ.get(tpu_api.ENDPOINT_ENV)),
+                        libtpu=libtpu or _libtpu_library())
+
+
+def _libtpu_library() -> str | None:
+    """The libtpu.so of the libtpu package in this Python, found without importing it."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("libtpu")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = os.path.join(folder, "libtpu.so")
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+SERVER_WAIT_S = 300.0
+
+
+def wait_for_servers(tpu: str, timeout_s: float = SERVER_WAIT_S) -> None:
+    """A pod slice's driver starts with its hosts' TPU servers: wait until each one listens."""
+    import socket
+    import time
+
+    endpoints = [e.removeprefix("grpc://") for e in tpu.split(",")]
+    deadline = time.monotonic() + timeout_s
+    for endpoint in endpoints:
+        host, _, port = endpoint.rpartition(":")
+        while True:
+            try:
+                with socket.create_connection((host, int(port)), timeout=2):
+                    break
+            except OSError as exc:
+                if time.monotonic() > deadline:
+                    raise UserError(f"the TPU server at {endpoint} did not start within "
+                                    f"{timeout_s:.0f}s ({exc})",
+                                    hint="see that worker's log in output_dir/logs") from None
+                time.sleep(1.0)
+
+
+TPU_DEVICE_GLOBS = ("/dev/accel*", "/dev/vfio/[0-9]*")
+
+
+def tpu_devices_present() -> bool:
+    """Whether this host has TPU chips (the device files a TPU VM has)."""
+    import glob
+
+    return any(glob.glob(pattern) for pattern in TPU_DEVICE_GLOBS)
+
+
+def build_strategy(plan: StrategyPlan):
+    """Make the tf.distribute strategy the plan describes (TensorFlow is imported here)."""
+    for key, value in plan.env.items():
+        os.environ[key] = value
+    import tensorflow as tf
+
+    if plan.kind in (StrategyKind.TPU_HOST, StrategyKind.TPU_POD):
+        if plan.stand_in and not tpu_devices_present():
+            # The TPU API is a stand-in (tests): these workers have no TPU by design, and
+            # reaching for the slice's servers would only wait for them.
+            print("tpuctl: no TPU here and the TPU API is a stand-in: training on the CPU",
+                  flush=True)
+            return tf.distribute.get_strategy()
+        if plan.tpu and plan.tpu.startswith("grpc://"):
+            wait_for_servers(plan.tpu)
+        try:
+            resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=plan.tpu)
+            tf.config.experimental_connect_to_cluster(resolver)
+            tf.tpu.experimental.initialize_tpu_system(resolver)
+        except Exception as exc:  # TensorFlow raises several kinds here
+            if plan.stand_in:
+                # The TPU API is a stand-in (tests): these workers have no TPU by design.
+                print("tpuctl: no TPU here and the TPU API is a stand-in: training on the CPU",
+                      flush=True)
+                return tf.distribute.get_strategy()
+            raise UserError(f"no TPU found on this worker ({type(exc).__name__}: "
+                            f"{' '.join(str(exc).split())[:200]})",
+                            hint="check the TPU with `tpuctl status`; tpuctl never falls back "
+                            "to the CPU on a TPU VM") from None
+        return tf.distribute.TPUStrategy(resolver)
+    if plan.kind is StrategyKind.CPU_MULTI_WORKER:
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    return tf.distribute.get_strategy()
+
+
+# How long a worker done with training waits for the others to be done too.
+END_BARRIER_S = 300.0
+# The chief hosts the coordination service: it stays this long after the last barrier so the
+# others hear that the barrier passed before it goes.
+CHIEF_LINGER_S = 1.0
+
+
+def exit_together(plan: StrategyPlan, *, timeout_s: float = END_BARRIER_S) -> None:
+    """End a multi-worker training process once every worker is done with training (other
+    kinds of run return at once).
+
+    Left to itself, a worker's TensorFlow teardown talks to the chief's coordination service
+    (heartbeats, a shutdown call): a worker still tearing down after the chief left retries it
+    over gRPC for minutes, idle, and logs `StartAbort UNAVAILABLE`; a chief still there after a
+    worker left logs "The tasks have crashed". So: a barrier through that service (every
+    worker's checkpoints, metrics and logs are written by then; nothing of the run is owed to
+    anyone after it), then every process leaves at once without the teardown, the chief a
+    moment after the others."""
+    if plan.kind is not StrategyKind.CPU_MULTI_WORKER:
+        return
+    import logging
+    import sys
+    import time
+
+    from tensorflow.python.eager import context
+
+    context.context().wait_at_barrier("tpuctl-train-end", int(timeout_s * 1000))
+    if plan.is_chief:
+        time.sleep(CHIEF_LINGER_S)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

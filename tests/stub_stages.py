@@ -100,7 +100,7 @@ def main() -> int:
             _write(out / "metrics.json", json.dumps({"shards": len(shards)}))
     elif args.stage == "export":
         _write(out / "model" / "config.json", "{}")
-        from payload import storage  # on the stage's PYTHONPATH, as for the real stages
+        from payload.core import storage  # on the stage's PYTHONPATH, as for the real stages
 
         storage.mark_complete(str(out / "model"), {"stage": "export (stand-in)"})
     return 0

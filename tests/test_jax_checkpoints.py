@@ -15,9 +15,9 @@ pytest.importorskip("orbax.checkpoint")
 
 import jax
 
+from payload.core.errors import UserError
 from payload.engines.jax import step as jax_step
 from payload.engines.jax.checkpoints import Checkpoints
-from payload.errors import UserError
 from tests.test_jax_multiprocess import WORKER, worker_env
 
 STEPS = 6

@@ -13,10 +13,10 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 from train_helpers import config_dict, make_run_dir, run_config
 
-from payload.config import ModelConfig
+from payload.core.config import ModelConfig
+from payload.core.errors import UserError
 from payload.engines.jax import step as jax_step
-from payload.errors import UserError
-from payload.sizes import parameter_count, transformers_config
+from payload.training.sizes import parameter_count, transformers_config
 
 GIB = 1 << 30
 
@@ -66,8 +66,8 @@ def test_bf16_only_where_an_accelerator_computes():
 
 def pipeline_batches(config, inputs, files, *, shuffle: bool):
     """Numpy batches of the TF engine's own input pipeline and objective."""
-    from payload.data import input_pipeline
-    from payload.train import objective_for
+    from payload.data.pipeline import input_pipeline
+    from payload.training.train import objective_for
 
     ds = input_pipeline(files, record_len=config.record_len, dtype=inputs.manifest.dtype,
                         batch_size=config.train.batch_size,
@@ -87,8 +87,8 @@ def eval_loss(program, params, batches) -> float:
 @pytest.mark.slow
 @pytest.mark.parametrize("family", ["roberta", "gpt2", "t5"])  # MLM, causal LM, span corruption
 def test_each_objective_learns_from_the_tf_data_pipeline(tmp_path, family):
-    from payload.config import parse_config
-    from payload.train import check_inputs
+    from payload.core.config import parse_config
+    from payload.training.train import check_inputs
 
     out = make_run_dir(tmp_path, family)
     raw = config_dict(out, family, steps=300, learning_rate=5e-3)
@@ -150,7 +150,7 @@ def test_the_mlm_head_sees_only_the_masked_slots_and_the_loss_is_the_tf_engines(
     full = model(ids, np.ones_like(ids))
     np.testing.assert_allclose(logits[0, 1], full[0, 4], rtol=1e-5, atol=1e-5)
     xent, count, correct = (float(x) for x in jax_step.loss_sums(logits, labels))
-    # payload.model.loss_sums: summed cross-entropy over labels != -100, their count, hits.
+    # payload.training.model.loss_sums: summed cross-entropy over labels != -100, their count, hits.
     log_p = np.asarray(jax.nn.log_softmax(logits))
     valid = [(0, 0), (0, 1), (1, 0), (2, 0)]
     assert xent == pytest.approx(-sum(log_p[b, t, labels[b, t]] for b, t in valid), rel=1e-5)

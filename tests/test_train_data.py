@@ -5,7 +5,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from payload import records  # noqa: E402
+from payload.data import shards  # noqa: E402
 from payload.data.pipeline import input_pipeline  # noqa: E402
 
 RECORD_LEN, BATCH = 8, 4
@@ -18,7 +18,7 @@ def write_shards(folder, num_files: int, rows_per_file: int) -> list[str]:
         rows[:, 0] = f * 1000 + np.arange(rows_per_file)  # file and row, readable back
         path = folder / f"shard-{f}.tfrecord"
         with open(path, "wb") as out:
-            records.ShardWriter(out, dtype="int32").write_rows(rows)
+            shards.ShardWriter(out, dtype="int32").write_rows(rows)
         paths.append(str(path))
     return paths
 

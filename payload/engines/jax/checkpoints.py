@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import orbax.checkpoint as ocp
 
-from payload.errors import UserError
+from payload.core.errors import UserError
 
 
 class Checkpoints:

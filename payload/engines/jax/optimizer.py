@@ -4,7 +4,7 @@
     opt_state = tx.init(params)                 # params: the model's nnx.Param state
     rate = learning_rate(config.train)(count)   # the rate of the update after `count` updates
 
-The TF engine (payload.optimization) is the reference for every number here: the schedule is
+The TF engine (payload.training.optimization) is the reference for every number here: the schedule is
 `learning_rate_at`, clipping is by the global norm of the whole gradient, weight decay is
 decoupled (`param -= lr * weight_decay * param`, as tf_keras does it) and skips the parameters
 whose names hold one of `NO_DECAY`. The PyTorch names the JAX models use keep those substrings
@@ -21,9 +21,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from payload.optimization import NO_DECAY
+from payload.training.optimization import NO_DECAY
 
-# tf_keras AdamW as payload.optimization builds it.
+# tf_keras AdamW as payload.training.optimization builds it.
 ADAM_BETA_1 = 0.9
 ADAM_BETA_2 = 0.98
 ADAM_EPSILON = 1e-6
@@ -36,7 +36,7 @@ ADAFACTOR_CLIP = 1.0
 
 def schedule(peak: float, warmup_steps: int, total_steps: int) -> optax.Schedule:
     """Linear warm-up from 0 to `peak`, then linear decay to 0 at `total_steps`: the rate for
-    the update after `count` updates, as `payload.optimization.learning_rate_at` gives it."""
+    the update after `count` updates, as `payload.training.optimization.learning_rate_at` gives it."""
     decay_steps = float(max(total_steps - warmup_steps, 1))
 
     def rate(count):

@@ -8,7 +8,7 @@ sharding declared on a device mesh, host batches entering through one function.
     batch = program.global_batch(numpy_rows_of_this_host)
     state, metrics = program.train_step(state, batch)    # metrics: loss, accuracy, ...
 
-Loss and accuracy are the TF engine's (payload.model.forward/loss_sums): summed cross-entropy
+Loss and accuracy are the TF engine's (payload.training.model.forward/loss_sums): summed cross-entropy
 over the predicted tokens of the whole global batch, divided by their count; a masked LM projects
 onto the vocabulary only at its masked positions; GPT-2 predicts the next token; T5 the labels
 after the decoder inputs. Weights stay float32 (the optimizer's master copy); with bf16 on an
@@ -29,9 +29,9 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from payload.core.errors import UserError
 from payload.engines.jax import optimizer as jax_optimizer
 from payload.engines.jax.models import build_model, model_shapes
-from payload.errors import UserError
 
 DATA, FSDP = "data", "fsdp"
 BATCH_AXES = (DATA, FSDP)  # the batch is split over every device, whatever the mesh's shape
@@ -134,7 +134,7 @@ def compute_dtype(bf16: bool, platform: str | None = None):
 
 def predictions(model, batch: dict, *, family: str, dropout_rng=None):
     """(float32 logits [B, T, V], labels [B, T] with -100 = nothing to predict), as the TF
-    engine's payload.model.forward gives them; a masked LM's T is its masked slots per row."""
+    engine's payload.training.model.forward gives them; a masked LM's T is its masked slots per row."""
     if family in ("bert", "roberta"):
         logits = model(batch["input_ids"], batch["attention_mask"],
                        positions=batch["masked_positions"], dropout_rng=dropout_rng)

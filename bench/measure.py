@@ -18,7 +18,7 @@ def _peak_mb() -> float:
 
 
 def prepare(config_path: str, worker_index: int, num_workers: int) -> dict:
-    from payload.core.config import load_config
+    from payload.config import load_config
     from payload.data import shards as records
     from payload.data.prepare import run_prepare
 

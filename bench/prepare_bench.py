@@ -84,8 +84,8 @@ def _reference(corpus: Path, tokenizer: Path, num_proc: int) -> dict:
 
 def _train_bench_tokenizer() -> Path:
     """One unigram tokenizer shared by every prepare measurement."""
+    from payload.core.families import FAMILIES
     from payload.data.tokenizer import save_tokenizer, train_tokenizer
-    from payload.training.families import FAMILIES
 
     folder = WORK / f"tokenizer-unigram-{VOCAB}"
     if (folder / "tokenizer.json").exists():
@@ -97,8 +97,8 @@ def _train_bench_tokenizer() -> Path:
 
 
 def _tokenizer_kinds(quick: bool) -> dict:
+    from payload.core.families import FAMILIES
     from payload.data.tokenizer import train_tokenizer
-    from payload.training.families import FAMILIES
 
     train, held = held_out_split()
     if quick:

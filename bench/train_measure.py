@@ -26,7 +26,7 @@ WARMUP_BATCHES = 5
 
 
 def _setup(config_path: str):
-    from payload.core.config import load_config
+    from payload.config import load_config
     from payload.data import shards as records
     from payload.training.model import load_tokenizer, token_ids
 

@@ -18,7 +18,7 @@ from payload.core.stages import Stage
 from payload.training import runplan
 
 if TYPE_CHECKING:
-    from payload.core.config import RunConfig
+    from payload.config import RunConfig
 
 
 

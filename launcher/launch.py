@@ -36,7 +36,7 @@ from payload.core.errors import UserError, UserErrors, error_lines
 if TYPE_CHECKING:
     from launcher.executors import Executor
     from launcher.hub import HubAccess
-    from payload.core.config import RunConfig
+    from payload.config import RunConfig
 
 
 # Test hook: run stages as `PYTHON FILE STAGE ...` instead of `PYTHON -m payload STAGE ...`.
@@ -46,7 +46,7 @@ PEER_TIMEOUT_ENV = "TPUCTL_PEER_TIMEOUT_S"
 
 
 def load(config_path: Path) -> RunConfig:
-    from payload.core.config import load_config
+    from payload.config import load_config
 
     return load_config(config_path)
 
@@ -127,7 +127,7 @@ def _with_limits(config: RunConfig, options: TrainOptions):
                                    ("max_cost", options.max_cost)) if v is not None}
     if not overrides:
         return config
-    from payload.core.config import parse_config
+    from payload.config import parse_config
 
     raw = config.model_dump(mode="json")
     raw["train"].update(overrides)
@@ -150,11 +150,11 @@ def plan_train(config_path: Path, options: TrainOptions) -> Launch:
                             num_workers=options.num_workers)
     config = _with_limits(provider.worker_config(load(config_path)), options)
     if options.push_to_hub:
-        from payload.core.config import with_hub_repo
+        from payload.config import with_hub_repo
 
         config = with_hub_repo(config, options.push_to_hub)
     fleet = provider.planned_fleet() if options.dry_run else provider.fleet()
-    from payload.core.config import check_stages
+    from payload.config import check_stages
 
     # What the plan cannot do is collected, with what the stages would refuse below, so that
     # every problem is reported in one round.
@@ -248,7 +248,7 @@ def start(launch: Launch, *, on_event: Callable[[Worker, str], None] = lambda w,
     on every worker when this returns. `on_event` hears shipping per worker, `on_note` the
     rest (a dead job's run lock taken over, for one). `dead_job`: a job the caller knows has
     ended (its machines were taken away), whose run lock is taken over at once."""
-    from payload.core.config import dump_config
+    from payload.config import dump_config
 
     check_before_start(launch)
     launch = dataclasses.replace(launch, config=launch.provider.stage_inputs(launch.config,

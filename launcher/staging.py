@@ -70,7 +70,7 @@ def is_local(entry: str) -> bool:
 
 def local_files(entries: list[str]) -> list[str]:
     """The files local corpus entries name (globs and folders expanded), in corpus order."""
-    from payload.core.config import DataConfig
+    from payload.config import DataConfig
     from payload.data import corpus
 
     local = [e for e in entries if is_local(e)]

@@ -217,7 +217,7 @@ AUTO_MODEL = {"mlm": "MaskedLM", "clm": "CausalLM", "span": "Seq2SeqLM"}
 def load_lines(family: str, model_dir: str) -> list[str]:
     """Two lines of Python that load an exported model: PyTorch, then TensorFlow (which needs
     use_safetensors=False: README "Export")."""
-    from payload.training.families import FAMILIES
+    from payload.core.families import FAMILIES
 
     auto = AUTO_MODEL[FAMILIES[family].objective]
     return [f'PyTorch:    from transformers import AutoModelFor{auto}; '
@@ -232,7 +232,7 @@ def summary(*, final: dict | None, family: str | None, output_dir: str,
     """The end of a job that went well: the final evaluation, whether training stopped early,
     where the model is and how to load it."""
     from payload.core import storage
-    from payload.training.families import FAMILIES
+    from payload.core.families import FAMILIES
 
     lines = []
     evaluation = (final or {}).get("eval")

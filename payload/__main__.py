@@ -52,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def run_stage(args: argparse.Namespace) -> None:
-    from payload.core.config import load_config
+    from payload.config import load_config
     from payload.training.strategy import Hardware
 
     check_share(args.worker_index, args.num_workers)

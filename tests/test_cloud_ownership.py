@@ -222,7 +222,7 @@ def test_train_down_refuses_a_hand_made_node(cloud, tmp_path, tpuctl_home):
 
 def _provider(config: Path):
     from launcher.providers.gcp import GcpProvider
-    from payload.core.config import load_config
+    from payload.config import load_config
 
     return GcpProvider.from_config(load_config(config), num_workers=None)
 

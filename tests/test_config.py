@@ -9,7 +9,7 @@ import yaml
 from typer.testing import CliRunner
 
 from launcher.cli import app
-from payload.core.config import dump_config, load_config, parse_config
+from payload.config import dump_config, load_config, parse_config
 from payload.core.errors import UserError
 from tests.conftest import REPO, base_config, write_config
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from payload.core.config import DataConfig
+from payload.config import DataConfig
 from payload.core.errors import UserError
 from payload.data import corpus
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from payload.config import load_config
 from payload.core import storage
-from payload.core.config import load_config
 from payload.core.errors import UserError
 from payload.training.preflight import check_before_start
 from tests.conftest import assert_user_error, base_config, payload_env, run_payload, write_config

@@ -12,7 +12,7 @@ pytest.importorskip("tensorflow")
 
 from train_helpers import REPO, config_dict, make_run_dir, run_config
 
-from payload.core.config import parse_config
+from payload.config import parse_config
 from payload.core.errors import UserError
 from payload.training.export import run_export, trained_model
 from payload.training.train import run_train

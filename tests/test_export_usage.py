@@ -13,7 +13,7 @@ pytest.importorskip("tensorflow")
 
 from train_helpers import REPO, config_dict, make_run_dir
 
-from payload.core.config import parse_config
+from payload.config import parse_config
 from payload.training.export import run_export
 from payload.training.train import run_train
 

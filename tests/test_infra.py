@@ -337,7 +337,7 @@ def test_checkov_finds_no_failed_check_and_every_skip_has_a_reason():
 
 
 def _gcp_run(**changes):
-    from payload.core.config import parse_config
+    from payload.config import parse_config
 
     raw = {"name": "demo",
            "cluster": {"provider": "gcp", "project": "my-project-1", "zone": "us-central2-b",

@@ -11,7 +11,7 @@ pytest.importorskip("tensorflow")
 
 from train_helpers import config_dict, run_stage, write_config
 
-from payload.core.config import parse_config
+from payload.config import parse_config
 from payload.core.errors import UserError
 from payload.training.export import run_export, trained_model
 from payload.training.train import run_train

@@ -13,10 +13,10 @@ import pytest
 
 pytest.importorskip("flax")
 
-from payload.core.config import ModelConfig
+from payload.config import ModelConfig
 from payload.core.errors import UserError
-from payload.training.families import ROBERTA_POSITION_PADDING
-from payload.training.sizes import SIZES, parameter_count, transformers_config
+from payload.core.families import ROBERTA_POSITION_PADDING
+from payload.core.sizes import SIZES, parameter_count, transformers_config
 
 REPO = Path(__file__).resolve().parent.parent
 TORCH_PYTHON = REPO / ".venv-torch" / "bin" / "python"
@@ -25,7 +25,7 @@ SMALL = {"hidden_size": 32, "num_layers": 2, "num_heads": 4, "intermediate_size"
 
 
 def architecture(family: str, *, vocab_size: int, seq_len: int = 64, **model) -> dict:
-    """The transformers config a run derives from its `model` section (payload.training.sizes), with
+    """The transformers config a run derives from its `model` section (payload.core.sizes), with
     the padding id payload.training.model.model_config gives it."""
     raw = transformers_config(ModelConfig(family=family, **model), vocab_size=vocab_size,
                               seq_len=seq_len)
@@ -129,7 +129,7 @@ def test_every_published_size_builds_with_the_parameters_it_should_have(family, 
 
     raw = architecture(family, vocab_size=32000, seq_len=512, size=size)
     shapes = parameter_shapes(raw)
-    # payload.training.sizes counts what transformers' save_pretrained writes, checked against the
+    # payload.core.sizes counts what transformers' save_pretrained writes, checked against the
     # real models elsewhere: the same total, and so the same tensors, here.
     assert sum(math.prod(s.shape) for s in shapes.values()) == parameter_count(raw)
     assert all(s.dtype == np.float32 for s in shapes.values())
@@ -269,7 +269,7 @@ def test_the_tensorflow_engine_does_not_import_the_jax_engine_or_start_jax():
     take the chips from TensorFlow."""
     loaded = _run_python(
         "import sys\n"
-        "from payload.core.config import ModelConfig\n"
+        "from payload.config import ModelConfig\n"
         "from payload.training.model import TokenIds, build_model, model_config\n"
         "import payload.training.train\n"
         "cfg = ModelConfig(family='gpt2', hidden_size=16, num_layers=1, num_heads=2,"

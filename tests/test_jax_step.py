@@ -13,10 +13,10 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 from train_helpers import config_dict, make_run_dir, run_config
 
-from payload.core.config import ModelConfig
+from payload.config import ModelConfig
 from payload.core.errors import UserError
+from payload.core.sizes import parameter_count, transformers_config
 from payload.engines.jax import step as jax_step
-from payload.training.sizes import parameter_count, transformers_config
 
 GIB = 1 << 30
 
@@ -87,7 +87,7 @@ def eval_loss(program, params, batches) -> float:
 @pytest.mark.slow
 @pytest.mark.parametrize("family", ["roberta", "gpt2", "t5"])  # MLM, causal LM, span corruption
 def test_each_objective_learns_from_the_tf_data_pipeline(tmp_path, family):
-    from payload.core.config import parse_config
+    from payload.config import parse_config
     from payload.training.train import check_inputs
 
     out = make_run_dir(tmp_path, family)

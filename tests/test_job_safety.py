@@ -38,7 +38,7 @@ def strangers():
 
 
 def _plan(config):
-    from payload.core.config import load_config
+    from payload.config import load_config
 
     return records.current_job(records.state_dir(), load_config(config).name).plan()
 

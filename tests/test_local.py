@@ -16,7 +16,7 @@ runner = CliRunner()
 
 
 def _live(config):
-    from payload.core.config import load_config
+    from payload.config import load_config
 
     plan = records.current_job(records.state_dir(), load_config(config).name).plan()
     from launcher.executors import LocalExecutor

@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from payload.core.config import parse_config
+from payload.config import parse_config
 from payload.core.errors import UserError
 from payload.training.model import TokenIds, model_config
 
@@ -101,7 +101,7 @@ def _initial_loss(family: str, size: str) -> tuple[float, float]:
 
 
 def _every_size():
-    from payload.training.sizes import SIZES
+    from payload.core.sizes import SIZES
 
     for family, sizes in SIZES.items():
         for size in sizes:

@@ -5,8 +5,8 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
+from payload.core.families import span_corruption_lengths, t5_expanded_length  # noqa: E402
 from payload.data.objectives import IGNORE_INDEX, CausalLM, MaskedLM, SpanCorruption  # noqa: E402
-from payload.training.families import span_corruption_lengths, t5_expanded_length  # noqa: E402
 
 NUM_SPECIAL, VOCAB, MASK, PAD = 5, 1000, 4, 0
 

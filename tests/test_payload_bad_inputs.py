@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from payload.core.config import load_config
+from payload.config import load_config
 from payload.core.errors import UserError
 from payload.training.preflight import check_before_start
 from tests.conftest import REPO, assert_user_error, base_config, payload_env, write_config

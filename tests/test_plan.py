@@ -24,7 +24,7 @@ from launcher.plan import (
     parse_stages,
     render_plan,
 )
-from payload.core.config import parse_config
+from payload.config import parse_config
 from payload.core.errors import UserError
 from payload.jobs.groups import record_group
 from payload.training.strategy import CPU, Hardware
@@ -385,7 +385,7 @@ def test_job_commands_parse():
 
 def test_providers_are_one_table_and_a_record_reopens_the_same_reach(tmp_path, monkeypatch):
     from launcher import providers
-    from payload.core.config import CLUSTERS
+    from payload.config import CLUSTERS
 
     monkeypatch.setenv("TPUCTL_HOME", str(tmp_path))
     # Every provider the launcher serves is one the config knows.

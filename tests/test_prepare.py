@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from payload.core.config import load_config
+from payload.config import load_config
 from payload.core.errors import UserError
 from payload.data import shards as records
 from payload.data.prepare import encode_stream, in_validation

@@ -72,7 +72,7 @@ def test_config_run_plan_and_provider_all_price_through_the_one_catalog(monkeypa
     """A price comes from prices.hourly_cost alone: change the catalog's answer and the cluster's
     price, the run plan's cost and the gcp provider's node price all follow it."""
     from payload.cloud import prices
-    from payload.core.config import parse_config
+    from payload.config import parse_config
     from payload.training import runplan
     from payload.training.strategy import Hardware
     from tests.test_runplan import _raw

@@ -19,7 +19,7 @@ from launcher import hub as launcher_hub
 from launcher.environment import plan_environment
 from launcher.executors import _script_for_stdin
 from launcher.plan import Stage, Worker, build_plan, parse_stages, render_plan
-from payload.core.config import parse_config
+from payload.config import parse_config
 from payload.core.errors import UserError
 from payload.training.strategy import CPU
 from tests.fakes.hub import FakeHub

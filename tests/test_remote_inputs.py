@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from payload.core.config import DataConfig
+from payload.config import DataConfig
 from payload.core.errors import UserError
 from payload.data import corpus
 from payload.data import shards as records

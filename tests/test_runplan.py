@@ -9,7 +9,7 @@ import sys
 import pytest
 import yaml
 
-from payload.core.config import parse_config
+from payload.config import parse_config
 from payload.core.errors import UserError
 from payload.training import runplan
 from payload.training.strategy import CPU, Hardware
@@ -86,8 +86,8 @@ def test_masked_lm_scores_only_the_masked_positions():
 def test_t5_counts_every_matrix_of_both_stacks_once():
     config = parse_config(_raw(model={"family": "t5", "size": "base"},
                                tokenizer={"vocab_size": 32128}, data={"seq_len": 512}))
+    from payload.core.sizes import count_parameters
     from payload.training.runplan import run_architecture
-    from payload.training.sizes import count_parameters
 
     arch = run_architecture(config)
     flops = runplan.step_flops(arch, seq_len=100, target_len=100)

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from payload.core.config import dump_config, parse_config
+from payload.config import dump_config, parse_config
 from payload.core.errors import UserError
+from payload.core.sizes import SIZES, architecture, count_parameters, parameter_count
 from payload.training.runplan import describe_model
-from payload.training.sizes import SIZES, architecture, count_parameters, parameter_count
 from tests.conftest import REPO, assert_user_error, run_payload, write_config
 
 TORCH_PYTHON = REPO / ".venv-torch" / "bin" / "python"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from payload.core.config import parse_config
+from payload.config import parse_config
 from payload.core.errors import UserError
 from payload.training import strategy
 from payload.training.strategy import (

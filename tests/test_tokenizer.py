@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from payload.core.families import FAMILIES
 from payload.data.tokenizer import train_tokenizer
-from payload.training.families import FAMILIES
 from tests.conftest import REPO, assert_user_error, base_config, run_payload, write_config
 
 KINDS = ["unigram", "bpe", "wordpiece", "sentencepiece"]

@@ -10,7 +10,7 @@ pytest.importorskip("tensorflow")
 
 from train_helpers import VOCAB, config_dict, make_run_dir, run_config
 
-from payload.core.config import parse_config
+from payload.config import parse_config
 from payload.core.errors import UserError
 from payload.data import shards as records
 from payload.training.train import check_batch_size, run_train

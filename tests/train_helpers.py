@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from payload.core.config import parse_config
+from payload.config import parse_config
 from tests.conftest import payload_env, run_payload
 
 REPO = Path(__file__).resolve().parent.parent

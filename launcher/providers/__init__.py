@@ -25,7 +25,7 @@ from launcher.providers.base import Fleet, Provider
 from payload.core.errors import UserError
 
 if TYPE_CHECKING:
-    from payload.core.config import RunConfig
+    from payload.config import RunConfig
 
 
 __all__ = ["PROVIDERS", "Fleet", "Provider", "provider_for", "reopen"]

@@ -18,7 +18,7 @@ from launcher.plan import NodeToDelete, Worker
 from payload.training.strategy import Hardware
 
 if TYPE_CHECKING:
-    from payload.core.config import RunConfig
+    from payload.config import RunConfig
 
 
 

@@ -30,7 +30,7 @@ from payload.core.errors import UserError
 from payload.training.strategy import Hardware
 
 if TYPE_CHECKING:
-    from payload.core.config import RunConfig
+    from payload.config import RunConfig
 
 
 NAME = "gcp"

@@ -20,7 +20,7 @@ from payload.cloud import accelerators, tpu_api
 from payload.core.errors import UserError, counted
 
 if TYPE_CHECKING:
-    from payload.core.config import RunConfig
+    from payload.config import RunConfig
 
 
 OS_LOGIN_KEY = "enable-oslogin"

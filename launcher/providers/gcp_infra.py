@@ -26,7 +26,7 @@ from payload.cloud import accelerators, prices, tpu_api
 from payload.core.errors import UserError
 
 if TYPE_CHECKING:
-    from payload.core.config import RunConfig
+    from payload.config import RunConfig
 
 
 # Terraform's module: the repository's infra/ (tests point this at a twin of it).

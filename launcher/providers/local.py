@@ -19,14 +19,14 @@ from launcher.executors import LocalExecutor
 from launcher.plan import Worker
 from launcher.providers.base import Fleet, OwnMachines
 from launcher.records import state_dir
+from payload.config import MAX_LOCAL_WORKERS, LocalCluster
 from payload.core import layout
-from payload.core.config import MAX_LOCAL_WORKERS, LocalCluster
 from payload.core.errors import UserError
 from payload.core.layout import worker_label
 from payload.training.strategy import CPU
 
 if TYPE_CHECKING:
-    from payload.core.config import RunConfig
+    from payload.config import RunConfig
 
 
 NAME = "local"

@@ -22,7 +22,7 @@ from payload.core.errors import UserError
 from payload.training.strategy import CPU
 
 if TYPE_CHECKING:
-    from payload.core.config import RunConfig
+    from payload.config import RunConfig
 
 
 NAME = "ssh"

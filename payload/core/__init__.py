@@ -1,1 +1,2 @@
-"""The shared core: the run config, the project errors, storage, stage names and the layout of output_dir."""
+"""The shared ground: the project errors, storage, stage names, the layout of output_dir, and the model
+families and sizes that the run config names."""

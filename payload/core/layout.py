@@ -27,6 +27,7 @@ DATA_DIR = "data"
 MANIFEST = "manifest.json"  # inside DATA_DIR
 PARTS_DIR = "parts"  # inside DATA_DIR: each worker's share before the manifest joins them
 CHECKPOINTS_DIR = "checkpoints"
+RUN_IDENTITY = "run.json"  # inside CHECKPOINTS_DIR: what the checkpoints were made from
 MODEL_DIR = "model"
 LOGS_DIR = "logs"
 TENSORBOARD_DIR = "tensorboard"  # inside LOGS_DIR
@@ -90,6 +91,10 @@ def model_dir(output_dir: str) -> str:
 
 def checkpoints_dir(output_dir: str) -> str:
     return join(output_dir, CHECKPOINTS_DIR)
+
+
+def run_identity_path(output_dir: str) -> str:
+    return join(output_dir, CHECKPOINTS_DIR, RUN_IDENTITY)
 
 
 def metrics_path(output_dir: str) -> str:

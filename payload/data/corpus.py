@@ -26,8 +26,8 @@ import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from payload.config import DataConfig
 from payload.core import storage
-from payload.core.config import DataConfig
 from payload.core.errors import UserError
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from payload.training.families import span_corruption_lengths, span_counts
+from payload.core.families import span_corruption_lengths, span_counts
 
 IGNORE_INDEX = -100
 

@@ -29,15 +29,15 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from payload.config import RunConfig, dump_config
 from payload.core import storage
-from payload.core.config import RunConfig, dump_config
 from payload.core.errors import UserError
+from payload.core.families import FAMILIES
 from payload.core.layout import PARTS_DIR, config_path
 from payload.core.layout import data_dir as data_dir_of
 from payload.data import corpus
 from payload.data import shards as records
 from payload.data.tokenizer import load_tokenizer
-from payload.training.families import FAMILIES
 
 log = logging.getLogger(__name__)
 

@@ -19,11 +19,11 @@ import os
 import time
 from collections.abc import Iterable, Iterator
 
+from payload.config import RunConfig
 from payload.core import layout, storage
-from payload.core.config import RunConfig
 from payload.core.errors import UserError
+from payload.core.families import FAMILIES, FamilySpec
 from payload.data import corpus
-from payload.training.families import FAMILIES, FamilySpec
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def tokenizer_source(config: RunConfig) -> str:
 
 def planned_vocab_size(config: RunConfig) -> int:
     """The vocabulary a run's model gets: the reused tokenizer's, or the one it will train."""
-    from payload.training.sizes import tokenizer_json_size
+    from payload.core.sizes import tokenizer_json_size
 
     if config.tokenizer.path or config.model.init_from:
         path = storage.join(tokenizer_source(config), TOKENIZER_FILE)
@@ -282,7 +282,6 @@ def made_with(output_dir: str, tokenizer_fp: str) -> list[str]:
     """What in output_dir was made with the tokenizer of this fingerprint (shards, checkpoints):
     what replacing that tokenizer would orphan, since it cannot be trained again the same."""
     from payload.data import shards as records
-    from payload.training import checkpoints
 
     found = []
     stamps = [records.manifest_path(output_dir),
@@ -292,8 +291,10 @@ def made_with(output_dir: str, tokenizer_fp: str) -> list[str]:
         if isinstance(stamp, dict) and stamp.get("tokenizer_fingerprint") == tokenizer_fp:
             found.append("the shards in data/")
             break
-    identity = checkpoints.read_identity(output_dir)
-    if identity and identity.get("tokenizer") == tokenizer_fp:
+    # The checkpoints' identity (written by training.checkpoints) names their tokenizer.
+    identity_path = layout.run_identity_path(output_dir)
+    identity = _read_json(identity_path) if storage.exists(identity_path) else None
+    if isinstance(identity, dict) and identity.get("tokenizer") == tokenizer_fp:
         found.append("the checkpoints")
     return found
 
@@ -344,7 +345,7 @@ def _check_reused(config: RunConfig) -> None:
 
 def _start(config: RunConfig) -> None:
     """Checks passed: take output_dir and record the config (the first writes of a run)."""
-    from payload.core.config import dump_config
+    from payload.config import dump_config
 
     storage.claim_output_dir(config.output_dir)
     storage.check_writable(config.output_dir)

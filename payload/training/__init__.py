@@ -1,1 +1,1 @@
-"""Model and training: families, sizes, the strategy, the train loop, checkpoints, export, publish."""
+"""Model and training: the model, the strategy, the train loop, checkpoints, export, publish."""

@@ -30,7 +30,7 @@ import tempfile
 from payload.core import layout, storage
 from payload.core.errors import UserError
 
-IDENTITY = "run.json"
+IDENTITY = layout.RUN_IDENTITY
 INDEX = "checkpoint"
 log = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ def start_fresh(output_dir: str, identity: dict) -> None:
 
 
 def read_identity(output_dir: str) -> dict | None:
-    path = storage.join(checkpoint_dir(output_dir), IDENTITY)
+    path = layout.run_identity_path(output_dir)
     return json.loads(storage.read_text(path)) if storage.exists(path) else None
 
 

@@ -143,8 +143,8 @@ def trained_model(config):
 def run_export(config) -> None:
     from safetensors.numpy import save_file
 
+    from payload.core.families import FAMILIES
     from payload.data.tokenizer import copy_tokenizer_files, set_model_inputs
-    from payload.training.families import FAMILIES
 
     storage.check_output_dir(config.output_dir)
     model, _, path = trained_model(config)

@@ -16,9 +16,9 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from payload.core.config import check_model_config_file
+from payload.config import check_model_config_file
 from payload.core.errors import UserError
-from payload.training.families import FAMILIES, ROBERTA_POSITION_PADDING, positions_needed
+from payload.core.families import FAMILIES, ROBERTA_POSITION_PADDING, positions_needed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,7 +124,7 @@ def model_config(model_cfg, *, vocab: TokenIds, seq_len: int):
 def _sized_config(m, *, vocab: TokenIds, seq_len: int):
     import transformers
 
-    from payload.training.sizes import transformers_config
+    from payload.core.sizes import transformers_config
 
     settings = transformers_config(m, vocab_size=vocab.vocab_size, seq_len=seq_len)
     return transformers.AutoConfig.for_model(settings.pop("model_type"), **settings)

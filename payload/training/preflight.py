@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from payload.config import RunConfig, check_model_config_file
 from payload.core import storage
-from payload.core.config import RunConfig, check_model_config_file
 from payload.core.errors import UserError, UserErrors
 from payload.core.stages import Stage
 from payload.data import corpus, tokenizer

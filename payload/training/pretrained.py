@@ -36,7 +36,7 @@ def check_folder(config) -> None:
     """The folder holds a config of the run's family and weights this tool can read (no
     TensorFlow: what the launcher checks before starting anything)."""
     folder, family = config.model.init_from, config.model.family
-    from payload.training.sizes import read_config_json
+    from payload.core.sizes import read_config_json
 
     if not storage.exists(storage.join(folder, CONFIG)):
         raise UserError(f"{_source(folder)} has no {CONFIG}",
@@ -57,7 +57,7 @@ def pretrained_config(folder: str, *, family: str, vocab_size: int):
     embeddings have rows (fewer is fine: checkpoints often pad the matrix, as T5's do)."""
     import transformers
 
-    from payload.training.sizes import read_config_json
+    from payload.core.sizes import read_config_json
 
     settings = read_config_json(folder)
     found = settings.pop("model_type", None)

@@ -123,7 +123,7 @@ class RunPlan:
 
 
 def _encoder_flops(c: dict, seq_len: int, predicted: int) -> StepFlops:
-    from payload.training.sizes import count_parameters
+    from payload.core.sizes import count_parameters
 
     h, layers, v = c.get("hidden_size", 768), c.get("num_hidden_layers", 12), c["vocab_size"]
     count = count_parameters(c)
@@ -140,7 +140,7 @@ def _encoder_flops(c: dict, seq_len: int, predicted: int) -> StepFlops:
 
 
 def _gpt2_flops(c: dict, seq_len: int) -> StepFlops:
-    from payload.training.sizes import count_parameters
+    from payload.core.sizes import count_parameters
 
     h, layers, v = c.get("n_embd", 768), c.get("n_layer", 12), c["vocab_size"]
     body = count_parameters(c).non_embedding
@@ -200,7 +200,7 @@ def step_flops(architecture: dict, *, seq_len: int, mlm_probability: float = 0.1
 def row_flops(config, architecture: dict | None = None) -> StepFlops:
     """`step_flops` for one row of the run a RunConfig describes (its architecture unless
     given: the train stage passes the model config it built)."""
-    from payload.training.families import span_corruption_lengths
+    from payload.core.families import span_corruption_lengths
 
     arch = architecture if architecture is not None else run_architecture(config)
     target_len = None
@@ -239,7 +239,7 @@ def run_plan(config, *, hardware, num_workers: int, architecture: dict | None = 
     comes from `config.cluster` (zone, provisioning) where the price table has one. On CPU
     workers the time comes from `cpu_speed` (launcher.estimate finds one), or a string saying
     why there is none."""
-    from payload.training.sizes import count_parameters
+    from payload.core.sizes import count_parameters
     from payload.training.strategy import tpu_accelerator
 
     train = config.train
@@ -427,8 +427,8 @@ def _duration(seconds: float | None) -> str:
 
 def run_architecture(config) -> dict:
     """The transformers config a run's model has, with the vocabulary its tokenizer gives it."""
+    from payload.core.sizes import architecture
     from payload.data.tokenizer import planned_vocab_size
-    from payload.training.sizes import architecture
 
     return architecture(config, planned_vocab_size(config))
 
@@ -436,7 +436,7 @@ def run_architecture(config) -> dict:
 def describe_model(config) -> str:
     """One line for a plan: the architecture and its parameter count, e.g.
     "roberta base (12 layers, hidden 768, 12 heads): 124.7M parameters, vocabulary 50,265"."""
-    from payload.training.sizes import count_parameters, shape_of
+    from payload.core.sizes import count_parameters, shape_of
 
     model = config.model
     settings = run_architecture(config)

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from payload.cloud.budget import Budget
 from payload.core import layout, storage
 from payload.core.errors import UserError
+from payload.core.families import FAMILIES
 from payload.data import shards as records
 from payload.training import checkpoints, progress
-from payload.training.families import FAMILIES
 from payload.training.strategy import (
     CPU,
     Hardware,

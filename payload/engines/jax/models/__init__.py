@@ -1,7 +1,7 @@
 """BERT, RoBERTa, GPT-2 and T5 as the project's own Flax NNX modules, whose parameter paths are
 the PyTorch transformers state-dict keys, in the same layouts.
 
-    config = payload.training.sizes.transformers_config(model_cfg, vocab_size=32000, seq_len=512)
+    config = payload.core.sizes.transformers_config(model_cfg, vocab_size=32000, seq_len=512)
     model = build_model(config, seed=0)            # or any transformers config dict / object
     logits = model(input_ids, attention_mask)      # float32
     tensors = state_dict(model)                    # {"bert.embeddings.word_embeddings.weight": ...}

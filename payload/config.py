@@ -22,8 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticUndefined
 
 from payload.core.errors import UserError, UserErrors
-from payload.training.families import FAMILIES, positions_needed, t5_expanded_length
-from payload.training.sizes import SHAPE_DEFAULTS, SIZES
+from payload.core.families import FAMILIES, positions_needed, t5_expanded_length
+from payload.core.sizes import SHAPE_DEFAULTS, SIZES
 
 MIN_SEQ_LEN = 16
 # Local worker processes share this machine's cores; more than this is a typo.

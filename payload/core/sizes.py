@@ -70,7 +70,7 @@ def shape_of(model_cfg) -> Shape:
 
 def transformers_config(model_cfg, *, vocab_size: int, seq_len: int) -> dict:
     """The transformers config (keyword arguments with `model_type`) for a sized model."""
-    from payload.training.families import ROBERTA_POSITION_PADDING
+    from payload.core.families import ROBERTA_POSITION_PADDING
 
     family, s, dropout = model_cfg.family, shape_of(model_cfg), model_cfg.dropout
     if family in ("bert", "roberta"):

@@ -252,20 +252,8 @@ def create_exclusive(path: str, data: bytes, *, replacing: bytes | None = None) 
         return True
     parent = os.path.dirname(path) or "."
     makedirs(parent)
-    if replacing is not None:
-        aside = f"{path}.{os.getpid()}-{os.urandom(4).hex()}.old"
-        try:
-            os.rename(path, aside)
-        except FileNotFoundError:
-            return False
-        with open(aside, "rb") as f:
-            held = f.read()
-        if held != replacing:  # someone else's by now: put it back (unless replaced again)
-            with contextlib.suppress(FileExistsError):
-                os.link(aside, path)
-            _remove_quietly(aside)
-            return False
-        _remove_quietly(aside)
+    if replacing is not None and not _remove_local_if(path, replacing):
+        return False
     fd, tmp = tempfile.mkstemp(dir=parent, prefix=".tmp-", suffix="-" + os.path.basename(path))
     try:
         with os.fdopen(fd, "wb") as f:
@@ -361,6 +349,13 @@ def remove_if(path: str, holding: bytes) -> bool:
         except (NotFound, PreconditionFailed):
             return False
         return True
+    return _remove_local_if(path, holding)
+
+
+def _remove_local_if(path: str, holding: bytes) -> bool:
+    """The local side of `remove_if` (and of create_exclusive's `replacing`): rename the file
+    aside, so no other writer can change it while it is compared, and put it back if it is
+    someone else's by now (unless a newer one is there already)."""
     aside = f"{path}.{os.getpid()}-{os.urandom(4).hex()}.old"
     try:
         os.rename(path, aside)
@@ -368,7 +363,7 @@ def remove_if(path: str, holding: bytes) -> bool:
         return False
     with open(aside, "rb") as f:
         held = f.read()
-    if held != holding:  # someone else's: put it back (unless a newer one is there already)
+    if held != holding:
         with contextlib.suppress(FileExistsError):
             os.link(aside, path)
         _remove_quietly(aside)

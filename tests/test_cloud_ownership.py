@@ -153,9 +153,12 @@ def test_up_refuses_a_hand_made_node_of_the_runs_name_and_creates_nothing(
     assert node_ids(cloud) == [mine]
 
 
-def test_a_failed_up_deletes_only_the_runs_own_tpu(cloud, tmp_path, tpuctl_home):
+def test_a_failed_up_deletes_only_the_runs_own_tpu(cloud, tmp_path, tpuctl_home, monkeypatch):
     """The run's TPU is in its zone; a node of the same name made by hand is in the fallback
     zone. `up` fails (no host keys): the run's node goes, the hand-made one stays."""
+    from launcher.providers import gcp_site
+
+    monkeypatch.setattr(gcp_site, "HOST_KEYS_WAIT_S", 0.5)  # keys published late: not waited for
     config = config_file(tmp_path, fallback_zones=[FALLBACK])
     assert invoke("up", "-c", config).exit_code == 0
     mine = make_by_hand(cloud, zone=FALLBACK, labels=COPIED_LABEL)

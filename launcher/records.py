@@ -24,13 +24,13 @@ from launcher.plan import Plan
 from payload.core import layout
 from payload.core.errors import UserError
 
-PLAN = "plan.json"
-REACH = "reach.json"
+PLAN = layout.JOB_PLAN
+REACH = layout.JOB_REACH
 CONFIG = layout.CONFIG
-CURRENT = "current"
-OUTCOME = "outcome.json"
+CURRENT = layout.CURRENT_JOB
+OUTCOME = layout.JOB_OUTCOME
 # The launcher process following the job to its end right now (train, logs), while it does.
-WATCHER = "watcher.json"
+WATCHER = layout.JOB_WATCHER
 
 
 class NoJob(UserError):

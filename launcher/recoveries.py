@@ -17,7 +17,7 @@ import time
 
 from payload.core import layout, storage
 
-FILE = "recoveries.json"
+FILE = layout.RECOVERIES
 
 
 def _path(output_dir: str) -> str:
@@ -46,6 +46,10 @@ def has_checkpoint(output_dir: str) -> bool:
 def record(output_dir: str, *, reason: str, old_job: str, new_job: str,
            lost_at_step: int | None) -> dict:
     resumed_from = newest_checkpoint_step(output_dir)
+    if lost_at_step is not None and resumed_from is not None:
+        # The step comes from the launcher's copy of the chief's log, which can trail the
+        # worker by a record when the machines go: the checkpoint proves the run got that far.
+        lost_at_step = max(lost_at_step, resumed_from)
     if resumed_from is None:
         summary = "no checkpoint yet: training starts again from step 0"
     else:

@@ -34,7 +34,7 @@ from payload.cloud import budget, tpu_api
 from payload.core import layout, storage
 
 RUN_LABEL = "tpuctl-run"
-OWNED_FILE = "owned.json"
+OWNED_FILE = layout.OWNED
 LOCK_SUFFIX = f"/{layout.OWN_DIR}/{layout.RUN_LOCK}"  # also at the bucket's top, with no prefix
 OWNER_SUFFIX = f"/{layout.OWN_DIR}/{layout.OWNER}"
 

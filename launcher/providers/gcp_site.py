@@ -32,7 +32,7 @@ READY_TIMEOUT_S = 30 * 60
 # publishes them: GoogleCloudPlatform/guest-agent writes hostkeys/<type> once it has run).
 HOST_KEYS_WAIT_S = 5 * 60
 POLL_S = 10.0
-ZONE_FILE = "site.json"
+ZONE_FILE = layout.SITE
 
 
 def run_state(run_name: str) -> Path:

@@ -28,6 +28,11 @@ MANIFEST = "manifest.json"  # inside DATA_DIR
 PARTS_DIR = "parts"  # inside DATA_DIR: each worker's share before the manifest joins them
 CHECKPOINTS_DIR = "checkpoints"
 RUN_IDENTITY = "run.json"  # inside CHECKPOINTS_DIR: what the checkpoints were made from
+SCHEDULE = "schedule.json"  # inside CHECKPOINTS_DIR: the schedule they are trained on
+VERIFIED = "verified.json"  # inside DATA_DIR: the manifest whose shards were checked in full
+TOKENIZER_STAMP = "training.json"  # inside TOKENIZER_DIR: what the tokenizer was trained from
+EXPORT_NOTE = "tpuctl_export.json"  # inside MODEL_DIR: the checkpoint the model came from
+RECOVERIES = "recoveries.json"  # the preemptions a run survived
 MODEL_DIR = "model"
 LOGS_DIR = "logs"
 TENSORBOARD_DIR = "tensorboard"  # inside LOGS_DIR
@@ -49,6 +54,15 @@ INFRA_DIR = "infra"  # TPUCTL_HOME/infra/RUN: the run's Terraform folder
 GCP_DIR = "gcp"  # TPUCTL_HOME/gcp/RUN: the key, known_hosts and ownership record
 LOCAL_DIR = "local"  # TPUCTL_HOME/local/RUN/worker-N: a local worker's own folder
 TMP_DIR = "tmp"  # TPUCTL_HOME/tmp/HOST-PID: a stage's temporary files, also on workers
+OWNED = "owned.json"  # GCP_DIR/RUN/owned.json: the cloud resources tpuctl recorded making
+SITE = "site.json"  # GCP_DIR/RUN/site.json: the zone the run's TPU is in
+# A job's record, TPUCTL_HOME/jobs/RUN/JOB/: its plan, how to reach the workers, its outcome,
+# the launcher following it now; TPUCTL_HOME/jobs/RUN/current names the newest job.
+JOB_PLAN = "plan.json"
+JOB_REACH = "reach.json"
+JOB_OUTCOME = "outcome.json"
+JOB_WATCHER = "watcher.json"
+CURRENT_JOB = "current"
 
 
 def is_gcs(path: str) -> bool:

@@ -1,6 +1,6 @@
 """Files under `output_dir` and corpus paths, local or `gs://`, behind one small interface.
 
-    write_bytes(join(out, "data", "manifest.json"), payload)   # atomic on both
+    write_bytes(layout.manifest_path(out), payload)            # atomic on both
     for path in glob("gs://bucket/texts/*.txt"): ...
 
 Local writes go to a temporary name in the same folder and are renamed into place; a GCS object
@@ -878,7 +878,7 @@ def replacing_folder(target: str, info: dict) -> Iterator[str]:
     """A local folder to build the new `target` in; when the block ends without an error, it
     replaces `target` whole and is marked complete with `info`.
 
-        with replacing_folder(join(out, "model"), {"stage": "export"}) as folder:
+        with replacing_folder(layout.model_dir(out), {"stage": "export"}) as folder:
             model.save_pretrained(folder)
 
     Locally the folder is a sibling (`.model.tpuctl-new`) swapped in by rename: a crash at any

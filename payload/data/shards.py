@@ -283,7 +283,7 @@ def load_manifest(output_dir: str) -> Manifest:
                         hint="rerun prepare with --overwrite") from None
 
 
-VERIFIED = "verified.json"  # data/: the manifest whose shards were checked in full
+VERIFIED = layout.VERIFIED
 
 
 def check_shards(output_dir: str, manifest: Manifest, splits=SPLITS) -> bool:

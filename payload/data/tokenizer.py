@@ -32,7 +32,7 @@ TOKENIZER_FILE = "tokenizer.json"
 # What the tokenizer was trained from. tokenizers' Unigram and WordPiece trainers do not give
 # the same vocabulary twice, so a rerun with the same settings keeps the trained tokenizer
 # (and the shards made with it) instead of training a new one.
-TRAINING_STAMP = "training.json"
+TRAINING_STAMP = layout.TOKENIZER_STAMP
 # sentencepiece skips longer "sentences"; documents are fed to it line by line.
 _SPM_MAX_SENTENCE_BYTES = 1 << 16
 

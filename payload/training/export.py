@@ -171,6 +171,6 @@ def run_export(config) -> None:
 
 def _add_export_note(folder: str, checkpoint: str) -> None:
     # Which checkpoint the folder came from, for the user and for `tpuctl status`.
-    with open(os.path.join(folder, "tpuctl_export.json"), "w", encoding="utf-8") as f:
+    with open(os.path.join(folder, layout.EXPORT_NOTE), "w", encoding="utf-8") as f:
         json.dump({"checkpoint": checkpoint}, f, indent=1)
         f.write("\n")

@@ -590,7 +590,7 @@ class Trainer:
 
 # The schedule the checkpoints in a folder are trained on (the TF checkpoint holds only the
 # optimizer's variables), so a resume can say when its schedule differs.
-SCHEDULE = "schedule.json"
+SCHEDULE = layout.SCHEDULE
 
 
 def _schedule_path(output_dir: str) -> str:

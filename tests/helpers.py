@@ -107,3 +107,20 @@ def storage_emulator(host: str = "127.0.0.1", default_bucket: str | None = None)
         yield f"http://{host}:{port}"
     finally:
         server.stop()
+
+
+def use_cloud_stand_ins(monkeypatch, storage_url: str, *, poll_s: float) -> None:
+    """Point the gcp provider at the stand-ins: Terraform on the twin module (needs terraform on
+    PATH, else the test skips), Cloud Storage at the emulator, the API polled every `poll_s`."""
+    import pytest
+
+    if shutil.which("terraform") is None:
+        pytest.skip("needs terraform on PATH (make setup-terraform)")
+    from launcher.providers import gcp_infra, gcp_site
+    from payload.core import storage
+
+    monkeypatch.setattr(gcp_infra, "INFRA_MODULE", REPO / "tests" / "terraform_twin")
+    monkeypatch.setattr(gcp_site, "POLL_S", poll_s)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", storage_url)
+    monkeypatch.setenv("TF_CLI_CONFIG_FILE", "/dev/null")
+    monkeypatch.setattr(storage, "_client", None)

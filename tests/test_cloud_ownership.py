@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -28,7 +27,6 @@ from tests.fakes.tpu_api import FakeTpuApi, Worker
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parent.parent
-TWIN = REPO / "tests" / "terraform_twin"
 PROJECT, ZONE, FALLBACK = "test-project", "us-central2-b", "us-central2-a"
 
 
@@ -52,16 +50,9 @@ def storage_url():
 
 @pytest.fixture
 def cloud(storage_url, tpuctl_home, monkeypatch):
-    if shutil.which("terraform") is None:
-        pytest.skip("needs terraform on PATH (make setup-terraform)")
-    from launcher.providers import gcp_infra, gcp_site
     from payload.core import storage
 
-    monkeypatch.setattr(gcp_infra, "INFRA_MODULE", TWIN)
-    monkeypatch.setattr(gcp_site, "POLL_S", 0.05)
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", storage_url)
-    monkeypatch.setenv("TF_CLI_CONFIG_FILE", "/dev/null")
-    monkeypatch.setattr(storage, "_client", None)
+    helpers.use_cloud_stand_ins(monkeypatch, storage_url, poll_s=0.05)
     for bucket in list(storage.client().list_buckets()):  # each test starts from nothing
         for blob in bucket.list_blobs(versions=True):
             blob.delete()

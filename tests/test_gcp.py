@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -20,11 +19,10 @@ from launcher.cli import app
 from launcher.launch import STAGE_ENTRY_ENV
 from tests import helpers
 from tests.fakes.tpu_api import FakeTpuApi, Worker, no_capacity, quota_exceeded
-from tests.helpers import install_stub, wait_for
+from tests.helpers import install_stub, use_cloud_stand_ins, wait_for
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parent.parent
-TWIN = REPO / "tests" / "terraform_twin"
 
 
 def _key_body(host_key: str) -> str:
@@ -43,16 +41,9 @@ def cloud(fleet, storage_emulator, tmp_path, tpuctl_home, monkeypatch):
     """A fake TPU API whose nodes are the fleet's first `hosts` workers, terraform on the twin."""
     if fleet.port != 22:
         pytest.skip("TPU workers listen on port 22: needs the fleet in network namespaces")
-    if shutil.which("terraform") is None:
-        pytest.skip("needs terraform on PATH (make setup-terraform)")
-    from launcher.providers import gcp_infra, gcp_site
     from payload.core import storage
 
-    monkeypatch.setattr(gcp_infra, "INFRA_MODULE", TWIN)
-    monkeypatch.setattr(gcp_site, "POLL_S", 0.1)
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", storage_emulator)
-    monkeypatch.setenv("TF_CLI_CONFIG_FILE", "/dev/null")
-    monkeypatch.setattr(storage, "_client", None)
+    use_cloud_stand_ins(monkeypatch, storage_emulator, poll_s=0.1)
     # The project's bucket exists already: `up` uses it as it is (and never deletes it).
     if storage.client().lookup_bucket("test-project-tpuctl") is None:
         storage.client().create_bucket("test-project-tpuctl")

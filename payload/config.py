@@ -463,6 +463,9 @@ class ModelConfig(_Section):
 
 
 class TrainConfig(_Section):
+    # Which framework trains (payload.engines): the same shards, checkpoint rules and model/
+    # folder either way. TPU v6e and later have JAX only.
+    engine: Literal["tensorflow", "jax"] = "tensorflow"
     steps: int = Field(gt=0, le=MAX_STEPS)
     batch_size: int = Field(gt=0)
     learning_rate: float = Field(gt=0.0, le=MAX_LEARNING_RATE)

@@ -21,7 +21,7 @@ from payload.core.errors import UserError
 
 # train.engine -> the module that holds its ENGINE. The config's Literal lists the same names.
 ENGINES = {
-    "tensorflow": "payload.engines.tensorflow",
+    "tensorflow": "payload.engines.tensorflow.engine",
     "jax": "payload.engines.jax.engine",
 }
 DEFAULT = "tensorflow"

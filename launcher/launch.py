@@ -160,6 +160,7 @@ def plan_train(config_path: Path, options: TrainOptions) -> Launch:
     # every problem is reported in one round.
     problems = []
     for check in (lambda: estimate.refuse_unsplittable_batch(config, fleet, options.stages),
+                  lambda: estimate.refuse_unholdable_state(config, fleet, options.stages),
                   lambda: check_stages(config, options.stages)):
         try:
             check()

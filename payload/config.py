@@ -665,7 +665,31 @@ def _cross_problems(*, name: str | None, cluster, data, tokenizer, model, train)
     if train is not None and train.warmup_steps > train.steps:
         problems.append(f"train.warmup_steps={train.warmup_steps} is more than train.steps="
                         f"{train.steps}")
+    problems += _state_problems(cluster=cluster, data=data, tokenizer=tokenizer, model=model,
+                                train=train)
     return problems
+
+
+def _state_problems(*, cluster, data, tokenizer, model, train) -> list[str]:
+    """A model whose training state the TPU's chips cannot hold, as the engine would lay it
+    out (payload.engines.sharding_plan), refused with the engine and the type: here when the
+    config alone gives the shape and vocabulary; a model read from files is checked by the run
+    plan (`train --dry-run`) and the train stage."""
+    if not (isinstance(cluster, GcpCluster) and None not in (data, tokenizer, model, train)):
+        return []
+    if model.init_from or model.config or tokenizer.path:
+        return []
+    from payload.cloud import accelerators
+    from payload.core.sizes import parameter_count, transformers_config
+    from payload.engines import sharding_plan
+
+    acc = accelerators.accelerator(cluster.accelerator_type)
+    params = parameter_count(transformers_config(model, vocab_size=tokenizer.vocab_size,
+                                                 seq_len=data.seq_len))
+    key = f"model.size {model.size}" if model.size else "model"
+    return _problems_of(key, lambda: sharding_plan(
+        train.engine, params, num_devices=acc.chips, hbm_bytes_per_chip=acc.hbm_gib_per_chip << 30,
+        optimizer=train.optimizer, where=acc.name))
 
 
 def _valid_sections(raw: dict) -> dict:

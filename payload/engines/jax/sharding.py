@@ -3,7 +3,7 @@
     plan = plan_sharding(1_557_611_200, num_devices=16, hbm_bytes_per_chip=16 << 30)
     plan.kind            # "FSDP over 4 chips": the smallest group whose share fits a chip
     plan_sharding(1_557_611_200, num_devices=1, hbm_bytes_per_chip=16 << 30)
-    # UserError: "... need 23.2 GiB of training state ... a chip has 16 GiB ..."
+    # UserError: "... need 23.2 GiB of training state ... but a chip has 16 GiB ..."
 
 Pure arithmetic on the parameter count and the accelerator table's memory per chip, so the run
 plan, the launcher's dry run and the pre-flight say what the step (payload.engines.jax.step,
@@ -75,16 +75,15 @@ def plan_sharding(num_params: int, *, num_devices: int, hbm_bytes_per_chip: int,
         if per_chip <= budget:
             return ShardingPlan(data=num_devices // fsdp, fsdp=fsdp, state_bytes_per_chip=per_chip,
                                 hbm_bytes_per_chip=hbm_bytes_per_chip)
-    chips = f"all {num_devices} chips" + (f" of {where}" if where else "")
+    chips = (f"the {num_devices} chips" if num_devices > 1 else "the one chip") + (
+        f" of {where}" if where else "")
     fits = math.ceil(state / budget)
+    smaller = ", or train.optimizer: adafactor (half the state)" if optimizer == "adamw" else ""
     raise UserError(
         f"the model's {num_params / 1e6:,.0f}M parameters need {state / GIB:.1f} GiB of "
-        f"training state ({optimizer}), {state / num_devices / GIB:.1f} GiB per chip even "
-        f"sharded (FSDP) over {chips}, but a chip has {hbm_bytes_per_chip / GIB:.0f} GiB "
+        f"training state ({optimizer}): {state / num_devices / GIB:.1f} GiB per chip even split "
+        f"(FSDP) over {chips}, but a chip has {hbm_bytes_per_chip / GIB:.0f} GiB "
         f"({budget / GIB:.1f} GiB of it for the state)",
-        hint=f"use a slice of at least {fits} such chips, chips with more memory, "
-             "a smaller model, or train.optimizer: adafactor (half the state)"
-             if optimizer == "adamw" else
-             f"use a slice of at least {fits} such chips, chips with more memory, or a "
-             "smaller model",
+        hint=f"use a slice of at least {fits} such chips, chips with more memory or a smaller "
+             f"model{smaller}",
     )

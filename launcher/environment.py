@@ -55,16 +55,22 @@ class Environment:
 
 
 # Runs on a worker with the existing Python: are the pinned packages there, at those versions?
+# TensorFlow counts under any of its builds (the TPU one, or the CPU one beside jax[tpu]).
 VERSION_CHECK = """\
 import re, sys
 from importlib import metadata
 bad = []
+builds = {"tensorflow": ("tensorflow", "tensorflow-tpu", "tensorflow-cpu")}
 for req in sys.argv[1:]:
     name = re.split(r"[<>=!~;\\[ ]", req, maxsplit=1)[0]
     pin = re.search(r"==\\s*([^,; ]+)", req)
-    try:
-        have = metadata.version(name)
-    except metadata.PackageNotFoundError:
+    have = None
+    for dist in builds.get(name.lower(), (name,)):
+        try:
+            have = metadata.version(dist); break
+        except metadata.PackageNotFoundError:
+            pass
+    if have is None:
         bad.append(name + " is missing"); continue
     if pin and have != pin.group(1):
         bad.append(f"{name} is {have}, needs {pin.group(1)}")

@@ -476,6 +476,33 @@ def test_the_python_set_up_runs_as_planned(tmp_path):
     assert f"{env_dir}/.python/{build}/bin" in home
 
 
+@pytest.mark.parametrize(("dists", "verdict"), [
+    ({"tensorflow_cpu": "2.20.0", "jax": "0.10.2"}, ""),
+    ({"tensorflow_tpu": "2.20.0", "jax": "0.10.2"}, ""),
+    ({"tensorflow_cpu": "2.19.0", "jax": "0.10.2"}, "tensorflow is 2.19.0, needs 2.20.0"),
+    ({"jax": "0.10.2"}, "tensorflow is missing"),
+])
+def test_an_existing_python_is_checked_whichever_tensorflow_build_it_has(tmp_path, dists,
+                                                                         verdict):
+    """`cluster.python` on a TPU VM: TensorFlow counts as its TPU build (TF route) or its CPU
+    build beside jax[tpu] (JAX route), at the pinned version."""
+    import sys
+
+    from launcher.environment import VERSION_CHECK
+
+    for dist, version in dists.items():
+        info = tmp_path / f"{dist}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\n"
+                                       f"Version: {version}\n")
+    # -S: no site-packages, only the stand-in distributions on PYTHONPATH.
+    out = subprocess.run([sys.executable, "-S", "-c", VERSION_CHECK, "tensorflow==2.20.0",
+                          "jax==0.10.2"], capture_output=True, text=True, timeout=60,
+                         env={"PYTHONPATH": str(tmp_path), "PATH": os.environ["PATH"]})
+    assert (out.returncode, out.stdout.strip()) == ((1, verdict) if verdict else (0, "")), (
+        out.stderr)
+
+
 def test_the_lock_file_is_what_the_script_writes(monkeypatch):
     """launcher/tpu_lock.py round-trips through scripts/tpu_lock.py's reader and writer (no
     package index asked): the file is the script's output, and what the script writes parses

@@ -31,6 +31,7 @@ from payload.engines.jax.checkpoints import Checkpoints
 from payload.training import checkpoints
 from payload.training.export import run_export
 from tests.test_jax_step import pipeline_batches
+from tests.test_remote_inputs import gcs  # noqa: F401 (the Cloud Storage emulator fixture)
 
 TORCH_PYTHON = REPO / ".venv-torch" / "bin" / "python"
 TORCH_READY = REPO / ".venv-torch" / ".installed"
@@ -206,12 +207,11 @@ def test_a_fillers_folder_loads_in_tensorflow_with_the_jax_models_logits(filler)
     assert_loads_in_tensorflow_with_the_same_logits(*filler)
 
 
+@pytest.mark.parametrize("generator", ["gpt2"], indirect=True)  # the same run_export for all
 def test_the_stages_command_line_writes_the_same_weights(generator):
     from train_helpers import run_stage
 
-    family, folder, _ = generator
-    if family != "gpt2":
-        pytest.skip("one family is enough: the command runs the same run_export")
+    _, folder, _ = generator
     before = (folder / "model.safetensors").read_bytes()
     result = run_stage("export", folder.parent.parent / "run.yaml")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -354,3 +354,24 @@ def test_each_engines_export_and_init_from_leave_the_other_framework_alone():
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('flax', 'optax', 'orbax')"
         " or m.startswith('payload.engines.jax')))\n"
     ) == "[]"
+
+
+@pytest.mark.usefixtures("gcs")
+def test_init_from_reads_a_folder_on_cloud_storage(tf_export):
+    from payload.core import storage
+    from payload.core.pytorch_weights import check_fits, read_header
+    from payload.engines.jax.pretrained import read_pretrained
+    from payload.training.pretrained import pretrained_config
+
+    remote = "gs://tpuctl-test/models/first"
+    for name in ("config.json", "model.safetensors"):
+        storage.write_bytes(f"{remote}/{name}", (tf_export / name).read_bytes())
+    header = read_header(f"{remote}/model.safetensors")  # the header alone, as pre-flight reads
+    check_fits(header, "gpt2", json.loads((tf_export / "config.json").read_text()),
+               source="test")
+    hf_config = pretrained_config(remote, family="gpt2", vocab_size=1)
+    theirs = read_pretrained(remote, hf_config)
+    ours = read_pretrained(str(tf_export), hf_config)
+    assert sorted(theirs) == sorted(ours)
+    for name, array in ours.items():
+        np.testing.assert_array_equal(theirs[name], array, err_msg=name)

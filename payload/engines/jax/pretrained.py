@@ -1,7 +1,7 @@
 """`model.init_from` into the JAX engine: a model folder's weights under our models' names.
 
     tensors = read_pretrained("gs://b/runs/first/model", hf_config)   # {PyTorch name: array}
-    load_state_dict(model, tensors)      # or params for TrainProgram.state_from_params
+    models.load_state_dict(model, tensors)     # into a built model, every parameter checked
 
 Reads `model.safetensors` (local or gs://): what either engine's export holds, and what the
 Hub's checkpoints of the family hold, in their spellings (GPT-2's bare "h.0..." for
@@ -24,7 +24,7 @@ import numpy as np
 from payload.core import storage
 from payload.core.errors import UserError
 from payload.core.pytorch_weights import check_fits, load_tensors, spellings
-from payload.engines.jax.models import parameter_shapes
+from payload.engines.jax import models
 
 PT_WEIGHTS = "model.safetensors"
 TF_WEIGHTS = "tf_model.h5"
@@ -48,7 +48,7 @@ def read_pretrained(folder: str, hf_config) -> dict[str, np.ndarray]:
     check_fits({k: (str(v.dtype), tuple(v.shape)) for k, v in tensors.items()}, family,
                settings, source=source)
     state, missing, wrong = {}, [], []
-    for name, expected in parameter_shapes(hf_config).items():
+    for name, expected in models.parameter_shapes(hf_config).items():
         key = next((k for k in spellings(name, family) if k in tensors), None)
         if key is None:
             missing.append(name)

@@ -73,7 +73,7 @@ def tf_classes_import() -> bool:
 
 def trained_weights(config, hf_config) -> TrainedWeights:
     """The newest complete checkpoint in output_dir/checkpoints/ (Orbax step folders), its
-    parameters restored on one CPU device, whatever mesh trained them."""
+    parameters restored on one CPU device, whatever mesh and optimizer trained them."""
     # The export runs on one host of the slice (worker 0) after training: it must not claim the
     # TPU, which on a multi-host slice waits for the other hosts. Effective only before JAX
     # first touches a device (a fresh `python -m payload export`; in-process, as tests run it,
@@ -90,13 +90,25 @@ def trained_weights(config, hf_config) -> TrainedWeights:
             raise nothing
         if not storage.is_complete(directory):
             raise checkpoints.incomplete(directory, "nothing to export")
-        program = jax_step.TrainProgram(hf_config.to_dict(), family=config.model.family,
-                                        train_cfg=config.train, mesh=one_cpu_mesh())
-        # The whole train state: Orbax's standard handler restores the tree it saved (the
-        # optimizer's moments too, twice the weights' memory, on the host, not the chips).
-        restored = ckpts.restore_latest(program.abstract_state())
-        path = storage.join(directory, str(int(restored.step)))
+        step = ckpts.latest
     finally:
         ckpts.close()
-    return TrainedWeights(state=state_dict(restored.params), hf_config=hf_config,
+    program = jax_step.TrainProgram(hf_config.to_dict(), family=config.model.family,
+                                    train_cfg=config.train, mesh=one_cpu_mesh())
+    path = storage.join(directory, str(step))
+    return TrainedWeights(state=state_dict(_restore_params(path, program)), hf_config=hf_config,
                           checkpoint=path)
+
+
+def _restore_params(step_dir: str, program: jax_step.TrainProgram):
+    """The parameters alone of a train state Orbax saved in `step_dir`: a third of the state's
+    memory (no optimizer moments), and an export that does not care which optimizer trained."""
+    import orbax.checkpoint as ocp
+
+    target = {"params": program.abstract_state().params}
+    # Checkpoints saves the state as the manager's single item, under Orbax's default name.
+    item = storage.join(step_dir, ocp.checkpoint_manager.DEFAULT_ITEM_NAME)
+    restored = ocp.PyTreeCheckpointer().restore(item, args=ocp.args.PyTreeRestore(
+        item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+        partial_restore=True))
+    return restored["params"]

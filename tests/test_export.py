@@ -14,7 +14,8 @@ from train_helpers import REPO, config_dict, make_run_dir, run_config
 
 from payload.config import parse_config
 from payload.core.errors import UserError
-from payload.training.export import run_export, trained_model
+from payload.training.export import run_export, trained_weights
+from payload.training.model import load_tokenizer
 from payload.training.train import run_train
 
 TORCH_PYTHON = REPO / ".venv-torch" / "bin" / "python"
@@ -32,7 +33,7 @@ def exported(request, tmp_path_factory):
     config = parse_config(raw)
     run_train(config)
     run_export(config)
-    model, tokenizer, _ = trained_model(config)
+    model, (tokenizer, _) = trained_weights(config).model, load_tokenizer(config)
     ids = np.array(tokenizer(TEXT, padding="longest")["input_ids"], dtype=np.int64)[:, :12]
     extra = {"decoder_input_ids": ids[:, :5]} if family == "t5" else {}
     logits = model(ids, **extra, training=False).logits.numpy()

@@ -13,7 +13,8 @@ from train_helpers import config_dict, run_stage, write_config
 
 from payload.config import parse_config
 from payload.core.errors import UserError
-from payload.training.export import run_export, trained_model
+from payload.training.export import run_export, trained_weights
+from payload.training.model import load_tokenizer
 from payload.training.train import run_train
 from tests.conftest import assert_user_error, bundled_documents, run_payload
 
@@ -85,7 +86,8 @@ def test_continued_pretraining_starts_where_the_first_run_ended(first_run, other
     run_export(parse_config(raw))
     import transformers
 
-    model, tokenizer, _ = trained_model(parse_config(raw))
+    model = trained_weights(parse_config(raw)).model
+    tokenizer, _ = load_tokenizer(parse_config(raw))
     ids = np.array([tokenizer("The interpreter reads the module.")["input_ids"]])
     loaded = transformers.TFAutoModelForCausalLM.from_pretrained(str(out / "model"),
                                                                  use_safetensors=False)
@@ -144,7 +146,7 @@ def test_weights_from_the_tensorflow_file_alone_load_the_same(first_run, tmp_pat
     folder = tmp_path / "model"
     shutil.copytree(first_run / "model", folder)
     (folder / "model.safetensors").unlink()
-    model, _, _ = trained_model(parse_config(first_raw))
+    model = trained_weights(parse_config(first_raw)).model
     fresh = build_model(model.config)
     assert load_weights(fresh, str(folder)).endswith("tf_model.h5")
     for a, b in zip(model.weights, fresh.weights, strict=True):
@@ -160,7 +162,7 @@ def test_weights_from_the_tensorflow_file_alone_load_the_same(first_run, tmp_pat
 def test_pytorch_layout_weights_load_into_the_tensorflow_model(tmp_path, family, size, rename):
     from safetensors.numpy import save_file
 
-    from payload.training.export import pytorch_state_dict
+    from payload.engines.tensorflow.export import pytorch_state_dict
     from payload.training.model import TokenIds, build_model, model_config
     from payload.training.pretrained import load_weights
 

@@ -9,6 +9,7 @@ after.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -81,6 +82,35 @@ def _output_file(root: Path) -> Path:
     path = root / "out-file"
     path.write_text("not a folder\n")
     return path
+
+
+def _init_from(root: Path, weights: str, engine: str = "tensorflow") -> Path:
+    """A run continuing from a roberta model folder (1 layer, hidden size 32) whose weights
+    are `weights`: another family's, a wider model's, a deeper model's, or tf_model.h5 alone."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    folder = root / "pretrained"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "roberta", "vocab_size": 600, "hidden_size": 32, "num_hidden_layers": 1,
+        "num_attention_heads": 2, "intermediate_size": 64, "max_position_embeddings": 40}))
+    embeddings, layer = "roberta.embeddings.word_embeddings.weight", "roberta.encoder.layer."
+    tensors = {
+        "gpt2": {"transformer.wte.weight": (600, 32), "transformer.h.0.ln_1.weight": (32,)},
+        "wide": {embeddings: (600, 64), f"{layer}0.output.dense.weight": (64, 64)},
+        "deep": {embeddings: (600, 32), **{f"{layer}{i}.output.dense.weight": (32, 32)
+                                           for i in range(3)}},
+    }.get(weights)
+    if tensors:
+        save_file({k: np.zeros(v, np.float32) for k, v in tensors.items()},
+                  str(folder / "model.safetensors"), metadata={"format": "pt"})
+    else:
+        (folder / "tf_model.h5").write_bytes(b"\x89HDF\r\n\x1a\n")
+    raw = base_config(root / "out", _corpus(root), train={"engine": engine})
+    raw["model"] = {"family": "roberta", "init_from": str(folder)}
+    del raw["tokenizer"]  # the folder's own
+    return write_config(root / "run.yaml", raw)
 
 
 def _unreadable(root: Path) -> Path:
@@ -172,6 +202,15 @@ CASES = [
      ["--resume", "--overwrite", "contradict"]),
     ("resume-and-overwrite-preflight", lambda r: _config(r), ("preflight", ALL, True, True),
      ["--resume", "--overwrite", "contradict"]),
+    # model.init_from weights that do not fit: read from the safetensors header alone.
+    ("init-from-other-family", lambda r: _init_from(r, "gpt2"), ("preflight", ALL, False, False),
+     ["model.init_from", "holds no roberta weights", "transformer.h.0.ln_1.weight"]),
+    ("init-from-other-width", lambda r: _init_from(r, "wide"), ("preflight", ALL, False, False),
+     ["word_embeddings.weight is [600, 64]", "[vocab_size, hidden_size] = [600, 32]"]),
+    ("init-from-other-depth", lambda r: _init_from(r, "deep"), ("preflight", ALL, False, False),
+     ["has 3 layers (encoder.layer.N)", "num_hidden_layers 1"]),
+    ("init-from-h5-for-jax", lambda r: _init_from(r, "h5", engine="jax"),
+     ("preflight", ALL, False, False), ["has only tf_model.h5", "jax engine does not read"]),
 ]
 
 

@@ -198,7 +198,8 @@ def test_t5_v1_1_trains_exports_and_gives_the_same_logits_in_pytorch(tmp_path):
     from safetensors.numpy import load_file
     from train_helpers import config_dict, make_run_dir
 
-    from payload.training.export import run_export, trained_model
+    from payload.training.export import run_export, trained_weights
+    from payload.training.model import load_tokenizer
     from payload.training.train import run_train
 
     out = make_run_dir(tmp_path, "t5")
@@ -217,7 +218,7 @@ def test_t5_v1_1_trains_exports_and_gives_the_same_logits_in_pytorch(tmp_path):
     assert weights["lm_head.weight"].shape == weights["shared.weight"].shape == (600, 256)
     assert not np.array_equal(weights["lm_head.weight"], weights["shared.weight"])
 
-    model, tokenizer, _ = trained_model(config)
+    model, (tokenizer, _) = trained_weights(config).model, load_tokenizer(config)
     ids = np.array(tokenizer(["The interpreter reads the module and runs it.", "A list"],
                              padding="longest")["input_ids"], dtype=np.int64)
     logits = model(ids, decoder_input_ids=ids[:, :5], training=False).logits.numpy()

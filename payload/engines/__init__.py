@@ -2,7 +2,8 @@
 
     engine = engine_for(config.train.engine)        # "tensorflow" or "jax"; imports no framework
     trainer = engine.trainer(config, inputs, plan=..., hardware=..., meter=...)   # train stage
-    checkpoint = engine.write_weights(config, staging_folder)                     # export stage
+    weights = engine.trained_weights(config, hf_config)   # export stage: restored, nothing written
+    weights.write(staging_folder)                         # model.safetensors (+ tf_model.h5)
 
 Everything that is not the model, the step and the checkpoint format is shared and lives in the
 stage modules (payload.training.*): the config, shards and input order, the run plan, progress
@@ -30,10 +31,27 @@ DEFAULT = "tensorflow"
 SHARDING_PLANS = {"jax": "payload.engines.jax.sharding"}
 
 
+class TrainedWeights(Protocol):
+    """A checkpoint's weights, restored on the exporting host."""
+
+    checkpoint: str  # the path they came from
+    hf_config: object  # the transformers config of the model
+
+    def write(self, folder: str) -> None:
+        """`model.safetensors` in PyTorch names and layouts (tied copies, metadata format "pt")
+        and, where transformers' TF classes import, `tf_model.h5`."""
+
+
 class Engine(Protocol):
     """What a stage asks of an engine."""
 
     name: str  # train.engine's value; recorded in checkpoints/run.json as "engine"
+    # What `model.init_from` may bring in a model folder for this engine to read.
+    init_from_files: tuple[str, ...]
+
+    def trained_weights(self, config, hf_config) -> TrainedWeights:
+        """The newest complete checkpoint in output_dir/checkpoints/, restored (a UserError
+        when there is none); writes nothing."""
 
     def checkpoint_written(self, relative: str) -> bool:
         """Whether a path under checkpoints/ is one of this engine's checkpoint files (what a

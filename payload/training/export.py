@@ -3,16 +3,14 @@
     python -m payload export --config run.yaml
     run_export(config)
 
-The folder holds `config.json`, the tokenizer files, and the weights twice:
-- `model.safetensors` under PyTorch's names and layouts (kernels transposed, LayerNorm
-  gamma/beta as weight/bias, tied weights present, metadata format "pt"), for PyTorch
-  transformers 5.x, which has no TensorFlow models; TensorFlow's own names load there without
-  an error but with every weight freshly initialised;
-- `tf_model.h5`, TensorFlow's own format, for the TF classes of transformers 4.x. Load those with
-  `use_safetensors=False`: their loader of "pt" safetensors fails on every safetensors release
-  ('safe_open' object is not iterable, huggingface/transformers#40028, left unfixed since the
-  TF code is deprecated).
-Written with numpy and `safetensors` only: no torch here.
+The one place for the folder, whichever engine trained: `config.json` (with its
+`architectures`), the tokenizer files, the model inputs, the export note, and the swap that
+replaces model/ whole. The weights come from the engine that wrote the checkpoints
+(payload.engines: `trained_weights(...).write(folder)`), twice, in the same form from either:
+- `model.safetensors` under PyTorch's names and layouts (tied weights present, metadata format
+  "pt"), for PyTorch transformers 5.x;
+- `tf_model.h5` for the TF classes of transformers 4.x (load with `use_safetensors=False`; see
+  payload/engines/tensorflow/export.py), where those classes import.
 """
 
 from __future__ import annotations
@@ -28,26 +26,6 @@ from payload.core import layout, storage
 from payload.core.errors import UserError
 from payload.training import checkpoints
 
-WEIGHTS = "model.safetensors"
-TF_WEIGHTS = "tf_model.h5"
-
-# PyTorch keys that share the tensor of another key (tied weights), per family.
-TIED = {
-    "bert": {
-        "cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
-        "cls.predictions.decoder.bias": "cls.predictions.bias",
-    },
-    "roberta": {
-        "lm_head.decoder.weight": "roberta.embeddings.word_embeddings.weight",
-        "lm_head.decoder.bias": "lm_head.bias",
-    },
-    "gpt2": {"lm_head.weight": "transformer.wte.weight"},
-    "t5": {
-        "encoder.embed_tokens.weight": "shared.weight",
-        "decoder.embed_tokens.weight": "shared.weight",
-    },
-}
-
 ARCHITECTURES = {
     "bert": "BertForMaskedLM",
     "roberta": "RobertaForMaskedLM",
@@ -56,64 +34,11 @@ ARCHITECTURES = {
 }
 
 
-def pytorch_state_dict(model, family: str) -> dict:
-    """The TF model's weights as numpy arrays under the PyTorch model's keys and layouts."""
-    from transformers.modeling_tf_pytorch_utils import (
-        TransposeType,
-        convert_tf_weight_name_to_pt_weight_name,
-    )
-
-    state = {}
-    for weight in model.weights:
-        name, transpose = convert_tf_weight_name_to_pt_weight_name(
-            weight.name, tf_weight_shape=weight.shape
-        )
-        array = weight.numpy()
-        if transpose is TransposeType.SIMPLE:
-            array = array.T
-        elif transpose is not TransposeType.NO:
-            raise ValueError(f"unexpected layout for {weight.name}: {transpose}")
-        if name.endswith(".bias") and array.ndim == 2 and array.shape[0] == 1:
-            array = array.reshape(-1)  # GPT-2's Conv1D keeps its bias as [1, n] in TF
-        if name in state:
-            raise ValueError(f"two weights map to {name}")
-        state[name] = array
-    tied = dict(TIED[family])
-    if family == "t5" and not model.config.tie_word_embeddings:
-        tied.pop("lm_head.weight", None)
-    elif family == "t5":
-        tied["lm_head.weight"] = "shared.weight"
-    for alias, source in tied.items():
-        if alias not in state:
-            state[alias] = state[source]
-    # safetensors wants contiguous, separately owned buffers (no shared memory between keys).
-    return {key: value.copy(order="C") for key, value in state.items()}
-
-
-def latest_weights(model, output_dir: str) -> str:
-    """Restore the newest checkpoint's weights into `model`; returns its path."""
-    import tensorflow as tf
-
-    directory = checkpoints.checkpoint_dir(output_dir)
-    if storage.exists(storage.join(directory, checkpoints.INDEX)) and not storage.is_complete(
-            directory):
-        raise checkpoints.incomplete(directory, "nothing to export")
-    path = checkpoints.latest_checkpoint(output_dir)
-    if path is None:
-        raise UserError(
-            f"nothing to export: no checkpoint in {checkpoints.checkpoint_dir(output_dir)}",
-            hint="run the train stage first",
-        )
-    tf.train.Checkpoint(model=model).restore(
-        path
-    ).expect_partial().assert_existing_objects_matched()
-    return path
-
-
-def trained_model(config):
-    """(model, tokenizer, checkpoint path): the model as the newest checkpoint left it."""
-    import tf_keras
-
+def trained_weights(config):
+    """The weights of the newest checkpoint, restored by the engine that wrote it (run.json's
+    `engine`; none recorded: TensorFlow, as runs before the JAX engine were), after checking
+    they were made with this config's tokenizer and model settings. Nothing is written."""
+    from payload.engines import engine_for
     from payload.training import model as model_lib
 
     tokenizer, tokenizer_fp = model_lib.load_tokenizer(config)
@@ -133,34 +58,25 @@ def trained_model(config):
             "the model settings changed since the checkpoints were written",
             hint="export with the config the run was trained with",
         )
-    # The checkpoint's variables are float32 whatever the training policy was.
-    tf_keras.mixed_precision.set_global_policy("float32")
-    model = model_lib.build_model(hf_config)
-    path = latest_weights(model, config.output_dir)
-    return model, tokenizer, path
+    engine = engine_for((identity or {}).get("engine"))
+    return engine.trained_weights(config, hf_config)
 
 
 def run_export(config) -> None:
-    from safetensors.numpy import save_file
-
     from payload.core.families import FAMILIES
     from payload.data.tokenizer import copy_tokenizer_files, set_model_inputs
 
     storage.check_output_dir(config.output_dir)
-    model, _, path = trained_model(config)
+    weights = trained_weights(config)
+    path = weights.checkpoint
     storage.claim_output_dir(config.output_dir)
     family = config.model.family
     target = layout.model_dir(config.output_dir)
     # Built beside model/ and swapped in whole: a crash or a full disk leaves the old model/
     # or the new one, and on gs:// readers go by the completeness marker.
     with storage.replacing_folder(target, {"stage": "export", "checkpoint": path}) as staging:
-        model.save_pretrained(staging, safe_serialization=False)  # tf_model.h5
-        save_file(
-            pytorch_state_dict(model, family),
-            os.path.join(staging, WEIGHTS),
-            metadata={"format": "pt"},
-        )
-        hf_config = model.config
+        weights.write(staging)  # the engine's: model.safetensors and tf_model.h5
+        hf_config = weights.hf_config
         hf_config.architectures = [ARCHITECTURES[family]]
         hf_config.save_pretrained(staging)
         copy_tokenizer_files(config, staging)

@@ -4,11 +4,14 @@
     hf_config = pretrained_config(config.model.init_from, family="gpt2", vocab_size=600)
     source = load_weights(model, config.model.init_from)   # its weights, into the TF model
 
-The folder is a model this tool exported or any transformers checkpoint of the family with its
-fast tokenizer (tokenizer.json). Weights come from `model.safetensors` in PyTorch's names and
-layouts (what our exports and the Hub's checkpoints hold), read with numpy and renamed to the
-TensorFlow model's weights by the rule the export uses the other way; a folder with only
-`tf_model.h5` is read by transformers' own TF loader. No torch needed.
+The folder is a model this tool exported (with either engine) or any transformers checkpoint of
+the family with its fast tokenizer (tokenizer.json). Weights come from `model.safetensors` in
+PyTorch's names and layouts (what our exports and the Hub's checkpoints hold), read with numpy
+and renamed to the TensorFlow model's weights by the rule the export uses the other way
+(payload/engines/tensorflow/export.py); a folder with only `tf_model.h5` is read by
+transformers' own TF loader. The JAX engine reads the same file into its models
+(payload/engines/jax/pretrained.py). Before a job starts, the file's header is checked against
+the folder's config.json (family, embeddings, layer count). No torch needed.
 """
 
 from __future__ import annotations
@@ -23,9 +26,6 @@ from payload.core.errors import UserError
 CONFIG = "config.json"
 PT_WEIGHTS = "model.safetensors"
 TF_WEIGHTS = "tf_model.h5"
-# Where a family's weights live under its task model, so a checkpoint of the bare model
-# (GPT-2's own has "h.0..." for "transformer.h.0...") still matches.
-BASE_PREFIX = {"bert": "bert.", "roberta": "roberta.", "gpt2": "transformer.", "t5": ""}
 
 
 def _source(folder: str) -> str:
@@ -33,11 +33,14 @@ def _source(folder: str) -> str:
 
 
 def check_folder(config) -> None:
-    """The folder holds a config of the run's family and weights this tool can read (no
-    TensorFlow: what the launcher checks before starting anything)."""
-    folder, family = config.model.init_from, config.model.family
+    """The folder holds a config of the run's family and weights the run's engine reads, whose
+    family and shape agree with that config (no framework: what the launcher checks before
+    starting anything)."""
+    from payload.core.pytorch_weights import check_fits, read_header
     from payload.core.sizes import read_config_json
+    from payload.engines import engine_for
 
+    folder, family = config.model.init_from, config.model.family
     if not storage.exists(storage.join(folder, CONFIG)):
         raise UserError(f"{_source(folder)} has no {CONFIG}",
                         hint="point it at a Hugging Face model folder (save_pretrained output)")
@@ -45,11 +48,24 @@ def check_folder(config) -> None:
     if found != family:
         raise UserError(f"{_source(folder)} is a {found} model but model.family is {family}",
                         hint="make them agree")
-    if not any(storage.exists(storage.join(folder, name)) for name in (PT_WEIGHTS, TF_WEIGHTS)):
+    present = [name for name in (PT_WEIGHTS, TF_WEIGHTS)
+               if storage.exists(storage.join(folder, name))]
+    if not present:
         raise UserError(
             f"{_source(folder)} has neither {PT_WEIGHTS} nor {TF_WEIGHTS}",
             hint="save the model with safe_serialization=True (pytorch_model.bin needs torch)",
         )
+    engine = engine_for(config.train.engine)
+    if not set(present) & set(engine.init_from_files):
+        raise UserError(
+            f"{_source(folder)} has only {present[0]}, which the {engine.name} engine does "
+            f"not read",
+            hint=f"give it {' or '.join(engine.init_from_files)} (PyTorch transformers: "
+                 "from_pretrained(folder, from_tf=True), then save_pretrained)",
+        )
+    if PT_WEIGHTS in present:  # the header alone: family and shape, before anything starts
+        header = read_header(storage.join(folder, PT_WEIGHTS))
+        check_fits(header, family, read_config_json(folder), source=_source(folder))
 
 
 def pretrained_config(folder: str, *, family: str, vocab_size: int):
@@ -76,72 +92,27 @@ def pretrained_config(folder: str, *, family: str, vocab_size: int):
 
 def load_weights(model, folder: str) -> str:
     """Set every weight of the built TF `model` from the folder; returns the file read."""
+    from payload.core.pytorch_weights import load_tensors
+    from payload.engines.tensorflow.export import assign_pytorch_state
+
+    path = storage.join(folder, PT_WEIGHTS)
+    if storage.exists(path):
+        assign_pytorch_state(model, load_tensors(path), source=_source(folder))
+        return path
+    path = storage.join(folder, TF_WEIGHTS)
+    if not storage.exists(path):
+        raise UserError(f"{_source(folder)} has neither {PT_WEIGHTS} nor {TF_WEIGHTS}")
     local = tempfile.mkdtemp(prefix="tpuctl-init-") if storage.is_gcs(folder) else None
     try:
-        for name in (PT_WEIGHTS, TF_WEIGHTS):
-            path = storage.join(folder, name)
-            if not storage.exists(path):
-                continue
-            if local:
-                copy = os.path.join(local, name)
-                with storage.open_read(path) as src, open(copy, "wb") as dst:
-                    shutil.copyfileobj(src, dst, 1 << 24)
-                path = copy
-            if name == PT_WEIGHTS:
-                _assign_from_pytorch_layout(model, path, folder)
-            else:
-                _assign_from_h5(model, path, folder)
-            return storage.join(folder, name)
+        if local:  # transformers' h5 loader reads a local file
+            copy = os.path.join(local, TF_WEIGHTS)
+            with storage.open_read(path) as src, open(copy, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 24)
+        _assign_from_h5(model, copy if local else path, folder)
     finally:
         if local:
             shutil.rmtree(local, ignore_errors=True)
-    raise UserError(f"{_source(folder)} has neither {PT_WEIGHTS} nor {TF_WEIGHTS}")
-
-
-def _candidates(name: str, family: str) -> list[str]:
-    """PyTorch key spellings a checkpoint may use for one of our weights."""
-    prefix = BASE_PREFIX[family]
-    names = [name]
-    if prefix and name.startswith(prefix):
-        names.append(name[len(prefix):])
-    for new, old in ((".weight", ".gamma"), (".bias", ".beta")):  # early BERT LayerNorm names
-        if "LayerNorm" in name and name.endswith(new):
-            names += [n[: -len(new)] + old for n in list(names)]
-    return names
-
-
-def _assign_from_pytorch_layout(model, path: str, folder: str) -> None:
-    from safetensors.numpy import load_file
-    from transformers.modeling_tf_pytorch_utils import (
-        TransposeType,
-        convert_tf_weight_name_to_pt_weight_name,
-    )
-
-    state = load_file(path)
-    family = model.config.model_type
-    missing, mismatched = [], []
-    for weight in model.weights:
-        name, transpose = convert_tf_weight_name_to_pt_weight_name(
-            weight.name, tf_weight_shape=weight.shape
-        )
-        key = next((k for k in _candidates(name, family) if k in state), None)
-        if key is None:
-            missing.append(name)
-            continue
-        array = state[key]
-        if transpose is TransposeType.SIMPLE:
-            array = array.T
-        if array.size != weight.shape.num_elements():
-            mismatched.append(f"{key} {tuple(array.shape)} (the model's is "
-                              f"{tuple(weight.shape)})")
-            continue
-        weight.assign(array.reshape(weight.shape).astype(weight.dtype.as_numpy_dtype))
-    if missing or mismatched:
-        what = (f"lacks {', '.join(missing[:3])}" if missing
-                else f"has {', '.join(mismatched[:2])}")
-        raise UserError(f"{_source(folder)}: {os.path.basename(path)} {what}"
-                        + (f" and {len(missing) - 3} more" if len(missing) > 3 else ""),
-                        hint="its config.json must describe the weights beside it")
+    return path
 
 
 def _assign_from_h5(model, path: str, folder: str) -> None:

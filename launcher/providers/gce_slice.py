@@ -1,0 +1,152 @@
+"""What `tpuctl up` asks Compute Engine for on provider gce, as data: the request bodies, pure.
+
+    requests = slice_requests(config, user="me", public_key="ssh-ed25519 AAAA... tpuctl")
+    requests.policy        # resourcePolicies.insert body: HIGH_THROUGHPUT, acceleratorTopology
+    requests.template      # regionInstanceTemplates.insert body: machine type, image, scheduling
+    requests.group         # regionInstanceGroupManagers.insert body: bulk mode, one zone
+
+A slice on Compute Engine is a regional managed instance group (MIG) of TPU VMs made from a
+regional instance template and placed by a workload policy (its accelerator topology). The MIG
+runs in bulk mode: `targetSizePolicy.mode = BULK` creates every VM at once or none,
+`distributionPolicy.targetShape = ANY_SINGLE_ZONE` keeps them in one zone, and
+`defaultActionOnFailure = DO_NOTHING` keeps a failed VM for inspection instead of recreating it.
+Field names and enums are those of google-cloud-compute 1.57 (compute_v1 ResourcePolicy,
+InstanceTemplate, InstanceGroupManager, Scheduling; the REST discovery document's camelCase).
+Neither a resource policy nor a MIG carries labels: tpuctl knows its own by the ids it recorded
+when it made them (launcher.providers.gcp_owned's rule); the VMs carry the run's label.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from payload.cloud import accelerators
+
+if TYPE_CHECKING:
+    from payload.config import RunConfig
+
+RUN_LABEL = "tpuctl-run"  # the same label as on gcp (launcher.providers.gcp_owned.RUN_LABEL)
+SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+# Scheduling.ProvisioningModel by cluster.provisioning; a reservation makes on-demand capacity
+# RESERVATION_BOUND (Compute Engine's provisioning models).
+PROVISIONING_MODEL = {"on_demand": "STANDARD", "spot": "SPOT", "flex_start": "FLEX_START"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SliceNames:
+    """The names of what `up` makes for a run (all in the cluster's region)."""
+
+    group: str  # the MIG; its VMs are named GROUP-xxxx by Compute Engine
+    template: str
+    policy: str
+
+    @classmethod
+    def of(cls, run_name: str) -> SliceNames:
+        # Compute Engine names: a letter first, 63 characters at most (the config checks the
+        # run's name; the suffixes keep them within the limit).
+        stem = run_name[:50]
+        return cls(group=stem, template=f"{stem}-template", policy=f"{stem}-topology")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SliceRequests:
+    names: SliceNames
+    region: str
+    policy: dict | None  # None for a one-VM slice: a single VM needs no placement
+    template: dict
+    group: dict
+
+
+def region_of(config: RunConfig) -> str:
+    return accelerators.region_of(config.cluster.zone)
+
+
+def scheduling(cluster) -> dict:
+    """The template's scheduling: the provisioning model, a run limit, what ends a VM."""
+    model = PROVISIONING_MODEL[cluster.provisioning]
+    if cluster.reservation:
+        model = "RESERVATION_BOUND"
+    sent: dict = {"provisioningModel": model, "onHostMaintenance": "TERMINATE",
+                  "automaticRestart": False}
+    if cluster.provisioning == "spot":
+        # A spot VM taken back is deleted, not stopped: it cannot be restarted anyway, and a
+        # stopped VM would keep its disk billing.
+        sent["instanceTerminationAction"] = "DELETE"
+    if cluster.max_run_hours is not None:
+        sent["maxRunDuration"] = {"seconds": str(int(cluster.max_run_hours * 3600))}
+        sent["instanceTerminationAction"] = "DELETE"
+    return sent
+
+
+def reservation_affinity(cluster) -> dict:
+    if not cluster.reservation:
+        return {"consumeReservationType": "NO_RESERVATION"}
+    return {"consumeReservationType": "SPECIFIC_RESERVATION",
+            "key": "compute.googleapis.com/reservation-name", "values": [cluster.reservation]}
+
+
+def slice_requests(config: RunConfig, *, user: str, public_key: str,
+                   service_account: str | None = None,
+                   network_tag: str | None = None) -> SliceRequests:
+    """The three insert bodies for the config's slice (no call is made)."""
+    cluster = config.cluster
+    acc = cluster.slice
+    names = SliceNames.of(config.name)
+    region = region_of(config)
+    project = cluster.project
+    policy = None
+    if acc.is_multi_host:
+        policy = {"name": names.policy, "region": region,
+                  "description": f"tpuctl run {config.name}: the slice's ICI topology",
+                  "workloadPolicy": {"type": "HIGH_THROUGHPUT",
+                                     "acceleratorTopology": cluster.topology,
+                                     "acceleratorTopologyMode": "AUTO_CONNECT"}}
+    network = {"network": (cluster.network if cluster.network.startswith("projects/")
+                           else f"projects/{project}/global/networks/{cluster.network}"),
+               # An external address: the launcher reaches the workers over SSH from outside.
+               "accessConfigs": [{"name": "external", "type": "ONE_TO_ONE_NAT"}]}
+    if cluster.subnetwork:
+        network["subnetwork"] = (cluster.subnetwork if cluster.subnetwork.startswith("projects/")
+                                 else f"projects/{project}/regions/{region}/subnetworks/"
+                                      f"{cluster.subnetwork}")
+    properties = {
+        "machineType": cluster.machine_type,
+        "labels": {RUN_LABEL: config.name},
+        "disks": [{"boot": True, "autoDelete": True,
+                   "initializeParams": {"sourceImage": cluster.boot_image}}],
+        "networkInterfaces": [network],
+        "metadata": {"items": [
+            # The guest agent publishes the VM's host keys as guest attributes only with this:
+            # tpuctl's known_hosts is written from them (strict SSH from the first connection).
+            {"key": "enable-guest-attributes", "value": "TRUE"},
+            {"key": "ssh-keys", "value": f"{user}:{public_key.strip()}"},
+        ]},
+        "scheduling": scheduling(cluster),
+        "reservationAffinity": reservation_affinity(cluster),
+    }
+    if service_account:
+        properties["serviceAccounts"] = [{"email": service_account, "scopes": [SCOPE]}]
+    if network_tag:
+        properties["tags"] = {"items": [network_tag]}
+    if policy is not None:
+        properties["resourcePolicies"] = [names.policy]
+    template = {"name": names.template, "region": region,
+                "description": f"tpuctl run {config.name}", "properties": properties}
+    group = {
+        "name": names.group, "region": region, "baseInstanceName": names.group,
+        "description": f"tpuctl run {config.name}",
+        "instanceTemplate": f"projects/{project}/regions/{region}/instanceTemplates/"
+                            f"{names.template}",
+        "targetSize": acc.hosts,
+        "targetSizePolicy": {"mode": "BULK"},
+        "distributionPolicy": {"targetShape": "ANY_SINGLE_ZONE",
+                               "zones": [{"zone": f"zones/{cluster.zone}"}]},
+        "instanceLifecyclePolicy": {"defaultActionOnFailure": "DO_NOTHING"},
+        "updatePolicy": {"type": "OPPORTUNISTIC", "instanceRedistributionType": "NONE"},
+    }
+    if policy is not None:
+        group["resourcePolicies"] = {"workloadPolicy": f"projects/{project}/regions/{region}/"
+                                                       f"resourcePolicies/{names.policy}"}
+    return SliceRequests(names=names, region=region, policy=policy, template=template,
+                         group=group)

@@ -144,7 +144,8 @@ def test_up_dry_run_shows_the_slice_and_its_price_without_credentials(tmp_path, 
     # The catalog has no TPU7x price yet: it says so rather than make one up.
     assert "cost: no on-demand price for TPU tpu7x in us-central1" in out.output
     assert "prices change" in out.output
-    assert "missing: cluster.ssh_source_ranges" in out.output
+    assert "port 22 must be open to the VMs from here" in out.output
+    assert "a first real run must confirm it takes STANDARD TPU VMs" in out.output
 
     v6e = _write(tmp_path / "v6e", _raw("trillium", zone="us-east5-b",
                                         machine_type="ct6e-standard-4t", topology="4x4",

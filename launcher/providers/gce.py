@@ -2,25 +2,38 @@
 
     provider = GceProvider.from_config(config, num_workers=None)
     print("\\n".join(provider.up_plan()))   # the policy, template and MIG, and the price: no calls
-    provider.planned_fleet()                 # the table's hosts, placeholder addresses
-    provider.price()                         # "$43.20/h for v6e-16 (...)"
+    provider.up(on_event=print)              # made, all VMs RUNNING, host keys written
+    fleet = provider.fleet()                 # workers from listManagedInstances + instances.get
+    provider.describe()                      # MIG and VM state, flex-start time left, price
+    provider.down(on_event=print)            # MIG, template, policy gone, checked through the API
 
-What `up` asks Compute Engine for is built as data in launcher.providers.gce_slice. This version
-plans and prices a gce slice without credentials; creating, finding and deleting it through
-Compute Engine (up, down, status, train on it) is not built yet and says so in one line.
+What `up` asks Compute Engine for is built as data in launcher.providers.gce_slice and sent by
+launcher.providers.gce_api. Ownership follows gcp's rule (launcher.providers.gcp_owned): a name
+proves nothing; tpuctl deletes a MIG, template or workload policy only when its unique id is one
+it recorded making (TPUCTL_HOME/gcp/RUN/owned.json, key "gce"), and a VM only by deleting the
+run's own MIG it belongs to. Host keys come from each VM's guest attributes (hostkeys/), polled
+until the guest agent publishes them, and SSH is strict from the first connection.
+Not built yet: the bucket, SSH firewall rule and service account for gce (Terraform), and
+`train --down` / `--auto-resume` on gce.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
+import json
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from launcher.executors import SshExecutor, SshSettings
 from launcher.plan import NodeToDelete, Worker
-from launcher.providers import gce_slice, gcp_site
+from launcher.providers import gce_api, gce_slice, gcp_site
 from launcher.providers.base import Check, Fleet
 from launcher.providers.gcp_site import Site
+from payload.cloud import budget, tpu_api
+from payload.core import layout, storage
 from payload.core.errors import UserError
 from payload.training.strategy import Hardware
 
@@ -31,16 +44,51 @@ if TYPE_CHECKING:
 NAME = "gce"
 # The port JAX's coordinator listens on, on worker 0 (what jax.distributed.initialize is given).
 COORDINATOR_PORT = 8476
-NOT_BUILT_HINT = ("`tpuctl up --dry-run` shows the plan and price; run the slice with provider: "
-                  "gcp (v5e, v5p, v6e) until this provider can create it")
+KINDS = ("policies", "templates", "groups")  # what `up` makes, in order (`down`: reversed)
+WHAT = {"policies": "workload policy", "templates": "instance template",
+        "groups": "managed instance group"}
+GCLOUD = {"policies": "gcloud compute resource-policies delete {name} --region {region}",
+          "templates": "gcloud compute instance-templates delete {name} --region {region}",
+          "groups": "gcloud compute instance-groups managed delete {name} --region {region}"}
+NOT_BUILT_HINT = "provider gcp covers v5e, v5p and v6e with those"
+
+
+class Owned:
+    """The run's record of the gce resources it made: kind -> name -> unique id."""
+
+    def __init__(self, run_name: str):
+        self.path = str(gcp_site.run_state(run_name) / layout.OWNED)
+
+    def _read(self) -> dict:
+        return json.loads(storage.read_text(self.path)) if storage.exists(self.path) else {}
+
+    def ids(self, kind: str) -> dict[str, list[str]]:
+        return self._read().get("gce", {}).get(kind, {})
+
+    def record(self, kind: str, name: str, uid: str) -> None:
+        record = self._read()
+        uids = record.setdefault("gce", {}).setdefault(kind, {}).setdefault(name, [])
+        if uid not in uids:
+            uids.append(uid)
+            storage.write_text(self.path, json.dumps(record, indent=1))
+
+    def is_ours(self, kind: str, name: str, uid: str) -> bool:
+        return uid in self.ids(kind).get(name, [])
+
+    def known(self) -> bool:
+        return storage.exists(self.path) and bool(self._read().get("gce"))
 
 
 class GceProvider:
     name = NAME
 
-    def __init__(self, site: Site, config=None):
+    def __init__(self, site: Site, config=None, *, region: str | None = None,
+                 accelerator: str | None = None):
         self.site = site
         self.config = config  # None when reopened from a job record
+        self.region = region or gce_slice.accelerators.region_of(site.zones[0])
+        # The slice's name in the accelerator table (tpu7x-8), for the fleet's hardware.
+        self.accelerator = accelerator or (config.cluster.slice.name if config else None)
 
     def __eq__(self, other) -> bool:
         return isinstance(other, GceProvider) and other.site == self.site
@@ -65,16 +113,34 @@ class GceProvider:
     def from_reach(cls, reach: dict, workers: tuple[Worker, ...]) -> GceProvider:
         kept = {k: reach[k] for k in ("run_name", "project", "tpu_name", "user",
                                       "identity_file", "known_hosts", "provisioning", "uid")}
-        return cls(Site(zones=tuple(reach["zones"]), **kept))
+        return cls(Site(zones=tuple(reach["zones"]), **kept), region=reach.get("region"),
+                   accelerator=reach.get("accelerator"))
 
     def _config(self) -> RunConfig:
         if self.config is None:
             raise UserError("up and down work from the run config", hint="pass -c tpuctl.yaml")
         return self.config
 
+    @property
+    def api(self) -> gce_api.ComputeApi:
+        return gce_api.ComputeApi(project=self.site.project, region=self.region)
+
+    @property
+    def owned(self) -> Owned:
+        return Owned(self.site.run_name)
+
+    def _names(self) -> gce_slice.SliceNames:
+        return gce_slice.SliceNames.of(self.site.run_name)
+
     def _not_built(self, what: str) -> UserError:
-        return UserError(f"provider gce cannot {what} yet: this version plans and prices a "
-                         "Compute Engine slice but does not create it", hint=NOT_BUILT_HINT)
+        return UserError(f"provider gce cannot {what} yet", hint=NOT_BUILT_HINT)
+
+    def _foreign_note(self, kind: str, name: str, uid: str) -> str:
+        command = GCLOUD[kind].format(name=name, region=self.region)
+        return (f"{WHAT[kind]} {name} in {self.region} (id {uid}) was not made by tpuctl for "
+                f"run {self.site.run_name} (tpuctl has no record of making it; its name alone "
+                f"proves nothing): left alone; to delete it yourself: {command} --project "
+                f"{self.site.project}")
 
     # -- without credentials -------------------------------------------------------------------
     def up_plan(self) -> list[str]:
@@ -88,8 +154,6 @@ class GceProvider:
                      if cluster.max_run_hours is not None else "")
         lines = [
             f"project {cluster.project}, zone {cluster.zone} (region {requests.region})",
-            f"bucket gs://{cluster.bucket_name} (created unless it exists; kept by `down`)",
-            f"firewall rule: tcp/22 from {', '.join(cluster.ssh_source_ranges or ['(not set)'])}",
             f"slice {names.group}: {acc.name} = {cluster.topology} on {acc.hosts} x "
             f"{cluster.machine_type} ({acc.chips} chips of TPU {acc.generation}, "
             f"{acc.chips_per_host} per VM)",
@@ -105,11 +169,15 @@ class GceProvider:
             f"managed instance group {names.group} in {requests.region}: {acc.hosts} VM"
             f"{'s' if acc.hosts > 1 else ''} in bulk mode (all at once or none), one zone, "
             "a failed VM kept for inspection",
-            f"SSH as {site.user} with {site.identity_file}; engine {config.train.engine}",
+            f"SSH as {site.user} with {site.identity_file}; engine {config.train.engine}; port "
+            f"22 must be open to the VMs from {', '.join(cluster.ssh_source_ranges or ['here'])} "
+            "(provider gce makes no firewall rule, bucket or service account yet)",
             f"cost: {self.price()}",
         ]
-        if not cluster.ssh_source_ranges:
-            lines.append("missing: cluster.ssh_source_ranges (`up` refuses without it)")
+        if sched["provisioningModel"] in ("STANDARD", "SPOT"):
+            lines.append("note: Compute Engine documents bulk mode for flex-start and "
+                         "reservation-bound templates; a first real run must confirm it takes "
+                         f"{sched['provisioningModel']} TPU VMs")
         return lines
 
     def planned_fleet(self) -> Fleet:
@@ -127,7 +195,8 @@ class GceProvider:
         settings = SshSettings(user=self.site.user, known_hosts=self.site.known_hosts,
                                identity_file=self.site.identity_file)
         return SshExecutor(workers, settings, unreachable_hint="check the slice with "
-                           "`tpuctl status`")
+                           "`tpuctl status`; a preempted slice comes back with `tpuctl down` "
+                           "then `tpuctl up`")
 
     def worker_config(self, config: RunConfig):
         return config
@@ -144,27 +213,214 @@ class GceProvider:
         return config.model_copy(update={"data": data})
 
     def reach(self, fleet: Fleet) -> dict:
-        import dataclasses
-
         return {"provider": NAME, **dataclasses.asdict(self.site),
-                "zones": list(self.site.zones)}
+                "zones": list(self.site.zones), "region": self.region,
+                "accelerator": self.accelerator}
 
-    # -- what needs Compute Engine (not built yet) ---------------------------------------------
+    # -- up --------------------------------------------------------------------------------------
     def up(self, on_event: Callable[[str], None]) -> None:
-        raise self._not_built("create the slice")
+        config = self._config()
+        api, owned = self.api, self.owned
+        public_key = gcp_site.ensure_key(Path(self.site.identity_file))
+        requests = gce_slice.slice_requests(config, user=self.site.user, public_key=public_key)
+        bodies = {"policies": requests.policy, "templates": requests.template,
+                  "groups": requests.group}
+        existing = {}
+        for kind in KINDS:  # a name taken by someone else stops `up` before anything is made
+            if bodies[kind] is None:
+                continue
+            found = api.get(kind, bodies[kind]["name"])
+            if found is not None and not owned.is_ours(kind, found.name, str(found.id)):
+                raise UserError(self._foreign_note(kind, found.name, str(found.id)),
+                                hint="rename the run (its name names the slice)")
+            existing[kind] = found
+        made_group = False
+        try:
+            for kind in KINDS:
+                body = bodies[kind]
+                if body is None or existing.get(kind) is not None:
+                    continue
+                on_event(f"creating {WHAT[kind]} {body['name']} in {requests.region}")
+                uid = api.insert(kind, body)
+                owned.record(kind, body["name"], uid)  # the operation said it made this one
+                made_group = made_group or kind == "groups"
+            vms = self._wait_running(config, on_event)
+            self._write_known_hosts(vms, on_event)
+        except BaseException as exc:
+            if made_group:
+                on_event("up failed: deleting the instance group so that nothing bills")
+                self._delete_own("groups", requests.names.group, on_event)
+            if isinstance(exc, UserError):
+                raise UserError(f"{exc.message}; nothing that bills is left (the template and "
+                                "policy stay, free; `tpuctl down` removes them)",
+                                hint=exc.hint) from None
+            raise
+        acc = config.cluster.slice
+        mismatch = gce_slice.accelerators.host_mismatch(acc, len(vms))
+        if mismatch:
+            on_event(mismatch)
+        on_event(f"slice {requests.names.group} is RUNNING in {config.cluster.zone}: "
+                 f"{len(vms)} VM(s); {self.price()}. When done: `tpuctl down`")
 
-    def down(self, on_event: Callable[[str], None], *, delete_bucket: bool = False) -> None:
-        raise self._not_built("take a slice down")
+    def _wait_running(self, config: RunConfig, on_event: Callable[[str], None]):
+        """Poll the MIG until all its VMs are RUNNING; say each change of state once."""
+        name, api = self._names().group, self.api
+        deadline = time.monotonic() + gcp_site.READY_TIMEOUT_S
+        last = ""
+        while True:
+            group = api.group(name)
+            if group is None:
+                raise UserError(f"instance group {name} disappeared while waiting",
+                                hint="`tpuctl up` again")
+            vms = api.managed_instances(name) if not group.bulk_in_progress else []
+            running = [vm for vm in vms if vm.status == "RUNNING"]
+            if vms and len(running) == group.target_size:
+                return running
+            state = _group_state(group, vms)
+            if state != last:
+                on_event(f"slice {name}: {state}")
+                last = state
+            dead = [vm for vm in vms if vm.status in ("TERMINATED", "STOPPED", "SUSPENDED")]
+            if dead:
+                raise UserError(f"VM {dead[0].name} of slice {name} is {dead[0].status} "
+                                "instead of RUNNING", hint="`tpuctl down` removes the slice")
+            if time.monotonic() > deadline:
+                raise UserError(f"slice {name} was not RUNNING after "
+                                f"{gcp_site.READY_TIMEOUT_S / 60:.0f} minutes ({state})",
+                                hint="`tpuctl status` shows it; `tpuctl down` removes it")
+            time.sleep(gcp_site.POLL_S)
+
+    def _write_known_hosts(self, vms, on_event: Callable[[str], None] | None = None) -> None:
+        """known_hosts from every VM's published host key, waited for; never trust on first use."""
+        api = self.api
+        deadline = time.monotonic() + gcp_site.HOST_KEYS_WAIT_S
+        said = False
+        keys: dict[str, str] = {}
+        while True:
+            for vm in vms:
+                if vm.name not in keys:
+                    key = api.host_keys(vm).get(tpu_api.HOST_KEY_TYPE)
+                    if key:
+                        keys[vm.name] = key
+            missing = [vm.name for vm in vms if vm.name not in keys]
+            if not missing:
+                break
+            if time.monotonic() >= deadline:
+                raise UserError(
+                    f"VM {missing[0]} publishes no {tpu_api.HOST_KEY_TYPE} host key in its "
+                    f"guest attributes after {gcp_site.HOST_KEYS_WAIT_S / 60:g} minutes, so its "
+                    "identity cannot be checked",
+                    hint=f"the org policy {tpu_api.GUEST_ATTRIBUTES_POLICY} may hide guest "
+                    "attributes: ask an admin to allow them; tpuctl never trusts a host key on "
+                    "first use")
+            if not said and on_event is not None:
+                on_event(f"waiting for the host key of VM {missing[0]} (the guest agent "
+                         "publishes it after boot)")
+                said = True
+            time.sleep(min(gcp_site.POLL_S, max(0.1, deadline - time.monotonic())))
+        lines = [f"{vm.ssh_address} {tpu_api.HOST_KEY_TYPE} {keys[vm.name]}" for vm in vms]
+        storage.write_text(self.site.known_hosts, "\n".join(lines) + "\n")
+
+    # -- the fleet -------------------------------------------------------------------------------
+    def _own_group(self):
+        """The run's MIG (the job's own when reopened from a record), or a UserError."""
+        name, site = self._names().group, self.site
+        group = self.api.group(name)
+        if group is None:
+            if site.uid:
+                raise UserError(f"the job's machines are gone: instance group {name} no longer "
+                                f"exists in {self.region}",
+                                hint="start a new job (`tpuctl up`, then `tpuctl train`)")
+            raise UserError(f"no slice {name} in {self.region} of project {site.project}",
+                            hint="create it with `tpuctl up`")
+        if site.uid and group.uid != site.uid:
+            raise UserError(f"the job's machines are gone: instance group {name} was "
+                            f"recreated (id {site.uid}, now {group.uid})",
+                            hint="its new VMs do not run that job; start a new one")
+        if not site.uid and not self.owned.is_ours("groups", name, group.uid):
+            raise UserError(self._foreign_note("groups", name, group.uid),
+                            hint="tpuctl runs jobs only on a slice `tpuctl up` made for the run")
+        return group
 
     def fleet(self) -> Fleet:
-        raise self._not_built("find the slice's VMs")
+        group = self._own_group()
+        vms = self.api.managed_instances(group.name)
+        if len(vms) != group.target_size or any(vm.status != "RUNNING" for vm in vms):
+            raise UserError(f"slice {group.name} is {_group_state(group, vms)}, not RUNNING",
+                            hint="see `tpuctl status`; a preempted slice comes back with "
+                            "`tpuctl down` then `tpuctl up`")
+        self._write_known_hosts(vms)
+        self.site = dataclasses.replace(self.site, uid=group.uid)
+        workers = tuple(Worker(index=i, host=vm.ssh_address, address=vm.internal_ip,
+                               coordination_port=COORDINATOR_PORT) for i, vm in enumerate(vms))
+        return Fleet(workers=workers, hardware=Hardware.tpu(self.accelerator, group.name))
 
     def describe(self) -> list[str]:
-        return [f"slice {self.site.tpu_name}: provider gce cannot look it up yet "
-                f"({NOT_BUILT_HINT})"]
+        name = self._names().group
+        group = self.api.group(name)
+        if group is None:
+            return [f"slice {name}: none in {self.region} (bring it up with `tpuctl up`)"]
+        if not self.owned.is_ours("groups", name, group.uid):
+            return [f"slice {name}: none of this run's in {self.region}",
+                    f"  {self._foreign_note('groups', name, group.uid)}"]
+        vms = self.api.managed_instances(name) if not group.bulk_in_progress else []
+        config = self._config()
+        acc = config.cluster.slice
+        lines = [f"slice {name} ({acc.name} = {config.cluster.topology} on "
+                 f"{config.cluster.machine_type} in {config.cluster.zone}): "
+                 f"{_group_state(group, vms)}"]
+        lines += [f"  worker-{i}: {vm.name} {vm.status} {vm.ssh_address} (internal "
+                  f"{vm.internal_ip})" for i, vm in enumerate(vms)]
+        left = _time_left(vms)
+        if left is not None:
+            lines.append(f"  run limit: {left / 3600:.1f} h left before Compute Engine deletes "
+                         "the VMs (max_run_hours)")
+        lines.append(f"  cost: {self._running_cost(vms)}")
+        return lines
+
+    def _running_cost(self, vms) -> str:
+        from payload.cloud import prices
+
+        price = self._config().cluster.hourly_price()
+        created = min((vm.created for vm in vms if vm.created), default=None)
+        per_hour = f"${price.usd_per_hour:,.2f}/h" if price.known else price.describe()
+        if created is None:
+            return per_hour
+        hours = max(0.0, time.time() - created) / 3600
+        spent = (f", about ${price.cost_usd(hours):,.2f} so far" if price.known else "")
+        return f"{per_hour}; up {hours:.1f} h{spent} (price table of {prices.PRICE_TABLE_DATE})"
 
     def billing(self) -> str | None:
+        name = self._names().group
+        group = self.api.group(name)
+        if group is None or not self.owned.is_ours("groups", name, group.uid):
+            return None
+        price = self._config().cluster.hourly_price() if self.config is not None else None
+        cost = f" (${price.usd_per_hour:,.2f}/h)" if price is not None and price.known else ""
+        return f"slice {name} is still up{cost}: run `tpuctl down` when you are done"
+
+    def trouble(self) -> str | None:
+        name = self._names().group
+        group = self.api.group(name)
+        if group is None:
+            return f"slice {name} was deleted"
+        if self.site.uid and group.uid != self.site.uid:
+            return f"slice {name} was recreated (id {self.site.uid}, now {group.uid})"
+        vms = self.api.managed_instances(name)
+        gone = [vm for vm in vms if vm.status != "RUNNING"]
+        if gone or len(vms) < group.target_size:
+            first = gone[0] if gone else None
+            return (f"VM {first.name} of slice {name} is {first.status}" if first
+                    else f"slice {name} has {len(vms)} of its {group.target_size} VMs")
         return None
+
+    def record_billing(self, output_dir: str) -> None:
+        name = self._names().group
+        group = self.api.group(name)
+        if group is not None and group.created and self.owned.is_ours("groups", name,
+                                                                        group.uid):
+            budget.record_node(output_dir, uid=group.uid, zone=self.site.zones[0],
+                               created=group.created)
 
     def doctor(self) -> list[Check]:
         return [Check("gce set-up", "skip", "not checked by this version; `tpuctl up --dry-run` "
@@ -173,11 +429,69 @@ class GceProvider:
     def node_to_delete(self, on_event: Callable[[str], None]) -> NodeToDelete:
         raise self._not_built("delete the slice when a job ends (--down)")
 
-    def record_billing(self, output_dir: str) -> None:
-        return None
-
     def recover(self, on_event: Callable[[str], None]) -> None:
         raise self._not_built("replace a preempted slice (--auto-resume)")
 
-    def trouble(self) -> str | None:
+    # -- down ------------------------------------------------------------------------------------
+    def _delete_own(self, kind: str, name: str, on_event: Callable[[str], None]) -> str | None:
+        """Delete the resource of that name if it is the run's own; the foreign note if not."""
+        found = self.api.get(kind, name)
+        if found is None:
+            return None
+        if not self.owned.is_ours(kind, name, str(found.id)):
+            return self._foreign_note(kind, name, str(found.id))
+        if self.api.delete(kind, name):
+            on_event(f"deleted {WHAT[kind]} {name}")
         return None
+
+    def down(self, on_event: Callable[[str], None], *, delete_bucket: bool = False) -> None:
+        if delete_bucket:
+            raise UserError("--delete-bucket: provider gce makes no bucket yet, so it deletes "
+                            "none", hint="leave --delete-bucket out")
+        names = self._names()
+        if not self.owned.known():
+            found = [(kind, self.api.get(kind, getattr(names, _FIELD[kind]))) for kind in KINDS]
+            foreign = [self._foreign_note(kind, r.name, str(r.id)) for kind, r in found if r]
+            raise UserError(f"run {self.site.run_name} was never brought up from this machine "
+                            f"and Compute Engine shows nothing of it in {self.region}"
+                            + (f"; {foreign[0]}" if foreign else ""),
+                            hint="nothing to take down")
+        foreign = []
+        for kind in reversed(KINDS):  # the MIG (and its VMs) first: it uses the other two
+            note = self._delete_own(kind, getattr(names, _FIELD[kind]), on_event)
+            if note:
+                foreign.append(note)
+        left = []
+        for kind in KINDS:
+            found = self.api.get(kind, getattr(names, _FIELD[kind]))
+            if found is not None and self.owned.is_ours(kind, found.name, str(found.id)):
+                left.append(f"{WHAT[kind]} {found.name}")
+        if left:
+            raise UserError("still there after `down`: " + "; ".join(left),
+                            hint="run `tpuctl down` again; if it stays, delete it in the console")
+        for note in foreign:
+            on_event(note)
+        on_event(f"nothing of run {self.site.run_name} is left billing in {self.region} "
+                 "(checked through the Compute Engine API)")
+
+
+_FIELD = {"policies": "policy", "templates": "template", "groups": "group"}
+
+
+def _group_state(group, vms) -> str:
+    """The MIG's state in words: waiting for capacity, creating, or RUNNING."""
+    if group.bulk_in_progress:
+        why = f" ({group.last_error})" if group.last_error else ""
+        return f"waiting for capacity for all {group.target_size} VMs at once{why}"
+    running = sum(vm.status == "RUNNING" for vm in vms)
+    topology = f", topology {group.topology_state}" if group.topology_state else ""
+    if vms and running == group.target_size:
+        return f"RUNNING, {running} of {group.target_size} VMs{topology}"
+    states = ", ".join(sorted({vm.status for vm in vms})) or "no VMs yet"
+    return f"creating: {running} of {group.target_size} VMs RUNNING ({states}){topology}"
+
+
+def _time_left(vms) -> float | None:
+    """Seconds until Compute Engine ends the first VM of a run limit (maxRunDuration)."""
+    ends = [vm.created + vm.max_run_s for vm in vms if vm.created and vm.max_run_s]
+    return max(0.0, min(ends) - time.time()) if ends else None

@@ -1,0 +1,230 @@
+"""Provider gce against a stand-in Compute Engine: tests/fakes/compute.py driven by the real
+google-cloud-compute client, whose VMs are the real sshd fleet publishing its real host keys as
+guest attributes. up -> ssh -> status -> down; flex-start that waits for capacity; quota errors;
+what tpuctl did not make survives."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from launcher.cli import app
+from launcher.providers import gce_api, gcp_site
+from payload.core.errors import UserError
+from tests.fakes.compute import FakeCompute, quota_exceeded
+from tests.fakes.tpu_api import Worker
+
+runner = CliRunner()
+PROJECT, REGION, ZONE = "test-project", "us-east5", "us-east5-b"
+
+
+def _key_body(host_key: str) -> str:
+    return host_key.split()[1]
+
+
+# -- the fake alone, with the real client --------------------------------------------------------
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    with FakeCompute() as api:
+        monkeypatch.setenv(gce_api.ENDPOINT_ENV, api.endpoint)
+        api.set_workers([Worker("10.0.0.2", external_ip="34.0.0.2"), Worker("10.0.0.3")])
+        yield api
+
+
+def _template(api: gce_api.ComputeApi, name: str = "t") -> None:
+    api.insert("templates", {"name": name, "properties": {
+        "machineType": "ct6e-standard-4t", "labels": {"tpuctl-run": "r"},
+        "scheduling": {"provisioningModel": "FLEX_START", "maxRunDuration": {"seconds": "3600"}}}})
+
+
+def _group_body(name: str = "g", size: int = 2) -> dict:
+    return {"name": name, "baseInstanceName": name, "targetSize": size,
+            "instanceTemplate": f"projects/{PROJECT}/regions/{REGION}/instanceTemplates/t",
+            "targetSizePolicy": {"mode": "BULK"},
+            "distributionPolicy": {"targetShape": "ANY_SINGLE_ZONE",
+                                   "zones": [{"zone": f"zones/{ZONE}"}]}}
+
+
+def test_a_bulk_group_waits_for_capacity_then_makes_every_vm_at_once(fake):
+    api = gce_api.ComputeApi(project=PROJECT, region=REGION)
+    _template(api)
+    fake.set_capacity(after_polls=2)
+    api.insert("groups", _group_body())
+    first = api.group("g")
+    assert first.bulk_in_progress and "ZONE_RESOURCE_POOL_EXHAUSTED" in first.last_error
+    assert fake.instance_names() == []  # none of them while waiting: all or none
+    api.group("g")
+    done = api.group("g")
+    assert not done.bulk_in_progress and done.last_error is None
+    vms = api.managed_instances("g")
+    assert len(vms) == 2 and len(fake.instance_names()) == 2
+    assert [vm.name for vm in vms] == sorted(vm.name for vm in vms)
+    assert vms[0].max_run_s == 3600.0 and vms[0].labels == {"tpuctl-run": "r"}
+    # Host keys are published after RUNNING; until then the path holds nothing (404).
+    fake.set_timing(host_key_delay_s=60)
+    assert api.host_keys(vms[0]) in ({}, api.host_keys(vms[0]))
+    # A template in use cannot be deleted; deleting the MIG takes its VMs with it.
+    with pytest.raises(UserError, match="already being used"):
+        api.delete("templates", "t")
+    assert api.delete("groups", "g") and not api.delete("groups", "g")
+    assert fake.instance_names() == []
+
+
+def test_guest_attributes_appear_some_seconds_after_running(fake):
+    fake.set_timing(boot_polls=0, host_key_delay_s=30)
+    api = gce_api.ComputeApi(project=PROJECT, region=REGION)
+    fake.add_instance(PROJECT, ZONE, "solo", worker=Worker("10.0.0.9", host_keys={
+        "ssh-ed25519": "AAAAkey"}))
+    vm = api.instance(ZONE, "solo")
+    assert vm.status == "RUNNING" and api.host_keys(vm) == {}
+    fake.advance_clock(31)
+    assert api.host_keys(vm) == {"ssh-ed25519": "AAAAkey"}
+    # instances.get and getGuestAttributes spoke the real paths.
+    assert fake.requests("instances.getGuestAttributes")[-1].query["queryPath"] == "hostkeys/"
+
+
+def test_a_quota_error_arrives_in_the_operation_with_its_real_shape(fake):
+    api = gce_api.ComputeApi(project=PROJECT, region=REGION)
+    _template(api)
+    fake.fail("regionInstanceGroupManagers.insert", quota_exceeded("TPU_V6E", REGION))
+    with pytest.raises(UserError) as info:
+        api.insert("groups", _group_body())
+    assert "Quota 'TPU_V6E' exceeded" in str(info.value) and "more TPU quota" in str(info.value)
+    assert fake.group_names() == []
+    assert api.insert("groups", _group_body())  # the next one goes through
+
+
+# -- the provider end to end, with the sshd fleet ------------------------------------------------
+
+
+@pytest.fixture
+def cloud(fleet, tpuctl_home, monkeypatch):
+    """A fake Compute Engine whose VMs are the fleet's workers (port 22: netns fleet only)."""
+    if fleet.port != 22:
+        pytest.skip("the VMs listen on port 22: needs the fleet in network namespaces")
+    monkeypatch.setattr(gcp_site, "POLL_S", 0.05)
+    with FakeCompute(host=f"{fleet.subnet}.1") as api:
+        monkeypatch.setenv(gce_api.ENDPOINT_ENV, api.endpoint)
+        api.use_fleet = lambda indexes: api.set_workers(
+            [Worker(fleet.hosts[i], host_keys={"ssh-ed25519": _key_body(fleet.host_keys[i])})
+             for i in indexes])
+        api.use_fleet([0, 1])
+        yield api
+
+
+def gce_config(folder: Path, fleet, **cluster) -> Path:
+    raw = {
+        "name": "trillium",
+        "output_dir": str(folder / "out"),
+        "cluster": {"provider": "gce", "project": PROJECT, "zone": ZONE,
+                    "machine_type": "ct6e-standard-4t", "topology": "2x4",
+                    "provisioning": "flex_start", "max_run_hours": 2,
+                    "ssh_source_ranges": ["10.0.0.0/8"], "user": "root",
+                    "identity_file": fleet.identity_file, "python": sys.executable, **cluster},
+        "data": {"corpus": str(folder / "corpus.txt"), "seq_len": 32},
+        "tokenizer": {"kind": "bpe", "vocab_size": 300},
+        "model": {"family": "gpt2", "hidden_size": 32, "num_layers": 1, "num_heads": 2,
+                  "intermediate_size": 64},
+        "train": {"engine": "jax", "steps": 4, "batch_size": 8, "learning_rate": 1e-3},
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "tpuctl.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def test_up_ssh_status_down_on_a_stand_in_slice(cloud, fleet, tmp_path, tpuctl_home):
+    config = gce_config(tmp_path, fleet)
+    cloud.set_capacity(after_polls=3)  # flex-start: the request waits, then gets capacity
+    up = _invoke("up", "-c", config)
+    assert up.exit_code == 0, up.output
+    assert "creating workload policy trillium-topology" in up.output
+    assert "waiting for capacity for all 2 VMs at once (ZONE_RESOURCE_POOL_EXHAUSTED" in (
+        up.output)
+    assert "slice trillium is RUNNING in us-east5-b: 2 VM(s)" in up.output
+    # What was asked for: bulk, one zone, flex-start with a run limit, guest attributes.
+    group = cloud.requests("regionInstanceGroupManagers.insert")[0].body
+    assert group["targetSizePolicy"] == {"mode": "BULK"} and group["targetSize"] == 2
+    assert group["instanceLifecyclePolicy"] == {"defaultActionOnFailure": "DO_NOTHING"}
+    template = cloud.requests("regionInstanceTemplates.insert")[0].body["properties"]
+    assert template["scheduling"]["provisioningModel"] == "FLEX_START"
+    assert template["scheduling"]["maxRunDuration"] == {"seconds": "7200"}
+    policy = cloud.requests("resourcePolicies.insert")[0].body
+    assert policy["workloadPolicy"]["acceleratorTopology"] == "2x4"
+    # known_hosts from the guest attributes, in the MIG's stable order; strict SSH works.
+    known = (tpuctl_home / "gcp/trillium/known_hosts").read_text().splitlines()
+    assert sorted(known) == sorted(f"{fleet.hosts[i]} {fleet.host_keys[i]}" for i in (0, 1))
+    ssh = _invoke("ssh", "-c", config, "--", "hostname")
+    assert ssh.exit_code == 0, ssh.output
+    assert "worker-0" in ssh.output and "worker-1" in ssh.output
+    # up twice makes nothing new.
+    again = _invoke("up", "-c", config)
+    assert again.exit_code == 0, again.output
+    assert len(cloud.requests("regionInstanceGroupManagers.insert")) == 1
+
+    status = _invoke("status", "-c", config)
+    assert status.exit_code == 0, status.output
+    assert "slice trillium (v6e-8 = 2x4 on ct6e-standard-4t in us-east5-b): RUNNING, 2 of 2" in (
+        status.output)
+    assert "run limit: 2.0 h left" in status.output or "run limit: 1.9 h left" in status.output
+    assert "no flex-start price" in status.output  # the catalog has none: it says so
+
+    down = _invoke("down", "-c", config)
+    assert down.exit_code == 0, down.output
+    assert "deleted managed instance group trillium" in down.output
+    assert "nothing of run trillium is left billing" in down.output
+    assert cloud.group_names() == cloud.template_names() == cloud.policy_names() == []
+    assert cloud.instance_names() == []
+    twice = _invoke("down", "-c", config)
+    assert twice.exit_code == 0, twice.output
+
+
+def test_what_tpuctl_did_not_make_survives_down(cloud, fleet, tmp_path, tpuctl_home):
+    config = gce_config(tmp_path, fleet)
+    # Someone's MIG of the run's name: `up` stops before making anything, `down` leaves it.
+    cloud.add_group(PROJECT, REGION, "trillium", {"targetSize": 0})
+    up = _invoke("up", "-c", config)
+    assert up.exit_code != 0
+    assert "managed instance group trillium" in str(up.exception)
+    assert "not made by tpuctl" in str(up.exception)
+    assert cloud.template_names() == [] and cloud.policy_names() == []
+    down = _invoke("down", "-c", config)
+    assert down.exit_code != 0 and "never brought up" in str(down.exception)
+    assert cloud.group_names() == ["trillium"]
+
+    # The run's own slice beside a hand-made VM that carries the run's name and label.
+    other = tmp_path / "other"
+    config = gce_config(other, fleet)
+    raw = yaml.safe_load(config.read_text())
+    raw["name"] = "ironwood"
+    config.write_text(yaml.safe_dump(raw))
+    cloud.add_instance(PROJECT, ZONE, "ironwood-hand", labels={"tpuctl-run": "ironwood"},
+                       worker=Worker(fleet.hosts[2]))
+    assert _invoke("up", "-c", config).exit_code == 0
+    down = _invoke("down", "-c", config)
+    assert down.exit_code == 0, down.output
+    assert "ironwood-hand" in cloud.instance_names()
+    assert cloud.group_names() == ["trillium"]
+
+
+def test_a_failed_up_leaves_nothing_that_bills(cloud, fleet, tmp_path, tpuctl_home):
+    config = gce_config(tmp_path, fleet)
+    cloud.fail("regionInstanceGroupManagers.insert", quota_exceeded("TPU_V6E", REGION))
+    up = _invoke("up", "-c", config)
+    assert up.exit_code != 0
+    message = str(up.exception)
+    assert "Quota 'TPU_V6E' exceeded" in message and "nothing that bills is left" in message
+    assert cloud.group_names() == [] and cloud.instance_names() == []
+    # The free template and policy are the run's own: `down` removes them.
+    assert _invoke("down", "-c", config).exit_code == 0
+    assert cloud.template_names() == [] and cloud.policy_names() == []

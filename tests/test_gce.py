@@ -144,7 +144,8 @@ def test_up_dry_run_shows_the_slice_and_its_price_without_credentials(tmp_path, 
     # The catalog has no TPU7x price yet: it says so rather than make one up.
     assert "cost: no on-demand price for TPU tpu7x in us-central1" in out.output
     assert "prices change" in out.output
-    assert "port 22 must be open to the VMs from here" in out.output
+    assert "missing: cluster.ssh_source_ranges" in out.output
+    assert "firewall rules iron-ssh: tcp/22 from (not set); iron-internal" in out.output
     assert "a first real run must confirm it takes STANDARD TPU VMs" in out.output
 
     v6e = _write(tmp_path / "v6e", _raw("trillium", zone="us-east5-b",
@@ -167,10 +168,10 @@ def test_up_dry_run_shows_the_slice_and_its_price_without_credentials(tmp_path, 
 
 def test_what_up_asks_for_a_multi_host_slice():
     config = parse_config(_raw("trillium", zone="us-east5-b", machine_type="ct6e-standard-4t",
-                               topology="4x4", network="my-vpc", subnetwork="my-subnet"))
+                               topology="4x4", network="my-vpc", subnetwork="my-subnet",
+                               ssh_source_ranges=["203.0.113.7/32"]))
     sent = gce_slice.slice_requests(config, user="me", public_key="ssh-ed25519 AAAA tpuctl\n",
-                                    service_account="sa@my-project.iam.gserviceaccount.com",
-                                    network_tag="tpuctl-trillium")
+                                    service_account="sa@my-project.iam.gserviceaccount.com")
     assert sent.region == "us-east5"
     assert sent.policy["workloadPolicy"] == {"type": "HIGH_THROUGHPUT",
                                              "acceleratorTopology": "4x4",
@@ -187,6 +188,15 @@ def test_what_up_asks_for_a_multi_host_slice():
     assert props["resourcePolicies"] == ["trillium-topology"]
     assert props["networkInterfaces"][0]["subnetwork"] == (
         "projects/my-project/regions/us-east5/subnetworks/my-subnet")
+    assert props["tags"] == {"items": ["tpuctl-trillium"]}
+    ssh, internal = sent.firewalls
+    assert ssh["network"] == internal["network"] == "projects/my-project/global/networks/my-vpc"
+    assert ssh["allowed"] == [{"IPProtocol": "tcp", "ports": ["22"]}]
+    assert ssh["targetTags"] == internal["targetTags"] == internal["sourceTags"] == [
+        "tpuctl-trillium"]
+    assert "sourceRanges" not in internal
+    assert [kind for kind, _ in sent.in_order()] == [
+        "firewalls", "firewalls", "policies", "templates", "groups"]
     group = sent.group
     assert group["targetSize"] == 4
     assert group["targetSizePolicy"] == {"mode": "BULK"}

@@ -161,6 +161,8 @@ def test_up_ssh_status_down_on_a_stand_in_slice(cloud, fleet, tmp_path, tpuctl_h
     assert template["scheduling"]["maxRunDuration"] == {"seconds": "7200"}
     policy = cloud.requests("resourcePolicies.insert")[0].body
     assert policy["workloadPolicy"]["acceleratorTopology"] == "2x4"
+    assert cloud.firewall("trillium-ssh")["sourceRanges"] == ["10.0.0.0/8"]
+    assert cloud.firewall("trillium-ssh")["targetTags"] == template["tags"]["items"]
     # known_hosts from the guest attributes, in the MIG's stable order; strict SSH works.
     known = (tpuctl_home / "gcp/trillium/known_hosts").read_text().splitlines()
     assert sorted(known) == sorted(f"{fleet.hosts[i]} {fleet.host_keys[i]}" for i in (0, 1))
@@ -184,7 +186,7 @@ def test_up_ssh_status_down_on_a_stand_in_slice(cloud, fleet, tmp_path, tpuctl_h
     assert "deleted managed instance group trillium" in down.output
     assert "nothing of run trillium is left billing" in down.output
     assert cloud.group_names() == cloud.template_names() == cloud.policy_names() == []
-    assert cloud.instance_names() == []
+    assert cloud.instance_names() == [] and cloud.firewall_names() == []
     twice = _invoke("down", "-c", config)
     assert twice.exit_code == 0, twice.output
 
@@ -197,7 +199,7 @@ def test_what_tpuctl_did_not_make_survives_down(cloud, fleet, tmp_path, tpuctl_h
     assert up.exit_code != 0
     assert "managed instance group trillium" in str(up.exception)
     assert "not made by tpuctl" in str(up.exception)
-    assert cloud.template_names() == [] and cloud.policy_names() == []
+    assert cloud.template_names() == cloud.policy_names() == cloud.firewall_names() == []
     down = _invoke("down", "-c", config)
     assert down.exit_code != 0 and "never brought up" in str(down.exception)
     assert cloud.group_names() == ["trillium"]
@@ -226,5 +228,6 @@ def test_a_failed_up_leaves_nothing_that_bills(cloud, fleet, tmp_path, tpuctl_ho
     assert "Quota 'TPU_V6E' exceeded" in message and "nothing that bills is left" in message
     assert cloud.group_names() == [] and cloud.instance_names() == []
     # The free template and policy are the run's own: `down` removes them.
+    assert cloud.firewall_names() == ["trillium-internal", "trillium-ssh"]
     assert _invoke("down", "-c", config).exit_code == 0
-    assert cloud.template_names() == [] and cloud.policy_names() == []
+    assert cloud.template_names() == cloud.policy_names() == cloud.firewall_names() == []

@@ -13,8 +13,9 @@ proves nothing; tpuctl deletes a MIG, template or workload policy only when its 
 it recorded making (TPUCTL_HOME/gcp/RUN/owned.json, key "gce"), and a VM only by deleting the
 run's own MIG it belongs to. Host keys come from each VM's guest attributes (hostkeys/), polled
 until the guest agent publishes them, and SSH is strict from the first connection.
-Not built yet: the bucket, SSH firewall rule and service account for gce (Terraform), and
-`train --down` / `--auto-resume` on gce.
+`up` also makes the slice's two firewall rules (SSH from cluster.ssh_source_ranges; the VMs to
+each other) through the API. Not built yet: Terraform for gce (bucket, service account), and
+`train --down` on gce.
 """
 
 from __future__ import annotations
@@ -44,10 +45,10 @@ if TYPE_CHECKING:
 NAME = "gce"
 # The port JAX's coordinator listens on, on worker 0 (what jax.distributed.initialize is given).
 COORDINATOR_PORT = 8476
-KINDS = ("policies", "templates", "groups")  # what `up` makes, in order (`down`: reversed)
-WHAT = {"policies": "workload policy", "templates": "instance template",
-        "groups": "managed instance group"}
-GCLOUD = {"policies": "gcloud compute resource-policies delete {name} --region {region}",
+WHAT = {"firewalls": "firewall rule", "policies": "workload policy",
+        "templates": "instance template", "groups": "managed instance group"}
+GCLOUD = {"firewalls": "gcloud compute firewall-rules delete {name}",
+          "policies": "gcloud compute resource-policies delete {name} --region {region}",
           "templates": "gcloud compute instance-templates delete {name} --region {region}",
           "groups": "gcloud compute instance-groups managed delete {name} --region {region}"}
 NOT_BUILT_HINT = "provider gcp covers v5e, v5p and v6e with those"
@@ -137,7 +138,8 @@ class GceProvider:
 
     def _foreign_note(self, kind: str, name: str, uid: str) -> str:
         command = GCLOUD[kind].format(name=name, region=self.region)
-        return (f"{WHAT[kind]} {name} in {self.region} (id {uid}) was not made by tpuctl for "
+        where = "" if kind == "firewalls" else f" in {self.region}"
+        return (f"{WHAT[kind]} {name}{where} (id {uid}) was not made by tpuctl for "
                 f"run {self.site.run_name} (tpuctl has no record of making it; its name alone "
                 f"proves nothing): left alone; to delete it yourself: {command} --project "
                 f"{self.site.project}")
@@ -154,6 +156,9 @@ class GceProvider:
                      if cluster.max_run_hours is not None else "")
         lines = [
             f"project {cluster.project}, zone {cluster.zone} (region {requests.region})",
+            f"firewall rules {names.ssh_rule}: tcp/22 from "
+            f"{', '.join(cluster.ssh_source_ranges or ['(not set)'])}; {names.internal_rule}: "
+            f"the slice's VMs to each other (network tag {names.tag})",
             f"slice {names.group}: {acc.name} = {cluster.topology} on {acc.hosts} x "
             f"{cluster.machine_type} ({acc.chips} chips of TPU {acc.generation}, "
             f"{acc.chips_per_host} per VM)",
@@ -169,11 +174,13 @@ class GceProvider:
             f"managed instance group {names.group} in {requests.region}: {acc.hosts} VM"
             f"{'s' if acc.hosts > 1 else ''} in bulk mode (all at once or none), one zone, "
             "a failed VM kept for inspection",
-            f"SSH as {site.user} with {site.identity_file}; engine {config.train.engine}; port "
-            f"22 must be open to the VMs from {', '.join(cluster.ssh_source_ranges or ['here'])} "
-            "(provider gce makes no firewall rule, bucket or service account yet)",
+            f"SSH as {site.user} with {site.identity_file}; engine {config.train.engine}; the "
+            "VMs run as the project's default service account (provider gce makes no bucket or "
+            "service account yet)",
             f"cost: {self.price()}",
         ]
+        if not cluster.ssh_source_ranges:
+            lines.append("missing: cluster.ssh_source_ranges (`up` refuses without it)")
         if sched["provisioningModel"] in ("STANDARD", "SPOT"):
             lines.append("note: Compute Engine documents bulk mode for flex-start and "
                          "reservation-bound templates; a first real run must confirm it takes "
@@ -220,27 +227,28 @@ class GceProvider:
     # -- up --------------------------------------------------------------------------------------
     def up(self, on_event: Callable[[str], None]) -> None:
         config = self._config()
+        if not config.cluster.ssh_source_ranges:
+            raise UserError("cluster.ssh_source_ranges is not set: `tpuctl up` opens SSH only "
+                            "to the addresses you list", hint="add the address you connect "
+                            "from, for example ssh_source_ranges: [203.0.113.7/32]")
+        gce_api.clients()  # no credentials: one line, before anything
         api, owned = self.api, self.owned
         public_key = gcp_site.ensure_key(Path(self.site.identity_file))
         requests = gce_slice.slice_requests(config, user=self.site.user, public_key=public_key)
-        bodies = {"policies": requests.policy, "templates": requests.template,
-                  "groups": requests.group}
-        existing = {}
-        for kind in KINDS:  # a name taken by someone else stops `up` before anything is made
-            if bodies[kind] is None:
-                continue
-            found = api.get(kind, bodies[kind]["name"])
+        existing = set()
+        for kind, body in requests.in_order():  # a name taken by someone else stops `up`
+            found = api.get(kind, body["name"])  # before anything is made
             if found is not None and not owned.is_ours(kind, found.name, str(found.id)):
                 raise UserError(self._foreign_note(kind, found.name, str(found.id)),
                                 hint="rename the run (its name names the slice)")
-            existing[kind] = found
+            if found is not None:
+                existing.add((kind, body["name"]))
         made_group = False
         try:
-            for kind in KINDS:
-                body = bodies[kind]
-                if body is None or existing.get(kind) is not None:
+            for kind, body in requests.in_order():
+                if (kind, body["name"]) in existing:
                     continue
-                on_event(f"creating {WHAT[kind]} {body['name']} in {requests.region}")
+                on_event(f"creating {WHAT[kind]} {body['name']}")
                 uid = api.insert(kind, body)
                 owned.record(kind, body["name"], uid)  # the operation said it made this one
                 made_group = made_group or kind == "groups"
@@ -251,8 +259,9 @@ class GceProvider:
                 on_event("up failed: deleting the instance group so that nothing bills")
                 self._delete_own("groups", requests.names.group, on_event)
             if isinstance(exc, UserError):
-                raise UserError(f"{exc.message}; nothing that bills is left (the template and "
-                                "policy stay, free; `tpuctl down` removes them)",
+                raise UserError(f"{exc.message}; nothing that bills is left (the firewall "
+                                "rules, template and policy stay, free; `tpuctl down` removes "
+                                "them)",
                                 hint=exc.hint) from None
             raise
         acc = config.cluster.slice
@@ -448,22 +457,22 @@ class GceProvider:
         if delete_bucket:
             raise UserError("--delete-bucket: provider gce makes no bucket yet, so it deletes "
                             "none", hint="leave --delete-bucket out")
-        names = self._names()
+        owned = self._names().owned()
         if not self.owned.known():
-            found = [(kind, self.api.get(kind, getattr(names, _FIELD[kind]))) for kind in KINDS]
+            found = [(kind, self.api.get(kind, name)) for kind, name in owned]
             foreign = [self._foreign_note(kind, r.name, str(r.id)) for kind, r in found if r]
             raise UserError(f"run {self.site.run_name} was never brought up from this machine "
                             f"and Compute Engine shows nothing of it in {self.region}"
                             + (f"; {foreign[0]}" if foreign else ""),
                             hint="nothing to take down")
         foreign = []
-        for kind in reversed(KINDS):  # the MIG (and its VMs) first: it uses the other two
-            note = self._delete_own(kind, getattr(names, _FIELD[kind]), on_event)
+        for kind, name in reversed(owned):  # the MIG (and its VMs) first: it uses the rest
+            note = self._delete_own(kind, name, on_event)
             if note:
                 foreign.append(note)
         left = []
-        for kind in KINDS:
-            found = self.api.get(kind, getattr(names, _FIELD[kind]))
+        for kind, name in owned:
+            found = self.api.get(kind, name)
             if found is not None and self.owned.is_ours(kind, found.name, str(found.id)):
                 left.append(f"{WHAT[kind]} {found.name}")
         if left:
@@ -474,8 +483,6 @@ class GceProvider:
         on_event(f"nothing of run {self.site.run_name} is left billing in {self.region} "
                  "(checked through the Compute Engine API)")
 
-
-_FIELD = {"policies": "policy", "templates": "template", "groups": "group"}
 
 
 def _group_state(group, vms) -> str:

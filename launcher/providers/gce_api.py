@@ -31,6 +31,7 @@ QUOTA_CODES = ("QUOTA_EXCEEDED",)
 
 @dataclass(frozen=True)
 class Clients:
+    firewalls: object  # global
     policies: object
     templates: object
     groups: object
@@ -66,7 +67,8 @@ def clients(endpoint: str | None = None) -> Clients:
         except DefaultCredentialsError:
             raise UserError("no Google Cloud credentials", hint=CREDENTIALS_HINT) from None
         options = {"credentials": credentials}
-    return Clients(policies=compute_v1.ResourcePoliciesClient(**options),
+    return Clients(firewalls=compute_v1.FirewallsClient(**options),
+                   policies=compute_v1.ResourcePoliciesClient(**options),
                    templates=compute_v1.RegionInstanceTemplatesClient(**options),
                    groups=compute_v1.RegionInstanceGroupManagersClient(**options),
                    instances=compute_v1.InstancesClient(**options))
@@ -151,6 +153,17 @@ def _group(raw) -> Group:
         created=_seconds(raw.creation_timestamp))
 
 
+# kind -> (the request's resource argument, its message type, the name argument); firewalls are
+# global, the rest regional.
+_KINDS = {
+    "firewalls": ("firewall_resource", "Firewall", "firewall"),
+    "policies": ("resource_policy_resource", "ResourcePolicy", "resource_policy"),
+    "templates": ("instance_template_resource", "InstanceTemplate", "instance_template"),
+    "groups": ("instance_group_manager_resource", "InstanceGroupManager",
+               "instance_group_manager"),
+}
+
+
 class ComputeApi:
     """Compute Engine for one project and region (a zone by argument where it matters)."""
 
@@ -168,20 +181,20 @@ class ComputeApi:
         return getattr(self.clients, kind)
 
     # -- the three regional resources of a slice -------------------------------------------
+    def _where(self, kind: str) -> dict:
+        return ({"project": self.project} if kind == "firewalls"
+                else {"project": self.project, "region": self.region})
+
     def insert(self, kind: str, body: dict) -> str:
-        """Insert a `policies`, `templates` or `groups` resource and wait for its operation;
-        returns the new resource's unique id."""
+        """Insert a `firewalls`, `policies`, `templates` or `groups` resource and wait for its
+        operation; returns the new resource's unique id."""
         from google.cloud import compute_v1
 
-        resource = {"policies": ("resource_policy_resource", compute_v1.ResourcePolicy),
-                    "templates": ("instance_template_resource", compute_v1.InstanceTemplate),
-                    "groups": ("instance_group_manager_resource",
-                               compute_v1.InstanceGroupManager)}[kind]
+        argument, message_type, _ = _KINDS[kind]
         what = f"creating {body.get('name')}"
         with api_errors(self.project, what):
-            message = resource[1].from_json(_json(body), ignore_unknown_fields=False)
-            operation = self._client(kind).insert(project=self.project, region=self.region,
-                                                  **{resource[0]: message})
+            message = getattr(compute_v1, message_type).from_json(_json(body))
+            operation = self._client(kind).insert(**self._where(kind), **{argument: message})
         try:
             operation.result()
         except Exception:
@@ -197,12 +210,9 @@ class ComputeApi:
         """The raw resource of that name, or None."""
         from google.api_core import exceptions as gexc
 
-        argument = {"policies": "resource_policy", "templates": "instance_template",
-                    "groups": "instance_group_manager"}[kind]
         with api_errors(self.project, f"reading {name}"):
             try:
-                return self._client(kind).get(project=self.project, region=self.region,
-                                              **{argument: name})
+                return self._client(kind).get(**self._where(kind), **{_KINDS[kind][2]: name})
             except gexc.NotFound:
                 return None
 
@@ -210,12 +220,10 @@ class ComputeApi:
         """Delete it and wait; False when it was not there."""
         from google.api_core import exceptions as gexc
 
-        argument = {"policies": "resource_policy", "templates": "instance_template",
-                    "groups": "instance_group_manager"}[kind]
         with api_errors(self.project, f"deleting {name}"):
             try:
-                self._client(kind).delete(project=self.project, region=self.region,
-                                          **{argument: name}).result()
+                self._client(kind).delete(**self._where(kind),
+                                          **{_KINDS[kind][2]: name}).result()
             except gexc.NotFound:
                 return False
         return True

@@ -1,6 +1,7 @@
 """What `tpuctl up` asks Compute Engine for on provider gce, as data: the request bodies, pure.
 
     requests = slice_requests(config, user="me", public_key="ssh-ed25519 AAAA... tpuctl")
+    requests.firewalls     # firewalls.insert bodies: tcp/22 from ssh_source_ranges; internal
     requests.policy        # resourcePolicies.insert body: HIGH_THROUGHPUT, acceleratorTopology
     requests.template      # regionInstanceTemplates.insert body: machine type, image, scheduling
     requests.group         # regionInstanceGroupManagers.insert body: bulk mode, one zone
@@ -40,22 +41,40 @@ class SliceNames:
     group: str  # the MIG; its VMs are named GROUP-xxxx by Compute Engine
     template: str
     policy: str
+    ssh_rule: str  # firewall: tcp/22 from cluster.ssh_source_ranges to the VMs
+    internal_rule: str  # firewall: the slice's VMs reach each other (JAX's coordinator)
+    tag: str  # the network tag both rules target
 
     @classmethod
     def of(cls, run_name: str) -> SliceNames:
         # Compute Engine names: a letter first, 63 characters at most (the config checks the
         # run's name; the suffixes keep them within the limit).
         stem = run_name[:50]
-        return cls(group=stem, template=f"{stem}-template", policy=f"{stem}-topology")
+        return cls(group=stem, template=f"{stem}-template", policy=f"{stem}-topology",
+                   ssh_rule=f"{stem}-ssh", internal_rule=f"{stem}-internal",
+                   tag=f"tpuctl-{stem}")
+
+    def owned(self) -> list[tuple[str, str]]:
+        """(kind, name) of everything `up` makes, in the order it makes them."""
+        return [("firewalls", self.ssh_rule), ("firewalls", self.internal_rule),
+                ("policies", self.policy), ("templates", self.template), ("groups", self.group)]
 
 
 @dataclass(frozen=True, kw_only=True)
 class SliceRequests:
     names: SliceNames
     region: str
+    firewalls: tuple[dict, ...]
     policy: dict | None  # None for a one-VM slice: a single VM needs no placement
     template: dict
     group: dict
+
+    def in_order(self) -> list[tuple[str, dict]]:
+        """(kind, body) of what `up` inserts, in order (SliceNames.owned's order)."""
+        found = [("firewalls", rule) for rule in self.firewalls]
+        if self.policy is not None:
+            found.append(("policies", self.policy))
+        return [*found, ("templates", self.template), ("groups", self.group)]
 
 
 def region_of(config: RunConfig) -> str:
@@ -86,10 +105,24 @@ def reservation_affinity(cluster) -> dict:
             "key": "compute.googleapis.com/reservation-name", "values": [cluster.reservation]}
 
 
+def firewall_rules(config: RunConfig, names: SliceNames, network: str) -> tuple[dict, ...]:
+    """SSH from the user's ranges only, and every protocol between the slice's own VMs (a
+    custom VPC has no default-allow-internal rule), both to the run's network tag."""
+    description = f"tpuctl run {config.name}"
+    ssh = {"name": names.ssh_rule, "network": network, "direction": "INGRESS",
+           "description": description, "targetTags": [names.tag],
+           "sourceRanges": list(config.cluster.ssh_source_ranges or []),
+           "allowed": [{"IPProtocol": "tcp", "ports": ["22"]}]}
+    internal = {"name": names.internal_rule, "network": network, "direction": "INGRESS",
+                "description": description, "targetTags": [names.tag],
+                "sourceTags": [names.tag],
+                "allowed": [{"IPProtocol": p} for p in ("tcp", "udp", "icmp")]}
+    return (ssh, internal)
+
+
 def slice_requests(config: RunConfig, *, user: str, public_key: str,
-                   service_account: str | None = None,
-                   network_tag: str | None = None) -> SliceRequests:
-    """The three insert bodies for the config's slice (no call is made)."""
+                   service_account: str | None = None) -> SliceRequests:
+    """The insert bodies for the config's slice (no call is made)."""
     cluster = config.cluster
     acc = cluster.slice
     names = SliceNames.of(config.name)
@@ -102,8 +135,9 @@ def slice_requests(config: RunConfig, *, user: str, public_key: str,
                   "workloadPolicy": {"type": "HIGH_THROUGHPUT",
                                      "acceleratorTopology": cluster.topology,
                                      "acceleratorTopologyMode": "AUTO_CONNECT"}}
-    network = {"network": (cluster.network if cluster.network.startswith("projects/")
-                           else f"projects/{project}/global/networks/{cluster.network}"),
+    network_path = (cluster.network if cluster.network.startswith("projects/")
+                    else f"projects/{project}/global/networks/{cluster.network}")
+    network = {"network": network_path,
                # An external address: the launcher reaches the workers over SSH from outside.
                "accessConfigs": [{"name": "external", "type": "ONE_TO_ONE_NAT"}]}
     if cluster.subnetwork:
@@ -127,8 +161,7 @@ def slice_requests(config: RunConfig, *, user: str, public_key: str,
     }
     if service_account:
         properties["serviceAccounts"] = [{"email": service_account, "scopes": [SCOPE]}]
-    if network_tag:
-        properties["tags"] = {"items": [network_tag]}
+    properties["tags"] = {"items": [names.tag]}
     if policy is not None:
         properties["resourcePolicies"] = [names.policy]
     template = {"name": names.template, "region": region,
@@ -148,5 +181,6 @@ def slice_requests(config: RunConfig, *, user: str, public_key: str,
     if policy is not None:
         group["resourcePolicies"] = {"workloadPolicy": f"projects/{project}/regions/{region}/"
                                                        f"resourcePolicies/{names.policy}"}
-    return SliceRequests(names=names, region=region, policy=policy, template=template,
-                         group=group)
+    return SliceRequests(names=names, region=region,
+                         firewalls=firewall_rules(config, names, network_path), policy=policy,
+                         template=template, group=group)

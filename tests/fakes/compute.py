@@ -12,7 +12,8 @@ google-cloud-compute client: the slice's policy, template, bulk MIG and its TPU 
 
 Paths, verbs, camelCase fields and enum names are google-cloud-compute 1.57's (compute_v1
 services/*/transports/rest_base.py, types/compute.py). What it does as the real service does:
-- every mutation answers a compute#operation (regional, or zonal for an instance) that is DONE
+- every mutation answers a compute#operation (regional; global for a firewall rule; zonal for
+  an instance) that is DONE
   when the change is; an operation that failed carries `error.errors[]` and
   `httpErrorStatusCode` (the client's ExtendedOperation raises from those);
 - a MIG in bulk mode (targetSizePolicy.mode BULK) makes all of its VMs at once or none: while its
@@ -150,6 +151,10 @@ _ROUTES = [(verb, re.compile(PREFIX + pattern + "$"), rpc) for verb, pattern, rp
      r"/listManagedInstances", "regionInstanceGroupManagers.listManagedInstances"),
     ("GET", r"projects/(?P<p>[^/]+)/regions/(?P<r>[^/]+)/operations/(?P<n>[^/]+)",
      "regionOperations.get"),
+    ("POST", r"projects/(?P<p>[^/]+)/global/firewalls", "firewalls.insert"),
+    ("GET", r"projects/(?P<p>[^/]+)/global/firewalls/(?P<n>[^/]+)", "firewalls.get"),
+    ("DELETE", r"projects/(?P<p>[^/]+)/global/firewalls/(?P<n>[^/]+)", "firewalls.delete"),
+    ("GET", r"projects/(?P<p>[^/]+)/global/operations/(?P<n>[^/]+)", "globalOperations.get"),
     ("GET", r"projects/(?P<p>[^/]+)/zones/(?P<z>[^/]+)/instances", "instances.list"),
     ("GET", r"projects/(?P<p>[^/]+)/zones/(?P<z>[^/]+)/instances/(?P<n>[^/]+)", "instances.get"),
     ("GET", r"projects/(?P<p>[^/]+)/zones/(?P<z>[^/]+)/instances/(?P<n>[^/]+)/getGuestAttributes",
@@ -167,7 +172,8 @@ class FakeCompute:
     def __init__(self, host: str = "127.0.0.1", port: int = 0):
         self._lock = threading.RLock()
         self._clock_offset = 0.0
-        self._policies: dict[str, dict] = {}  # self path (projects/...) -> body
+        self._firewalls: dict[str, dict] = {}  # self path (projects/...) -> body
+        self._policies: dict[str, dict] = {}
         self._templates: dict[str, dict] = {}
         self._groups: dict[str, _Group] = {}
         self._instances: dict[str, _Instance] = {}  # projects/P/zones/Z/instances/N -> VM
@@ -273,6 +279,15 @@ class FakeCompute:
         with self._lock:
             return sorted(path.rsplit("/", 1)[1] for path in self._templates)
 
+    def firewall(self, name: str) -> dict:
+        with self._lock:
+            return copy.deepcopy(next(b for p, b in self._firewalls.items()
+                                      if p.rsplit("/", 1)[1] == name))
+
+    def firewall_names(self) -> list[str]:
+        with self._lock:
+            return sorted(path.rsplit("/", 1)[1] for path in self._firewalls)
+
     def policy_names(self) -> list[str]:
         with self._lock:
             return sorted(path.rsplit("/", 1)[1] for path in self._policies)
@@ -329,6 +344,25 @@ class FakeCompute:
             raise ComputeError(400, f"The resource_policy resource '{path}' is already being "
                                f"used by '{users[0].body['selfLink']}'", "resourceInUseByAnotherResource")
         del self._policies[path]
+        return self._operation(a, "delete", path)
+
+    def _firewalls_insert(self, a, query, body, error):
+        path = f"projects/{a['p']}/global/firewalls/{body.get('name', '')}"
+        self._check_new(self._firewalls, path, body)
+        if error is not None:
+            return self._operation(a, "insert", path, error=error)
+        self._firewalls[path] = self._resource(path, "compute#firewall", {
+            "priority": 1000, "disabled": False, **copy.deepcopy(body)})
+        return self._operation(a, "insert", path, target_id=self._firewalls[path]["id"])
+
+    def _firewalls_get(self, a, query, body, error):
+        return copy.deepcopy(self._get(self._firewalls,
+                                       f"projects/{a['p']}/global/firewalls/{a['n']}"))
+
+    def _firewalls_delete(self, a, query, body, error):
+        path = f"projects/{a['p']}/global/firewalls/{a['n']}"
+        self._get(self._firewalls, path)
+        del self._firewalls[path]
         return self._operation(a, "delete", path)
 
     def _regionInstanceTemplates_insert(self, a, query, body, error):
@@ -563,13 +597,15 @@ class FakeCompute:
         self._next_id += 1
         name = f"operation-{int(self._now() * 1000)}-{secrets.token_hex(6)}"
         where = (f"projects/{a['p']}/zones/{a['z']}" if zonal
-                 else f"projects/{a['p']}/regions/{a['r']}")
+                 else f"projects/{a['p']}/regions/{a['r']}" if "r" in a
+                 else f"projects/{a['p']}/global")
         op = {"kind": "compute#operation", "id": str(self._next_id), "name": name,
               "operationType": verb, "targetLink": self._url(target), "status": "DONE",
               "progress": 100, "insertTime": _timestamp(self._now()),
               "endTime": _timestamp(self._now()), "selfLink": self._url(
                   f"{where}/operations/{name}")}
-        op["zone" if zonal else "region"] = self._url(where)
+        if "/global" not in where:
+            op["zone" if zonal else "region"] = self._url(where)
         if target_id is not None:
             op["targetId"] = target_id
         if error is not None:
@@ -582,6 +618,10 @@ class FakeCompute:
     def _regionOperations_get(self, a, query, body, error):
         return copy.deepcopy(self._get(
             self._ops, f"projects/{a['p']}/regions/{a['r']}/operations/{a['n']}"))
+
+    def _globalOperations_get(self, a, query, body, error):
+        return copy.deepcopy(self._get(
+            self._ops, f"projects/{a['p']}/global/operations/{a['n']}"))
 
     def _zoneOperations_get(self, a, query, body, error):
         return copy.deepcopy(self._get(

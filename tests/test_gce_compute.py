@@ -231,3 +231,33 @@ def test_a_failed_up_leaves_nothing_that_bills(cloud, fleet, tmp_path, tpuctl_ho
     assert cloud.firewall_names() == ["trillium-internal", "trillium-ssh"]
     assert _invoke("down", "-c", config).exit_code == 0
     assert cloud.template_names() == cloud.policy_names() == cloud.firewall_names() == []
+
+
+def test_a_preempted_vm_is_trouble_and_recover_brings_up_a_new_slice(cloud, fleet, tmp_path,
+                                                                      tpuctl_home):
+    from launcher.providers import provider_for
+    from payload.config import load_config
+
+    config = gce_config(tmp_path, fleet, provisioning="spot", max_run_hours=None)
+    assert _invoke("up", "-c", config).exit_code == 0
+    provider = provider_for(load_config(config))
+    first = provider.fleet()
+    assert provider.trouble() is None
+    victim = cloud.instance_names()[0]
+    cloud.preempt(victim)  # a spot VM cannot be restarted: the slice is lost
+    assert provider.trouble() == f"VM {victim} of slice trillium is TERMINATED"
+    status = _invoke("status", "-c", config)
+    assert "TERMINATED" in status.output, status.output
+    cloud.use_fleet([2, 1])  # the new VMs: other hosts, other keys
+    notes = []
+    provider.recover(notes.append)
+    assert notes[0].startswith("deleting instance group trillium")
+    assert notes[-1].startswith("slice trillium is RUNNING")
+    again = provider_for(load_config(config)).fleet()
+    assert {w.host for w in again.workers} == {fleet.hosts[2], fleet.hosts[1]}
+    assert {w.host for w in first.workers} == {fleet.hosts[0], fleet.hosts[1]}
+    known = (tpuctl_home / "gcp/trillium/known_hosts").read_text()
+    assert fleet.host_keys[2] in known and fleet.host_keys[0] not in known
+    assert victim not in cloud.instance_names()
+    assert _invoke("down", "-c", config).exit_code == 0
+    assert cloud.instance_names() == [] and cloud.group_names() == []

@@ -14,8 +14,8 @@ it recorded making (TPUCTL_HOME/gcp/RUN/owned.json, key "gce"), and a VM only by
 run's own MIG it belongs to. Host keys come from each VM's guest attributes (hostkeys/), polled
 until the guest agent publishes them, and SSH is strict from the first connection.
 `up` also makes the slice's two firewall rules (SSH from cluster.ssh_source_ranges; the VMs to
-each other) through the API. Not built yet: Terraform for gce (bucket, service account), and
-`train --down` on gce.
+each other) through the API; `recover` (--auto-resume) replaces a MIG whose VMs were taken
+back. Not built yet: Terraform for gce (bucket, service account), and `train --down` on gce.
 """
 
 from __future__ import annotations
@@ -439,7 +439,24 @@ class GceProvider:
         raise self._not_built("delete the slice when a job ends (--down)")
 
     def recover(self, on_event: Callable[[str], None]) -> None:
-        raise self._not_built("replace a preempted slice (--auto-resume)")
+        """A spot or flex-start VM that was taken back cannot be restarted, and a bulk MIG with
+        defaultActionOnFailure DO_NOTHING does not replace it: delete the run's own MIG (its
+        VMs with it), then `up` again from the same template and policy."""
+        config = self._config()
+        name = self._names().group
+        group = self.api.group(name)
+        if group is not None:
+            if not self.owned.is_ours("groups", name, group.uid):
+                raise UserError(f"cannot recover: {self._foreign_note('groups', name, group.uid)}",
+                                hint="the run resumes with `tpuctl up` then `tpuctl train "
+                                "--resume` once that name is free")
+            vms = self.api.managed_instances(name) if not group.bulk_in_progress else []
+            on_event(f"deleting instance group {name} ({_group_state(group, vms)})")
+            self.api.delete("groups", name)
+            if config.output_dir:
+                budget.record_deleted(config.output_dir, group.uid)
+        self.up(on_event)
+        self.site = dataclasses.replace(self.site, uid=None)
 
     # -- down ------------------------------------------------------------------------------------
     def _delete_own(self, kind: str, name: str, on_event: Callable[[str], None]) -> str | None:

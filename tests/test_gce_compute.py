@@ -100,6 +100,30 @@ def test_a_quota_error_arrives_in_the_operation_with_its_real_shape(fake):
     assert api.insert("groups", _group_body())  # the next one goes through
 
 
+def test_doctor_says_in_one_line_each_what_to_fix(fake, tmp_path, tpuctl_home):
+    path = tmp_path / "tpuctl.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "trillium", "output_dir": str(tmp_path / "out"),
+        "cluster": {"provider": "gce", "project": PROJECT, "zone": ZONE,
+                    "machine_type": "ct6e-standard-4t", "topology": "4x4"},
+        "data": {"corpus": "gs://b/c.txt"}, "model": {"family": "gpt2"},
+        "train": {"engine": "jax", "steps": 1, "batch_size": 16, "learning_rate": 1e-3}}))
+    fake.set_machine_types(["ct5p-hightpu-4t"], zone=ZONE)
+    fake.add_group(PROJECT, REGION, "trillium")
+    result = runner.invoke(app, ["doctor", "-c", str(path)])
+    assert result.exit_code == 1, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith("ok    Google Cloud credentials")
+    assert f"fix   ct6e-standard-4t offered in {ZONE}: {ZONE} does not offer" in lines[1]
+    assert any(line.startswith("skip  TPU quota") for line in lines)
+    assert any(line.startswith("skip  the run's names are free") for line in lines)
+    assert any(line.startswith("fix   SSH source ranges") for line in lines)
+    fake.set_machine_types(["ct6e-standard-4t"], zone=ZONE)
+    again = runner.invoke(app, ["doctor", "-c", str(path)]).output
+    assert "fix   the run's names are free or its own: managed instance group trillium" in again
+    assert "not made by tpuctl" in again
+
+
 # -- the provider end to end, with the sshd fleet ------------------------------------------------
 
 

@@ -432,8 +432,9 @@ class GceProvider:
                                created=group.created)
 
     def doctor(self) -> list[Check]:
-        return [Check("gce set-up", "skip", "not checked by this version; `tpuctl up --dry-run` "
-                      "shows the plan and price")]
+        from launcher.providers import gce_doctor
+
+        return list(gce_doctor.checks(self))
 
     def node_to_delete(self, on_event: Callable[[str], None]) -> NodeToDelete:
         raise self._not_built("delete the slice when a job ends (--down)")

@@ -36,6 +36,7 @@ class Clients:
     templates: object
     groups: object
     instances: object
+    machine_types: object
 
 
 def stand_in() -> str | None:
@@ -71,7 +72,8 @@ def clients(endpoint: str | None = None) -> Clients:
                    policies=compute_v1.ResourcePoliciesClient(**options),
                    templates=compute_v1.RegionInstanceTemplatesClient(**options),
                    groups=compute_v1.RegionInstanceGroupManagersClient(**options),
-                   instances=compute_v1.InstancesClient(**options))
+                   instances=compute_v1.InstancesClient(**options),
+                   machine_types=compute_v1.MachineTypesClient(**options))
 
 
 @dataclass(frozen=True)
@@ -264,6 +266,18 @@ class ComputeApi:
         with api_errors(self.project, f"listing VMs in {zone}"):
             return [_vm(raw) for raw in self.clients.instances.list(project=self.project,
                                                                     zone=zone)]
+
+    def machine_type_offered(self, zone: str, name: str) -> bool:
+        """Whether the zone offers the machine type to this project (machineTypes.get)."""
+        from google.api_core import exceptions as gexc
+
+        with api_errors(self.project, f"looking up {name} in {zone}"):
+            try:
+                self.clients.machine_types.get(project=self.project, zone=zone,
+                                               machine_type=name)
+            except gexc.NotFound:
+                return False
+        return True
 
     def host_keys(self, vm: Vm) -> dict[str, str]:
         """The host keys the VM's guest agent published (hostkeys/<type>); {} before that."""

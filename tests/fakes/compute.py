@@ -44,6 +44,8 @@ from urllib.parse import parse_qs, urlsplit
 from tests.fakes.tpu_api import Worker, _as_worker, _guest, _timestamp
 
 PREFIX = "/compute/v1/"
+TPU_MACHINE_TYPES = ("tpu7x-standard-1t", "tpu7x-standard-4t", "ct6e-standard-1t",
+                     "ct6e-standard-4t", "ct6e-standard-8t", "ct5p-hightpu-4t")
 _NAME = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 _HTTP_REASON = {400: "invalid", 403: "forbidden", 404: "notFound", 409: "alreadyExists",
                 412: "conditionNotMet", 429: "rateLimitExceeded", 503: "backendError"}
@@ -163,6 +165,8 @@ _ROUTES = [(verb, re.compile(PREFIX + pattern + "$"), rpc) for verb, pattern, rp
      "instances.delete"),
     ("GET", r"projects/(?P<p>[^/]+)/zones/(?P<z>[^/]+)/operations/(?P<n>[^/]+)",
      "zoneOperations.get"),
+    ("GET", r"projects/(?P<p>[^/]+)/zones/(?P<z>[^/]+)/machineTypes/(?P<n>[^/]+)",
+     "machineTypes.get"),
 ]]
 
 
@@ -184,6 +188,8 @@ class FakeCompute:
         self._boot_polls = 2  # observations from PROVISIONING to RUNNING
         self._host_key_delay_s = 0.0  # after RUNNING, before hostkeys/ are published
         self._workers: list[Worker] = []
+        # zone -> the machine types it offers (None: every zone without its own list)
+        self._machine_types: dict[str | None, list[str]] = {None: list(TPU_MACHINE_TYPES)}
         self._next_worker = 0
         self._next_id = 5 * 10**18 + secrets.randbelow(10**17)
         self._server = ThreadingHTTPServer((host, port), _Handler)
@@ -224,6 +230,11 @@ class FakeCompute:
         observations for capacity, then gets all of it; None: never."""
         with self._lock:
             self._capacity[zone] = after_polls
+
+    def set_machine_types(self, types: list[str], zone: str | None = None) -> None:
+        """The machine types a zone offers (None: every zone without a list of its own)."""
+        with self._lock:
+            self._machine_types[zone] = list(types)
 
     def set_timing(self, *, boot_polls: int = 2, host_key_delay_s: float = 0.0) -> None:
         with self._lock:
@@ -528,6 +539,13 @@ class FakeCompute:
         return {"kind": "compute#guestAttributes", "queryPath": query_path,
                 "queryValue": {"items": items},
                 "selfLink": vm.body["selfLink"] + f"/guestAttributes/{query_path}"}
+
+    def _machineTypes_get(self, a, query, body, error):
+        path = f"projects/{a['p']}/zones/{a['z']}/machineTypes/{a['n']}"
+        if a["n"] not in self._machine_types.get(a["z"], self._machine_types[None]):
+            raise not_found(path)
+        return {"kind": "compute#machineType", "name": a["n"], "zone": a["z"],
+                "selfLink": self._url(path), "isSharedCpu": False}
 
     def _new_instance(self, project: str, zone: str, name: str, properties: dict,
                       worker: Worker | None) -> _Instance:

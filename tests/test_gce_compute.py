@@ -197,6 +197,17 @@ def test_up_ssh_status_down_on_a_stand_in_slice(cloud, fleet, tmp_path, tpuctl_h
     again = _invoke("up", "-c", config)
     assert again.exit_code == 0, again.output
     assert len(cloud.requests("regionInstanceGroupManagers.insert")) == 1
+    # A config that now asks for another slice is not quietly served by the old one.
+    raw = yaml.safe_load(config.read_text())
+    changed = tmp_path / "changed"
+    changed.mkdir()
+    raw["cluster"]["max_run_hours"] = 5
+    (changed / "tpuctl.yaml").write_text(yaml.safe_dump(raw))
+    drift = _invoke("up", "-c", changed / "tpuctl.yaml")
+    assert drift.exit_code != 0
+    assert "instance template trillium-template was made with ct6e-standard-4t, FLEX_START, " \
+           "7200; the config now asks for ct6e-standard-4t, FLEX_START, 18000" in str(
+               drift.exception)
 
     status = _invoke("status", "-c", config)
     assert status.exit_code == 0, status.output

@@ -242,6 +242,12 @@ class GceProvider:
                 raise UserError(self._foreign_note(kind, found.name, str(found.id)),
                                 hint="rename the run (its name names the slice)")
             if found is not None:
+                changed = _drift(kind, body, found)
+                if changed:
+                    raise UserError(f"the run's {WHAT[kind]} {body['name']} was made with "
+                                    f"{changed}", hint="`tpuctl down`, then `tpuctl up` makes "
+                                    "it as the config now says (tpuctl never changes a slice "
+                                    "under a job)")
                 existing.add((kind, body["name"]))
         made_group = False
         try:
@@ -501,6 +507,29 @@ class GceProvider:
         on_event(f"nothing of run {self.site.run_name} is left billing in {self.region} "
                  "(checked through the Compute Engine API)")
 
+
+
+def _drift(kind: str, body: dict, found) -> str | None:
+    """How a resource the run made differs from what the config asks for now, in words (the
+    fields that decide what the slice is), or None."""
+    if kind == "templates":
+        props, sent = found.properties, body["properties"]
+        scheduling = props.scheduling
+        had = (props.machine_type, scheduling.provisioning_model,
+               str(scheduling.max_run_duration.seconds) if scheduling.max_run_duration
+               and scheduling.max_run_duration.seconds else None)
+        wanted = (sent["machineType"], sent["scheduling"]["provisioningModel"],
+                  sent["scheduling"].get("maxRunDuration", {}).get("seconds"))
+    elif kind == "groups":
+        had, wanted = (int(found.target_size),), (body["targetSize"],)
+    elif kind == "policies":
+        had = (found.workload_policy.accelerator_topology,)
+        wanted = (body["workloadPolicy"]["acceleratorTopology"],)
+    else:
+        had, wanted = (sorted(found.source_ranges),), (sorted(body.get("sourceRanges", [])),)
+    if had == wanted:
+        return None
+    return f"{', '.join(map(str, had))}; the config now asks for {', '.join(map(str, wanted))}"
 
 
 def _group_state(group, vms) -> str:

@@ -189,6 +189,8 @@ def test_what_up_asks_for_a_multi_host_slice():
     assert props["networkInterfaces"][0]["subnetwork"] == (
         "projects/my-project/regions/us-east5/subnetworks/my-subnet")
     assert props["tags"] == {"items": ["tpuctl-trillium"]}
+    assert props["serviceAccounts"] == [{"email": "sa@my-project.iam.gserviceaccount.com",
+                                         "scopes": ["https://www.googleapis.com/auth/cloud-platform"]}]
     ssh, internal = sent.firewalls
     assert ssh["network"] == internal["network"] == "projects/my-project/global/networks/my-vpc"
     assert ssh["allowed"] == [{"IPProtocol": "tcp", "ports": ["22"]}]
@@ -221,6 +223,7 @@ def test_what_up_asks_for_a_multi_host_slice():
 def test_provisioning_becomes_the_templates_scheduling(cluster, scheduling, affinity):
     config = parse_config(_raw(**cluster))
     sent = gce_slice.slice_requests(config, user="me", public_key="ssh-ed25519 AAAA")
+    assert sent.template["properties"]["serviceAccounts"][0]["email"] == "default"
     got = sent.template["properties"]["scheduling"]
     for key, value in scheduling.items():
         assert got[key] == value, key

@@ -159,8 +159,9 @@ def slice_requests(config: RunConfig, *, user: str, public_key: str,
         "scheduling": scheduling(cluster),
         "reservationAffinity": reservation_affinity(cluster),
     }
-    if service_account:
-        properties["serviceAccounts"] = [{"email": service_account, "scopes": [SCOPE]}]
+    # The API attaches no account unless asked ("default": the project's default compute
+    # service account); the scope lets any API through, the account's IAM grants decide.
+    properties["serviceAccounts"] = [{"email": service_account or "default", "scopes": [SCOPE]}]
     properties["tags"] = {"items": [names.tag]}
     if policy is not None:
         properties["resourcePolicies"] = [names.policy]

@@ -5,6 +5,7 @@ what tpuctl did not make survives."""
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -13,13 +14,14 @@ import yaml
 from typer.testing import CliRunner
 
 from launcher.cli import app
-from launcher.providers import gce_api, gcp_site
+from launcher.providers import gce, gce_api, gcp_site
 from payload.core.errors import UserError
 from tests.fakes.compute import FakeCompute, quota_exceeded
 from tests.fakes.tpu_api import Worker
 
 runner = CliRunner()
 PROJECT, REGION, ZONE = "test-project", "us-east5", "us-east5-b"
+TWIN = Path(__file__).resolve().parent / "terraform_twin_slice"
 
 
 def _key_body(host_key: str) -> str:
@@ -132,7 +134,11 @@ def cloud(fleet, tpuctl_home, monkeypatch):
     """A fake Compute Engine whose VMs are the fleet's workers (port 22: netns fleet only)."""
     if fleet.port != 22:
         pytest.skip("the VMs listen on port 22: needs the fleet in network namespaces")
+    if shutil.which("terraform") is None:
+        pytest.skip("needs terraform on PATH (make setup-terraform)")
     monkeypatch.setattr(gcp_site, "POLL_S", 0.05)
+    monkeypatch.setattr(gce, "SLICE_MODULE", TWIN)
+    monkeypatch.setenv("TF_CLI_CONFIG_FILE", "/dev/null")
     with FakeCompute(host=f"{fleet.subnet}.1") as api:
         monkeypatch.setenv(gce_api.ENDPOINT_ENV, api.endpoint)
         api.use_fleet = lambda indexes: api.set_workers(
@@ -172,7 +178,8 @@ def test_up_ssh_status_down_on_a_stand_in_slice(cloud, fleet, tmp_path, tpuctl_h
     cloud.set_capacity(after_polls=3)  # flex-start: the request waits, then gets capacity
     up = _invoke("up", "-c", config)
     assert up.exit_code == 0, up.output
-    assert "creating workload policy trillium-topology" in up.output
+    assert "terraform: trillium-ssh, trillium-internal, trillium-topology, " \
+           "trillium-template, trillium" in up.output
     assert "waiting for capacity for all 2 VMs at once (ZONE_RESOURCE_POOL_EXHAUSTED" in (
         up.output)
     assert "slice trillium is RUNNING in us-east5-b: 2 VM(s)" in up.output
@@ -218,7 +225,7 @@ def test_up_ssh_status_down_on_a_stand_in_slice(cloud, fleet, tmp_path, tpuctl_h
 
     down = _invoke("down", "-c", config)
     assert down.exit_code == 0, down.output
-    assert "deleted managed instance group trillium" in down.output
+    assert "Resources: 5 destroyed" in down.output  # Terraform removed what it made
     assert "nothing of run trillium is left billing" in down.output
     assert cloud.group_names() == cloud.template_names() == cloud.policy_names() == []
     assert cloud.instance_names() == [] and cloud.firewall_names() == []
@@ -260,12 +267,15 @@ def test_a_failed_up_leaves_nothing_that_bills(cloud, fleet, tmp_path, tpuctl_ho
     up = _invoke("up", "-c", config)
     assert up.exit_code != 0
     message = str(up.exception)
-    assert "Quota 'TPU_V6E' exceeded" in message and "nothing that bills is left" in message
-    assert cloud.group_names() == [] and cloud.instance_names() == []
-    # The free template and policy are the run's own: `down` removes them.
-    assert cloud.firewall_names() == ["trillium-internal", "trillium-ssh"]
+    assert "Quota 'TPU_V6E' exceeded" in message and "nothing of the slice is left" in message
+    assert "removing the slice so that nothing bills" in up.output
+    assert cloud.group_names() == cloud.instance_names() == cloud.template_names() == []
+    assert cloud.policy_names() == cloud.firewall_names() == []
     assert _invoke("down", "-c", config).exit_code == 0
-    assert cloud.template_names() == cloud.policy_names() == cloud.firewall_names() == []
+    # The next `up` goes through.
+    assert _invoke("up", "-c", config).exit_code == 0
+    assert _invoke("down", "-c", config).exit_code == 0
+    assert cloud.group_names() == cloud.firewall_names() == []
 
 
 def test_a_preempted_vm_is_trouble_and_recover_brings_up_a_new_slice(cloud, fleet, tmp_path,

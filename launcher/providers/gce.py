@@ -7,15 +7,15 @@
     provider.describe()                      # MIG and VM state, flex-start time left, price
     provider.down(on_event=print)            # MIG, template, policy gone, checked through the API
 
-What `up` asks Compute Engine for is built as data in launcher.providers.gce_slice and sent by
-launcher.providers.gce_api. Ownership follows gcp's rule (launcher.providers.gcp_owned): a name
+`up` applies Terraform (infra/modules/tpu_slice, with launcher.providers.gce_slice's variables)
+and then follows the slice through Compute Engine (launcher.providers.gce_api). Ownership follows gcp's rule (launcher.providers.gcp_owned): a name
 proves nothing; tpuctl deletes a MIG, template or workload policy only when its unique id is one
 it recorded making (TPUCTL_HOME/gcp/RUN/owned.json, key "gce"), and a VM only by deleting the
 run's own MIG it belongs to. Host keys come from each VM's guest attributes (hostkeys/), polled
 until the guest agent publishes them, and SSH is strict from the first connection.
-`up` also makes the slice's two firewall rules (SSH from cluster.ssh_source_ranges; the VMs to
-each other) through the API; `recover` (--auto-resume) replaces a MIG whose VMs were taken
-back. Not built yet: Terraform for gce (bucket, service account), and `train --down` on gce.
+The module also makes the slice's two firewall rules (SSH from cluster.ssh_source_ranges; the
+VMs to each other); `recover` (--auto-resume) replaces a MIG whose VMs were taken back. Not
+built yet: a bucket and service account for gce, and `train --down` on gce.
 """
 
 from __future__ import annotations
@@ -28,11 +28,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from launcher import terraform
 from launcher.executors import SshExecutor, SshSettings
 from launcher.plan import NodeToDelete, Worker
 from launcher.providers import gce_api, gce_slice, gcp_site
 from launcher.providers.base import Check, Fleet
 from launcher.providers.gcp_site import Site
+from launcher.records import state_dir
 from payload.cloud import budget, tpu_api
 from payload.core import layout, storage
 from payload.core.errors import UserError
@@ -43,6 +45,13 @@ if TYPE_CHECKING:
 
 
 NAME = "gce"
+# The slice's Terraform module (tests point this at tests/terraform_twin_slice).
+SLICE_MODULE = terraform.INFRA_DIR / "modules" / "tpu_slice"
+# Resource types of the module, as their state addresses name them (the twin's terraform_data
+# resources carry the same names), by what the launcher calls them.
+STATE_TYPES = {"google_compute_firewall": "firewalls", "google_compute_resource_policy": "policies",
+               "google_compute_region_instance_template": "templates",
+               "google_compute_region_instance_group_manager": "groups"}
 # The port JAX's coordinator listens on, on worker 0 (what jax.distributed.initialize is given).
 COORDINATOR_PORT = 8476
 WHAT = {"firewalls": "firewall rule", "policies": "workload policy",
@@ -232,6 +241,7 @@ class GceProvider:
                             "to the addresses you list", hint="add the address you connect "
                             "from, for example ssh_source_ranges: [203.0.113.7/32]")
         gce_api.clients()  # no credentials: one line, before anything
+        terraform.require_terraform()
         api, owned = self.api, self.owned
         public_key = gcp_site.ensure_key(Path(self.site.identity_file))
         requests = gce_slice.slice_requests(config, user=self.site.user, public_key=public_key)
@@ -249,26 +259,40 @@ class GceProvider:
                                     "it as the config now says (tpuctl never changes a slice "
                                     "under a job)")
                 existing.add((kind, body["name"]))
-        made_group = False
+        tf = self._terraform()
+        applied = False
         try:
-            for kind, body in requests.in_order():
-                if (kind, body["name"]) in existing:
-                    continue
-                on_event(f"creating {WHAT[kind]} {body['name']}")
-                uid = api.insert(kind, body)
-                owned.record(kind, body["name"], uid)  # the operation said it made this one
-                made_group = made_group or kind == "groups"
+            storage.write_text(str(tf.folder / terraform.VARS_FILE), json.dumps(
+                gce_slice.terraform_variables(config, user=self.site.user,
+                                              public_key=public_key), indent=2) + "\n")
+            missing = [body["name"] for kind, body in requests.in_order()
+                       if (kind, body["name"]) not in existing]
+            if missing:
+                on_event(f"terraform: {', '.join(missing)}")
+            tf.init(on_event)
+            applied = True
+            try:
+                tf.apply(on_event)
+            finally:
+                # No resource of these names was anyone else's before the apply (checked
+                # above): the ones there now, after it worked or failed halfway, are the ones
+                # Terraform made for the run.
+                for kind, name in requests.names.owned():
+                    found = api.get(kind, name)
+                    if found is not None:
+                        owned.record(kind, name, str(found.id))
             vms = self._wait_running(config, on_event)
             self._write_known_hosts(vms, on_event)
         except BaseException as exc:
-            if made_group:
-                on_event("up failed: deleting the instance group so that nothing bills")
-                self._delete_own("groups", requests.names.group, on_event)
+            if applied:
+                on_event("up failed: removing the slice so that nothing bills")
+                try:
+                    self._destroy(tf, on_event)
+                except UserError as undo:
+                    on_event(f"could not remove all of it: {undo}; `tpuctl down` tries again")
             if isinstance(exc, UserError):
-                raise UserError(f"{exc.message}; nothing that bills is left (the firewall "
-                                "rules, template and policy stay, free; `tpuctl down` removes "
-                                "them)",
-                                hint=exc.hint) from None
+                raise UserError(f"{exc.message}; nothing of the slice is left billing",
+                                hint=exc.hint or "fix it, then `tpuctl up` again") from None
             raise
         acc = config.cluster.slice
         mismatch = gce_slice.accelerators.host_mismatch(acc, len(vms))
@@ -276,6 +300,43 @@ class GceProvider:
             on_event(mismatch)
         on_event(f"slice {requests.names.group} is RUNNING in {config.cluster.zone}: "
                  f"{len(vms)} VM(s); {self.price()}. When done: `tpuctl down`")
+
+    def _terraform(self) -> terraform.Terraform:
+        """The run's Terraform folder for its slice: TPUCTL_HOME/infra/gce/RUN."""
+        folder = state_dir() / layout.INFRA_DIR / NAME / self.site.run_name
+        return terraform.Terraform(folder, module=SLICE_MODULE)
+
+    def _spare_foreign(self, tf: terraform.Terraform, on_event: Callable[[str], None]) -> None:
+        """Terraform finds its resources by name: one of the run's names that is not the run's
+        own (the run's was deleted, someone made another) leaves the state before Terraform
+        could delete it."""
+        by_kind = {}
+        for kind, name in self._names().owned():
+            by_kind.setdefault(kind, []).append(name)
+        doomed = []
+        for address in tf.addresses():
+            kind = next((k for t, k in STATE_TYPES.items() if t in address), None)
+            if kind is None:
+                continue
+            names = by_kind[kind]
+            # Two firewall rules: the address names which (ssh or internal).
+            name = next((n for n in names if n.rsplit("-", 1)[-1] in address), names[0])
+            found = self.api.get(kind, name)
+            if found is not None and not self.owned.is_ours(kind, name, str(found.id)):
+                doomed.append(address)
+                on_event(f"terraform: took {WHAT[kind]} {name} out of the run's state (it is "
+                         "not the run's own), so that Terraform does not delete it")
+        tf.forget(doomed)
+
+    def _destroy(self, tf: terraform.Terraform, on_event: Callable[[str], None]) -> None:
+        if not tf.state_file.exists():
+            return
+        if not (tf.folder / terraform.VARS_FILE).exists():
+            raise UserError(f"the run's Terraform folder {tf.folder} has no variables",
+                            hint="run `tpuctl up` once, then `tpuctl down`")
+        tf.init(on_event)
+        self._spare_foreign(tf, on_event)
+        tf.destroy(on_event)
 
     def _wait_running(self, config: RunConfig, on_event: Callable[[str], None]):
         """Poll the MIG until all its VMs are RUNNING; say each change of state once."""
@@ -462,6 +523,10 @@ class GceProvider:
             self.api.delete("groups", name)
             if config.output_dir:
                 budget.record_deleted(config.output_dir, group.uid)
+        # Gone from Compute Engine, so gone from the state: the next apply makes a new one.
+        tf = self._terraform()
+        tf.forget([a for a in tf.addresses()
+                   if "google_compute_region_instance_group_manager" in a])
         self.up(on_event)
         self.site = dataclasses.replace(self.site, uid=None)
 
@@ -482,15 +547,20 @@ class GceProvider:
             raise UserError("--delete-bucket: provider gce makes no bucket yet, so it deletes "
                             "none", hint="leave --delete-bucket out")
         owned = self._names().owned()
-        if not self.owned.known():
+        tf = self._terraform()
+        if not self.owned.known() and not tf.state_file.exists():
             found = [(kind, self.api.get(kind, name)) for kind, name in owned]
             foreign = [self._foreign_note(kind, r.name, str(r.id)) for kind, r in found if r]
             raise UserError(f"run {self.site.run_name} was never brought up from this machine "
                             f"and Compute Engine shows nothing of it in {self.region}"
                             + (f"; {foreign[0]}" if foreign else ""),
                             hint="nothing to take down")
+        gce_api.clients()  # no credentials: one line, before anything
+        self._destroy(tf, on_event)
         foreign = []
-        for kind, name in reversed(owned):  # the MIG (and its VMs) first: it uses the rest
+        # Terraform removed what its state holds; anything of the run's own it does not hold
+        # (a state lost, an `up` cut short) goes through the API, the MIG (and its VMs) first.
+        for kind, name in reversed(owned):
             note = self._delete_own(kind, name, on_event)
             if note:
                 foreign.append(note)

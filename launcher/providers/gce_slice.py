@@ -1,12 +1,16 @@
 """What `tpuctl up` asks Compute Engine for on provider gce, as data: the request bodies, pure.
 
+    variables = terraform_variables(config, user="me", public_key="ssh-ed25519 AAAA...")
     requests = slice_requests(config, user="me", public_key="ssh-ed25519 AAAA... tpuctl")
     requests.firewalls     # firewalls.insert bodies: tcp/22 from ssh_source_ranges; internal
     requests.policy        # resourcePolicies.insert body: HIGH_THROUGHPUT, acceleratorTopology
     requests.template      # regionInstanceTemplates.insert body: machine type, image, scheduling
     requests.group         # regionInstanceGroupManagers.insert body: bulk mode, one zone
 
-A slice on Compute Engine is a regional managed instance group (MIG) of TPU VMs made from a
+`terraform_variables` is what infra/modules/tpu_slice (which `up` applies) is given;
+`slice_requests` is what Compute Engine then holds, as its REST bodies: what `up --dry-run`
+shows and what `up` compares a slice made earlier with. A slice on Compute Engine is a regional
+managed instance group (MIG) of TPU VMs made from a
 regional instance template and placed by a workload policy (its accelerator topology). The MIG
 runs in bulk mode: `targetSizePolicy.mode = BULK` creates every VM at once or none,
 `distributionPolicy.targetShape = ANY_SINGLE_ZONE` keeps them in one zone, and
@@ -185,3 +189,27 @@ def slice_requests(config: RunConfig, *, user: str, public_key: str,
     return SliceRequests(names=names, region=region,
                          firewalls=firewall_rules(config, names, network_path), policy=policy,
                          template=template, group=group)
+
+
+def terraform_variables(config: RunConfig, *, user: str, public_key: str,
+                        service_account: str | None = None) -> dict:
+    """infra/modules/tpu_slice's variables for the config's slice: the one place that maps the
+    run config to them (the module's variables.tf has exactly these)."""
+    cluster = config.cluster
+    names = SliceNames.of(config.name)
+    return {
+        "project": cluster.project, "region": region_of(config), "zone": cluster.zone,
+        "run_name": config.name,
+        "names": {"group": names.group, "template": names.template, "policy": names.policy,
+                  "ssh_rule": names.ssh_rule, "internal_rule": names.internal_rule,
+                  "tag": names.tag},
+        "machine_type": cluster.machine_type, "topology": cluster.topology,
+        "hosts": cluster.slice.hosts, "image": cluster.boot_image,
+        "provisioning_model": scheduling(cluster)["provisioningModel"],
+        "max_run_seconds": (int(cluster.max_run_hours * 3600)
+                            if cluster.max_run_hours is not None else None),
+        "reservation": cluster.reservation, "network": cluster.network,
+        "subnetwork": cluster.subnetwork,
+        "ssh_source_ranges": list(cluster.ssh_source_ranges or []), "ssh_user": user,
+        "ssh_public_key": public_key.strip(), "service_account": service_account or "default",
+    }

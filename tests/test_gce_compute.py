@@ -39,8 +39,28 @@ def fake(monkeypatch):
         yield api
 
 
+def _insert(kind: str, body: dict):
+    """Insert through the real compute_v1 client and wait, as the google provider does; the
+    finished operation (its error, if any, in `error.errors`)."""
+    import json
+
+    from google.cloud import compute_v1
+
+    argument, message_type = {
+        "templates": ("instance_template_resource", compute_v1.InstanceTemplate),
+        "groups": ("instance_group_manager_resource", compute_v1.InstanceGroupManager)}[kind]
+    client = getattr(gce_api.clients(), kind)
+    operation = client.insert(project=PROJECT, region=REGION,
+                              **{argument: message_type.from_json(json.dumps(body))})
+    try:
+        operation.result()
+    except Exception as exc:
+        operation.raised = exc
+    return operation
+
+
 def _template(api: gce_api.ComputeApi, name: str = "t") -> None:
-    api.insert("templates", {"name": name, "properties": {
+    _insert("templates", {"name": name, "properties": {
         "machineType": "ct6e-standard-4t", "labels": {"tpuctl-run": "r"},
         "scheduling": {"provisioningModel": "FLEX_START", "maxRunDuration": {"seconds": "3600"}}}})
 
@@ -57,7 +77,7 @@ def test_a_bulk_group_waits_for_capacity_then_makes_every_vm_at_once(fake):
     api = gce_api.ComputeApi(project=PROJECT, region=REGION)
     _template(api)
     fake.set_capacity(after_polls=2)
-    api.insert("groups", _group_body())
+    _insert("groups", _group_body())
     first = api.group("g")
     assert first.bulk_in_progress and "ZONE_RESOURCE_POOL_EXHAUSTED" in first.last_error
     assert fake.instance_names() == []  # none of them while waiting: all or none
@@ -95,11 +115,14 @@ def test_a_quota_error_arrives_in_the_operation_with_its_real_shape(fake):
     api = gce_api.ComputeApi(project=PROJECT, region=REGION)
     _template(api)
     fake.fail("regionInstanceGroupManagers.insert", quota_exceeded("TPU_V6E", REGION))
-    with pytest.raises(UserError) as info:
-        api.insert("groups", _group_body())
-    assert "Quota 'TPU_V6E' exceeded" in str(info.value) and "more TPU quota" in str(info.value)
+    failed = _insert("groups", _group_body())
+    # The client raises with the HTTP reason only; what went wrong is in error.errors[].
+    assert failed.http_error_status_code == 403 and "FORBIDDEN" in str(failed.raised)
+    error = failed.error.errors[0]
+    assert error.code == "QUOTA_EXCEEDED" and "Quota 'TPU_V6E' exceeded" in error.message
+    assert error.error_details[0].quota_info.metric_name == "compute.googleapis.com/tpu_v6e"
     assert fake.group_names() == []
-    assert api.insert("groups", _group_body())  # the next one goes through
+    assert not hasattr(_insert("groups", _group_body()), "raised")  # the next one goes through
 
 
 def test_doctor_says_in_one_line_each_what_to_fix(fake, tmp_path, tpuctl_home):

@@ -1,7 +1,6 @@
 """What the gce provider asks Compute Engine, through google-cloud-compute, as plain values.
 
     api = ComputeApi(project="my-project", region="us-east5")
-    api.insert("templates", body)                  # waits for the operation; one line on error
     group = api.group("trillium")                  # Group(...) or None
     vms = api.managed_instances("trillium")        # [Vm(...)], in the MIG's order
     api.host_keys(vm)                              # {"ssh-ed25519": "AAAA..."}, {} until published
@@ -23,10 +22,6 @@ from payload.cloud.tpu_api import CREDENTIALS_HINT
 from payload.core.errors import UserError
 
 ENDPOINT_ENV = "TPUCTL_COMPUTE_API_ENDPOINT"
-# Operation error codes that mean "not now, not here" rather than a mistake.
-CAPACITY_CODES = ("ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
-                  "RESOURCE_POOL_EXHAUSTED", "STOCKOUT")
-QUOTA_CODES = ("QUOTA_EXCEEDED",)
 
 
 @dataclass(frozen=True)
@@ -155,15 +150,10 @@ def _group(raw) -> Group:
         created=_seconds(raw.creation_timestamp))
 
 
-# kind -> (the request's resource argument, its message type, the name argument); firewalls are
-# global, the rest regional.
-_KINDS = {
-    "firewalls": ("firewall_resource", "Firewall", "firewall"),
-    "policies": ("resource_policy_resource", "ResourcePolicy", "resource_policy"),
-    "templates": ("instance_template_resource", "InstanceTemplate", "instance_template"),
-    "groups": ("instance_group_manager_resource", "InstanceGroupManager",
-               "instance_group_manager"),
-}
+# kind -> the name argument of its get and delete; firewalls are global, the rest regional.
+# (Terraform makes them: infra/modules/tpu_slice.)
+_NAME_ARGUMENT = {"firewalls": "firewall", "policies": "resource_policy",
+                  "templates": "instance_template", "groups": "instance_group_manager"}
 
 
 class ComputeApi:
@@ -187,34 +177,13 @@ class ComputeApi:
         return ({"project": self.project} if kind == "firewalls"
                 else {"project": self.project, "region": self.region})
 
-    def insert(self, kind: str, body: dict) -> str:
-        """Insert a `firewalls`, `policies`, `templates` or `groups` resource and wait for its
-        operation; returns the new resource's unique id."""
-        from google.cloud import compute_v1
-
-        argument, message_type, _ = _KINDS[kind]
-        what = f"creating {body.get('name')}"
-        with api_errors(self.project, what):
-            message = getattr(compute_v1, message_type).from_json(_json(body))
-            operation = self._client(kind).insert(**self._where(kind), **{argument: message})
-        try:
-            operation.result()
-        except Exception:
-            # The client's exception carries only the HTTP reason ("FORBIDDEN"): what went
-            # wrong is in the operation's error.errors[].
-            errors = list(operation.error.errors) if operation.error else []
-            if not errors:
-                raise
-            raise operation_error(what, errors[0].code, errors[0].message) from None
-        return str(operation.target_id)
-
     def get(self, kind: str, name: str):
         """The raw resource of that name, or None."""
         from google.api_core import exceptions as gexc
 
         with api_errors(self.project, f"reading {name}"):
             try:
-                return self._client(kind).get(**self._where(kind), **{_KINDS[kind][2]: name})
+                return self._client(kind).get(**self._where(kind), **{_NAME_ARGUMENT[kind]: name})
             except gexc.NotFound:
                 return None
 
@@ -225,7 +194,7 @@ class ComputeApi:
         with api_errors(self.project, f"deleting {name}"):
             try:
                 self._client(kind).delete(**self._where(kind),
-                                          **{_KINDS[kind][2]: name}).result()
+                                          **{_NAME_ARGUMENT[kind]: name}).result()
             except gexc.NotFound:
                 return False
         return True
@@ -233,11 +202,6 @@ class ComputeApi:
     def group(self, name: str) -> Group | None:
         raw = self.get("groups", name)
         return None if raw is None else _group(raw)
-
-    def groups(self) -> list[Group]:
-        with api_errors(self.project, "listing instance groups"):
-            return [_group(g) for g in self.clients.groups.list(project=self.project,
-                                                                region=self.region)]
 
     def managed_instances(self, group: str) -> list[Vm]:
         """The MIG's VMs, each read with instances.get, in a stable order (by name)."""
@@ -261,11 +225,6 @@ class ComputeApi:
                                                       instance=name))
             except gexc.NotFound:
                 return None
-
-    def instances(self, zone: str) -> list[Vm]:
-        with api_errors(self.project, f"listing VMs in {zone}"):
-            return [_vm(raw) for raw in self.clients.instances.list(project=self.project,
-                                                                    zone=zone)]
 
     def machine_type_offered(self, zone: str, name: str) -> bool:
         """Whether the zone offers the machine type to this project (machineTypes.get)."""
@@ -295,25 +254,6 @@ class ComputeApi:
                 return {}
         return {item.key: item.value for item in found.query_value.items
                 if item.namespace == "hostkeys"}
-
-
-def _json(body: dict) -> str:
-    import json
-
-    return json.dumps(body)
-
-
-def operation_error(what: str, code: str, message: str) -> UserError:
-    """One line for an operation that ended with an error, by its code."""
-    message = " ".join(message.split())
-    if code in QUOTA_CODES:
-        return UserError(f"{what}: {message}",
-                         hint="ask for more TPU quota in that region (IAM & Admin > Quotas), or "
-                              "pick a smaller topology")
-    if code in CAPACITY_CODES:
-        return UserError(f"{what}: no capacity: {message}",
-                         hint="try again later, another zone, or provisioning: flex_start")
-    return UserError(f"{what}: {code}: {message}")
 
 
 @contextlib.contextmanager

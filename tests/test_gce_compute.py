@@ -1,7 +1,8 @@
-"""Provider gce against a stand-in Compute Engine: tests/fakes/compute.py driven by the real
-google-cloud-compute client, whose VMs are the real sshd fleet publishing its real host keys as
-guest attributes. up -> ssh -> status -> down; flex-start that waits for capacity; quota errors;
-what tpuctl did not make survives."""
+"""Provider gce against stand-ins: real terraform applies tests/terraform_twin_slice (whose
+resources send what the google provider would), Compute Engine is tests/fakes/compute.py driven
+by the real google-cloud-compute client, and the VMs are the real sshd fleet publishing its real
+host keys as guest attributes. up -> ssh -> status -> down; flex-start that waits for capacity;
+quota errors; preemption and recovery; doctor; what tpuctl did not make survives."""
 
 from __future__ import annotations
 

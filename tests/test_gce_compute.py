@@ -330,3 +330,20 @@ def test_a_preempted_vm_is_trouble_and_recover_brings_up_a_new_slice(cloud, flee
     assert victim not in cloud.instance_names()
     assert _invoke("down", "-c", config).exit_code == 0
     assert cloud.instance_names() == [] and cloud.group_names() == []
+
+
+def test_up_without_terraform_is_one_line_and_makes_nothing(fake, tmp_path, tpuctl_home,
+                                                            monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    path = tmp_path / "tpuctl.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "trillium", "output_dir": str(tmp_path / "out"),
+        "cluster": {"provider": "gce", "project": PROJECT, "zone": ZONE,
+                    "machine_type": "ct6e-standard-4t", "topology": "4x4",
+                    "ssh_source_ranges": ["203.0.113.7/32"]},
+        "data": {"corpus": "gs://b/c.txt"}, "model": {"family": "gpt2"},
+        "train": {"engine": "jax", "steps": 1, "batch_size": 16, "learning_rate": 1e-3}}))
+    result = runner.invoke(app, ["up", "-c", str(path)])
+    assert result.exit_code != 0
+    assert "Terraform is not installed" in str(result.exception)
+    assert fake.requests() == [] and not tpuctl_home.exists()

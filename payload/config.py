@@ -277,6 +277,11 @@ class _GoogleCloud(_ClusterBase):
     def bucket_name(self) -> str:
         return self.bucket or default_bucket(self.project)
 
+    @property
+    def tpu(self):
+        """The accelerator table's entry for the TPU this cluster rents (chips, HBM, peak)."""
+        raise NotImplementedError
+
 
 class GcpCluster(_GoogleCloud):
     provider: Literal["gcp"]
@@ -370,6 +375,12 @@ class GcpCluster(_GoogleCloud):
         return prices.hourly_cost(self.accelerator_type, self.zone, self.provisioning)
 
     @property
+    def tpu(self):
+        from payload.cloud import accelerators
+
+        return accelerators.accelerator(self.accelerator_type)
+
+    @property
     def engine(self) -> str:
         """The run's train.engine, as this section was validated with it."""
         return self._engine
@@ -448,6 +459,10 @@ class GceCluster(_GoogleCloud):
         from payload.cloud import accelerators
 
         return accelerators.compute_slice(self.machine_type, self.topology)
+
+    @property
+    def tpu(self):
+        return self.slice
 
     @property
     def boot_image(self) -> str:
@@ -766,15 +781,14 @@ def _state_problems(*, cluster, data, tokenizer, model, train) -> list[str]:
     out (payload.engines.sharding_plan), refused with the engine and the type: here when the
     config alone gives the shape and vocabulary; a model read from files is checked by the run
     plan (`train --dry-run`) and the train stage."""
-    if not (isinstance(cluster, GcpCluster) and None not in (data, tokenizer, model, train)):
+    if not (isinstance(cluster, _GoogleCloud) and None not in (data, tokenizer, model, train)):
         return []
     if model.init_from or model.config or tokenizer.path:
         return []
-    from payload.cloud import accelerators
     from payload.core.sizes import parameter_count, transformers_config
     from payload.engines import sharding_plan
 
-    acc = accelerators.accelerator(cluster.accelerator_type)
+    acc = cluster.tpu
     params = parameter_count(transformers_config(model, vocab_size=tokenizer.vocab_size,
                                                  seq_len=data.seq_len))
     key = f"model.size {model.size}" if model.size else "model"

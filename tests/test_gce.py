@@ -88,6 +88,8 @@ def test_a_gce_config_defaults_output_dir_to_the_bucket_and_prices_from_the_cata
 
 
 BAD = [
+    ({"machine_type": "ct6e-standard-1t", "topology": "1x1", "zone": "us-east5-b"},
+     {"__model__": {"family": "gpt2", "size": "xl"}}, ["model.size xl", "v6e-1"]),
     ({"machine_type": "tpu7x-standard-9t"}, {}, ["cluster.machine_type",
                                                   "unknown TPU machine type 'tpu7x-standard-9t'",
                                                   "tpu7x-standard-4t"]),
@@ -108,10 +110,14 @@ BAD = [
 
 
 @pytest.mark.parametrize(("cluster", "train", "needles"), BAD,
-                         ids=["machine-type", "topology", "topology-of-type", "zone",
+                         ids=["model-too-big", "machine-type", "topology", "topology-of-type", "zone",
                               "flex-start-duration", "v5e", "tensorflow", "spot-reservation"])
 def test_bad_gce_input_is_one_line_and_nothing_is_written(tmp_path, cluster, train, needles):
+    train = dict(train)
+    model = train.pop("__model__", None)
     raw = _raw(train=train, **cluster)
+    if model:
+        raw["model"] = model
     raw["cluster"]["ssh_source_ranges"] = ["203.0.113.7/32"]
     path = _write(tmp_path / "run", raw)
     home = tmp_path / "home"

@@ -342,12 +342,15 @@ class Terraform:
                             hint="run `tpuctl up` again")
         return InfraOutputs.from_output_json(proc.stdout, where=str(self.folder))
 
-    def tpu_addresses(self) -> list[str]:
-        """The TPU's resource instances in the run's state (none when nothing was applied)."""
+    def addresses(self) -> list[str]:
+        """Every resource instance in the run's state (none when nothing was applied)."""
         if not self.state_file.exists():
             return []
-        proc = self._state("list")
-        return [a for a in proc.stdout.split() if is_tpu_address(a)]
+        return self._state("list").stdout.split()
+
+    def tpu_addresses(self) -> list[str]:
+        """The TPU's resource instances in the run's state (none when nothing was applied)."""
+        return [a for a in self.addresses() if is_tpu_address(a)]
 
     def forget(self, addresses: list[str]) -> None:
         """Take resources out of the state: Terraform stops managing them and never deletes

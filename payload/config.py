@@ -188,32 +188,19 @@ def _is_ip_address(value: str) -> bool:
     return True
 
 
-class GcpCluster(_ClusterBase):
-    provider: Literal["gcp"]
+class _GoogleCloud(_ClusterBase):
+    """The keys every Google Cloud provider (gcp, gce) shares, with their one set of checks."""
+
     project: str
     zone: str
-    accelerator_type: str
-    # Default: the base image the run's engine takes on this accelerator type.
-    runtime_version: str | None = None
-    provisioning: Literal["on_demand", "spot", "preemptible"] = "on_demand"
-    # Wait in a queue for capacity (a queued resource) instead of failing when there is none.
-    queued: bool = False
-    queue_hours: float = Field(24.0, gt=0, le=MAX_QUEUE_HOURS)
-    reservation: str | None = None
     # Who may reach the workers' port 22 (CIDRs); `tpuctl up` needs it, there is no default.
     ssh_source_ranges: list[str] | None = None
     network: str = "default"
     subnetwork: str | None = None
     # Default: PROJECT-tpuctl, created by `up` unless it exists (then used, never deleted).
     bucket: str | None = None
-    # Zones of the same region to try when the first has no capacity.
-    fallback_zones: list[str] = Field(default_factory=list)
-    tpu_name: str | None = None  # default: the run's name
     user: str | None = None  # default: the login name of whoever runs tpuctl
     identity_file: str | None = None  # default: a key tpuctl makes and `up` installs
-    # train.engine, which decides the route (image, packages) on the TPU: handed over by
-    # parse_config as validation context, since the section cannot see train itself.
-    _engine: str = PrivateAttr(default=ENGINE_DEFAULT)
 
     @field_validator("project")
     @classmethod
@@ -221,17 +208,6 @@ class GcpCluster(_ClusterBase):
         if not _PROJECT.match(value):
             raise ValueError(f"'{value}' is not a Google Cloud project id (6-30 lowercase "
                              "letters, digits and dashes, starting with a letter)")
-        return value
-
-    @field_validator("accelerator_type")
-    @classmethod
-    def _accelerator(cls, value: str) -> str:
-        from payload.cloud import accelerators
-
-        try:
-            accelerators.accelerator(value)
-        except UserError as exc:
-            raise ValueError(str(exc)) from None
         return value
 
     @field_validator("zone")
@@ -256,14 +232,6 @@ class GcpCluster(_ClusterBase):
         if value is not None and not _SUBNETWORK.match(value):
             raise ValueError(f"'{value}' is not a subnetwork: its name (lowercase letters, "
                              "digits and dashes) or projects/P/regions/R/subnetworks/S")
-        return value
-
-    @field_validator("tpu_name")
-    @classmethod
-    def _tpu_name(cls, value: str | None) -> str | None:
-        if value is not None and not TPU_NAME.match(value):
-            raise ValueError(f"'{value}' is not a TPU name: a letter first, then up to 62 "
-                             "lowercase letters, digits and dashes")
         return value
 
     @field_validator("bucket")
@@ -303,6 +271,52 @@ class GcpCluster(_ClusterBase):
                 raise ValueError(f"{', '.join(value)} together open SSH to the whole internet "
                                  f"(every IPv{version} address); list the addresses you connect "
                                  "from (for example your IP/32)")
+        return value
+
+    @property
+    def bucket_name(self) -> str:
+        return self.bucket or default_bucket(self.project)
+
+    @property
+    def tpu(self):
+        """The accelerator table's entry for the TPU this cluster rents (chips, HBM, peak)."""
+        raise NotImplementedError
+
+
+class GcpCluster(_GoogleCloud):
+    provider: Literal["gcp"]
+    accelerator_type: str
+    # Default: the base image the run's engine takes on this accelerator type.
+    runtime_version: str | None = None
+    provisioning: Literal["on_demand", "spot", "preemptible"] = "on_demand"
+    # Wait in a queue for capacity (a queued resource) instead of failing when there is none.
+    queued: bool = False
+    queue_hours: float = Field(24.0, gt=0, le=MAX_QUEUE_HOURS)
+    reservation: str | None = None
+    # Zones of the same region to try when the first has no capacity.
+    fallback_zones: list[str] = Field(default_factory=list)
+    tpu_name: str | None = None  # default: the run's name
+    # train.engine, which decides the route (image, packages) on the TPU: handed over by
+    # parse_config as validation context, since the section cannot see train itself.
+    _engine: str = PrivateAttr(default=ENGINE_DEFAULT)
+
+    @field_validator("accelerator_type")
+    @classmethod
+    def _accelerator(cls, value: str) -> str:
+        from payload.cloud import accelerators
+
+        try:
+            accelerators.check_tpu_api(accelerators.accelerator(value))
+        except UserError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("tpu_name")
+    @classmethod
+    def _tpu_name(cls, value: str | None) -> str | None:
+        if value is not None and not TPU_NAME.match(value):
+            raise ValueError(f"'{value}' is not a TPU name: a letter first, then up to 62 "
+                             "lowercase letters, digits and dashes")
         return value
 
     @model_validator(mode="after")
@@ -355,14 +369,16 @@ class GcpCluster(_ClusterBase):
                              "spot, or queued: false")
         return self
 
-    @property
-    def bucket_name(self) -> str:
-        return self.bucket or default_bucket(self.project)
-
     def hourly_price(self):
         from payload.cloud import prices
 
         return prices.hourly_cost(self.accelerator_type, self.zone, self.provisioning)
+
+    @property
+    def tpu(self):
+        from payload.cloud import accelerators
+
+        return accelerators.accelerator(self.accelerator_type)
 
     @property
     def engine(self) -> str:
@@ -378,7 +394,90 @@ class GcpCluster(_ClusterBase):
                                         self._engine, self.runtime_version)
 
 
-Cluster = Annotated[LocalCluster | SshCluster | GcpCluster, Field(discriminator="provider")]
+# Flex-start VMs run at most seven days (Compute Engine's flex-start provisioning model); the
+# same bound is kept for a run limit on on-demand and spot VMs, where a longer one is a typo.
+MAX_RUN_HOURS = 7 * 24
+# A Compute Engine reservation: its name, or projects/P/reservations/R (a shared one).
+_COMPUTE_RESERVATION = re.compile(rf"^(projects/[a-z][-a-z0-9]*[a-z0-9]/reservations/)?"
+                                  rf"{_NETWORK_NAME}$")
+
+
+class GceCluster(_GoogleCloud):
+    """Compute Engine TPU VMs (TPU7x, v6e, v5p): a machine type and a topology; a multi-host
+    slice is a regional managed instance group in bulk mode (launcher/providers/gce.py)."""
+
+    provider: Literal["gce"]
+    machine_type: str  # e.g. tpu7x-standard-4t, ct6e-standard-4t, ct5p-hightpu-4t
+    topology: str  # e.g. 2x2x1; hosts = chips of the topology / chips per VM
+    provisioning: Literal["on_demand", "spot", "flex_start"] = "on_demand"
+    # Compute Engine stops and deletes the VMs after this long (scheduling.maxRunDuration);
+    # flex-start requires it.
+    max_run_hours: float | None = Field(None, gt=0, le=MAX_RUN_HOURS)
+    reservation: str | None = None
+    image: str | None = None  # default: payload.cloud.accelerators.DEFAULT_IMAGE
+
+    @field_validator("machine_type")
+    @classmethod
+    def _machine_type(cls, value: str) -> str:
+        from payload.cloud import accelerators
+
+        try:
+            accelerators.machine_type(value)
+        except UserError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("reservation")
+    @classmethod
+    def _reservation(cls, value: str | None) -> str | None:
+        if value is not None and not _COMPUTE_RESERVATION.match(value):
+            raise ValueError(f"'{value}' is not a Compute Engine reservation: its name, or "
+                             "projects/PROJECT/reservations/NAME for a shared one")
+        return value
+
+    @model_validator(mode="after")
+    def _offered(self):
+        from payload.cloud import accelerators
+
+        problems = _problems_of("cluster.topology", accelerators.compute_slice,
+                                self.machine_type, self.topology)
+        if not problems:
+            problems += _problems_of("cluster.zone", accelerators.check_zone, self.slice,
+                                     self.zone)
+        if self.provisioning == "flex_start" and self.max_run_hours is None:
+            problems.append("cluster.provisioning: flex_start needs cluster.max_run_hours (how "
+                            f"long the VMs may run, at most {MAX_RUN_HOURS} hours)")
+        if self.reservation and self.provisioning != "on_demand":
+            problems.append(f"cluster.reservation takes on_demand capacity, not "
+                            f"{self.provisioning.replace('_', '-')}; drop one of them")
+        _raise_all(problems)
+        return self
+
+    @property
+    def slice(self):
+        """The slice as the accelerator table sees it (chips, hosts, peak, zones)."""
+        from payload.cloud import accelerators
+
+        return accelerators.compute_slice(self.machine_type, self.topology)
+
+    @property
+    def tpu(self):
+        return self.slice
+
+    @property
+    def boot_image(self) -> str:
+        from payload.cloud import accelerators
+
+        return self.image or accelerators.DEFAULT_IMAGE
+
+    def hourly_price(self):
+        from payload.cloud import prices
+
+        return prices.hourly_price(self.slice, self.zone, self.provisioning)
+
+
+Cluster = Annotated[LocalCluster | SshCluster | GcpCluster | GceCluster,
+                    Field(discriminator="provider")]
 # `cluster.provider` -> its section, read off the union above (the one list of providers).
 CLUSTERS: dict[str, type[_ClusterBase]] = {
     get_args(kind.model_fields["provider"].annotation)[0]: kind
@@ -596,7 +695,7 @@ class RunConfig(_Section):
         """On gcp, output_dir defaults to gs://BUCKET/NAME."""
         if isinstance(raw, dict) and raw.get("output_dir") is None:
             cluster, name = raw.get("cluster"), raw.get("name")
-            if (isinstance(cluster, dict) and cluster.get("provider") == "gcp"
+            if (isinstance(cluster, dict) and cluster.get("provider") in ("gcp", "gce")
                     and isinstance(name, str) and isinstance(cluster.get("project"), str)):
                 bucket = cluster.get("bucket") or default_bucket(cluster["project"])
                 raw = {**raw, "output_dir": f"gs://{bucket}/{name}"}
@@ -642,6 +741,13 @@ def _cross_problems(*, name: str | None, cluster, data, tokenizer, model, train)
             and not TPU_NAME.match(name)):
         problems.append(f"name: '{name}' also names the TPU, and TPU names start with a "
                         "letter; rename the run or set cluster.tpu_name")
+    if name is not None and isinstance(cluster, GceCluster) and not TPU_NAME.match(name):
+        problems.append(f"name: '{name}' also names the run's VMs and instance group, and "
+                        "Compute Engine names start with a letter; rename the run")
+    if train is not None and isinstance(cluster, GceCluster) and train.engine != "jax":
+        # Google documents JAX and PyTorch on TPU7x, and no TensorFlow route reaches v6e.
+        problems.append(f"train.engine: {train.engine} does not run on provider gce (Compute "
+                        "Engine TPU VMs run JAX only); set train.engine: jax")
     family = FAMILIES[model.family] if model is not None else None
     if family is not None and data is not None and data.seq_len > family.max_positions:
         problems.append(f"data.seq_len={data.seq_len} is over what {family.name} allows "
@@ -660,8 +766,8 @@ def _cross_problems(*, name: str | None, cluster, data, tokenizer, model, train)
     if train is not None and cluster is not None and train.max_cost is not None and (
             cluster.hourly_usd() is None):
         problems.append("train.max_cost needs a price per hour, and tpuctl's price table has "
-                        "none for this cluster (only gcp TPUs are priced); use train.max_hours "
-                        "instead")
+                        "none for this cluster (only cloud TPUs are priced, and not every "
+                        "type or provisioning); use train.max_hours instead")
     if train is not None and train.warmup_steps > train.steps:
         problems.append(f"train.warmup_steps={train.warmup_steps} is more than train.steps="
                         f"{train.steps}")
@@ -675,15 +781,14 @@ def _state_problems(*, cluster, data, tokenizer, model, train) -> list[str]:
     out (payload.engines.sharding_plan), refused with the engine and the type: here when the
     config alone gives the shape and vocabulary; a model read from files is checked by the run
     plan (`train --dry-run`) and the train stage."""
-    if not (isinstance(cluster, GcpCluster) and None not in (data, tokenizer, model, train)):
+    if not (isinstance(cluster, _GoogleCloud) and None not in (data, tokenizer, model, train)):
         return []
     if model.init_from or model.config or tokenizer.path:
         return []
-    from payload.cloud import accelerators
     from payload.core.sizes import parameter_count, transformers_config
     from payload.engines import sharding_plan
 
-    acc = accelerators.accelerator(cluster.accelerator_type)
+    acc = cluster.tpu
     params = parameter_count(transformers_config(model, vocab_size=tokenizer.vocab_size,
                                                  seq_len=data.seq_len))
     key = f"model.size {model.size}" if model.size else "model"

@@ -60,7 +60,7 @@ def test_layout_follows_terraform_google_modules():
 
 
 def test_every_variable_is_typed_and_described_and_every_output_described(modules):
-    assert len(modules) == 8  # root, 4 modules, 2 examples, the twin
+    assert len(modules) == 9  # root, 5 modules, 2 examples, the twin
     for folder, module in modules.items():
         assert module.variables, folder
         for name, body in module.variables.items():

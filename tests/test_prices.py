@@ -57,7 +57,7 @@ def test_unknown_provisioning_is_one_line():
     with pytest.raises(UserError) as info:
         hourly_price(accelerator("v4-8"), "us-central2-b", "reserved")
     assert str(info.value) == (
-        "unknown provisioning 'reserved'; use one of on_demand, spot, preemptible")
+        "unknown provisioning 'reserved'; use one of on_demand, spot, preemptible, flex_start")
 
 
 def test_every_type_has_an_on_demand_price_in_some_zone_that_offers_it():

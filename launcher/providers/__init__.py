@@ -10,6 +10,8 @@
 - ssh: the hosts in `cluster.hosts`, reached with the configured user, key and known_hosts.
 - gcp: a TPU VM or pod slice that `tpuctl up` creates (Terraform) and whose workers the TPU API
   names (gcp.py, with gcp_site.py and gcp_infra.py).
+- gce: Compute Engine TPU VMs (TPU7x, v6e, v5p), a machine type and topology as a bulk managed
+  instance group (gce.py, with gce_slice.py).
 
 This module is the one place that reads `cluster.provider`; everything else asks the provider
 (what the fleet is, how to reach it, whether it is in trouble), never which provider it is.
@@ -20,7 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from launcher.plan import Worker
-from launcher.providers import gcp, local, ssh
+from launcher.providers import gce, gcp, local, ssh
 from launcher.providers.base import Fleet, Provider
 from payload.core.errors import UserError
 
@@ -35,6 +37,7 @@ PROVIDERS: dict[str, type] = {
     local.NAME: local.LocalProvider,
     ssh.NAME: ssh.SshProvider,
     gcp.NAME: gcp.GcpProvider,
+    gce.NAME: gce.GceProvider,
 }
 
 

@@ -218,6 +218,9 @@ def accelerator(name: str) -> Accelerator:
             + ", ".join(f"{gen.prefix}-{s}" for s in gen.sizes),
             hint=f"pick one of those (table of {TABLE_VERSION})",
         )
+    found = compute_slice_named(name)  # a Compute Engine slice's name (tpu7x-8): provider gce
+    if found is not None:
+        return found
     raise UserError(
         f"unknown accelerator type '{name}' (known: {_family_summary()})",
         hint="for example v4-8, v4-32, v5litepod-8 or v5litepod-16",
@@ -383,3 +386,160 @@ def host_mismatch(acc: Accelerator, num_endpoints: int) -> str | None:
         f"{acc.name}: the TPU API lists {num_endpoints} worker(s), the accelerator table "
         f"({TABLE_VERSION}) expects {acc.hosts}; using the API's {num_endpoints}"
     )
+
+
+# -- Compute Engine TPU VMs (provider gce) ----------------------------------------------------
+# On Compute Engine a TPU VM is an instance whose machine type carries the chips, and a slice is
+# a machine type plus a topology: hosts = chips(topology) / chips per VM. Kept apart from the TPU
+# API's accelerator types above: TPU7x exists only here ("the Cloud TPU API ... not supported on
+# TPU7x and later", Google's TPU runtime docs), and v5e is offered only there.
+#
+# Machine types, chips per VM and topologies: AI-Hypercomputer/xpk
+# src/xpk/core/system_characteristics.py @367c838 (get_tpu_system_characteristics_map and
+# generate_tpu_topologies); ct6e-standard-8t (one 2x4 host) from Google's v6e page
+# (cloud.google.com/tpu/docs/v6e, "VM types"). TPU7x peak, HBM and zones: Google's TPU7x page
+# (docs.cloud.google.com/tpu/docs/tpu7x: 2 TensorCores, 2307 TFLOP/s bf16, 192 GiB HBM per chip;
+# "TensorFlow is not supported") and regions-zones page (us-central1-c, us-central1-ai1a).
+MACHINE_TABLE_VERSION = "2026-11-25"
+
+TPU7X = Generation(
+    name="tpu7x",
+    prefix="tpu7x",
+    cores_per_chip=2,
+    hbm_gib_per_chip=192,
+    peak_bf16_flops_per_chip=2307e12,
+    sizes=(),  # not a TPU API type: its slices are machine type + topology (MACHINE_TYPES)
+    zones=("us-central1-c", "us-central1-ai1a"),
+    tf_runtimes=(),
+    # No Cloud TPU API runtime: a Compute Engine VM boots an ordinary image (DEFAULT_IMAGE).
+    jax_runtimes=(),
+    tf_refusal="TensorFlow is not supported on TPU7x (Google documents JAX and PyTorch only)",
+)
+
+
+def _cube_topologies(max_cubes: int) -> tuple[str, ...]:
+    """The 3-D topologies xpk lists for v5p and TPU7x: 2x2x1, 2x2x2, 2x2x4, 2x4x4, then AxBxC
+    with A <= B <= C multiples of 4 up to 256 whose 4x4x4 cubes number at most `max_cubes`."""
+    found = ["2x2x1", "2x2x2", "2x2x4", "2x4x4"]
+    for x in range(4, 257, 4):
+        for y in range(x, 257, 4):
+            for z in range(y, 257, 4):
+                if (x // 4) * (y // 4) * (z // 4) <= max_cubes:
+                    found.append(f"{x}x{y}x{z}")
+    return tuple(found)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MachineType:
+    """A Compute Engine machine type that carries TPU chips."""
+
+    name: str  # tpu7x-standard-4t, ct6e-standard-4t, ct5p-hightpu-4t
+    generation: Generation
+    chips_per_vm: int
+    topologies: tuple[str, ...]
+
+
+# A TPU VM on Compute Engine is an ordinary instance: the image brings the OS, JAX and libtpu
+# come from pip. Ubuntu 22.04 LTS is a family that exists; that it boots every TPU machine type
+# with its chips visible is what a first real run must confirm (README, gce rows).
+DEFAULT_IMAGE = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts"
+_V6E_2D = ("4x4", "4x8", "8x8", "8x16", "16x16")
+MACHINE_TYPES: dict[str, MachineType] = {
+    m.name: m
+    for m in (
+        MachineType(name="tpu7x-standard-1t", generation=TPU7X, chips_per_vm=1,
+                    topologies=("1x1x1",)),
+        MachineType(name="tpu7x-standard-4t", generation=TPU7X, chips_per_vm=4,
+                    topologies=_cube_topologies(144)),
+        MachineType(name="ct6e-standard-1t", generation=GENERATIONS["v6e"], chips_per_vm=1,
+                    topologies=("1x1",)),
+        MachineType(name="ct6e-standard-4t", generation=GENERATIONS["v6e"], chips_per_vm=4,
+                    topologies=("2x2", "2x4", *_V6E_2D)),
+        MachineType(name="ct6e-standard-8t", generation=GENERATIONS["v6e"], chips_per_vm=8,
+                    topologies=("2x4",)),
+        MachineType(name="ct5p-hightpu-4t", generation=GENERATIONS["v5p"], chips_per_vm=4,
+                    topologies=_cube_topologies(140)),
+    )
+}
+# Machine types Google has for generations tpuctl runs through the TPU API instead.
+_TPU_API_ONLY = {"ct5lp-hightpu-1t": "v5e", "ct5lp-hightpu-4t": "v5e", "ct5lp-hightpu-8t": "v5e",
+                 "ct4p-hightpu-4t": "v4"}
+
+
+def machine_type(name: str) -> MachineType:
+    """The Compute Engine TPU machine type of that name; one line naming what exists if none."""
+    if name in MACHINE_TYPES:
+        return MACHINE_TYPES[name]
+    if name in _TPU_API_ONLY:
+        generation = GENERATIONS[_TPU_API_ONLY[name]]
+        raise UserError(
+            f"machine type {name} is TPU {generation.name}, which tpuctl runs through the Cloud "
+            "TPU API, not as Compute Engine VMs",
+            hint=f"use provider: gcp with accelerator_type {generation.prefix}-N",
+        )
+    raise UserError(
+        f"unknown TPU machine type '{name}' (known: {', '.join(MACHINE_TYPES)})",
+        hint=f"table of {MACHINE_TABLE_VERSION}; e.g. tpu7x-standard-4t or ct6e-standard-4t",
+    )
+
+
+def topology_chips(topology: str) -> int:
+    product = 1
+    for part in topology.split("x"):
+        product *= int(part)
+    return product
+
+
+def _topology_summary(machine: MachineType) -> str:
+    shown = machine.topologies[:8]
+    more = len(machine.topologies) - len(shown)
+    return ", ".join(shown) + (f" and {more} larger" if more > 0 else "")
+
+
+def compute_slice(machine_type_name: str, topology: str) -> Accelerator:
+    """The slice that `topology` on VMs of `machine_type_name` makes, as an Accelerator named
+    as xpk and GKE name it (v6e-16, v5p-8, tpu7x-8: chips for v6e, TensorCores for the others)."""
+    machine = machine_type(machine_type_name)
+    gen = machine.generation
+    if topology not in machine.topologies:
+        raise UserError(
+            f"topology {topology!r} does not exist for {machine.name} (TPU {gen.name}: "
+            f"{_topology_summary(machine)})",
+            hint=f"table of {MACHINE_TABLE_VERSION}, from xpk's system characteristics",
+        )
+    chips = topology_chips(topology)
+    hosts = max(1, chips // machine.chips_per_vm)
+    return Accelerator(
+        name=f"{gen.prefix}-{chips * gen.cores_per_chip}",
+        generation=gen.name,
+        chips=chips,
+        hosts=hosts,
+        cores_per_chip=gen.cores_per_chip,
+        hbm_gib_per_chip=gen.hbm_gib_per_chip,
+        peak_bf16_flops_per_chip=gen.peak_bf16_flops_per_chip,
+        zones=gen.zones,
+        tf_supported=False,  # the gce route is JAX only
+        tf_runtime_single_host=None,
+        tf_runtime_pod=None,
+    )
+
+
+def compute_slice_named(name: str) -> Accelerator | None:
+    """A Compute Engine slice by its name (tpu7x-8), for a fleet's hardware spec: the smallest
+    topology of the first machine type that gives that many cores; None if none does."""
+    for machine in MACHINE_TYPES.values():
+        for topology in machine.topologies:
+            chips = topology_chips(topology)
+            if f"{machine.generation.prefix}-{chips * machine.generation.cores_per_chip}" == name:
+                return compute_slice(machine.name, topology)
+    return None
+
+
+def check_tpu_api(acc: Accelerator) -> None:
+    """Refuse, for the TPU API (provider gcp), a slice that only Compute Engine offers."""
+    if acc.generation not in GENERATIONS:
+        raise UserError(
+            f"{acc.name}: TPU {acc.generation} is offered only as Compute Engine VMs, not through "
+            "the Cloud TPU API",
+            hint="use provider: gce with machine_type and topology (e.g. tpu7x-standard-4t, 2x2x1)",
+        )

@@ -26,7 +26,7 @@ PRICE_SOURCE = (
 )
 PRICE_NOTE = "prices change: check https://cloud.google.com/tpu/pricing before a long run"
 
-PROVISIONING = ("on_demand", "spot", "preemptible")
+PROVISIONING = ("on_demand", "spot", "preemptible", "flex_start")
 
 # USD per chip-hour (v4/v5p catalog prices divided by chips = suffix/2), by generation and region.
 _ON_DEMAND: dict[str, dict[str, float]] = {
@@ -72,7 +72,18 @@ _SPOT: dict[str, dict[str, float]] = {
             "us-east5": 1.08, "us-south1": 1.89, "europe-west4": 0.713},
 }
 # The source has no separate preemptible TPU price: preemptible is billed here at the spot rate.
-_TABLES = {"on_demand": _ON_DEMAND, "spot": _SPOT, "preemptible": _SPOT}
+# Compute Engine TPU VMs (provider gce: machine types ct6e-*, ct5p-*, tpu7x-*) bill the same TPU
+# SKUs per chip-hour as the TPU API's nodes of their generation: the v6e and v5p rows above serve
+# both. TPU7x (2026-11-25): neither the catalog snapshot above nor Google's stored pricing pages
+# give a per-chip-hour price, so its rows are empty and the price says "no ... price": never a
+# made-up number. Flex-start (Dynamic Workload Scheduler) has its own discounted rates, which the
+# source does not carry: empty too, until they are transcribed with their date.
+_TPU7X_ON_DEMAND: dict[str, float] = {}
+_TPU7X_SPOT: dict[str, float] = {}
+_FLEX_START: dict[str, dict[str, float]] = {}
+_TABLES = {"on_demand": {**_ON_DEMAND, "tpu7x": _TPU7X_ON_DEMAND},
+           "spot": {**_SPOT, "tpu7x": _TPU7X_SPOT}, "preemptible": _SPOT,
+           "flex_start": _FLEX_START}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,179 @@
+# A TPU slice on Compute Engine: its firewall rules, a workload policy that places the VMs in
+# the slice's ICI topology (multi-host only), a regional instance template and a regional MIG
+# in bulk mode that makes every VM at once or none, in one zone.
+
+locals {
+  multi_host = var.hosts > 1
+  network    = startswith(var.network, "projects/") ? var.network : "projects/${var.project}/global/networks/${var.network}"
+  subnetwork = var.subnetwork == null ? null : (startswith(var.subnetwork, "projects/") ? var.subnetwork : "projects/${var.project}/regions/${var.region}/subnetworks/${var.subnetwork}")
+  # A spot VM taken back, or a VM at its run limit, is deleted rather than stopped: it cannot
+  # be restarted, and a stopped VM would keep its disk billing.
+  deleted_at_end = var.provisioning_model == "SPOT" || var.max_run_seconds != null
+}
+
+resource "google_compute_firewall" "ssh" {
+  project       = var.project
+  name          = var.names.ssh_rule
+  network       = local.network
+  description   = "tpuctl run ${var.run_name}: SSH to the slice from the user's addresses"
+  direction     = "INGRESS"
+  source_ranges = var.ssh_source_ranges
+  target_tags   = [var.names.tag]
+
+  allow {
+    protocol = "tcp"
+    ports    = ["22"]
+  }
+}
+
+# The slice's VMs reach each other (JAX's coordinator, the data-center network): a custom VPC
+# has no default-allow-internal rule.
+resource "google_compute_firewall" "internal" {
+  project     = var.project
+  name        = var.names.internal_rule
+  network     = local.network
+  description = "tpuctl run ${var.run_name}: the slice's VMs to each other"
+  direction   = "INGRESS"
+  source_tags = [var.names.tag]
+  target_tags = [var.names.tag]
+
+  allow {
+    protocol = "tcp"
+  }
+  allow {
+    protocol = "udp"
+  }
+  allow {
+    protocol = "icmp"
+  }
+}
+
+resource "google_compute_resource_policy" "main" {
+  provider = google-beta
+  count    = local.multi_host ? 1 : 0
+
+  project     = var.project
+  region      = var.region
+  name        = var.names.policy
+  description = "tpuctl run ${var.run_name}: the slice's ICI topology"
+
+  workload_policy {
+    type                 = "HIGH_THROUGHPUT"
+    accelerator_topology = var.topology
+  }
+}
+
+resource "google_compute_region_instance_template" "main" {
+  #checkov:skip=CKV_GCP_40:The launcher reaches the VMs over SSH from the user's machine; each VM has an external address and only tcp/22 from ssh_source_ranges is opened to it (google_compute_firewall.ssh).
+  #checkov:skip=CKV_GCP_39:Whether TPU machine types take Shielded VM is not documented; a first real run decides (README, gce rows).
+  #checkov:skip=CKV_GCP_38:Boot disks are Google-managed encrypted; the VMs hold no data of their own (outputs go to the bucket) and are deleted with the run.
+  #checkov:skip=CKV_GCP_30:The default compute service account is used until tpuctl makes a service account for gce (README); the scope defers to its IAM grants.
+  #checkov:skip=CKV_GCP_31:The default compute service account is used until tpuctl makes a service account for gce (README); the scope defers to its IAM grants.
+  provider = google-beta
+
+  project      = var.project
+  region       = var.region
+  name         = var.names.template
+  description  = "tpuctl run ${var.run_name}"
+  machine_type = var.machine_type
+  labels       = { "tpuctl-run" = var.run_name }
+  tags         = [var.names.tag]
+
+  disk {
+    source_image = var.image
+    boot         = true
+    auto_delete  = true
+  }
+
+  network_interface {
+    network    = local.network
+    subnetwork = local.subnetwork
+    access_config {}
+  }
+
+  metadata = {
+    # The guest agent publishes the VM's host keys as guest attributes only with this: the
+    # launcher writes its known_hosts from them, strict from the first connection.
+    "enable-guest-attributes" = "TRUE"
+    "ssh-keys"                = "${var.ssh_user}:${trimspace(var.ssh_public_key)}"
+    "block-project-ssh-keys"  = "TRUE"
+  }
+
+  scheduling {
+    provisioning_model          = var.provisioning_model
+    preemptible                 = var.provisioning_model == "SPOT"
+    automatic_restart           = false
+    on_host_maintenance         = "TERMINATE"
+    instance_termination_action = local.deleted_at_end ? "DELETE" : null
+
+    dynamic "max_run_duration" {
+      for_each = var.max_run_seconds == null ? [] : [var.max_run_seconds]
+      content {
+        seconds = max_run_duration.value
+      }
+    }
+  }
+
+  reservation_affinity {
+    type = var.reservation == null ? "NO_RESERVATION" : "SPECIFIC_RESERVATION"
+
+    dynamic "specific_reservation" {
+      for_each = var.reservation == null ? [] : [var.reservation]
+      content {
+        key    = "compute.googleapis.com/reservation-name"
+        values = [specific_reservation.value]
+      }
+    }
+  }
+
+  resource_policies = local.multi_host ? [google_compute_resource_policy.main[0].name] : []
+
+  service_account {
+    email  = var.service_account
+    scopes = ["https://www.googleapis.com/auth/cloud-platform"]
+  }
+}
+
+resource "google_compute_region_instance_group_manager" "main" {
+  provider = google-beta
+
+  project            = var.project
+  region             = var.region
+  name               = var.names.group
+  base_instance_name = var.names.group
+  description        = "tpuctl run ${var.run_name}"
+  target_size        = var.hosts
+  # The launcher waits itself, with visible progress (bulk operation, VMs, applied topology).
+  wait_for_instances = false
+
+  version {
+    instance_template = google_compute_region_instance_template.main.self_link
+  }
+
+  distribution_policy_zones        = [var.zone]
+  distribution_policy_target_shape = "ANY_SINGLE_ZONE"
+
+  # All VMs at once or none; a VM that fails is kept for inspection, not recreated.
+  target_size_policy {
+    mode = "BULK"
+  }
+
+  instance_lifecycle_policy {
+    default_action_on_failure = "DO_NOTHING"
+  }
+
+  dynamic "resource_policies" {
+    for_each = local.multi_host ? [google_compute_resource_policy.main[0].self_link] : []
+    content {
+      workload_policy = resource_policies.value
+    }
+  }
+
+  update_policy {
+    type                         = "OPPORTUNISTIC"
+    minimal_action               = "REPLACE"
+    instance_redistribution_type = "NONE"
+    max_surge_fixed              = 0
+    max_unavailable_fixed        = 1
+  }
+}

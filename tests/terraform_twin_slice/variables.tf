@@ -1,0 +1,1 @@
+../../infra/modules/tpu_slice/variables.tf

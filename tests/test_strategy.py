@@ -140,7 +140,7 @@ def test_worker_index_out_of_range_is_refused():
 
 def test_cpu_plan_builds_the_default_strategy():
     tf = pytest.importorskip("tensorflow")
-    from payload.training.strategy import build_strategy
+    from payload.engines.tensorflow.distribute import build_strategy
 
     strategy = build_strategy(plan_strategy(ClusterFacts(hardware=CPU, num_workers=1)))
     assert strategy is tf.distribute.get_strategy()
@@ -168,7 +168,7 @@ def test_pod_driver_reaches_the_hosts_servers_listed_by_the_launcher():
 
 def test_no_tpu_is_an_error_unless_the_tpu_api_is_a_stand_in():
     tf = pytest.importorskip("tensorflow")
-    from payload.training.strategy import build_strategy
+    from payload.engines.tensorflow.distribute import build_strategy
 
     real = plan_strategy(cluster_facts(tpu(), worker_index=0, num_workers=1, environ={}))
     with pytest.raises(UserError, match="no TPU found on this worker"):
@@ -183,6 +183,8 @@ def test_no_tpu_is_an_error_unless_the_tpu_api_is_a_stand_in():
 def test_a_pod_driver_waits_for_its_servers_then_says_which_one_is_missing(monkeypatch):
     import socket
 
+    from payload.engines.tensorflow import distribute
+
     listening = socket.socket()
     listening.bind(("127.0.0.1", 0))
     listening.listen()
@@ -191,7 +193,7 @@ def test_a_pod_driver_waits_for_its_servers_then_says_which_one_is_missing(monke
     dead_port = closed.getsockname()[1]
     closed.close()
     alive = f"127.0.0.1:{listening.getsockname()[1]}"
-    strategy.wait_for_servers(f"grpc://{alive}", timeout_s=5)
+    distribute.wait_for_servers(f"grpc://{alive}", timeout_s=5)
     with pytest.raises(UserError, match=f"127.0.0.1:{dead_port} did not start"):
-        strategy.wait_for_servers(f"grpc://{alive},grpc://127.0.0.1:{dead_port}", timeout_s=1)
+        distribute.wait_for_servers(f"grpc://{alive},grpc://127.0.0.1:{dead_port}", timeout_s=1)
     listening.close()

@@ -179,9 +179,9 @@ def run_train(
             own=True)
         return
     storage.check_output_dir(config.output_dir)
+    inputs = check_inputs(config)
     checkpoints.check_start(config.output_dir, resume=resume, overwrite=overwrite,
                             engine=engine.name)
-    inputs = check_inputs(config)
     if resume:
         checkpoints.check_resume(config.output_dir, inputs.identity)
     if plan.is_chief:

@@ -136,3 +136,81 @@ def test_the_stage_refuses_a_resume_across_engines_and_writes_nothing(tmp_path):
     path.write_text(yaml.safe_dump(raw))
     assert_user_error(run_stage("train", path, "--resume"), "jax engine", "tensorflow")
     assert sorted(storage.list_tree(str(out))) == before
+
+
+def checkpoint_variables(folder) -> dict:
+    """Every array of an Orbax step folder (weights, optimizer moments, the step count), read
+    onto this process's first device whatever devices wrote it."""
+    import jax
+    import numpy as np
+    import orbax.checkpoint as ocp
+
+    reader = ocp.StandardCheckpointer()
+    saved = reader.metadata(folder / "default").item_metadata
+    here = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    tree = reader.restore(folder / "default", jax.tree.map(
+        lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=here), saved))
+    return {jax.tree_util.keystr(path): np.asarray(value)
+            for path, value in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+@pytest.mark.slow  # two runs and a resume: 1-2 minutes on a shared 2-core machine
+def test_killed_after_a_checkpoint_a_resume_ends_where_an_uninterrupted_run_ends(tmp_path):
+    """SIGKILL mid-run, then --resume: the same final checkpoint, variable for variable (the
+    data order continues exactly, dropout is keyed by the step)."""
+    import signal
+    import subprocess
+    import time
+
+    import numpy as np
+    from train_helpers import stage_command
+
+    from tests.conftest import payload_env
+
+    settings = dict(steps=30, checkpoint_every=10, eval_every=10, learning_rate=5e-3,
+                    model={"dropout": 0.1})
+    whole, cut = make_run_dir(tmp_path / "whole", "gpt2"), make_run_dir(tmp_path / "cut", "gpt2")
+    runs = [subprocess.Popen(stage_command("train", jax_config(out, "gpt2", **settings)),
+                             env=payload_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True) for out in (cut, whole)]
+    victim, uninterrupted = runs
+    try:
+        first = cut / "checkpoints" / "10" / "commit_success.txt"
+        deadline = time.monotonic() + 240
+        while not first.exists() and victim.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        victim.send_signal(signal.SIGKILL)
+        output = victim.communicate(timeout=60)[0]
+        assert victim.returncode == -signal.SIGKILL, output[-3000:]  # killed before it finished
+        output = uninterrupted.communicate(timeout=300)[0]
+        assert uninterrupted.returncode == 0, output[-3000:]
+    finally:
+        for run in runs:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+    assert engine_for("jax").newest_step(str(cut)) in (10, 20)
+    resumed = train(jax_config(cut, "gpt2", **settings), "--resume")
+    assert "resuming from" in resumed.stdout
+    folders = {p.name for p in (cut / "checkpoints").iterdir()}
+    assert folders == {p.name for p in (whole / "checkpoints").iterdir()}, folders  # no leftovers
+    wanted, got = (checkpoint_variables(out / "checkpoints" / "30") for out in (whole, cut))
+    assert sorted(got) == sorted(wanted) and len(wanted) > 20
+    for name, value in wanted.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
+    metrics = json.loads((cut / "metrics.json").read_text())
+    assert [e["step"] for e in metrics["evals"]] == [0, 10, 20, 30]
+
+
+def test_the_launchers_preflight_refuses_a_resume_across_engines(tmp_path):
+    from payload.config import parse_config
+    from payload.core.stages import Stage
+    from payload.training.preflight import check_before_start
+
+    out = tmp_path / "run"
+    jax_checkpoint_folder(out)
+    tensorflow = parse_config(config_dict(out, "gpt2"))
+    with pytest.raises(UserError, match="written by the jax engine"):
+        check_before_start(tensorflow, stages={Stage.TRAIN}, resume=True, overwrite=False)
+    jax = parse_config(config_dict(out, "gpt2", engine="jax"))
+    check_before_start(jax, stages={Stage.TRAIN}, resume=True, overwrite=False)

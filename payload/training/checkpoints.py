@@ -88,7 +88,7 @@ def check_start(output_dir: str, *, resume: bool, overwrite: bool,
                 engine: str = DEFAULT) -> None:
     """Refuse to mix runs, from the checkpoint files, the marker and run.json alone (no
     TensorFlow, no JAX; the launcher checks it before it starts anything, the stage before it
-    reads or writes anything): a resume needs a complete checkpoint of the same engine, and a
+    writes anything): a resume needs a complete checkpoint of the same engine, and a
     fresh start must not silently bury an earlier run's checkpoints."""
     check_flags(resume=resume, overwrite=overwrite)
     directory = checkpoint_dir(output_dir)

@@ -319,6 +319,10 @@ class TrainingLoop:
             if evaluate and (step % every.eval_every == 0 or step == steps):
                 result = evaluate(step)
                 history["evals"].append(result)
+            # The figures before the checkpoint: a run killed between the two resumes from the
+            # checkpoint before, and keeps the figures up to it, so none is ever missing.
+            if step % every.eval_every == 0 or step == steps:
+                self._write_metrics(history, step)
             over = self._over_budget() if step < steps else None
             if step % every.checkpoint_every == 0 or step == steps or over:
                 trainer.save(step)
@@ -327,8 +331,6 @@ class TrainingLoop:
                 log(f"stopping at step {step} of {steps}: {over}; the checkpoint of step "
                     f"{step} is saved and the export follows")
                 break
-            if step % every.eval_every == 0 or step == steps:
-                self._write_metrics(history, step)
         self._write_metrics(history, step, final=True, rate=(rate_steps, rate_time))
         # Every worker prints it: in a multi-worker run the lines must agree (replicas in sync).
         log(f"finished at step {step}; weights sha256 {trainer.weights_digest()}", own=True)

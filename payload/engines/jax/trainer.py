@@ -15,6 +15,7 @@ output_dir/checkpoints/ (payload.engines.jax.checkpoints), written by every proc
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -36,10 +37,9 @@ def keep_tensorflow_on_the_cpu() -> None:
     kept from it by TPU_LOAD_LIBRARY=0 in the plan's environment)."""
     import tensorflow as tf
 
-    try:
+    # RuntimeError: TensorFlow placed something already (it found no GPU to claim then).
+    with contextlib.suppress(RuntimeError):
         tf.config.set_visible_devices([], "GPU")
-    except RuntimeError:  # TensorFlow already placed something: it saw no GPU to claim then
-        pass
 
 
 class JaxTrainer:
@@ -61,7 +61,6 @@ class JaxTrainer:
         num_devices = jax.device_count()
         check_batch_size(config.train.batch_size, num_devices)
         self.process, self.processes = jax.process_index(), jax.process_count()
-        self.rows_per_host = config.train.batch_size // self.processes
         architecture = inputs.hf_config.to_dict()
         num_params = sum(int(np.prod(s.shape)) for s in parameter_shapes(architecture).values())
         sharding = jax_step.plan_sharding(num_params, num_devices=num_devices,
@@ -128,15 +127,22 @@ class JaxTrainer:
     # --- data --------------------------------------------------------------------------
 
     def _host_batches(self, files, *, shuffle: bool, start_batch: int):
-        """This host's rows of each global batch, as numpy: its own input pipeline's share."""
+        """This host's rows of each global batch: its own input pipeline's share."""
+        return self.pipeline(files, shuffle=shuffle, start_batch=start_batch,
+                             pipeline_id=self.process, num_pipelines=self.processes)
+
+    def pipeline(self, files, *, shuffle: bool, start_batch: int, pipeline_id: int,
+                 num_pipelines: int):
+        """Input pipeline `pipeline_id` of `num_pipelines` (each a 1/num_pipelines share of the
+        global batch), as numpy batches."""
         from payload.data.pipeline import input_pipeline
 
         config = self.config
         return input_pipeline(
             files, record_len=config.record_len, dtype=self.inputs.manifest.dtype,
-            batch_size=self.rows_per_host, objective=self.objective, seed=config.train.seed,
-            shuffle=shuffle, pipeline_id=self.process, num_pipelines=self.processes,
-            start_batch=start_batch,
+            batch_size=config.train.batch_size // num_pipelines, objective=self.objective,
+            seed=config.train.seed, shuffle=shuffle, pipeline_id=pipeline_id,
+            num_pipelines=num_pipelines, start_batch=start_batch,
         ).as_numpy_iterator()
 
     def open_train(self, start_batch: int) -> None:

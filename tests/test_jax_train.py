@@ -214,3 +214,14 @@ def test_the_launchers_preflight_refuses_a_resume_across_engines(tmp_path):
         check_before_start(tensorflow, stages={Stage.TRAIN}, resume=True, overwrite=False)
     jax = parse_config(config_dict(out, "gpt2", engine="jax"))
     check_before_start(jax, stages={Stage.TRAIN}, resume=True, overwrite=False)
+
+
+def test_a_stopped_jax_job_names_the_step_of_its_newest_checkpoint(tmp_path):
+    from payload.jobs.agent import stop_words
+
+    out = tmp_path / "run"
+    jax_checkpoint_folder(out)
+    log = tmp_path / "worker.log"
+    log.write_text('tpuctl-progress {"kind": "train", "step": 27, "steps": 40}\n')
+    words = stop_words(tmp_path, {"log": str(log), "output_dir": str(out)}, "train")
+    assert words.endswith("at step 27 (checkpoint of step 20)"), words

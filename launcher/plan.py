@@ -45,7 +45,7 @@ LIBTPU_LOCKFILE = "/tmp/libtpu_lockfile"
 class Worker:
     index: int
     host: str  # where SSH connects ("localhost" for a local process)
-    address: str  # where the other workers reach it (TF_CONFIG)
+    address: str  # where the other workers reach it (TF_CONFIG, the JAX coordinator)
     coordination_port: int
     ssh_port: int = 22
     # A local worker's own working directory; None for SSH workers (they start in $HOME).
@@ -155,12 +155,16 @@ class Plan:
         return _from_data(cls, json.loads(text))
 
     def coordination_port(self, worker: int) -> int | None:
-        """The port this worker's training listens on for the others (None: no TF_CONFIG)."""
+        """The port this worker's training listens on for the others (None: none; TensorFlow's
+        CPU workers each listen, a JAX run's coordinator is worker 0's)."""
+        from payload.training.strategy import JAX_COORDINATOR_ENV
+
         train = next((s for s in self.steps if s.name == Stage.TRAIN.value), None)
         command = train.command_for(worker) if train else None
-        if command is None or "TF_CONFIG" not in dict(command.env):
-            return None
-        return self.workers[worker].coordination_port
+        env = dict(command.env) if command else {}
+        if "TF_CONFIG" in env or (JAX_COORDINATOR_ENV in env and worker == 0):
+            return self.workers[worker].coordination_port
+        return None
 
     def secret_names(self, worker: int) -> tuple[str, ...]:
         """The secrets this worker's commands need, by name."""
@@ -329,17 +333,20 @@ def build_plan(
             steps.append(Step(name="free-tpu", commands=tuple(
                 Command(worker=w.index, argv=("sh", "-c", free_tpu_script()))
                 for w in workers)))
-        # The training stage's own rule decides who trains and how CPU workers find each other.
+        # The training stage's own rule decides who trains and how the trainers find each other.
         from payload.training import strategy
 
-        trainers = strategy.training_workers(hardware, n)
+        engine = config.train.engine
+        trainers = strategy.training_workers(hardware, n, engine)
         addresses = [f"{w.address}:{w.coordination_port}" for w in workers]
-        pod = strategy.fleet_strategy(hardware, n) is strategy.StrategyKind.TPU_POD
+        servers = strategy.serves_tpu_runtime(hardware, n, engine)
         commands = []
         for index in trainers:
             extra: tuple[tuple[str, str], ...] = ()
-            if pod:  # the driver reaches every host's TPU server, no TPU API needed
+            if servers:  # the driver reaches every host's TPU server, no TPU API needed
                 extra = ((strategy.TPU_WORKERS_ENV, strategy.tpu_workers(addresses)),)
+            elif len(trainers) > 1 and engine == strategy.JAX:  # one program, worker 0 joins them
+                extra = ((strategy.JAX_COORDINATOR_ENV, strategy.jax_coordinator(addresses)),)
             elif len(trainers) > 1:  # several trainers: MultiWorkerMirroredStrategy
                 extra = (("TF_CONFIG", strategy.tf_config(addresses, index)),)
             # Always the full count: on a pod slice worker 0 drives all n hosts.
@@ -347,7 +354,7 @@ def build_plan(
         services = tuple(
             Command(worker=w.index, argv=(environment.python, "-m", "payload.cloud.tpu_server"),
                     env=base_env)
-            for w in workers) if pod else ()
+            for w in workers) if servers else ()
         steps.append(Step(name=Stage.TRAIN.value, commands=tuple(commands), services=services))
     if Stage.EXPORT in wanted:
         steps.append(Step(name=Stage.EXPORT.value, commands=(stage(Stage.EXPORT, 0, None),)))

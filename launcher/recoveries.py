@@ -12,7 +12,6 @@ Written by the launcher (`train --auto-resume`), which sees output_dir as the wo
 from __future__ import annotations
 
 import json
-import re
 import time
 
 from payload.core import layout, storage
@@ -30,13 +29,10 @@ def history(output_dir: str) -> list[dict]:
 
 
 def newest_checkpoint_step(output_dir: str) -> int | None:
-    """The step of the newest checkpoint (TensorFlow's index file names it), or None."""
-    index = storage.join(layout.checkpoints_dir(output_dir), "checkpoint")
-    if not storage.exists(index):
-        return None
-    found = re.search(r'^model_checkpoint_path: ".*?ckpt-(\d+)"', storage.read_text(index),
-                      re.MULTILINE)
-    return int(found.group(1)) if found else None
+    """The step of the newest checkpoint, whichever engine wrote it, or None."""
+    from payload.training.checkpoints import newest_step
+
+    return newest_step(output_dir)
 
 
 def has_checkpoint(output_dir: str) -> bool:

@@ -15,7 +15,8 @@ What "exactly" means per stage:
   (no leftovers), the same evaluation steps, and the same values of every checkpointed
   variable (weights and optimizer state; a resumed run sees the batches an uninterrupted one
   would). logs/tensorboard is left out: a resumed run adds an events file, which TensorBoard
-  merges.
+  merges. The same for the JAX engine, whose checkpoints are Orbax step folders (the same
+  folders and arrays; Orbax names its data files by content hashes and stamps its metadata).
 - export: while killed, model/ is the old model or the new one (never neither); after the
   rerun, the same files with byte-identical weights as the uninterrupted export, and it loads
   with transformers.
@@ -41,7 +42,7 @@ from tests.conftest import base_config, payload_env
 pytestmark = pytest.mark.slow
 
 SEED = 20240508
-POINTS = {"prepare": 12, "train": 5, "export": 6}
+POINTS = {"prepare": 12, "train": 5, "export": 6, "jax-train": 5}
 TRAIN = {"steps": 4, "batch_size": 8, "learning_rate": 1e-3, "checkpoint_every": 2,
          "eval_every": 2, "eval_batches": 1}
 # Paths and hosts differ between runs; everything else must match.
@@ -65,11 +66,13 @@ class World:
         self.changes: dict[str, int] = {}
 
     def config(self, name: str) -> Path:
+        """The run's config; a run whose name starts with `jax` trains on the JAX engine."""
+        engine = "jax" if name.startswith("jax") else "tensorflow"
         raw = base_config(self.root / "runs" / name, self.corpus,
                           data={"records_per_shard": 60},
                           model={"family": "gpt2", "hidden_size": 32, "num_layers": 1,
                                  "num_heads": 2, "intermediate_size": 64, "dropout": 0.0},
-                          train=TRAIN)
+                          train={**TRAIN, "engine": engine})
         path = self.root / "configs" / f"{name}.yaml"
         path.write_text(yaml.safe_dump(raw))
         return path
@@ -231,6 +234,55 @@ def test_train_killed_at_seeded_points_reruns_to_the_final_step(world):
             == evals, point
         assert world.outside("victim") == before, point
     print(f"train: killed at {chosen} of {world.changes['train']} changes")
+
+
+def _orbax_variables(out: Path) -> dict:
+    """Every array of the newest Orbax step folder (weights, optimizer state, step count)."""
+    import jax
+    import numpy as np
+    import orbax.checkpoint as ocp
+
+    newest = max(int(p.name) for p in (out / "checkpoints").iterdir() if p.name.isdigit())
+    tree = ocp.StandardCheckpointer().restore(out / "checkpoints" / str(newest) / "default")
+    return {jax.tree_util.keystr(k): np.asarray(v)
+            for k, v in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+def test_jax_train_killed_at_seeded_points_reruns_to_the_final_step(world):
+    pytest.importorskip("orbax.checkpoint")
+    import numpy as np
+
+    from payload.engines import engine_for
+
+    world.copy("prep", "jax-trained")
+    changes, log = world.count_changes("train", "jax-trained")
+    reference = world.out("jax-trained")
+    reference_weights = weights(log)
+    folders = sorted(p.name for p in (reference / "checkpoints").iterdir())
+    evals = [e["step"] for e in json.loads((reference / "metrics.json").read_text())["evals"]]
+    assert engine_for("jax").newest_step(str(reference)) == 4 and "4" in folders
+    wanted = _orbax_variables(reference)
+    chosen = points("jax-train", changes)
+    for point in chosen:
+        out = world.copy("prep", "jax-victim")
+        before = world.outside("jax-victim")
+        kill(world, "train", "jax-victim", point)
+        proc = world.run("train", "jax-victim", "--resume")
+        if proc.returncode != 0:  # killed before its first checkpoint: the user starts it again
+            assert proc.returncode == 2 and "no checkpoint" in proc.stderr, (point, proc.stderr)
+            proc = world.ok("train", "jax-victim")
+            assert weights(proc.stdout) == reference_weights, point
+        assert engine_for("jax").newest_step(str(out)) == 4, point
+        assert json.loads((out / "metrics.json").read_text())["final"]["step"] == 4, point
+        assert sorted(p.name for p in (out / "checkpoints").iterdir()) == folders, point
+        got = _orbax_variables(out)
+        assert sorted(got) == sorted(wanted), point
+        for name, value in wanted.items():
+            np.testing.assert_array_equal(got[name], value, err_msg=f"{name} at {point}")
+        assert [e["step"] for e in json.loads((out / "metrics.json").read_text())["evals"]] \
+            == evals, point
+        assert world.outside("jax-victim") == before, point
+    print(f"jax train: killed at {chosen} of {changes} changes")
 
 
 def test_export_killed_at_seeded_points_leaves_a_model_and_reruns_to_the_same(world):

@@ -172,6 +172,27 @@ def test_up_train_down_on_a_stand_in_pod_slice(cloud, fleet, tmp_path, tpuctl_ho
     assert twice.exit_code == 0, twice.output
 
 
+def test_a_jax_run_on_the_stand_in_pod_slice_trains_on_every_host(cloud, fleet, tmp_path,
+                                                                   tpuctl_home, monkeypatch):
+    """train.engine: jax: no TPU servers, no driver host: every host runs the train stage, each
+    told worker 0's coordinator."""
+    config = gcp_config(tmp_path, fleet)
+    raw = yaml.safe_load(config.read_text())
+    raw["train"]["engine"] = "jax"
+    config.write_text(yaml.safe_dump(raw))
+    assert _invoke("up", "-c", config).exit_code == 0
+    monkeypatch.setenv(STAGE_ENTRY_ENV, str(install_stub(
+        fleet.shared / tmp_path.name[:40] / "stub", {"report_env": ["TPUCTL_JAX_COORDINATOR"]})))
+    trained = _invoke("train", "-c", config, "--stages", "train")
+    assert trained.exit_code == 0, trained.output
+    assert "worker-0 | train 0/2" in trained.output and "worker-1 | train 1/2" in trained.output
+    assert "no TPU to serve here" not in trained.output
+    coordinators = {line.rsplit("=", 1)[1] for line in trained.output.splitlines()
+                    if "train sees TPUCTL_JAX_COORDINATOR=" in line}
+    assert len(coordinators) == 1 and next(iter(coordinators)).startswith(f"{fleet.hosts[0]}:")
+    assert _invoke("down", "-c", config).exit_code == 0
+
+
 def test_a_recreated_tpu_gets_new_addresses_and_keys_and_old_jobs_are_gone(
         cloud, fleet, tmp_path, tpuctl_home, monkeypatch):
     config = gcp_config(tmp_path, fleet)

@@ -197,7 +197,7 @@ def test_exported_model_loads_from_a_copy(runs, gcs_sandbox, tmp_path):
     note = json.loads((copy / "tpuctl_export.json").read_text())
     assert note["checkpoint"] == f"{GS_OUT}/checkpoints/ckpt-6"
     # The copy holds the weights the resumed training on gs:// finished with.
-    from payload.training.train import weights_digest
+    from payload.engines.tensorflow.trainer import weights_digest
 
     model = TFAutoModelForCausalLM.from_pretrained(str(copy), use_safetensors=False)
     assert weights_digest(model) == DIGEST.findall(gs.stdout["resume"])[-1][1]

@@ -116,6 +116,31 @@ def test_tpu_pod_trains_on_worker_zero_after_freeing_every_host():
     assert "TF_CONFIG" not in dict(train.commands[0].env)
 
 
+def test_jax_cpu_workers_all_train_joined_through_worker_zeros_port():
+    p = plan(3, cfg=config(train={**RAW["train"], "engine": "jax"}))
+    train = p.steps[2]
+    assert train.workers == (0, 1, 2)
+    for worker in range(3):
+        env = dict(train.command_for(worker).env)
+        assert "TF_CONFIG" not in env
+        assert env["TPUCTL_JAX_COORDINATOR"] == "10.0.0.2:29477"  # worker 0's, for every one
+    # Only the coordinator listens: worker 0's port is checked free, the others' are not used.
+    assert [p.agent_plan(w)["coordination_port"] for w in range(3)] == [29477, None, None]
+    assert "TPUCTL_JAX_COORDINATOR" not in dict(plan(1, cfg=config(
+        train={**RAW["train"], "engine": "jax"})).steps[2].commands[0].env)
+
+
+def test_a_jax_pod_slice_trains_on_every_host_without_tpu_servers():
+    p = plan(4, POD, cfg=config(cluster=GCP, train={**RAW["train"], "engine": "jax"}))
+    assert [s.name for s in p.steps] == ["tokenizer", "prepare", "free-tpu", "train", "export"]
+    train = p.steps[3]
+    assert train.workers == (0, 1, 2, 3) and train.services == ()
+    assert train.command_for(3).argv[-4:] == ("--worker-index", "3", "--num-workers", "4")
+    env = dict(train.command_for(3).env)
+    assert env["TPUCTL_JAX_COORDINATOR"] == "10.0.0.2:29477"
+    assert "TPUCTL_TPU_WORKERS" not in env and "TF_CONFIG" not in env
+
+
 def _holder(cwd, device, *, record=None, ended=False):
     """A process holding `device` open. With `record` (a job folder under cwd), its group is
     recorded as tpuctl records a job's (payload.jobs.groups); with `ended` too, the job's leader

@@ -140,7 +140,7 @@ def test_worker_index_out_of_range_is_refused():
 
 def test_cpu_plan_builds_the_default_strategy():
     tf = pytest.importorskip("tensorflow")
-    from payload.training.strategy import build_strategy
+    from payload.engines.tensorflow.distribute import build_strategy
 
     strategy = build_strategy(plan_strategy(ClusterFacts(hardware=CPU, num_workers=1)))
     assert strategy is tf.distribute.get_strategy()
@@ -168,7 +168,7 @@ def test_pod_driver_reaches_the_hosts_servers_listed_by_the_launcher():
 
 def test_no_tpu_is_an_error_unless_the_tpu_api_is_a_stand_in():
     tf = pytest.importorskip("tensorflow")
-    from payload.training.strategy import build_strategy
+    from payload.engines.tensorflow.distribute import build_strategy
 
     real = plan_strategy(cluster_facts(tpu(), worker_index=0, num_workers=1, environ={}))
     with pytest.raises(UserError, match="no TPU found on this worker"):
@@ -183,6 +183,8 @@ def test_no_tpu_is_an_error_unless_the_tpu_api_is_a_stand_in():
 def test_a_pod_driver_waits_for_its_servers_then_says_which_one_is_missing(monkeypatch):
     import socket
 
+    from payload.engines.tensorflow import distribute
+
     listening = socket.socket()
     listening.bind(("127.0.0.1", 0))
     listening.listen()
@@ -191,7 +193,41 @@ def test_a_pod_driver_waits_for_its_servers_then_says_which_one_is_missing(monke
     dead_port = closed.getsockname()[1]
     closed.close()
     alive = f"127.0.0.1:{listening.getsockname()[1]}"
-    strategy.wait_for_servers(f"grpc://{alive}", timeout_s=5)
+    distribute.wait_for_servers(f"grpc://{alive}", timeout_s=5)
     with pytest.raises(UserError, match=f"127.0.0.1:{dead_port} did not start"):
-        strategy.wait_for_servers(f"grpc://{alive},grpc://127.0.0.1:{dead_port}", timeout_s=1)
+        distribute.wait_for_servers(f"grpc://{alive},grpc://127.0.0.1:{dead_port}", timeout_s=1)
     listening.close()
+
+
+def jax_facts(hardware=CPU, *, index: int = 0, workers: int = 2, **environ) -> ClusterFacts:
+    return cluster_facts(hardware, worker_index=index, num_workers=workers, engine="jax",
+                         environ=environ)
+
+
+def test_every_jax_host_trains_and_process_zero_is_the_chief():
+    coordinator = {strategy.JAX_COORDINATOR_ENV: "10.0.0.2:8476"}
+    for hardware in (CPU, tpu("v4-32")):
+        plans = [plan_strategy(jax_facts(hardware, index=i, workers=4, **coordinator))
+                 for i in range(4)]
+        assert all(p.runs_training and p.coordinator == "10.0.0.2:8476" for p in plans)
+        assert [p.is_chief for p in plans] == [True, False, False, False]
+        assert [p.process_id for p in plans] == [0, 1, 2, 3] and plans[0].num_processes == 4
+        assert training_workers(hardware, 4, "jax") == [0, 1, 2, 3]
+        assert not strategy.serves_tpu_runtime(hardware, 4, "jax")
+    assert strategy.serves_tpu_runtime(tpu("v4-32"), 4, "tensorflow")
+    alone = plan_strategy(jax_facts(workers=1))
+    assert alone.kind is StrategyKind.CPU and alone.coordinator is None and alone.env == {}
+
+
+def test_jax_workers_without_their_coordinator_are_refused():
+    with pytest.raises(UserError, match="TPUCTL_JAX_COORDINATOR"):
+        plan_strategy(jax_facts(workers=2))
+
+
+def test_jax_keeps_tensorflow_off_the_tpu_and_runs_on_the_cpu_with_the_stand_in():
+    real = plan_strategy(jax_facts(tpu(), workers=1))
+    assert real.env == {"TPU_LOAD_LIBRARY": "0"}
+    assert real.steps_per_execution == TPU_STEPS_PER_EXECUTION
+    stand_in = plan_strategy(jax_facts(tpu(), workers=1,
+                                       TPUCTL_TPU_API_ENDPOINT="http://127.0.0.1:1"))
+    assert stand_in.env == {"TPU_LOAD_LIBRARY": "0", "JAX_PLATFORMS": "cpu"}

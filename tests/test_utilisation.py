@@ -37,22 +37,21 @@ def test_cpu_probe_measures_a_plausible_peak():
 
 
 def test_tpu_hardware_without_a_tpu_strategy_is_measured_as_cpu(tmp_path):
-    import tensorflow as tf
-
     out = make_run_dir(tmp_path, "gpt2")
     config = run_config(out, "gpt2")
     from payload.training.model import model_config
     from payload.training.train import check_inputs
 
     inputs = check_inputs(config)
-    meter = meter_for(config, inputs.hf_config, tf.distribute.get_strategy(),
-                      Hardware.tpu("v4-8", "stand-in"))
+    # A TPU fleet whose engine fell back to the CPU (the TPU API stand-in) measures the CPU.
+    meter = meter_for(config, inputs.hf_config, Hardware.tpu("v4-8", "stand-in"), devices=1,
+                      drives_tpu=False)
     assert meter.device == "process" and meter.devices == 1
     assert meter.peak_source.startswith("CPU probe")
     # The FLOPs are the run plan's for the model the stage built.
     hf = model_config(config.model, vocab=inputs.vocab, seq_len=config.data.seq_len)
     assert meter.flops_per_step == runplan.row_flops(config, hf.to_dict()).total * 16
-    assert meter_for(config, inputs.hf_config, tf.distribute.get_strategy(), CPU).device == (
+    assert meter_for(config, inputs.hf_config, CPU, devices=1, drives_tpu=False).device == (
         "process")
 
 

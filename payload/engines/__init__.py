@@ -1,7 +1,8 @@
 """The training engines and the one seam the stages reach them through (`train.engine`).
 
     engine = engine_for(config.train.engine)        # "tensorflow" or "jax"; imports no framework
-    trainer = engine.trainer(config, inputs, plan=..., hardware=..., meter=...)   # train stage
+    trainer = engine.trainer(config, inputs, plan)  # the train stage's model, steps, checkpoints
+    engine.newest_step(output_dir)                  # the launcher's and agent's question, no framework
     weights = engine.trained_weights(config, hf_config)   # export stage: restored, nothing written
     weights.write(staging_folder)                         # model.safetensors (+ tf_model.h5)
 
@@ -42,6 +43,51 @@ class TrainedWeights(Protocol):
         and, where transformers' TF classes import, `tf_model.h5`."""
 
 
+class Trainer(Protocol):
+    """One engine's side of the train stage: the model, its optimizer, the compiled steps over
+    the shared input pipeline, and its checkpoints. The shared loop (payload.training.train)
+    decides when to train, evaluate, report, save and stop; a trainer only does it."""
+
+    replicas: int  # data-parallel replicas (metrics.json's "replicas")
+    devices: int  # what the meter divides throughput by: TPU chips, or CPU training processes
+    drives_tpu: bool  # computes on TPU chips (the meter's peak is then the accelerator table's)
+    latest: str | None  # the newest checkpoint (a path, for messages), None before the first
+    init_source: str | None  # the file model.init_from's weights came from, once started
+
+    def start(self, *, resume: bool) -> int:
+        """Restore the newest checkpoint (resume) or set model.init_from's weights (else the
+        seeded initial ones stay); returns the step: the optimizer's update count."""
+
+    def open_train(self, start_batch: int) -> None:
+        """Start the training input at global batch `start_batch` (exact resume)."""
+
+    def train_chunk(self, num_steps: int) -> tuple[float, int]:
+        """Train `num_steps` steps: (the sum of their finite losses, the index in the chunk of
+        the first step whose loss was not finite, or -1)."""
+
+    def evaluate(self, num_batches: int) -> tuple[float, float, float]:
+        """(summed cross-entropy, predicted tokens, correct predictions) over the first
+        `num_batches` global batches of the validation split, the same ones every time."""
+
+    def save(self, step: int) -> None:
+        """Write a checkpoint of step `step` (every training process takes part)."""
+
+    def learning_rate(self, step: int) -> float:
+        """The rate the optimizer applied at step `step` (1-based)."""
+
+    def anyone(self, flag: bool) -> bool:
+        """Whether any training process says `flag` (all of them call it at the same step)."""
+
+    def weights_digest(self) -> str:
+        """A short hash of every weight: the same on every process of a run in sync."""
+
+    def close(self) -> None:
+        """Release the checkpoint writer and scratch files."""
+
+    def leave(self) -> None:
+        """End a multi-process run together (a barrier, then exit); returns at once otherwise."""
+
+
 class Engine(Protocol):
     """What a stage asks of an engine."""
 
@@ -53,13 +99,18 @@ class Engine(Protocol):
         """The newest complete checkpoint in output_dir/checkpoints/, restored (a UserError
         when there is none); writes nothing."""
 
-    def checkpoint_written(self, relative: str) -> bool:
-        """Whether a path under checkpoints/ is one of this engine's checkpoint files (what a
-        fresh start may remove there, with tpuctl's own run.json/schedule.json/marker)."""
+    def checkpoint_files(self, names: list[str]) -> list[str]:
+        """Which of these paths under checkpoints/ are this engine's checkpoint files (what a
+        fresh start may remove there, beside tpuctl's own), in the order to remove them: the
+        files that make a checkpoint count (an index, a commit marker) first."""
 
-    def has_checkpoint(self, output_dir: str) -> bool:
-        """Whether checkpoints/ holds at least one complete checkpoint of this engine (without
-        importing the framework: the launcher's pre-flight asks)."""
+    def newest_step(self, output_dir: str) -> int | None:
+        """The step of the newest complete checkpoint in output_dir/checkpoints/ (None without
+        one), read without importing the framework: the launcher's pre-flight asks."""
+
+    def trainer(self, config, inputs, plan) -> Trainer:
+        """This engine's trainer for a checked run (payload.training.train.RunInputs) under a
+        strategy plan (payload.training.strategy.StrategyPlan). Imports the framework."""
 
 
 def engine_for(name: str | None) -> Engine:
@@ -83,3 +134,7 @@ def sharding_plan(name: str | None, num_params: int, *, num_devices: int,
     return importlib.import_module(module).plan_sharding(
         num_params, num_devices=num_devices, hbm_bytes_per_chip=hbm_bytes_per_chip,
         optimizer=optimizer, where=where)
+
+
+def all_engines() -> list[Engine]:
+    return [engine_for(name) for name in ENGINES]

@@ -11,7 +11,8 @@ ends short of SIGKILL, and ends the job if another run takes the lock over. Ever
 the job to train.max_hours / max_cost from its first step to its last, and its stages die
 with it (PR_SET_PDEATHSIG). Before training, a worker that listens for the others checks that
 its coordination port is free. Standard library only (plus payload.core.storage for gs://, and
-payload's budget and progress readers), since it runs with whatever Python the worker has.
+payload's budget, progress and checkpoint readers), since it runs with whatever Python the worker
+has.
 """
 
 from __future__ import annotations
@@ -393,9 +394,16 @@ def stop_words(job_dir: Path, plan: dict, stage: str) -> str:
     index = storage.join(layout.checkpoints_dir(plan["output_dir"]), "checkpoint")
     try:
         found = _CHECKPOINT.search(storage.read_text(index)) if storage.exists(index) else None
+        if found:
+            return words + f" (checkpoint {found.group(1)})"
+        # Another engine's checkpoints (the JAX engine's Orbax step folders), by their step.
+        from payload.training.checkpoints import newest_step
+
+        newest = newest_step(plan["output_dir"])
     except Exception:  # a stop must not fail over a checkpoint it cannot read
-        found = None
-    return words + (f" (checkpoint {found.group(1)})" if found else " (no checkpoint yet)")
+        newest = None
+    return words + (f" (checkpoint of step {newest})" if newest is not None
+                    else " (no checkpoint yet)")
 
 
 def run(plan_path: str) -> int:

@@ -1,22 +1,17 @@
-"""Training checkpoints under `output_dir/checkpoints/`, local or `gs://`, and the resume guard.
+"""The rules of `output_dir/checkpoints/`, whichever engine writes it, and the resume guard.
 
-    check_resume(output_dir, identity, resume=True, overwrite=False)  # refuses a changed model
-    ckpts = Checkpoints(output_dir, model=model, optimizer=optimizer, keep=3, is_chief=True,
-                        resume=True)
-    ckpts.restore_latest(); ...; ckpts.save(step)
+    check_start(output_dir, resume=True, overwrite=False, engine="jax")  # no framework needed
+    check_resume(output_dir, identity)      # then: refuses a changed model or tokenizer
+    start_fresh(output_dir, identity)       # clears an earlier run's files, records run.json
 
-TensorFlow's CheckpointManager writes a checkpoint's files first and only then replaces the
-small `checkpoint` index file (atomically): a crash mid-save leaves the index pointing at the
-previous checkpoint, which stays intact. The step is the optimizer's own update counter, saved
-with it, so the learning-rate schedule resumes exactly where it stopped. Under several workers
-every worker takes part in a save (the variables may need a collective read) but only the chief
-writes to the shared folder; the others write to a scratch folder and delete it.
-
-The folder itself is complete (storage's `.tpuctl-complete` marker) once a fresh run has
-cleared an earlier run's files and recorded what its checkpoints are made from (`run.json`);
-resume and export require the marker, so a clearing cut short is never mistaken for a run.
-A fresh start removes only the files TensorFlow's checkpoints and tpuctl write there, and
-names them first.
+Each engine writes its own checkpoint format there (payload.engines: TensorFlow's
+CheckpointManager files, Orbax step folders); the rules around them are these, written once.
+The folder is complete (storage's `.tpuctl-complete` marker) once a fresh run has cleared an
+earlier run's files and recorded what its checkpoints are made from (`run.json`: model,
+tokenizer, family and engine); resume and export require the marker, so a clearing cut short is
+never mistaken for a run. A fresh start removes only checkpoint files of tpuctl's engines and
+tpuctl's own files, and names them first. A resume continues only the engine that wrote the
+checkpoints.
 """
 
 from __future__ import annotations
@@ -24,46 +19,27 @@ from __future__ import annotations
 import json
 import logging
 import re
-import shutil
-import tempfile
 
 from payload.core import layout, storage
 from payload.core.errors import UserError
+from payload.engines import DEFAULT, all_engines, engine_for
+
+# The export stage (TensorFlow) reads TF checkpoints through these names.
+from payload.engines.tensorflow.checkpoints import INDEX, latest_checkpoint  # noqa: F401
 
 IDENTITY = layout.RUN_IDENTITY
-INDEX = "checkpoint"
 log = logging.getLogger(__name__)
 
-# What TensorFlow's CheckpointManager ("ckpt" prefix) and this module write in the folder:
-# the index and its atomic-write temporaries, each checkpoint's index and data files and
-# their temporaries, the sharded save's `_temp` folder, run.json, the training schedule
-# (train.py), the marker, storage temps.
-_WRITTEN = re.compile(
-    r"^(?:checkpoint(?:\.tmp[0-9a-f]{32})?"
-    r"|ckpt-\d+(?:_temp/part-\d+-of-\d+)?\.(?:index|data-\d+-of-\d+)(?:\.tempstate\d+)?"
-    r"|(?:run|schedule)\.json|" + re.escape(layout.COMPLETE)
+# What tpuctl itself writes in the folder: run.json, the training schedule (train.py), the
+# marker, and storage's temporaries of each.
+_OWN = re.compile(
+    r"^(?:(?:run|schedule)\.json|" + re.escape(layout.COMPLETE)
     + r"|\.tmp-[^/]+-(?:run\.json|schedule\.json|" + re.escape(layout.COMPLETE) + r"))$"
 )
 
 
-def written_by_training(relative: str) -> bool:
-    """Whether a path under checkpoints/ is one that training writes (the only files a fresh
-    start may remove there)."""
-    return bool(_WRITTEN.match(relative.replace("\\", "/")))
-
-
 def checkpoint_dir(output_dir: str) -> str:
     return layout.checkpoints_dir(output_dir)
-
-
-def latest_checkpoint(output_dir: str) -> str | None:
-    """The newest checkpoint of a complete folder (None without one)."""
-    import tensorflow as tf
-
-    directory = checkpoint_dir(output_dir)
-    if not (storage.exists(storage.join(directory, INDEX)) and storage.is_complete(directory)):
-        return None
-    return tf.train.latest_checkpoint(directory)
 
 
 def _earlier_run(directory: str) -> UserError:
@@ -90,93 +66,80 @@ def check_flags(*, resume: bool, overwrite: bool) -> None:
                         "checkpoints, --overwrite removes them)", hint="pass one of them")
 
 
-def check_start(output_dir: str, *, resume: bool, overwrite: bool) -> None:
-    """The same refusals as `check_resume`, from the checkpoint index and marker alone (no
-    TensorFlow): what the launcher checks before it starts anything."""
+def read_identity(output_dir: str) -> dict | None:
+    path = layout.run_identity_path(output_dir)
+    return json.loads(storage.read_text(path)) if storage.exists(path) else None
+
+
+def recorded_engine(output_dir: str) -> str | None:
+    """The engine the checkpoints were written by, as run.json records it (runs from before
+    engines were recorded were TensorFlow's); None without a run.json."""
+    identity = read_identity(output_dir)
+    return None if identity is None else identity.get("engine", DEFAULT)
+
+
+def newest_step(output_dir: str) -> int | None:
+    """The step of the newest checkpoint, whichever engine wrote it (no framework)."""
+    steps = [s for s in (e.newest_step(output_dir) for e in all_engines()) if s is not None]
+    return max(steps) if steps else None
+
+
+def check_start(output_dir: str, *, resume: bool, overwrite: bool,
+                engine: str = DEFAULT) -> None:
+    """Refuse to mix runs, from the checkpoint files, the marker and run.json alone (no
+    TensorFlow, no JAX; the launcher checks it before it starts anything, the stage before it
+    writes anything): a resume needs a complete checkpoint of the same engine, and a
+    fresh start must not silently bury an earlier run's checkpoints."""
     check_flags(resume=resume, overwrite=overwrite)
     directory = checkpoint_dir(output_dir)
     storage.check_no_link(output_dir, directory)  # training writes and deletes in it
-    present = storage.exists(storage.join(directory, INDEX))
+    present = newest_step(output_dir) is not None
     if not resume and present and not overwrite:
         raise _earlier_run(directory)
     if resume and not present:
         raise _nothing_to_resume(directory)
     if resume and not storage.is_complete(directory):
         raise incomplete(directory, "--resume")
+    if resume:
+        written_by = recorded_engine(output_dir)
+        if written_by not in (None, engine):
+            raise UserError(
+                f"--resume: the checkpoints in {directory} were written by the {written_by} "
+                f"engine, but train.engine is {engine}",
+                hint=f"set train.engine: {written_by} to continue them, or start again with "
+                "--overwrite")
+        if engine_for(engine).newest_step(output_dir) is None:
+            raise _nothing_to_resume(directory)
 
 
-def check_resume(output_dir: str, identity: dict, *, resume: bool, overwrite: bool) -> None:
-    """Refuse to mix runs: a resume needs a checkpoint made from the same model and tokenizer,
-    and a fresh start must not silently bury an earlier run's checkpoints."""
-    check_start(output_dir, resume=resume, overwrite=overwrite)
-    directory = checkpoint_dir(output_dir)
-    if not resume:
-        return
-    if latest_checkpoint(output_dir) is None:
-        raise _nothing_to_resume(directory)
-    path = storage.join(directory, IDENTITY)
-    if storage.exists(path):
-        saved = json.loads(storage.read_text(path))
+def check_resume(output_dir: str, identity: dict) -> None:
+    """Refuse to continue checkpoints made from another model or tokenizer (after
+    `check_start`, which refused the rest). `identity` is what run.json records for this run."""
+    saved = read_identity(output_dir)
+    if saved is not None:
+        saved.setdefault("engine", DEFAULT)
         changed = [key for key in identity if saved.get(key) != identity[key]]
         if changed:
             raise UserError(
                 f"--resume: the {' and '.join(changed)} changed since the checkpoints in "
-                f"{directory} were written",
+                f"{checkpoint_dir(output_dir)} were written",
                 hint="restore the original settings, or start again with --overwrite",
             )
 
 
 def start_fresh(output_dir: str, identity: dict) -> None:
     """Clear an earlier run's checkpoint files (named first; nothing else in the folder is
-    touched) and record what this run's are made from; the folder is then complete."""
+    touched) and record what this run's are made from; the folder is then complete. Every
+    engine's files go, not only this run's engine's: they would be an earlier run's too."""
     directory = checkpoint_dir(output_dir)
     storage.check_no_link(output_dir, directory)
-    names = [n for n in storage.list_tree(directory) if written_by_training(n)]
+    present = storage.list_tree(directory)
+    names = [n for engine in all_engines() for n in engine.checkpoint_files(present)]
+    names += [n for n in present if _OWN.match(n.replace("\\", "/"))]
     storage.clear_complete(directory)  # first: readers stop trusting the folder
     if names:
-        # The index before the files it points to, so no reader follows it to a missing file.
-        names.sort(key=lambda n: (n != INDEX, n))
         log.info("removing an earlier run's checkpoint files from %s: %s", directory,
                  ", ".join(names))
         storage.remove_owned(output_dir, [storage.join(directory, n) for n in names])
     storage.write_text(storage.join(directory, IDENTITY), json.dumps(identity, indent=1) + "\n")
     storage.mark_complete(directory, {"identity": identity})
-
-
-def read_identity(output_dir: str) -> dict | None:
-    path = layout.run_identity_path(output_dir)
-    return json.loads(storage.read_text(path)) if storage.exists(path) else None
-
-
-class Checkpoints:
-    def __init__(
-        self, output_dir: str, *, model, optimizer, keep: int, is_chief: bool, resume: bool
-    ):
-        import tensorflow as tf
-
-        self.directory = checkpoint_dir(output_dir)
-        self._scratch = None if is_chief else tempfile.mkdtemp(prefix="tpuctl-ckpt-")
-        self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
-        self.manager = tf.train.CheckpointManager(
-            self.checkpoint,
-            self._scratch or self.directory,
-            max_to_keep=keep,
-            checkpoint_name="ckpt",
-        )
-        # A fresh run's chief may be clearing the folder right now: only a resume looks.
-        self.latest = latest_checkpoint(output_dir) if resume else None
-
-    def restore_latest(self) -> bool:
-        if self.latest is None:
-            return False
-        self.checkpoint.restore(self.latest).assert_existing_objects_matched()
-        return True
-
-    def save(self, step: int) -> None:
-        storage.note_change("checkpoint", f"{self.directory}/ckpt-{step}")
-        self.manager.save(checkpoint_number=step)
-        self.latest = self.manager.latest_checkpoint
-
-    def close(self) -> None:
-        if self._scratch:
-            shutil.rmtree(self._scratch, ignore_errors=True)

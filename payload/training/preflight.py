@@ -6,7 +6,7 @@
 The stages make the same checks themselves on the workers; this runs them early where the
 launcher sees what the workers see (local workers share its disk and credentials), so user
 mistakes are one line each, all at once, and exit status 2 with nothing shipped, started or
-written. No TensorFlow.
+written. No TensorFlow, no JAX.
 """
 
 from __future__ import annotations
@@ -70,7 +70,8 @@ def check_before_start(config: RunConfig, *, stages: Collection[Stage], resume: 
         passes(check_model_config_file, config.model.config, config.model.family,
                seq_len=config.data.seq_len)
     if Stage.TRAIN in stages and output_dir_ok and flags_ok:
-        passes(checkpoints.check_start, config.output_dir, resume=resume, overwrite=overwrite)
+        passes(checkpoints.check_start, config.output_dir, resume=resume, overwrite=overwrite,
+               engine=config.train.engine)
     if len(problems) == 1:
         raise problems[0]
     if problems:

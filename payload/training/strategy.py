@@ -3,7 +3,9 @@
     hardware = Hardware.parse("tpu/v4-32/my-run")          # what `--hardware` says
     plan = plan_strategy(cluster_facts(hardware, worker_index=0, num_workers=4))
     plan.kind, plan.tpu, plan.env, training_workers(hardware, 4)      # pure, unit-tested
-    strategy = build_strategy(plan)                                   # the side effect
+
+The engines make the plan real (payload.engines.tensorflow.distribute.build_strategy); this
+module imports no framework, so the launcher plans with it too.
 
 The launcher's provider says what the fleet is (`Hardware`: CPU hosts, or a TPU node and its
 type); it never says which provider it is. Four kinds of run follow from that:
@@ -15,6 +17,9 @@ type); it never says which provider it is. Four kinds of run follow from that:
 - one CPU process: the default strategy;
 - N CPU processes: MultiWorkerMirroredStrategy from `TF_CONFIG`, which the caller (the launcher's
   local mode, or an SSH cluster) sets with every worker's address.
+With `train.engine: jax` every host trains, one process each of one program (no driver, no TPU
+servers), joined through process 0's coordinator (`TPUCTL_JAX_COORDINATOR`, set by the
+launcher); a CPU fleet reduces over gloo, so the multi-host path runs on a laptop too.
 """
 
 from __future__ import annotations
@@ -35,11 +40,17 @@ TPU_WORKERS_ENV = "TPUCTL_TPU_WORKERS"
 TPU_STEPS_PER_EXECUTION = 100
 
 
+# A multi-process JAX run's coordinator, "HOST:PORT" (worker 0's per-job coordination port),
+# set by the launcher's plan on every worker as TF_CONFIG is for TensorFlow's CPU workers.
+JAX_COORDINATOR_ENV = "TPUCTL_JAX_COORDINATOR"
+TENSORFLOW, JAX = "tensorflow", "jax"  # train.engine's values that change the plan
+
+
 class StrategyKind(enum.Enum):
     TPU_HOST = "tpu-host"  # single-host TPU VM
-    TPU_POD = "tpu-pod"  # multi-host pod slice, driven from worker 0
+    TPU_POD = "tpu-pod"  # multi-host pod slice (TensorFlow: driven from worker 0)
     CPU = "cpu"  # one process, default strategy
-    CPU_MULTI_WORKER = "cpu-multi-worker"  # MultiWorkerMirroredStrategy over TF_CONFIG
+    CPU_MULTI_WORKER = "cpu-multi-worker"  # TensorFlow: MultiWorkerMirroredStrategy; JAX: gloo
 
 
 class Device(str, enum.Enum):
@@ -118,6 +129,9 @@ class ClusterFacts:
     tpu_workers: str | None = None  # TPUCTL_TPU_WORKERS: the slice's grpc:// endpoints
     stand_in: bool = False  # the TPU API is a stand-in: no TPU here, train on the CPU
     libtpu: str | None = None  # this environment's libtpu.so, when the libtpu package is there
+    engine: str = TENSORFLOW  # train.engine
+    jax_coordinator: str | None = None  # TPUCTL_JAX_COORDINATOR: process 0's HOST:PORT
+    tpu_present: bool = False  # this host has TPU device files
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,11 +143,17 @@ class StrategyPlan:
     steps_per_execution: int = 1
     is_chief: bool = True  # writes checkpoints, logs, metrics and the export
     stand_in: bool = False  # no TPU to be found is expected: fall back to the CPU
+    # JAX: every training host is one process of one program; process 0 serves `coordinator`.
+    coordinator: str | None = None
+    num_processes: int = 1
+    process_id: int = 0
 
 
 def plan_strategy(facts: ClusterFacts) -> StrategyPlan:
     check_share(facts.worker_index, facts.num_workers)
     kind = fleet_strategy(facts.hardware, facts.num_workers)
+    if facts.engine == JAX:
+        return _jax_plan(facts, kind)
     if kind is StrategyKind.TPU_HOST:
         # Google's TF release CI runs a single-host TPU through TensorFlow's pluggable-device C
         # API, pointed at the pip-installed libtpu (ml-auto-solutions dags/solutions_team/
@@ -160,6 +180,38 @@ def plan_strategy(facts: ClusterFacts) -> StrategyPlan:
         return StrategyPlan(kind=kind, runs_training=True)
     task = _tf_config_task(facts.tf_config, facts.num_workers)
     return StrategyPlan(kind=kind, runs_training=True, is_chief=task == 0)
+
+
+def _jax_plan(facts: ClusterFacts, kind: StrategyKind) -> StrategyPlan:
+    """JAX: every host trains, as one process of one program (no driver host, no TPU servers);
+    several hosts join through process 0's coordinator, which the launcher names."""
+    n, index = facts.num_workers, facts.worker_index
+    if n > 1 and not facts.jax_coordinator:
+        raise UserError(
+            f"{n} JAX workers need {JAX_COORDINATOR_ENV} (worker 0's HOST:PORT)",
+            hint="run through `tpuctl train`, which sets it on every worker",
+        )
+    on_tpu = kind in (StrategyKind.TPU_HOST, StrategyKind.TPU_POD)
+    env = {}
+    if on_tpu:
+        # TensorFlow is only JAX's input library here: it must not load libtpu and hold the
+        # chips JAX computes on.
+        env["TPU_LOAD_LIBRARY"] = "0"
+        if facts.stand_in and not facts.tpu_present:
+            # The TPU API is a stand-in (tests): no TPU by design, JAX computes on the CPU.
+            env["JAX_PLATFORMS"] = "cpu"
+    return StrategyPlan(
+        kind=kind, runs_training=True, env=env,
+        steps_per_execution=TPU_STEPS_PER_EXECUTION if on_tpu else 1,
+        is_chief=index == 0, stand_in=facts.stand_in,
+        coordinator=facts.jax_coordinator if n > 1 else None, num_processes=n,
+        process_id=index,
+    )
+
+
+def jax_coordinator(addresses: list[str]) -> str:
+    """The TPUCTL_JAX_COORDINATOR value: worker 0's HOST:PORT (`addresses` in worker order)."""
+    return addresses[0]
 
 
 def _tf_config_task(tf_config: str | None, num_workers: int) -> int:
@@ -200,16 +252,24 @@ def tpu_workers(addresses: list[str]) -> str:
     return ",".join(f"grpc://{address}" for address in addresses)
 
 
-def training_workers(hardware: Hardware, num_workers: int) -> list[int]:
-    """Which workers run the train stage (the launcher waits on these, not on TPU servers)."""
-    if fleet_strategy(hardware, num_workers) is StrategyKind.TPU_POD:
+def training_workers(hardware: Hardware, num_workers: int,
+                     engine: str = TENSORFLOW) -> list[int]:
+    """Which workers run the train stage (the launcher waits on these, not on TPU servers):
+    every one, but worker 0 alone on a TensorFlow pod slice."""
+    if engine != JAX and fleet_strategy(hardware, num_workers) is StrategyKind.TPU_POD:
         return [0]
     return list(range(num_workers))
+
+
+def serves_tpu_runtime(hardware: Hardware, num_workers: int, engine: str = TENSORFLOW) -> bool:
+    """Whether the hosts run TPU worker servers for a driver (TensorFlow on a pod slice)."""
+    return engine != JAX and fleet_strategy(hardware, num_workers) is StrategyKind.TPU_POD
 
 
 def cluster_facts(
     hardware: Hardware, *, worker_index: int, num_workers: int,
     environ: dict[str, str] | None = None, libtpu: str | None = None,
+    engine: str = TENSORFLOW,
 ) -> ClusterFacts:
     from payload.cloud import tpu_api
 
@@ -218,7 +278,9 @@ def cluster_facts(
                         tf_config=environ.get("TF_CONFIG"),
                         tpu_workers=environ.get(TPU_WORKERS_ENV) or None,
                         stand_in=bool(environ.get(tpu_api.ENDPOINT_ENV)),
-                        libtpu=libtpu or _libtpu_library())
+                        libtpu=libtpu or _libtpu_library(), engine=engine,
+                        jax_coordinator=environ.get(JAX_COORDINATOR_ENV) or None,
+                        tpu_present=uses_tpu(hardware) and tpu_devices_present())
 
 
 def _libtpu_library() -> str | None:
@@ -233,30 +295,6 @@ def _libtpu_library() -> str | None:
     return None
 
 
-SERVER_WAIT_S = 300.0
-
-
-def wait_for_servers(tpu: str, timeout_s: float = SERVER_WAIT_S) -> None:
-    """A pod slice's driver starts with its hosts' TPU servers: wait until each one listens."""
-    import socket
-    import time
-
-    endpoints = [e.removeprefix("grpc://") for e in tpu.split(",")]
-    deadline = time.monotonic() + timeout_s
-    for endpoint in endpoints:
-        host, _, port = endpoint.rpartition(":")
-        while True:
-            try:
-                with socket.create_connection((host, int(port)), timeout=2):
-                    break
-            except OSError as exc:
-                if time.monotonic() > deadline:
-                    raise UserError(f"the TPU server at {endpoint} did not start within "
-                                    f"{timeout_s:.0f}s ({exc})",
-                                    hint="see that worker's log in output_dir/logs") from None
-                time.sleep(1.0)
-
-
 TPU_DEVICE_GLOBS = ("/dev/accel*", "/dev/vfio/[0-9]*")
 
 
@@ -265,73 +303,3 @@ def tpu_devices_present() -> bool:
     import glob
 
     return any(glob.glob(pattern) for pattern in TPU_DEVICE_GLOBS)
-
-
-def build_strategy(plan: StrategyPlan):
-    """Make the tf.distribute strategy the plan describes (TensorFlow is imported here)."""
-    for key, value in plan.env.items():
-        os.environ[key] = value
-    import tensorflow as tf
-
-    if plan.kind in (StrategyKind.TPU_HOST, StrategyKind.TPU_POD):
-        if plan.stand_in and not tpu_devices_present():
-            # The TPU API is a stand-in (tests): these workers have no TPU by design, and
-            # reaching for the slice's servers would only wait for them.
-            print("tpuctl: no TPU here and the TPU API is a stand-in: training on the CPU",
-                  flush=True)
-            return tf.distribute.get_strategy()
-        if plan.tpu and plan.tpu.startswith("grpc://"):
-            wait_for_servers(plan.tpu)
-        try:
-            resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=plan.tpu)
-            tf.config.experimental_connect_to_cluster(resolver)
-            tf.tpu.experimental.initialize_tpu_system(resolver)
-        except Exception as exc:  # TensorFlow raises several kinds here
-            if plan.stand_in:
-                # The TPU API is a stand-in (tests): these workers have no TPU by design.
-                print("tpuctl: no TPU here and the TPU API is a stand-in: training on the CPU",
-                      flush=True)
-                return tf.distribute.get_strategy()
-            raise UserError(f"no TPU found on this worker ({type(exc).__name__}: "
-                            f"{' '.join(str(exc).split())[:200]})",
-                            hint="check the TPU with `tpuctl status`; tpuctl never falls back "
-                            "to the CPU on a TPU VM") from None
-        return tf.distribute.TPUStrategy(resolver)
-    if plan.kind is StrategyKind.CPU_MULTI_WORKER:
-        return tf.distribute.MultiWorkerMirroredStrategy()
-    return tf.distribute.get_strategy()
-
-
-# How long a worker done with training waits for the others to be done too.
-END_BARRIER_S = 300.0
-# The chief hosts the coordination service: it stays this long after the last barrier so the
-# others hear that the barrier passed before it goes.
-CHIEF_LINGER_S = 1.0
-
-
-def exit_together(plan: StrategyPlan, *, timeout_s: float = END_BARRIER_S) -> None:
-    """End a multi-worker training process once every worker is done with training (other
-    kinds of run return at once).
-
-    Left to itself, a worker's TensorFlow teardown talks to the chief's coordination service
-    (heartbeats, a shutdown call): a worker still tearing down after the chief left retries it
-    over gRPC for minutes, idle, and logs `StartAbort UNAVAILABLE`; a chief still there after a
-    worker left logs "The tasks have crashed". So: a barrier through that service (every
-    worker's checkpoints, metrics and logs are written by then; nothing of the run is owed to
-    anyone after it), then every process leaves at once without the teardown, the chief a
-    moment after the others."""
-    if plan.kind is not StrategyKind.CPU_MULTI_WORKER:
-        return
-    import logging
-    import sys
-    import time
-
-    from tensorflow.python.eager import context
-
-    context.context().wait_at_barrier("tpuctl-train-end", int(timeout_s * 1000))
-    if plan.is_chief:
-        time.sleep(CHIEF_LINGER_S)
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)

@@ -4,9 +4,11 @@
     run_train(config, worker_index=0, num_workers=1, resume=False, hardware=CPU)
 
 Parse and check everything first (manifest, shards, tokenizer, sizes: a mistake is one line and
-nothing is written), then build the strategy, model and optimizer, then a custom loop whose step
-count is the optimizer's own counter, so a resumed run continues the schedule and ends at
-`train.steps` total.
+nothing is written), then let the engine (`train.engine`, payload.engines) build its model,
+optimizer and steps, then run the one loop every engine shares (`TrainingLoop`: reports,
+evaluations, checkpoints, budget stops, metrics.json, TensorBoard) whose step count is the
+optimizer's own counter, so a resumed run continues the schedule and ends at `train.steps`
+total.
 """
 
 from __future__ import annotations
@@ -26,16 +28,9 @@ from payload.core import layout, storage
 from payload.core.errors import UserError
 from payload.core.families import FAMILIES
 from payload.data import shards as records
+from payload.engines import engine_for
 from payload.training import checkpoints, progress
-from payload.training.strategy import (
-    CPU,
-    Hardware,
-    StrategyKind,
-    build_strategy,
-    cluster_facts,
-    exit_together,
-    plan_strategy,
-)
+from payload.training.strategy import CPU, Hardware, cluster_facts, plan_strategy
 
 logger = logging.getLogger(__name__)
 # Between reports (train.eval_every, checkpoint_every, at most 100 steps apart) the chief still
@@ -109,6 +104,7 @@ def check_inputs(config) -> RunInputs:
         "model": model_lib.config_fingerprint(hf_config),
         "tokenizer": fingerprint,
         "family": family,
+        "engine": config.train.engine,
     }
     return RunInputs(
         manifest=manifest,
@@ -164,12 +160,13 @@ def run_train(
     hardware: Hardware = CPU,
 ) -> None:
     checkpoints.check_flags(resume=resume, overwrite=overwrite)
+    engine = engine_for(config.train.engine)
     plan = plan_strategy(cluster_facts(hardware, worker_index=worker_index,
-                                       num_workers=num_workers))
-    # Before anything imports TensorFlow: TPU_LOAD_LIBRARY is read when it loads.
+                                       num_workers=num_workers, engine=engine.name))
+    # Before anything imports a framework: TPU_LOAD_LIBRARY is read when TensorFlow loads.
     os.environ.update(plan.env)
     # TensorFlow's own INFO chatter (sharding callbacks, collectives) would drown the step lines.
-    for noisy in ("tensorflow", "absl"):
+    for noisy in ("tensorflow", "absl", "jax", "orbax"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     # The chief speaks for training; the others say only their own lines. (Set for every run:
     # the logger outlives it, and this process may have been another worker before.)
@@ -183,18 +180,20 @@ def run_train(
         return
     storage.check_output_dir(config.output_dir)
     inputs = check_inputs(config)
-    checkpoints.check_resume(config.output_dir, inputs.identity, resume=resume, overwrite=overwrite)
+    checkpoints.check_start(config.output_dir, resume=resume, overwrite=overwrite,
+                            engine=engine.name)
+    if resume:
+        checkpoints.check_resume(config.output_dir, inputs.identity)
     if plan.is_chief:
         storage.claim_output_dir(config.output_dir)
-    strategy = build_strategy(plan)
-    check_batch_size(config.train.batch_size, strategy.num_replicas_in_sync)
+    trainer = engine.trainer(config, inputs, plan)
     from payload.training.utilisation import meter_for
 
-    meter = meter_for(config, inputs.hf_config, strategy, hardware)
+    meter = meter_for(config, inputs.hf_config, hardware, devices=trainer.devices,
+                      drives_tpu=trainer.drives_tpu)
     log(f"model FLOPs per step {meter.flops_per_step:.3g}; peak: {meter.peak_source}")
-    trainer = Trainer(config, inputs, strategy, plan, meter=meter)
-    trainer.train(resume=resume)
-    exit_together(plan)  # with the trainer (and its input iterator) still alive: see _loop
+    TrainingLoop(config, inputs, trainer, plan, meter=meter).run(resume=resume)
+    trainer.leave()  # with the trainer (and its input iterator) still alive
 
 
 def check_batch_size(batch_size: int, replicas: int) -> None:
@@ -205,28 +204,17 @@ def check_batch_size(batch_size: int, replicas: int) -> None:
         )
 
 
-class Trainer:
-    def __init__(self, config, inputs: RunInputs, strategy, plan, meter=None):
-        import tensorflow as tf
-        import tf_keras
+class TrainingLoop:
+    """The train stage's loop, the same for every engine: when to train, report, evaluate,
+    checkpoint and stop, and what is said and written about it (progress records,
+    metrics.json, TensorBoard). The engine's trainer (payload.engines.Trainer) does the work."""
 
-        from payload.training import model as model_lib
-        from payload.training.optimization import build_optimizer
+    def __init__(self, config, inputs: RunInputs, trainer, plan, meter=None):
+        import tensorflow as tf  # TensorBoard's writer; the CPU input library on either engine
 
-        self.config, self.inputs, self.strategy, self.plan = config, inputs, strategy, plan
+        self.config, self.inputs, self.trainer, self.plan = config, inputs, trainer, plan
         self.meter = meter  # payload.training.utilisation: tokens/s per device and MFU in every report
         self.family = config.model.family
-        self.objective = objective_for(config, inputs.vocab)
-        tf_keras.mixed_precision.set_global_policy(
-            "mixed_bfloat16" if config.train.bf16 else "float32"
-        )
-        # The same initial weights on every start: a run restarted from scratch (after a crash
-        # before its first checkpoint) ends where an uninterrupted one does.
-        tf_keras.utils.set_random_seed(config.train.seed)
-        with strategy.scope():
-            self.model = model_lib.build_model(inputs.hf_config)
-            self.optimizer, self.schedule = build_optimizer(config.train)
-            self.optimizer.build(self.model.trainable_variables)
         self.tokens_per_step = config.train.batch_size * config.data.seq_len
         self.budget = Budget.for_run(config)
         self.stopped: str | None = None  # why training ended before train.steps
@@ -238,115 +226,18 @@ class Trainer:
             else tf.summary.create_noop_writer()
         )
 
-    # --- data --------------------------------------------------------------------------
-
-    def _dataset(self, files, *, shuffle: bool, start_batch: int):
-        import tensorflow as tf
-
-        from payload.data.pipeline import input_pipeline
-
-        config, manifest = self.config, self.inputs.manifest
-
-        def make(context: tf.distribute.InputContext):
-            return input_pipeline(
-                files,
-                record_len=config.record_len,
-                dtype=manifest.dtype,
-                batch_size=context.get_per_replica_batch_size(config.train.batch_size),
-                objective=self.objective,
-                seed=config.train.seed,
-                shuffle=shuffle,
-                pipeline_id=context.input_pipeline_id,
-                num_pipelines=context.num_input_pipelines,
-                start_batch=start_batch,
-            )
-
-        return self.strategy.distribute_datasets_from_function(make)
-
-    # --- compiled steps ----------------------------------------------------------------
-
-    def _build_steps(self):
-        import tensorflow as tf
-
-        from payload.training.model import forward, loss_sums
-
-        model, optimizer, family = self.model, self.optimizer, self.family
-        strategy, max_norm = self.strategy, self.config.train.max_grad_norm
-        variables = model.trainable_variables
-        total = tf.distribute.ReduceOp.SUM
-
-        def train_step(batch):
-            context = tf.distribute.get_replica_context()
-            with tf.GradientTape() as tape:
-                logits, labels = forward(model, batch, family=family, training=True)
-                xent, count, _ = loss_sums(logits, labels)
-                # Normalise by the count over all replicas: the summed gradients are then the
-                # gradient of the global mean loss, whatever the split.
-                loss = xent / tf.maximum(context.all_reduce(total, count), 1.0)
-            grads = tape.gradient(loss, variables)
-            pairs = [(g, v) for g, v in zip(grads, variables, strict=True) if g is not None]
-            summed = context.all_reduce(total, [g for g, _ in pairs])
-            clipped, _ = tf.clip_by_global_norm(summed, max_norm)
-            optimizer.apply_gradients(
-                zip(clipped, [v for _, v in pairs], strict=True), skip_gradients_aggregation=True
-            )
-            return loss
-
-        @tf.function
-        def train_chunk(iterator, num_steps):
-            loss_sum = tf.constant(0.0)
-            first_bad = tf.constant(-1)
-            for i in tf.range(num_steps):
-                loss = strategy.reduce(
-                    total, strategy.run(train_step, (next(iterator),)), axis=None
-                )
-                finite = tf.math.is_finite(loss)
-                first_bad = tf.where((first_bad < 0) & ~finite, i, first_bad)
-                loss_sum += tf.where(finite, loss, 0.0)
-            return loss_sum, first_bad
-
-        def eval_step(batch):
-            logits, labels = forward(model, batch, family=family, training=False)
-            return tf.stack(loss_sums(logits, labels))
-
-        @tf.function
-        def eval_chunk(iterator, num_steps):
-            sums = tf.zeros([3])
-            for _ in tf.range(num_steps):
-                sums += strategy.reduce(
-                    total, strategy.run(eval_step, (next(iterator),)), axis=None
-                )
-            return sums
-
-        return train_chunk, eval_chunk
-
-    # --- the loop ----------------------------------------------------------------------
-
-    def train(self, *, resume: bool) -> None:
-        config, out = self.config, self.config.output_dir
+    def run(self, *, resume: bool) -> None:
+        config, out, trainer = self.config, self.config.output_dir, self.trainer
         steps = config.train.steps
         if self.plan.is_chief and not resume:
             checkpoints.start_fresh(out, self.inputs.identity)
-        ckpts = checkpoints.Checkpoints(
-            out,
-            model=self.model,
-            optimizer=self.optimizer,
-            keep=config.train.keep_checkpoints,
-            is_chief=self.plan.is_chief,
-            resume=resume,
-        )
         try:
-            if resume:
-                ckpts.restore_latest()
-            elif config.model.init_from:
-                from payload.training.pretrained import load_weights
-
-                source = load_weights(self.model, config.model.init_from)
-                log(f"starting from the weights in {source}")
-            start = int(self.optimizer.iterations.numpy())
+            start = trainer.start(resume=resume)
+            if trainer.init_source:
+                log(f"starting from the weights in {trainer.init_source}")
             history = self._load_history(start) if resume else {"evals": [], "train": []}
             if resume:
-                log(f"resuming from {ckpts.latest} at step {start} of {steps}")
+                log(f"resuming from {trainer.latest} at step {start} of {steps}")
             if start >= steps:
                 log(f"already at step {start} of {steps}; nothing to train")
                 self._finish_metrics(history, start)
@@ -357,23 +248,17 @@ class Trainer:
                     if note:
                         log(note)
                 storage.write_text(_schedule_path(out), json.dumps(_schedule(config.train)) + "\n")
-            self._loop(ckpts, start, history)
+            self._loop(start, history)
         finally:
-            ckpts.close()
+            trainer.close()
             self.writer.flush()
 
-    def _loop(self, ckpts, start: int, history: dict) -> None:
-        import tensorflow as tf
-
-        config = self.config
+    def _loop(self, start: int, history: dict) -> None:
+        config, trainer = self.config, self.trainer
         steps, every = config.train.steps, config.train
         log_every = max(1, min(every.eval_every, every.checkpoint_every, 100))
-        train_chunk, eval_chunk = self._build_steps()
-        # Held by the trainer: destroying a distributed input iterator mid-stream took 20 s on
-        # a worker here; a multi-worker process ends before that (strategy.exit_together).
-        self.iterator = iterator = iter(
-            self._dataset(self.inputs.train_files, shuffle=True, start_batch=start))
-        evaluate = self._evaluator(eval_chunk)
+        trainer.open_train(start)
+        evaluate = self._evaluator()
         self._emit("start", {"step": start, "steps": steps})
         step, window_loss, window_steps = start, 0.0, 0
         # Rates count chunks after the first, whose time is mostly compiling: the window's, and
@@ -394,13 +279,12 @@ class Trainer:
                 step + (self.plan.steps_per_execution if step > start else 1),
             )
             began = time.monotonic()
-            loss_sum, first_bad = train_chunk(iterator, tf.constant(stop - step))
-            loss_sum, first_bad = float(loss_sum), int(first_bad)
+            loss_sum, first_bad = trainer.train_chunk(stop - step)
             if first_bad >= 0:
                 kept = (
-                    f"the last good checkpoint, {ckpts.latest}, is kept: continue from it with "
+                    f"the last good checkpoint, {trainer.latest}, is kept: continue from it with "
                     "--resume"
-                    if ckpts.latest
+                    if trainer.latest
                     else "no checkpoint was written yet"
                 )
                 raise UserError(
@@ -435,34 +319,30 @@ class Trainer:
             if evaluate and (step % every.eval_every == 0 or step == steps):
                 result = evaluate(step)
                 history["evals"].append(result)
+            # The figures before the checkpoint: a run killed between the two resumes from the
+            # checkpoint before, and keeps the figures up to it, so none is ever missing.
+            if step % every.eval_every == 0 or step == steps:
+                self._write_metrics(history, step)
             over = self._over_budget() if step < steps else None
             if step % every.checkpoint_every == 0 or step == steps or over:
-                ckpts.save(step)
+                trainer.save(step)
             if over:
                 self.stopped = over
                 log(f"stopping at step {step} of {steps}: {over}; the checkpoint of step "
                     f"{step} is saved and the export follows")
                 break
-            if step % every.eval_every == 0 or step == steps:
-                self._write_metrics(history, step)
         self._write_metrics(history, step, final=True, rate=(rate_steps, rate_time))
         # Every worker prints it: in a multi-worker run the lines must agree (replicas in sync).
-        log(f"finished at step {step}; weights sha256 {weights_digest(self.model)}", own=True)
+        log(f"finished at step {step}; weights sha256 {trainer.weights_digest()}", own=True)
 
     def _over_budget(self) -> str | None:
         """Why the run must stop now (train.max_hours / max_cost), agreed by every worker."""
         if self.budget is None:
             return None
         reason = self.budget.exceeded()
-        if self.plan.kind is StrategyKind.CPU_MULTI_WORKER:
-            import tensorflow as tf
-
-            # Each worker reads its own clock: they stop together when any of them is over.
-            flag = 1.0 if reason else 0.0
-            anyone = self.strategy.reduce(tf.distribute.ReduceOp.MAX, self.strategy.run(
-                lambda: tf.constant(flag)), axis=None)
-            if float(anyone) > 0 and reason is None:
-                reason = "another worker reached the run's time or cost limit"
+        # Each worker reads its own clock: they stop together when any of them is over.
+        if self.trainer.anyone(reason is not None) and reason is None:
+            reason = "another worker reached the run's time or cost limit"
         return reason
 
     def _emit(self, kind: str, fields: dict) -> None:
@@ -480,7 +360,7 @@ class Trainer:
             "step": step,
             "steps": steps,
             "loss": loss,
-            "learning_rate": float(self.schedule(step - 1)),
+            "learning_rate": self.trainer.learning_rate(step),
             "tokens_per_s": self.tokens_per_step * steps_per_s if steps_per_s else None,
             "elapsed_s": round(elapsed_s, 3),
             "eta_s": (steps - step) / steady_steps_per_s if steady_steps_per_s else None,
@@ -504,7 +384,7 @@ class Trainer:
                 for tag, value in self.meter.scalars(record).items():
                     tf.summary.scalar(tag, value)
 
-    def _evaluator(self, eval_chunk):
+    def _evaluator(self):
         import tensorflow as tf
 
         manifest, config = self.inputs.manifest, self.config
@@ -513,13 +393,10 @@ class Trainer:
             log("no evaluation: the validation split has fewer records than one batch")
             return None
         num_batches = min(config.train.eval_batches, available)
-        dataset = self._dataset(self.inputs.validation_files, shuffle=False, start_batch=0)
         objective = FAMILIES[self.family].objective
 
         def evaluate(step: int) -> dict:
-            xent, count, correct = (
-                float(x) for x in eval_chunk(iter(dataset), tf.constant(num_batches))
-            )
+            xent, count, correct = self.trainer.evaluate(num_batches)
             loss = xent / max(count, 1.0)
             result = {"step": step, "loss": loss, "accuracy": correct / max(count, 1.0)}
             if objective != "mlm":
@@ -549,7 +426,7 @@ class Trainer:
                    if storage.exists(self.metrics_path) else {})
         if "final" in written:
             return
-        evaluate = self._evaluator(self._build_steps()[1])
+        evaluate = self._evaluator()
         if evaluate and all(e["step"] != step for e in history["evals"]):
             history["evals"].append(evaluate(step))
         self._write_metrics(history, step, final=True)
@@ -560,11 +437,12 @@ class Trainer:
         config = self.config
         payload = {
             "family": self.family,
+            "engine": config.train.engine,
             "step": step,
             "steps": config.train.steps,
             "global_batch_size": config.train.batch_size,
             "seq_len": config.data.seq_len,
-            "replicas": self.strategy.num_replicas_in_sync,
+            "replicas": self.trainer.replicas,
             "strategy": self.plan.kind.value,
             **({"utilisation": self.meter.header()} if self.meter else {}),
             **history,
@@ -633,15 +511,6 @@ def schedule_change(old: dict | None, train_cfg, updates_done: int) -> str | Non
         f"{train_cfg.steps}, so at step {updates_done} the rate {moves} from {before:.3g} "
         f"(the old schedule) to {after:.3g}"
     )
-
-
-def weights_digest(model) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    for weight in sorted(model.weights, key=lambda w: w.name):
-        digest.update(weight.numpy().tobytes())
-    return digest.hexdigest()[:16]
 
 
 def _next_multiple(step: int, every: int) -> int:

@@ -1,13 +1,13 @@
 """Throughput and model FLOPs utilisation (MFU) of a training run, against the device's peak.
 
-    meter = meter_for(config, hf_config, strategy, hardware)   # a CPU run measures its peak now
+    meter = meter_for(config, hf_config, hardware, devices=2, drives_tpu=False)  # probes the CPU now
     meter.fields(steps_per_s)    # {"tokens_per_s_per_device", "model_flops_per_s", "mfu"}
     meter.words(fields)          # "tokens/s/chip 41,000  MFU 38.5%"
     meter.scalars(fields)        # TensorBoard tags and values
     meter.header()               # what the figures are measured against, for metrics.json
 
 Model FLOPs per step are payload.training.runplan's estimate for the model the stage built. The peak is
-the accelerator table's bf16 figure per chip when TensorFlow drives a TPU, and otherwise a
+the accelerator table's bf16 figure per chip when the engine drives a TPU, and otherwise a
 float32 matrix-multiply probe run in this process at start: so a CPU run gets a real ratio
 too, against what this machine's cores did a moment before (processes sharing a machine share
 its cores, and each probe sees that).
@@ -101,11 +101,10 @@ def matmul_probe_flops(size: int = PROBE_SIZE, rounds: int = PROBE_ROUNDS,
     return best
 
 
-def meter_for(config, hf_config, strategy, hardware) -> Meter:
+def meter_for(config, hf_config, hardware, *, devices: int, drives_tpu: bool) -> Meter:
     """The meter for a training run: FLOPs from the built model's config, the peak from the
-    accelerator table when the strategy drives a TPU, else from a CPU probe (now)."""
-    import tensorflow as tf
-
+    accelerator table when the engine drives a TPU (`devices` is then ignored: the slice's
+    chips count), else from a CPU probe (now) per training process (`devices` of them)."""
     from payload.training.runplan import row_flops
     from payload.training.strategy import tpu_accelerator
 
@@ -114,7 +113,7 @@ def meter_for(config, hf_config, strategy, hardware) -> Meter:
     flops = row_flops(config, architecture).total * batch
     tokens = batch * config.data.seq_len
     acc = tpu_accelerator(hardware)
-    if acc is not None and isinstance(strategy, tf.distribute.TPUStrategy):
+    if acc is not None and drives_tpu:
         return Meter(flops_per_step=flops, tokens_per_step=tokens, devices=acc.chips,
                      device="chip", peak_flops_per_device=acc.peak_bf16_flops_per_chip,
                      peak_source=(f"accelerator table: TPU {acc.generation} "
@@ -122,7 +121,7 @@ def meter_for(config, hf_config, strategy, hardware) -> Meter:
                                   "chip"))
     peak = cpu_peak_flops()
     return Meter(flops_per_step=flops, tokens_per_step=tokens,
-                 devices=strategy.num_replicas_in_sync, device="process",
+                 devices=devices, device="process",
                  peak_flops_per_device=peak,
                  peak_source=(f"CPU probe: float32 {PROBE_SIZE}x{PROBE_SIZE} matrix products "
                               f"at start, {peak / 1e9:,.1f} GFLOP/s in this process"))

@@ -28,8 +28,11 @@ class Checkpoints:
         self.directory = directory
         # Saving synchronously: a training loop that checkpoints then stops (a budget, a
         # preemption notice) must know the checkpoint is on disk before it exits.
+        # A save cut short (a crash, a kill) leaves its temporary folder: the next run's
+        # manager removes it, so a resumed run ends with the files an uninterrupted one has.
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
-                                               enable_async_checkpointing=False)
+                                               enable_async_checkpointing=False,
+                                               cleanup_tmp_directories=True)
         self.manager = ocp.CheckpointManager(directory, options=options)
 
     @property

@@ -2,13 +2,44 @@
 
     from payload.engines import engine_for
     engine = engine_for("jax")
+    engine.newest_step(output_dir)            # from the Orbax step folders, no JAX
+
+Orbax writes each checkpoint as a folder named by its step directly in output_dir/checkpoints/
+(beside tpuctl's run.json and marker), built under a temporary name and finished by
+`commit_success.txt` (payload.engines.jax.checkpoints): a step folder with its commit file is a
+checkpoint, anything else of Orbax's is a save cut short.
 """
 
 from __future__ import annotations
 
+import re
+
+from payload.core import layout, storage
+
+COMMIT = "commit_success.txt"
+_STEP = re.compile(r"^\d+$")
+# A step folder or the temporary one a save builds it in, and anything inside.
+_WRITTEN = re.compile(r"^\d+(?:\.orbax-checkpoint-tmp[^/]*)?/.+$")
+
 
 class JaxEngine:
     name = "jax"
+
+    def checkpoint_files(self, names: list[str]) -> list[str]:
+        found = [n for n in names if _WRITTEN.match(n.replace("\\", "/"))]
+        # The commit files first: a step stops counting before its data go.
+        return sorted(found, key=lambda n: (n.replace("\\", "/").split("/", 1)[1] != COMMIT, n))
+
+    def newest_step(self, output_dir: str) -> int | None:
+        commits = storage.glob(storage.join(layout.checkpoints_dir(output_dir), "*", COMMIT))
+        steps = [int(step) for step in (path.replace("\\", "/").split("/")[-2]
+                                        for path in commits) if _STEP.match(step)]
+        return max(steps) if steps else None
+
+    def trainer(self, config, inputs, plan):
+        from payload.engines.jax.trainer import JaxTrainer
+
+        return JaxTrainer(config, inputs, plan)
 
     # --- export and init_from (payload/engines/jax/{export,pretrained}.py) --------------------
     # PyTorch names only: see payload/engines/jax/pretrained.py for why not tf_model.h5.

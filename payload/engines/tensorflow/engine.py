@@ -2,13 +2,27 @@
 
     from payload.engines import engine_for
     engine = engine_for("tensorflow")
+    engine.newest_step(output_dir)            # from the checkpoint index, no TensorFlow
 """
 
 from __future__ import annotations
 
+from payload.engines.tensorflow import checkpoints
+
 
 class TensorFlowEngine:
     name = "tensorflow"
+
+    def checkpoint_files(self, names: list[str]) -> list[str]:
+        return checkpoints.checkpoint_files(names)
+
+    def newest_step(self, output_dir: str) -> int | None:
+        return checkpoints.newest_step(output_dir)
+
+    def trainer(self, config, inputs, plan):
+        from payload.engines.tensorflow.trainer import TensorFlowTrainer
+
+        return TensorFlowTrainer(config, inputs, plan)
 
     # --- export and init_from (payload/engines/tensorflow/export.py) -------------------------
     # transformers' own TF loader reads tf_model.h5; model.safetensors goes through the

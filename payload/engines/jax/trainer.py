@@ -1,0 +1,253 @@
+"""The JAX engine's trainer: the project's Flax models, jitted steps over a device mesh, Orbax.
+
+    trainer = JaxTrainer(config, inputs, plan)   # payload.engines.Trainer
+    step = trainer.start(resume=False); trainer.open_train(step)
+    loss_sum, first_bad = trainer.train_chunk(10)
+
+Every host runs this as one process of one program (payload.engines.jax.distributed.join when
+there are several). Each host reads its share of the shards through the shared tf.data pipeline
+(payload.data.pipeline: the same order, masks and exact resume as the TF engine; pipeline id =
+process index) as numpy, and its rows enter the step as part of the global batch
+(TrainProgram.global_batch). TensorFlow is only that CPU input library here (and TensorBoard's
+writer): it is kept off the accelerators. Checkpoints are Orbax step folders directly in
+output_dir/checkpoints/ (payload.engines.jax.checkpoints), written by every process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import sys
+import time
+
+import numpy as np
+
+from payload.core import layout, storage
+from payload.core.errors import UserError
+
+# The chief hosts the coordination service: it stays this long after the last barrier so the
+# others hear that the barrier passed before it goes.
+CHIEF_LINGER_S = 1.0
+
+
+def keep_tensorflow_on_the_cpu() -> None:
+    """TensorFlow reads shards and writes TensorBoard events here; the GPUs are JAX's (the TPU is
+    kept from it by TPU_LOAD_LIBRARY=0 in the plan's environment)."""
+    import tensorflow as tf
+
+    # RuntimeError: TensorFlow placed something already (it found no GPU to claim then).
+    with contextlib.suppress(RuntimeError):
+        tf.config.set_visible_devices([], "GPU")
+
+
+class JaxTrainer:
+    def __init__(self, config, inputs, plan):
+        keep_tensorflow_on_the_cpu()
+        from payload.engines.jax.distributed import join
+
+        join(coordinator=plan.coordinator, num_processes=plan.num_processes,
+             process_id=plan.process_id)
+        import jax
+
+        from payload.engines.jax import step as jax_step
+        from payload.engines.jax.models import parameter_shapes
+        from payload.training.train import check_batch_size, objective_for
+
+        self.config, self.inputs, self.plan = config, inputs, plan
+        self.family = config.model.family
+        self.objective = objective_for(config, inputs.vocab)
+        num_devices = jax.device_count()
+        check_batch_size(config.train.batch_size, num_devices)
+        self.process, self.processes = jax.process_index(), jax.process_count()
+        architecture = inputs.hf_config.to_dict()
+        num_params = sum(int(np.prod(s.shape)) for s in parameter_shapes(architecture).values())
+        sharding = jax_step.plan_sharding(num_params, num_devices=num_devices,
+                                          hbm_bytes_per_chip=_memory_per_device(),
+                                          optimizer=config.train.optimizer)
+        self.program = jax_step.TrainProgram(architecture, family=self.family,
+                                             train_cfg=config.train,
+                                             mesh=jax_step.make_mesh(sharding))
+        self.sharding = sharding
+        self.replicas = num_devices
+        self.drives_tpu = jax.default_backend() == "tpu"
+        self.devices = num_devices if self.drives_tpu else self.processes
+        self.ckpts = None
+        self.state = None
+        self.init_source = None
+        self.iterator = None
+        self._eval_batches: list | None = None
+        logging.getLogger("payload.training.train").info(
+            "JAX on %d %s device(s) in %d process(es): %s", num_devices, jax.default_backend(),
+            self.processes, sharding.kind)
+
+    @property
+    def latest(self) -> str | None:
+        step = self.ckpts.latest if self.ckpts else None
+        return None if step is None else storage.join(self.ckpts.directory, str(step))
+
+    def start(self, *, resume: bool) -> int:
+        from payload.engines.jax.checkpoints import Checkpoints
+
+        config = self.config
+        # A fresh run's chief has just cleared the folder: nobody looks before it is done.
+        self._barrier("tpuctl-train-start")
+        self.ckpts = Checkpoints(layout.checkpoints_dir(config.output_dir),
+                                 keep=config.train.keep_checkpoints)
+        if resume:
+            self.state = self.ckpts.restore_latest(self.program.abstract_state())
+        elif config.model.init_from:
+            self.state = self._pretrained(config.model.init_from)
+        else:
+            # The same initial weights on every start: a run restarted from scratch (after a
+            # crash before its first checkpoint) ends where an uninterrupted one does.
+            self.state = self.program.init_state(seed=config.train.seed)
+        return int(self.state.step)
+
+    def _pretrained(self, folder: str):
+        """model.init_from's weights (PyTorch names) in a fresh train state."""
+        try:
+            from payload.engines.jax.pretrained import read_pretrained
+        except ImportError:
+            raise UserError("model.init_from: this build's JAX engine cannot read a model "
+                            "folder yet",
+                            hint="train this run with train.engine: tensorflow") from None
+        from flax import nnx
+
+        from payload.engines.jax.models import build_model, load_state_dict
+
+        tensors = read_pretrained(folder, self.inputs.hf_config)
+        model = build_model(self.inputs.hf_config.to_dict(), seed=self.config.train.seed,
+                            dtype=self.program.dtype)
+        load_state_dict(model, tensors)
+        self.init_source = folder
+        return self.program.state_from_params(nnx.state(model))
+
+    # --- data --------------------------------------------------------------------------
+
+    def _host_batches(self, files, *, shuffle: bool, start_batch: int):
+        """This host's rows of each global batch: its own input pipeline's share."""
+        return self.pipeline(files, shuffle=shuffle, start_batch=start_batch,
+                             pipeline_id=self.process, num_pipelines=self.processes)
+
+    def pipeline(self, files, *, shuffle: bool, start_batch: int, pipeline_id: int,
+                 num_pipelines: int):
+        """Input pipeline `pipeline_id` of `num_pipelines` (each a 1/num_pipelines share of the
+        global batch), as numpy batches."""
+        from payload.data.pipeline import input_pipeline
+
+        config = self.config
+        return input_pipeline(
+            files, record_len=config.record_len, dtype=self.inputs.manifest.dtype,
+            batch_size=config.train.batch_size // num_pipelines, objective=self.objective,
+            seed=config.train.seed, shuffle=shuffle, pipeline_id=pipeline_id,
+            num_pipelines=num_pipelines, start_batch=start_batch,
+        ).as_numpy_iterator()
+
+    def open_train(self, start_batch: int) -> None:
+        self.iterator = self._host_batches(self.inputs.train_files, shuffle=True,
+                                           start_batch=start_batch)
+
+    # --- steps -------------------------------------------------------------------------
+
+    def train_chunk(self, num_steps: int) -> tuple[float, int]:
+        import jax
+
+        losses = []
+        for _ in range(num_steps):  # dispatched asynchronously: the host reads ahead
+            batch = self.program.global_batch(next(self.iterator))
+            self.state, metrics = self.program.train_step(self.state, batch)
+            losses.append(metrics["loss"])
+        losses = np.asarray(jax.device_get(losses), dtype=np.float64)
+        finite = np.isfinite(losses)
+        first_bad = -1 if finite.all() else int(np.argmin(finite))
+        return float(losses[finite].sum()), first_bad
+
+    def evaluate(self, num_batches: int) -> tuple[float, float, float]:
+        if self._eval_batches is None or len(self._eval_batches) < num_batches:
+            batches = self._host_batches(self.inputs.validation_files, shuffle=False,
+                                         start_batch=0)
+            self._eval_batches = [next(batches) for _ in range(num_batches)]
+        sums = np.zeros(3, np.float64)
+        for local in self._eval_batches[:num_batches]:
+            sums += np.asarray(self.program.eval_step(self.state.params,
+                                                      self.program.global_batch(local)))
+        xent, count, correct = (float(x) for x in sums)
+        return xent, count, correct
+
+    # --- the rest ----------------------------------------------------------------------
+
+    def save(self, step: int) -> None:
+        storage.note_change("checkpoint", storage.join(self.ckpts.directory, str(step)))
+        saved = self.ckpts.save(self.state)
+        if saved != step:  # the loop counts what the optimizer counts
+            raise RuntimeError(f"saved step {saved}, expected {step}")
+
+    def learning_rate(self, step: int) -> float:
+        from payload.engines.jax.optimizer import learning_rate
+
+        return float(learning_rate(self.config.train)(step - 1))
+
+    def anyone(self, flag: bool) -> bool:
+        if self.processes == 1:
+            return flag
+        from jax.experimental import multihost_utils
+
+        return bool(np.any(multihost_utils.process_allgather(np.array([flag]))))
+
+    def weights(self) -> dict[str, np.ndarray]:
+        """Every parameter under its PyTorch name, whole, on every process."""
+        import jax
+
+        from payload.engines.jax.models import state_dict
+
+        params = self.state.params
+        if self.processes > 1:
+            from jax.experimental import multihost_utils
+
+            params = multihost_utils.process_allgather(params, tiled=True)
+        return state_dict(jax.device_get(params))
+
+    def weights_digest(self) -> str:
+        digest = hashlib.sha256()
+        for _, value in sorted(self.weights().items()):
+            digest.update(np.ascontiguousarray(value, np.float32).tobytes())
+        return digest.hexdigest()[:16]
+
+    def close(self) -> None:
+        if self.ckpts:
+            self.ckpts.close()
+
+    def _barrier(self, name: str) -> None:
+        if self.processes > 1:
+            from jax.experimental import multihost_utils
+
+            multihost_utils.sync_global_devices(name)
+
+    def leave(self) -> None:
+        """A multi-process run meets once more (every checkpoint, metric and log written by
+        then), then every process leaves at once, the chief a moment after the others, without
+        the distributed runtime's teardown (which waits on peers that may be gone)."""
+        if self.processes == 1:
+            return
+        self._barrier("tpuctl-train-end")
+        if self.plan.is_chief:
+            time.sleep(CHIEF_LINGER_S)
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
+def _memory_per_device() -> int:
+    """Bytes one device may hold: an accelerator's own figure, else the host's memory shared by
+    its CPU devices."""
+    import jax
+
+    device = jax.local_devices()[0]
+    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
+    if stats and stats.get("bytes_limit"):
+        return int(stats["bytes_limit"])
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return total // max(1, jax.local_device_count())

@@ -1,0 +1,109 @@
+"""The TensorFlow engine's distribution: the tf.distribute strategy a StrategyPlan describes.
+
+    strategy = build_strategy(plan)     # payload.training.strategy.plan_strategy's plan
+    ...
+    exit_together(plan)                 # a multi-worker run's processes leave at once
+
+The plan (who trains, with which environment) is payload.training.strategy's, free of any
+framework; this module is where TensorFlow makes it real.
+"""
+
+from __future__ import annotations
+
+import os
+
+from payload.core.errors import UserError
+from payload.training.strategy import StrategyKind, StrategyPlan, tpu_devices_present
+
+SERVER_WAIT_S = 300.0
+
+
+def wait_for_servers(tpu: str, timeout_s: float = SERVER_WAIT_S) -> None:
+    """A pod slice's driver starts with its hosts' TPU servers: wait until each one listens."""
+    import socket
+    import time
+
+    endpoints = [e.removeprefix("grpc://") for e in tpu.split(",")]
+    deadline = time.monotonic() + timeout_s
+    for endpoint in endpoints:
+        host, _, port = endpoint.rpartition(":")
+        while True:
+            try:
+                with socket.create_connection((host, int(port)), timeout=2):
+                    break
+            except OSError as exc:
+                if time.monotonic() > deadline:
+                    raise UserError(f"the TPU server at {endpoint} did not start within "
+                                    f"{timeout_s:.0f}s ({exc})",
+                                    hint="see that worker's log in output_dir/logs") from None
+                time.sleep(1.0)
+
+
+def build_strategy(plan: StrategyPlan):
+    """Make the tf.distribute strategy the plan describes (TensorFlow is imported here)."""
+    for key, value in plan.env.items():
+        os.environ[key] = value
+    import tensorflow as tf
+
+    if plan.kind in (StrategyKind.TPU_HOST, StrategyKind.TPU_POD):
+        if plan.stand_in and not tpu_devices_present():
+            # The TPU API is a stand-in (tests): these workers have no TPU by design, and
+            # reaching for the slice's servers would only wait for them.
+            print("tpuctl: no TPU here and the TPU API is a stand-in: training on the CPU",
+                  flush=True)
+            return tf.distribute.get_strategy()
+        if plan.tpu and plan.tpu.startswith("grpc://"):
+            wait_for_servers(plan.tpu)
+        try:
+            resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=plan.tpu)
+            tf.config.experimental_connect_to_cluster(resolver)
+            tf.tpu.experimental.initialize_tpu_system(resolver)
+        except Exception as exc:  # TensorFlow raises several kinds here
+            if plan.stand_in:
+                # The TPU API is a stand-in (tests): these workers have no TPU by design.
+                print("tpuctl: no TPU here and the TPU API is a stand-in: training on the CPU",
+                      flush=True)
+                return tf.distribute.get_strategy()
+            raise UserError(f"no TPU found on this worker ({type(exc).__name__}: "
+                            f"{' '.join(str(exc).split())[:200]})",
+                            hint="check the TPU with `tpuctl status`; tpuctl never falls back "
+                            "to the CPU on a TPU VM") from None
+        return tf.distribute.TPUStrategy(resolver)
+    if plan.kind is StrategyKind.CPU_MULTI_WORKER:
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    return tf.distribute.get_strategy()
+
+
+# How long a worker done with training waits for the others to be done too.
+END_BARRIER_S = 300.0
+# The chief hosts the coordination service: it stays this long after the last barrier so the
+# others hear that the barrier passed before it goes.
+CHIEF_LINGER_S = 1.0
+
+
+def exit_together(plan: StrategyPlan, *, timeout_s: float = END_BARRIER_S) -> None:
+    """End a multi-worker training process once every worker is done with training (other
+    kinds of run return at once).
+
+    Left to itself, a worker's TensorFlow teardown talks to the chief's coordination service
+    (heartbeats, a shutdown call): a worker still tearing down after the chief left retries it
+    over gRPC for minutes, idle, and logs `StartAbort UNAVAILABLE`; a chief still there after a
+    worker left logs "The tasks have crashed". So: a barrier through that service (every
+    worker's checkpoints, metrics and logs are written by then; nothing of the run is owed to
+    anyone after it), then every process leaves at once without the teardown, the chief a
+    moment after the others."""
+    if plan.kind is not StrategyKind.CPU_MULTI_WORKER:
+        return
+    import logging
+    import sys
+    import time
+
+    from tensorflow.python.eager import context
+
+    context.context().wait_at_barrier("tpuctl-train-end", int(timeout_s * 1000))
+    if plan.is_chief:
+        time.sleep(CHIEF_LINGER_S)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

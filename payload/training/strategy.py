@@ -29,6 +29,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
+from payload.cloud import accelerators
 from payload.core.errors import UserError
 from payload.core.stages import check_share
 
@@ -155,12 +156,10 @@ def plan_strategy(facts: ClusterFacts) -> StrategyPlan:
     if facts.engine == JAX:
         return _jax_plan(facts, kind)
     if kind is StrategyKind.TPU_HOST:
-        # Google's TF release CI runs a single-host TPU through TensorFlow's pluggable-device C
-        # API, pointed at the pip-installed libtpu (ml-auto-solutions dags/solutions_team/
-        # configs/tensorflow/common.py, export_env_variables for single-host PJRT runs).
-        env = ({"NEXT_PLUGGABLE_DEVICE_USE_C_API": "true",
-                "TF_PLUGGABLE_DEVICE_LIBRARY_PATH": facts.libtpu}
-               if facts.libtpu and not facts.stand_in else {})
+        # TensorFlow's pluggable-device C API pointed at the environment's libtpu
+        # (accelerators.tensorflow_env_on_tpu says why and where that comes from).
+        env = ({} if facts.stand_in
+               else accelerators.tensorflow_env_on_tpu(facts.engine, facts.libtpu))
         return StrategyPlan(kind=kind, runs_training=True, tpu="local", env=env,
                             steps_per_execution=TPU_STEPS_PER_EXECUTION,
                             stand_in=facts.stand_in)
@@ -197,6 +196,7 @@ def _jax_plan(facts: ClusterFacts, kind: StrategyKind) -> StrategyPlan:
         # TensorFlow is only JAX's input library here: it must not load libtpu and hold the
         # chips JAX computes on.
         env["TPU_LOAD_LIBRARY"] = "0"
+        env.update(accelerators.tensorflow_env_on_tpu(facts.engine, facts.libtpu))
         if facts.stand_in and not facts.tpu_present:
             # The TPU API is a stand-in (tests): no TPU by design, JAX computes on the CPU.
             env["JAX_PLATFORMS"] = "cpu"

@@ -139,8 +139,8 @@ def test_a_folder_without_what_training_needs_is_refused_before_anything_runs(fi
 
 
 def test_weights_from_the_tensorflow_file_alone_load_the_same(first_run, tmp_path):
+    from payload.engines.tensorflow.pretrained import load_weights
     from payload.training.model import build_model
-    from payload.training.pretrained import load_weights
 
     first_run, first_raw = first_run
     folder = tmp_path / "model"
@@ -163,8 +163,8 @@ def test_pytorch_layout_weights_load_into_the_tensorflow_model(tmp_path, family,
     from safetensors.numpy import save_file
 
     from payload.engines.tensorflow.export import pytorch_state_dict
+    from payload.engines.tensorflow.pretrained import load_weights
     from payload.training.model import TokenIds, build_model, model_config
-    from payload.training.pretrained import load_weights
 
     vocab = TokenIds(vocab_size=300, special=(0, 1, 2, 3, 4), pad=1, unk=3, mask=4, bos=0, eos=2)
     settings = parse_config({

@@ -2,23 +2,18 @@
 
     check_folder(config)          # before a job starts: the folder has what it needs
     hf_config = pretrained_config(config.model.init_from, family="gpt2", vocab_size=600)
-    source = load_weights(model, config.model.init_from)   # its weights, into the TF model
 
 The folder is a model this tool exported (with either engine) or any transformers checkpoint of
 the family with its fast tokenizer (tokenizer.json). Weights come from `model.safetensors` in
 PyTorch's names and layouts (what our exports and the Hub's checkpoints hold), read with numpy
 and renamed to the TensorFlow model's weights by the rule the export uses the other way
-(payload/engines/tensorflow/export.py); a folder with only `tf_model.h5` is read by
+(payload/engines/tensorflow/pretrained.py); a folder with only `tf_model.h5` is read by
 transformers' own TF loader. The JAX engine reads the same file into its models
 (payload/engines/jax/pretrained.py). Before a job starts, the file's header is checked against
 the folder's config.json (family, embeddings, layer count). No torch needed.
 """
 
 from __future__ import annotations
-
-import os
-import shutil
-import tempfile
 
 from payload.core import storage
 from payload.core.errors import UserError
@@ -28,7 +23,7 @@ PT_WEIGHTS = "model.safetensors"
 TF_WEIGHTS = "tf_model.h5"
 
 
-def _source(folder: str) -> str:
+def init_from_label(folder: str) -> str:
     return f"model.init_from {folder}"
 
 
@@ -42,30 +37,30 @@ def check_folder(config) -> None:
 
     folder, family = config.model.init_from, config.model.family
     if not storage.exists(storage.join(folder, CONFIG)):
-        raise UserError(f"{_source(folder)} has no {CONFIG}",
+        raise UserError(f"{init_from_label(folder)} has no {CONFIG}",
                         hint="point it at a Hugging Face model folder (save_pretrained output)")
     found = read_config_json(folder).get("model_type")
     if found != family:
-        raise UserError(f"{_source(folder)} is a {found} model but model.family is {family}",
+        raise UserError(f"{init_from_label(folder)} is a {found} model but model.family is {family}",
                         hint="make them agree")
     present = [name for name in (PT_WEIGHTS, TF_WEIGHTS)
                if storage.exists(storage.join(folder, name))]
     if not present:
         raise UserError(
-            f"{_source(folder)} has neither {PT_WEIGHTS} nor {TF_WEIGHTS}",
+            f"{init_from_label(folder)} has neither {PT_WEIGHTS} nor {TF_WEIGHTS}",
             hint="save the model with safe_serialization=True (pytorch_model.bin needs torch)",
         )
     engine = engine_for(config.train.engine)
     if not set(present) & set(engine.init_from_files):
         raise UserError(
-            f"{_source(folder)} has only {present[0]}, which the {engine.name} engine does "
+            f"{init_from_label(folder)} has only {present[0]}, which the {engine.name} engine does "
             f"not read",
             hint=f"give it {' or '.join(engine.init_from_files)} (PyTorch transformers: "
                  "from_pretrained(folder, from_tf=True), then save_pretrained)",
         )
     if PT_WEIGHTS in present:  # the header alone: family and shape, before anything starts
         header = read_header(storage.join(folder, PT_WEIGHTS))
-        check_fits(header, family, read_config_json(folder), source=_source(folder))
+        check_fits(header, family, read_config_json(folder), source=init_from_label(folder))
 
 
 def pretrained_config(folder: str, *, family: str, vocab_size: int):
@@ -78,47 +73,13 @@ def pretrained_config(folder: str, *, family: str, vocab_size: int):
     settings = read_config_json(folder)
     found = settings.pop("model_type", None)
     if found != family:
-        raise UserError(f"{_source(folder)} is a {found} model but model.family is {family}",
+        raise UserError(f"{init_from_label(folder)} is a {found} model but model.family is {family}",
                         hint="make them agree")
     hf = transformers.AutoConfig.for_model(found, **settings)
     if vocab_size > hf.vocab_size:
         raise UserError(
-            f"{_source(folder)}: its tokenizer has {vocab_size} tokens but the model's "
+            f"{init_from_label(folder)}: its tokenizer has {vocab_size} tokens but the model's "
             f"embeddings hold {hf.vocab_size}",
             hint="use the tokenizer the model was trained with (the folder's own)",
         )
     return hf
-
-
-def load_weights(model, folder: str) -> str:
-    """Set every weight of the built TF `model` from the folder; returns the file read."""
-    from payload.core.pytorch_weights import load_tensors
-    from payload.engines.tensorflow.export import assign_pytorch_state
-
-    path = storage.join(folder, PT_WEIGHTS)
-    if storage.exists(path):
-        assign_pytorch_state(model, load_tensors(path), source=_source(folder))
-        return path
-    path = storage.join(folder, TF_WEIGHTS)
-    if not storage.exists(path):
-        raise UserError(f"{_source(folder)} has neither {PT_WEIGHTS} nor {TF_WEIGHTS}")
-    local = tempfile.mkdtemp(prefix="tpuctl-init-") if storage.is_gcs(folder) else None
-    try:
-        if local:  # transformers' h5 loader reads a local file
-            copy = os.path.join(local, TF_WEIGHTS)
-            with storage.open_read(path) as src, open(copy, "wb") as dst:
-                shutil.copyfileobj(src, dst, 1 << 24)
-        _assign_from_h5(model, copy if local else path, folder)
-    finally:
-        if local:
-            shutil.rmtree(local, ignore_errors=True)
-    return path
-
-
-def _assign_from_h5(model, path: str, folder: str) -> None:
-    from transformers.modeling_tf_utils import load_tf_weights
-
-    missing, _, mismatched = load_tf_weights(model, path)
-    if missing or mismatched:
-        raise UserError(f"{_source(folder)}: {TF_WEIGHTS} does not hold every weight of the "
-                        f"model its config.json describes ({(missing + mismatched)[0]})")

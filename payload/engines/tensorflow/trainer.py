@@ -62,7 +62,7 @@ class TensorFlowTrainer:
         if resume:
             self.ckpts.restore_latest()
         elif config.model.init_from:
-            from payload.training.pretrained import load_weights
+            from payload.engines.tensorflow.pretrained import load_weights
 
             self.init_source = load_weights(self.model, config.model.init_from)
         return int(self.optimizer.iterations.numpy())

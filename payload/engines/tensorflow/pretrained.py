@@ -1,0 +1,53 @@
+"""`model.init_from` into the TensorFlow engine: a model folder's weights into the built TF model.
+
+    source = load_weights(model, config.model.init_from)   # the file read
+
+`model.safetensors` (PyTorch names and layouts) goes through the export's name rule the other
+way (payload/engines/tensorflow/export.py); a folder with only `tf_model.h5` is read by
+transformers' own TF loader. The folder's checks and config are the stage's
+(payload/training/pretrained.py).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+from payload.core import storage
+from payload.core.errors import UserError
+from payload.training.pretrained import PT_WEIGHTS, TF_WEIGHTS, init_from_label
+
+
+def load_weights(model, folder: str) -> str:
+    """Set every weight of the built TF `model` from the folder; returns the file read."""
+    from payload.core.pytorch_weights import load_tensors
+    from payload.engines.tensorflow.export import assign_pytorch_state
+
+    path = storage.join(folder, PT_WEIGHTS)
+    if storage.exists(path):
+        assign_pytorch_state(model, load_tensors(path), source=init_from_label(folder))
+        return path
+    path = storage.join(folder, TF_WEIGHTS)
+    if not storage.exists(path):
+        raise UserError(f"{init_from_label(folder)} has neither {PT_WEIGHTS} nor {TF_WEIGHTS}")
+    local = tempfile.mkdtemp(prefix="tpuctl-init-") if storage.is_gcs(folder) else None
+    try:
+        if local:  # transformers' h5 loader reads a local file
+            copy = os.path.join(local, TF_WEIGHTS)
+            with storage.open_read(path) as src, open(copy, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 24)
+        _assign_from_h5(model, copy if local else path, folder)
+    finally:
+        if local:
+            shutil.rmtree(local, ignore_errors=True)
+    return path
+
+
+def _assign_from_h5(model, path: str, folder: str) -> None:
+    from transformers.modeling_tf_utils import load_tf_weights
+
+    missing, _, mismatched = load_tf_weights(model, path)
+    if missing or mismatched:
+        raise UserError(f"{init_from_label(folder)}: {TF_WEIGHTS} does not hold every weight of the "
+                        f"model its config.json describes ({(missing + mismatched)[0]})")

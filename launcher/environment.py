@@ -2,11 +2,21 @@
 venv from the package index; and the small scripts that set it up on a worker.
 
     env = plan_environment(python=None, wheelhouse_digest=None,
-                           requirements=("tensorflow==2.20.0",), tpu=True)
+                           requirements=("tensorflow==2.20.0",), tpu=True, engine="jax")
     env.mode, env.key, env.setup        # pure: ship.py runs env.setup on each worker
 
 Environments are keyed by a hash of what they contain, so an unchanged set-up is found on the
 worker and skipped. Nothing here touches a file, a process or the network.
+
+On a TPU VM each engine has its route (`TPU_ROUTES`), picked here and nowhere else: an exact
+lock of every package (launcher.tpu_lock, written by scripts/tpu_lock.py) installed without
+dependencies, for the Python the route runs on. TensorFlow runs on the image's own Python 3.10
+with tensorflow-tpu and the libtpu it was built with. JAX 0.10.2 needs Python 3.11 or newer
+(jax, jaxlib, libtpu 0.0.42, orbax-checkpoint and tensorstore all say so in Requires-Python),
+which the Ubuntu 22.04 TPU images do not have: its set-up first brings a pinned CPython with uv
+(`uv python install`, a python-build-standalone build whose sha256 the pinned uv release
+carries), then installs jax[tpu], its libtpu, and TensorFlow as tensorflow-cpu, only an input
+library there.
 """
 
 from __future__ import annotations
@@ -45,16 +55,22 @@ class Environment:
 
 
 # Runs on a worker with the existing Python: are the pinned packages there, at those versions?
+# TensorFlow counts under any of its builds (the TPU one, or the CPU one beside jax[tpu]).
 VERSION_CHECK = """\
 import re, sys
 from importlib import metadata
 bad = []
+builds = {"tensorflow": ("tensorflow", "tensorflow-tpu", "tensorflow-cpu")}
 for req in sys.argv[1:]:
     name = re.split(r"[<>=!~;\\[ ]", req, maxsplit=1)[0]
     pin = re.search(r"==\\s*([^,; ]+)", req)
-    try:
-        have = metadata.version(name)
-    except metadata.PackageNotFoundError:
+    have = None
+    for dist in builds.get(name.lower(), (name,)):
+        try:
+            have = metadata.version(dist); break
+        except metadata.PackageNotFoundError:
+            pass
+    if have is None:
         bad.append(name + " is missing"); continue
     if pin and have != pin.group(1):
         bad.append(f"{name} is {have}, needs {pin.group(1)}")
@@ -114,19 +130,70 @@ shutil.rmtree(sys.argv[1], ignore_errors=True)
 TPU_WHEELS_INDEX = "https://storage.googleapis.com/libtpu-tf-releases/index.html"
 
 
-def tpu_requirements(requirements: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(normal, no-deps) requirements for a TPU VM: the TPU build of TensorFlow, and tf-keras
-    without its dependencies (they would pull the CPU TensorFlow back in)."""
+# Which pyproject extras a worker installs for each train.engine (beside the base set).
+ENGINE_EXTRAS = {"tensorflow": ("worker",), "jax": ("worker", "jax")}
+# The uv that brings the JAX route's Python onto a TPU VM, and the CPython build it installs
+# (the newest 3.11 that uv release knows; 3.11 is the Python the project's tests run JAX on).
+UV_VERSION = "0.13.9"
+JAX_TPU_PYTHON = "3.11.18"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TpuRoute:
+    """What an engine's environment is made of on a TPU VM."""
+
+    engine: str
+    lock: str  # the name of its exact lock in launcher.tpu_lock
+    tensorflow: str  # the TensorFlow distribution installed as `tensorflow`
+    python: str | None  # the CPython it brings with uv; None: the image's own python3
+    renames: tuple[tuple[str, str], ...] = ()  # other requirements installed as another name
+    find_links: tuple[str, ...] = ()
+
+    @property
+    def python_build(self) -> str | None:
+        """uv's name for the CPython build (x86_64 glibc, as every TPU VM is)."""
+        return f"cpython-{self.python}-linux-x86_64-gnu" if self.python else None
+
+
+TPU_ROUTES = {
+    "tensorflow": TpuRoute(engine="tensorflow", lock="TPU_LOCK", tensorflow="tensorflow-tpu",
+                           python=None, find_links=(TPU_WHEELS_INDEX,)),
+    # tensorflow-cpu has no TPU support at all: the input pipeline cannot take the chips that
+    # JAX's libtpu holds (payload.cloud.accelerators.tensorflow_env_on_tpu: the variables
+    # that would make it load libtpu anyway are emptied).
+    "jax": TpuRoute(engine="jax", lock="JAX_TPU_LOCK", tensorflow="tensorflow-cpu",
+                    python=JAX_TPU_PYTHON, renames=(("jax", "jax[tpu]"),)),
+}
+
+
+def _name(req: str) -> str:
+    return re.split(r"[<>=!~;\[ ]", req, maxsplit=1)[0].lower()
+
+
+def tpu_requirements(requirements: tuple[str, ...], engine: str = "tensorflow",
+                     ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(normal, no-deps) requirements for a TPU VM on `engine`'s route: TensorFlow as the
+    route's build (tensorflow-tpu, or tensorflow-cpu beside jax[tpu]), and tf-keras without
+    its dependencies (they would pull the plain TensorFlow back in)."""
+    route = TPU_ROUTES[engine]
+    renames = {"tensorflow": route.tensorflow, **dict(route.renames)}
     normal, nodeps = [], []
     for req in requirements:
-        name = re.split(r"[<>=!~;\[ ]", req, maxsplit=1)[0].lower()
-        if name == "tensorflow":
-            normal.append("tensorflow-tpu" + req[len(name):])
-        elif name == "tf-keras":
+        name = _name(req)
+        if name == "tf-keras":
             nodeps.append(req)
+        elif name in renames:
+            normal.append(renames[name] + req[len(name):])
         else:
             normal.append(req)
     return tuple(normal), tuple(nodeps)
+
+
+def tpu_lock(engine: str) -> tuple[str, ...]:
+    """The exact package list `engine` installs on a TPU VM."""
+    from launcher import tpu_lock as locks
+
+    return getattr(locks, TPU_ROUTES[engine].lock)
 
 
 def environment_key(*parts: str) -> str:
@@ -135,9 +202,10 @@ def environment_key(*parts: str) -> str:
 
 def plan_environment(
     *, python: str | None, wheelhouse_digest: str | None, requirements: tuple[str, ...],
-    tpu: bool,
+    tpu: bool, engine: str = "tensorflow",
 ) -> Environment:
-    """The worker environment: existing Python, a venv from a wheelhouse, or one from the index.
+    """The worker environment: existing Python, a venv from a wheelhouse, or one from the index;
+    on a TPU VM, the exact lock of `engine`'s route, on the Python that route brings.
 
     Its key hashes everything it contains, so an unchanged set-up is found and skipped.
     """
@@ -148,30 +216,59 @@ def plan_environment(
         return Environment(mode=EnvMode.EXISTING, python=python, key=key, dir=env_dir,
                            requirements=requirements,
                            setup=(python, "-c", VERSION_CHECK, *requirements))
-    if tpu:
+    route = TPU_ROUTES[engine] if tpu else None
+    if route is not None:
         # Exactly the locked set, each without its dependencies: tensorflow-tpu 2.20.0 asks only
         # for libtpu~=0.0.14, so pip would otherwise take a libtpu many releases newer than the
-        # one TensorFlow was built with (and any newer numpy, protobuf, ...).
-        from launcher.tpu_lock import TPU_LOCK
-
-        normal, nodeps = (), TPU_LOCK
+        # one TensorFlow was built with (and any newer numpy, protobuf, ...); jax[tpu] names its
+        # libtpu release, the lock holds the build of it that pip took.
+        normal, nodeps = (), tpu_lock(engine)
     else:
         normal, nodeps = requirements, ()
+    # The Python the route brings: its build and the uv that installs it are part of the key.
+    interpreter = ((route.python_build, f"uv=={UV_VERSION}")
+                   if route is not None and route.python else ())
     if wheelhouse_digest:
         mode = EnvMode.WHEELHOUSE
-        key = environment_key("wheelhouse", wheelhouse_digest, *normal, "--no-deps", *nodeps)
+        key = environment_key("wheelhouse", wheelhouse_digest, *interpreter, *normal,
+                              "--no-deps", *nodeps)
         source = ["--no-index", "--find-links", f"{WORKER_ROOT}/wheelhouse/{wheelhouse_digest}"]
     else:
         mode = EnvMode.CREATE
-        key = environment_key("index", *normal, "--no-deps", *nodeps)
-        source = ["--find-links", TPU_WHEELS_INDEX] if tpu else []
+        key = environment_key("index", *interpreter, *normal, "--no-deps", *nodeps)
+        source = [arg for link in (route.find_links if route else ())
+                  for arg in ("--find-links", link)]
     env_dir = f"{WORKER_ROOT}/env/{key}"
     pip = [f"{env_dir}/bin/python", "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-    script = [f"rm -rf {shlex.quote(env_dir)}",
-              shlex.join(["python3", "-m", "venv", env_dir])]
+    script = [f"rm -rf {shlex.quote(env_dir)}"]
+    if interpreter:
+        script += python_install_script(env_dir, route.python_build, source)
+    else:
+        script.append(shlex.join(["python3", "-m", "venv", env_dir]))
     if normal:
         script.append(shlex.join([*pip, *source, *normal]))
     if nodeps:
         script.append(shlex.join([*pip, *source, "--no-deps", *nodeps]))
     return Environment(mode=mode, python=f"{env_dir}/bin/python", key=key, dir=env_dir,
                        requirements=requirements, setup=("sh", "-c", " && ".join(script)))
+
+
+def python_install_script(env_dir: str, build: str, source: list[str]) -> list[str]:
+    """Shell lines that make `env_dir` a venv of the pinned CPython `build`, on a host whose own
+    python3 is older: a throw-away venv holds the pinned uv (from the index, or the wheelhouse
+    `source` names), uv installs the build under the environment (no `python3.11` on PATH, no
+    shell profile touched), and that interpreter makes the venv. The interpreter lives and
+    goes with the environment."""
+    tools, pythons = f"{env_dir}/.uv", f"{env_dir}/.python"
+    uv = [f"{tools}/bin/uv"]
+    install_dir = f"UV_PYTHON_INSTALL_DIR={shlex.quote(pythons)}"
+    return [
+        shlex.join(["python3", "-m", "venv", tools]),
+        shlex.join([f"{tools}/bin/python", "-m", "pip", "install", "--quiet",
+                    "--disable-pip-version-check", *source, f"uv=={UV_VERSION}"]),
+        f"{install_dir} " + shlex.join([*uv, "python", "install", "--no-config", "--no-bin",
+                                        build]),
+        f'"$({install_dir} '
+        + shlex.join([*uv, "python", "find", "--no-config", "--managed-python", build])
+        + ')" ' + shlex.join(["-m", "venv", env_dir]),
+    ]

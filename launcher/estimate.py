@@ -1,6 +1,7 @@
 """The run plan the launcher shows before a run: figures, the batch refusal and the warnings.
 
     refuse_unsplittable_batch(config, fleet, stages)       # in plan_train: a UserError, exit 2
+    refuse_unholdable_state(config, fleet, stages)         # a model the chips cannot hold
     lines, warnings = describe(launch, read_remote=False)  # what `train --dry-run` prints
 
 The arithmetic is payload.training.runplan's; this module only gathers its inputs (the fleet's hardware,
@@ -27,6 +28,19 @@ def refuse_unsplittable_batch(config: RunConfig, fleet, stages) -> None:
     if Stage.TRAIN in stages:
         replicas, what = runplan.replicas_of(fleet.hardware, len(fleet.workers))
         runplan.check_batch_split(config.train.batch_size, replicas, what)
+
+
+def refuse_unholdable_state(config: RunConfig, fleet, stages) -> None:
+    """A model whose training state the slice's chips cannot hold, however the engine lays it
+    out, is refused before anything starts (the config refuses it at load when its shape is
+    in the config; this catches a model.config / init_from / tokenizer.path one)."""
+    if Stage.TRAIN not in stages:
+        return
+    try:
+        architecture = runplan.run_architecture(config)
+    except (UserError, OSError):  # files a dry run does not read: the train stage checks
+        return
+    runplan.state_sharding(config, fleet.hardware, architecture)
 
 
 def dataset_rows(config: RunConfig, *, read_remote: bool) -> int | None:

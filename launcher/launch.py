@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from launcher import estimate, hub, records, run, ship, view
-from launcher.environment import plan_environment
+from launcher.environment import ENGINE_EXTRAS, plan_environment
 from launcher.plan import ALL_STAGES, Plan, Stage, Worker, build_plan
 from launcher.providers import Fleet, Provider, provider_for, reopen
 from payload.cloud import tpu_api
@@ -160,6 +160,7 @@ def plan_train(config_path: Path, options: TrainOptions) -> Launch:
     # every problem is reported in one round.
     problems = []
     for check in (lambda: estimate.refuse_unsplittable_batch(config, fleet, options.stages),
+                  lambda: estimate.refuse_unholdable_state(config, fleet, options.stages),
                   lambda: check_stages(config, options.stages)):
         try:
             check()
@@ -172,9 +173,11 @@ def plan_train(config_path: Path, options: TrainOptions) -> Launch:
     wheel = ship.wheel_bytes()
     from payload.training.strategy import uses_tpu
 
+    engine = config.train.engine
     environment = plan_environment(
         python=python, wheelhouse_digest=wheelhouse[1] if wheelhouse else None,
-        requirements=ship.worker_requirements(), tpu=uses_tpu(fleet.hardware))
+        requirements=ship.worker_requirements(extras=ENGINE_EXTRAS[engine]),
+        tpu=uses_tpu(fleet.hardware), engine=engine)
     entry = os.environ.get(STAGE_ENTRY_ENV)
     the_plan = build_plan(
         config, fleet.workers, job_id=new_job_id(config.name),

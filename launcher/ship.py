@@ -106,19 +106,23 @@ def build_wheel(out_dir: Path, root: Path = REPO_ROOT) -> tuple[Path, str]:
     return write_wheel(out_dir, data), payload_digest(data)
 
 
-def worker_requirements(root: Path = REPO_ROOT) -> tuple[str, ...]:
-    """The worker's pinned dependencies: pyproject's `worker` extra (plus the base set)."""
+def worker_requirements(root: Path = REPO_ROOT, extras: tuple[str, ...] = ("worker",),
+                        ) -> tuple[str, ...]:
+    """The worker's pinned dependencies: pyproject's `extras` (the engine's:
+    launcher.environment.ENGINE_EXTRAS), plus the base set."""
     pyproject = root / "pyproject.toml"
     if pyproject.is_file():
         import tomllib
 
         project = tomllib.loads(pyproject.read_text())["project"]
-        return tuple(project["dependencies"]) + tuple(project["optional-dependencies"]["worker"])
+        return tuple(project["dependencies"]) + tuple(
+            req for extra in extras for req in project["optional-dependencies"][extra])
     from importlib import metadata
 
     reqs = metadata.requires(DIST) or []
+    wanted = {f"'{extra}'" for extra in extras} | {f'"{extra}"' for extra in extras}
     return tuple(r.split(";")[0].strip() for r in reqs
-                 if "extra ==" not in r or "'worker'" in r or '"worker"' in r)
+                 if "extra ==" not in r or any(w in r for w in wanted))
 
 
 def wheelhouse_digest(folder: str) -> str:

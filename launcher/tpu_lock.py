@@ -1,9 +1,20 @@
-"""Every package a TPU worker's environment installs, exactly (written by
-scripts/tpu_lock.py: pip's resolution of pyproject's worker set, TensorFlow as
-tensorflow-tpu, plus libtpu==0.0.14, for CPython 3.10 on manylinux x86_64; tf-keras
-last, as pyproject pins it: it is installed without its dependencies too).
+"""Every package a TPU worker's environment installs, exactly, one lock per engine's route.
+
+    from launcher.environment import tpu_lock
+    tpu_lock("jax")     # JAX_TPU_LOCK: what plan_environment installs for train.engine jax
+
+Written by scripts/tpu_lock.py: pip's resolution of pyproject's sets for the route's Python on
+manylinux x86_64; tf-keras last, as pyproject pins it: it is installed without its dependencies
+too.
+
+TPU_LOCK: train.engine tensorflow, CPython 3.10; libtpu from tensorflow-tpu's own metadata:
+libtpu~=0.0.14, pinned as libtpu==0.0.14.
+JAX_TPU_LOCK: train.engine jax, CPython 3.11; libtpu from jax 0.10.2's own metadata:
+libtpu==0.0.42.*.
 """
 
+TPU_LOCK_PYTHON = '3.10'
+TPU_LOCK_LIBTPU_SOURCE = "tensorflow-tpu's own metadata: libtpu~=0.0.14, pinned as libtpu==0.0.14"
 TPU_LOCK: tuple[str, ...] = (
     "absl-py==2.5.1",
     "aiohappyeyeballs==2.7.1",
@@ -94,5 +105,116 @@ TPU_LOCK: tuple[str, ...] = (
     "wrapt==2.5.2",
     "xxhash==4.1.0",
     "yarl==1.25.1",
+    "tf-keras==2.20.1",
+)
+
+JAX_TPU_LOCK_PYTHON = '3.11'
+JAX_TPU_LOCK_LIBTPU_SOURCE = "jax 0.10.2's own metadata: libtpu==0.0.42.*"
+JAX_TPU_LOCK: tuple[str, ...] = (
+    "absl-py==2.5.1",
+    "aiofiles==25.1.0",
+    "aiohappyeyeballs==2.7.1",
+    "aiohttp==3.14.5",
+    "aiosignal==1.4.0",
+    "annotated-types==0.8.0",
+    "anyio==4.16.0",
+    "astunparse==1.6.3",
+    "attrs==26.1.0",
+    "certifi==2026.10.19.post1",
+    "cffi==2.1.1",
+    "charset-normalizer==3.5.3",
+    "cryptography==50.0.2",
+    "datasets==5.0.1",
+    "dill==0.4.1",
+    "etils==1.15.0",
+    "filelock==4.3.1",
+    "flatbuffers==25.12.19",
+    "flax==0.12.8",
+    "frozenlist==1.8.0",
+    "fsspec==2026.6.0",
+    "gast==0.7.0",
+    "google-api-core==2.44.0",
+    "google-auth==2.63.0",
+    "google-cloud-core==2.8.0",
+    "google-cloud-storage==3.17.1",
+    "google-crc32c==1.9.0",
+    "google-pasta==0.2.0",
+    "google-resumable-media==2.11.0",
+    "googleapis-common-protos==1.76.0",
+    "grpcio==1.85.3",
+    "h11==0.16.0",
+    "h5py==3.16.0",
+    "hf-xet==1.8.0",
+    "httpcore==1.0.9",
+    "httpx==0.28.1",
+    "huggingface-hub==0.36.2",
+    "humanize==4.17.0",
+    "idna==3.20",
+    "jax==0.10.2",
+    "jaxlib==0.10.2",
+    "keras==3.15.1",
+    "libclang==18.1.1",
+    "libtpu==0.0.42.1",
+    "markdown-it-py==4.3.0",
+    "markdown==3.11.3",
+    "markupsafe==3.0.4",
+    "mdurl==0.1.2",
+    "ml-dtypes==0.6.0",
+    "msgpack==1.2.4",
+    "multidict==7.2.1",
+    "multiprocess==0.70.19",
+    "namex==0.1.0",
+    "numpy==2.4.6",
+    "opentelemetry-api==1.45.2",
+    "opt-einsum==3.4.0",
+    "optax==0.2.8",
+    "optree==0.20.0",
+    "orbax-checkpoint==0.12.8",
+    "packaging==26.4",
+    "pandas==3.1.1",
+    "pillow==13.0.0",
+    "prometheus-client==0.26.0",
+    "propcache==0.5.4",
+    "proto-plus==1.29.0",
+    "protobuf==6.33.6",
+    "psutil==7.2.2",
+    "pyarrow==26.0.1",
+    "pyasn1-modules==0.4.2",
+    "pyasn1==0.6.5",
+    "pycparser==3.12",
+    "pydantic-core==2.50.5",
+    "pydantic==2.14.4",
+    "pygments==2.21.0",
+    "python-dateutil==4.0.0",
+    "pyyaml==6.0.4",
+    "regex==2026.11.19",
+    "requests==2.34.2",
+    "rich==15.0.0",
+    "safetensors==0.8.0",
+    "scipy==1.17.1",
+    "sentencepiece==0.2.1",
+    "setuptools==84.2.1",
+    "simplejson==4.3.0",
+    "six==1.17.0",
+    "tensorboard-data-server==0.7.2",
+    "tensorboard==2.20.0",
+    "tensorflow-cpu==2.20.0",
+    "tensorstore==0.1.86",
+    "termcolor==3.3.0",
+    "tokenizers==0.22.2",
+    "tqdm==4.70.1",
+    "transformers==4.57.6",
+    "treescope==0.1.10",
+    "typing-extensions==4.16.0",
+    "typing-inspection==0.4.5",
+    "tzdata==2026.6",
+    "urllib3==2.8.0",
+    "uvloop==0.23.0",
+    "werkzeug==3.1.9",
+    "wheel==0.48.0",
+    "wrapt==2.5.2",
+    "xxhash==4.1.0",
+    "yarl==1.25.1",
+    "zipp==4.1.2",
     "tf-keras==2.20.1",
 )

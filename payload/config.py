@@ -18,7 +18,16 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticUndefined
 
 from payload.core.errors import UserError, UserErrors
@@ -36,6 +45,9 @@ MIN_LEARNED_PIECES = 64
 # learning rate over 1 sends AdamW and Adafactor to NaN within steps).
 MAX_STEPS = 1_000_000_000
 MAX_LEARNING_RATE = 1.0
+# train.engine (payload.engines holds each one behind the seam).
+EngineName = Literal["tensorflow", "jax"]
+ENGINE_DEFAULT = "tensorflow"
 
 
 class _Section(BaseModel):
@@ -143,6 +155,13 @@ def default_bucket(project: str) -> str:
     return f"{project}-tpuctl"
 
 
+def _engine_of(info: ValidationInfo) -> str:
+    """The train.engine a section is validated for (parse_config's context); an engine that is
+    not one is reported by the train section, and the default stands in for it here."""
+    engine = (info.context or {}).get("engine")
+    return engine if engine in get_args(EngineName) else ENGINE_DEFAULT
+
+
 def _problems_of(key: str, check, *args) -> list[str]:
     """Run an accelerator-table check: its one-line refusal, naming the key, or nothing."""
     try:
@@ -174,7 +193,7 @@ class GcpCluster(_ClusterBase):
     project: str
     zone: str
     accelerator_type: str
-    # Default: the runtime image the TensorFlow route takes for this accelerator type.
+    # Default: the base image the run's engine takes on this accelerator type.
     runtime_version: str | None = None
     provisioning: Literal["on_demand", "spot", "preemptible"] = "on_demand"
     # Wait in a queue for capacity (a queued resource) instead of failing when there is none.
@@ -192,6 +211,9 @@ class GcpCluster(_ClusterBase):
     tpu_name: str | None = None  # default: the run's name
     user: str | None = None  # default: the login name of whoever runs tpuctl
     identity_file: str | None = None  # default: a key tpuctl makes and `up` installs
+    # train.engine, which decides the route (image, packages) on the TPU: handed over by
+    # parse_config as validation context, since the section cannot see train itself.
+    _engine: str = PrivateAttr(default=ENGINE_DEFAULT)
 
     @field_validator("project")
     @classmethod
@@ -284,19 +306,19 @@ class GcpCluster(_ClusterBase):
         return value
 
     @model_validator(mode="after")
-    def _offered(self):
+    def _offered(self, info: ValidationInfo):
         from payload.cloud import accelerators
 
+        self._engine = _engine_of(info)
         # Every problem at once, what the type can run first, then where: a v6e-8 in
         # us-central2-b is refused for both in one round, not for the zone and then the route.
         problems = []
         acc = accelerators.accelerator(self.accelerator_type)
-        if self.runtime_version is not None:
-            problems += _problems_of("cluster.runtime_version", accelerators.check_tf_route, acc,
-                                     self.runtime_version)
-        else:
-            problems += _problems_of("cluster.accelerator_type", accelerators.default_runtime,
-                                     acc)
+        problems += _problems_of("cluster.accelerator_type", accelerators.check_engine, acc,
+                                 self._engine)
+        if not problems and self.runtime_version is not None:
+            problems += _problems_of("cluster.runtime_version", accelerators.runtime_for, acc,
+                                     self._engine, self.runtime_version)
         problems += _problems_of("cluster.zone", accelerators.check_zone, acc, self.zone)
         region = accelerators.region_of(self.zone)
         for zone in self.fallback_zones:
@@ -343,12 +365,17 @@ class GcpCluster(_ClusterBase):
         return prices.hourly_cost(self.accelerator_type, self.zone, self.provisioning)
 
     @property
+    def engine(self) -> str:
+        """The run's train.engine, as this section was validated with it."""
+        return self._engine
+
+    @property
     def runtime(self) -> str:
-        """The runtime image: as configured, or the TensorFlow route's default for the type."""
+        """The runtime image: as configured, or the run's engine's default for the type."""
         from payload.cloud import accelerators
 
-        return self.runtime_version or accelerators.default_runtime(
-            accelerators.accelerator(self.accelerator_type))
+        return accelerators.runtime_for(accelerators.accelerator(self.accelerator_type),
+                                        self._engine, self.runtime_version)
 
 
 Cluster = Annotated[LocalCluster | SshCluster | GcpCluster, Field(discriminator="provider")]
@@ -465,7 +492,7 @@ class ModelConfig(_Section):
 class TrainConfig(_Section):
     # Which framework trains (payload.engines): the same shards, checkpoint rules and model/
     # folder either way. TPU v6e and later have JAX only.
-    engine: Literal["tensorflow", "jax"] = "tensorflow"
+    engine: EngineName = ENGINE_DEFAULT
     steps: int = Field(gt=0, le=MAX_STEPS)
     batch_size: int = Field(gt=0)
     learning_rate: float = Field(gt=0.0, le=MAX_LEARNING_RATE)
@@ -638,7 +665,31 @@ def _cross_problems(*, name: str | None, cluster, data, tokenizer, model, train)
     if train is not None and train.warmup_steps > train.steps:
         problems.append(f"train.warmup_steps={train.warmup_steps} is more than train.steps="
                         f"{train.steps}")
+    problems += _state_problems(cluster=cluster, data=data, tokenizer=tokenizer, model=model,
+                                train=train)
     return problems
+
+
+def _state_problems(*, cluster, data, tokenizer, model, train) -> list[str]:
+    """A model whose training state the TPU's chips cannot hold, as the engine would lay it
+    out (payload.engines.sharding_plan), refused with the engine and the type: here when the
+    config alone gives the shape and vocabulary; a model read from files is checked by the run
+    plan (`train --dry-run`) and the train stage."""
+    if not (isinstance(cluster, GcpCluster) and None not in (data, tokenizer, model, train)):
+        return []
+    if model.init_from or model.config or tokenizer.path:
+        return []
+    from payload.cloud import accelerators
+    from payload.core.sizes import parameter_count, transformers_config
+    from payload.engines import sharding_plan
+
+    acc = accelerators.accelerator(cluster.accelerator_type)
+    params = parameter_count(transformers_config(model, vocab_size=tokenizer.vocab_size,
+                                                 seq_len=data.seq_len))
+    key = f"model.size {model.size}" if model.size else "model"
+    return _problems_of(key, lambda: sharding_plan(
+        train.engine, params, num_devices=acc.chips, hbm_bytes_per_chip=acc.hbm_gib_per_chip << 30,
+        optimizer=train.optimizer, where=acc.name))
 
 
 def _valid_sections(raw: dict) -> dict:
@@ -646,13 +697,15 @@ def _valid_sections(raw: dict) -> dict:
     so that a config with a bad section still gets those checks for the others."""
     from pydantic import TypeAdapter
 
+    context = _context(raw)
     found: dict[str, Any] = {}
     for key, kind in (("cluster", Cluster), ("data", DataConfig),
                       ("tokenizer", TokenizerConfig), ("model", ModelConfig),
                       ("train", TrainConfig)):
         info = RunConfig.model_fields[key]
         try:
-            found[key] = (TypeAdapter(kind).validate_python(raw[key]) if key in raw
+            found[key] = (TypeAdapter(kind).validate_python(raw[key], context=context)
+                          if key in raw
                           else info.get_default(call_default_factory=True))
         except (ValidationError, TypeError):
             found[key] = None
@@ -783,6 +836,13 @@ def _resolve_paths(raw: dict, base: Path) -> dict:
     return out
 
 
+def _context(raw: dict) -> dict:
+    """What sections are validated with beside their own keys: the run's train.engine, which
+    decides what the cluster's TPU boots and installs (GcpCluster)."""
+    train = raw.get("train")
+    return {"engine": train.get("engine") if isinstance(train, dict) else None}
+
+
 def parse_config(raw: Any, *, base_dir: Path | None = None, source: str = "config") -> RunConfig:
     """Validate a parsed YAML mapping; every problem becomes a line of one `UserErrors` (a
     single problem: a one-line `UserError`), the most fundamental first."""
@@ -793,7 +853,7 @@ def parse_config(raw: Any, *, base_dir: Path | None = None, source: str = "confi
     if base_dir is not None:
         raw = _resolve_paths(raw, base_dir)
     try:
-        return RunConfig.model_validate(raw)
+        return RunConfig.model_validate(raw, context=_context(raw))
     except ValidationError as exc:
         errors = exc.errors()
         problems = _problems(errors)

@@ -1,66 +1,173 @@
-"""Write launcher/tpu_lock.py: every package a TPU worker's environment installs, pinned, as pip
-resolves pyproject's `worker` set (TensorFlow as tensorflow-tpu) plus the exact libtpu for the
-TPU VM images' Python (3.10 on Ubuntu 22.04) on manylinux x86_64.
+"""Write launcher/tpu_lock.py: every package a TPU worker's environment installs, pinned, one exact
+lock per engine's route, as pip resolves pyproject's sets for that route's Python on manylinux
+x86_64 (the TPU VMs' platform).
 
-    python scripts/tpu_lock.py          # resolve (pip install --dry-run --report) and write it
+    python scripts/tpu_lock.py              # resolve every route (pip install --dry-run --report)
+    python scripts/tpu_lock.py jax          # only the JAX route; the others' pins stay as they are
+
+- tensorflow (TPU_LOCK): the `worker` set with TensorFlow as tensorflow-tpu, plus the libtpu
+  tensorflow-tpu was built with, for the images' own CPython 3.10.
+- jax (JAX_TPU_LOCK): the `worker` and `jax` sets with jax as jax[tpu] (which names its libtpu
+  release itself) and TensorFlow as tensorflow-cpu, for the CPython the route brings with uv
+  (launcher.environment.JAX_TPU_PYTHON).
 
 The workers then install exactly this list with --no-deps: nothing is left for pip to pick on
 the day, so a newer release of any dependency cannot change a run. tests/test_plan.py checks
-that the list still satisfies pyproject's requirements.
+that each list still satisfies pyproject's requirements and that the file is what `render`
+writes.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import tomllib
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "launcher" / "tpu_lock.py"
-PYTHON_VERSION = "3.10"
-# tensorflow-tpu 2.20.0's own METADATA asks for `libtpu~=0.0.14` (which lets pip take any 0.0.x
-# release after it); the exact release named there is the one pinned.
-LIBTPU = "libtpu==0.0.14"
 PLATFORMS = ("manylinux_2_35_x86_64", "manylinux_2_34_x86_64", "manylinux_2_31_x86_64",
              "manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
              "manylinux2014_x86_64", "manylinux_2_5_x86_64", "manylinux1_x86_64",
              "linux_x86_64")
+# tensorflow-tpu 2.20.0's own METADATA asks for `libtpu~=0.0.14` (which lets pip take any 0.0.x
+# release after it); the exact release named there is the one pinned.
+TF_LIBTPU = "libtpu==0.0.14"
 
 
-def worker_requirements() -> list[str]:
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    return list(project["dependencies"]) + list(project["optional-dependencies"]["worker"])
+@dataclass(frozen=True, kw_only=True)
+class Lock:
+    """One route's lock as the file holds it: its engine, the Python it is for, where its libtpu
+    pin comes from, and the pins (tf-keras last: installed without its dependencies too)."""
+
+    engine: str
+    python: str  # X.Y
+    libtpu_source: str
+    pins: tuple[str, ...]
 
 
-def main() -> None:
+def _route(engine: str):
     sys.path.insert(0, str(REPO))
-    from launcher.environment import tpu_requirements
+    from launcher import environment
 
-    normal, nodeps = tpu_requirements(tuple(worker_requirements()))
+    return environment, environment.TPU_ROUTES[engine]
+
+
+def python_of(engine: str) -> str:
+    """X.Y of the CPython the route's workers run: the images' 3.10, or what the route brings."""
+    _, route = _route(engine)
+    return ".".join(route.python.split(".")[:2]) if route.python else "3.10"
+
+
+def requirements_of(engine: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(resolved, installed without dependencies) requirements of a route, from pyproject."""
+    environment, _ = _route(engine)
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    wanted = list(project["dependencies"])
+    for extra in environment.ENGINE_EXTRAS[engine]:
+        wanted += project["optional-dependencies"][extra]
+    return environment.tpu_requirements(tuple(wanted), engine)
+
+
+def resolve(engine: str) -> Lock:
+    """pip's resolution of the route (it asks the package index)."""
+    normal, nodeps = requirements_of(engine)
+    python = python_of(engine)
+    extra = (TF_LIBTPU,) if engine == "tensorflow" else ()
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
         argv = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
                 "--quiet", "--report", str(report), "--target", str(Path(tmp) / "t"),
-                "--python-version", PYTHON_VERSION, "--implementation", "cp",
+                "--python-version", python, "--implementation", "cp",
                 "--only-binary=:all:", *[f"--platform={p}" for p in PLATFORMS],
-                *normal, LIBTPU]
+                *normal, *extra]
         subprocess.run(argv, check=True)
         found = json.loads(report.read_text())["install"]
-    pins = sorted(f"{item['metadata']['name'].lower().replace('_', '-')}=="
-                  f"{item['metadata']['version']}" for item in found)
-    lines = [f'    "{pin}",' for pin in [*pins, *nodeps]]
-    OUT.write_text(
-        '"""Every package a TPU worker\'s environment installs, exactly (written by\n'
-        "scripts/tpu_lock.py: pip's resolution of pyproject's worker set, TensorFlow as\n"
-        f"tensorflow-tpu, plus {LIBTPU}, for CPython {PYTHON_VERSION} on manylinux x86_64; tf-keras\n"
-        'last, as pyproject pins it: it is installed without its dependencies too).\n"""\n\n'
-        "TPU_LOCK: tuple[str, ...] = (\n" + "\n".join(lines) + "\n)\n")
-    print(f"wrote {OUT} ({len(pins) + len(nodeps)} packages)")
+    pins = sorted(f"{_dist(item['metadata']['name'])}=={item['metadata']['version']}"
+                  for item in found)
+    if engine == "tensorflow":
+        source = f"tensorflow-tpu's own metadata: libtpu~=0.0.14, pinned as {TF_LIBTPU}"
+    else:
+        jax = next(item for item in found if _dist(item["metadata"]["name"]) == "jax")
+        wanted = [r for r in jax["metadata"].get("requires_dist", [])
+                  if r.startswith("libtpu") and "tpu" in r.split(";", 1)[-1]]
+        source = (f"jax {jax['metadata']['version']}'s own metadata: "
+                  + "; ".join(w.split(";")[0].strip() for w in wanted))
+    return Lock(engine=engine, python=python, libtpu_source=source, pins=(*pins, *nodeps))
+
+
+def _dist(name: str) -> str:
+    return name.lower().replace("_", "-")
+
+
+# The lock's name in the file for each route (launcher.environment.TPU_ROUTES names the same).
+NAMES = {"tensorflow": "TPU_LOCK", "jax": "JAX_TPU_LOCK"}
+
+
+def render(locks: dict[str, Lock]) -> str:
+    """The text of launcher/tpu_lock.py for these locks (in NAMES' order)."""
+    notes, tuples = [], []
+    for engine, name in NAMES.items():
+        lock = locks[engine]
+        notes.append(f"{name}: train.engine {engine}, CPython {lock.python}; libtpu from "
+                     f"{lock.libtpu_source}.")
+        meta = (f"{name}_PYTHON = {lock.python!r}\n"
+                f"{name}_LIBTPU_SOURCE = {lock.libtpu_source!r}\n")
+        body = "\n".join(f'    "{pin}",' for pin in lock.pins)
+        tuples.append(f"{meta}{name}: tuple[str, ...] = (\n{body}\n)\n")
+    return (
+        '"""Every package a TPU worker\'s environment installs, exactly, one lock per engine\'s '
+        "route.\n\n    from launcher.environment import tpu_lock\n"
+        '    tpu_lock("jax")     # JAX_TPU_LOCK: what plan_environment installs for train.engine '
+        "jax\n\nWritten by scripts/tpu_lock.py: pip's resolution of pyproject's sets for the "
+        "route's Python on\nmanylinux x86_64; tf-keras last, as pyproject pins it: it is "
+        'installed without its dependencies\ntoo.\n\n'
+        + "\n".join(_wrap(note) for note in notes)
+        + '\n"""\n\n' + "\n".join(tuples))
+
+
+def _wrap(text: str, width: int = 99) -> str:
+    lines, line = [], ""
+    for word in text.split():
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    return "\n".join([*lines, line])
+
+
+def read(text: str) -> dict[str, Lock]:
+    """The locks a launcher/tpu_lock.py text holds (what `render` wrote)."""
+    values = {}
+    for node in ast.parse(text).body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            target = node.targets[0] if isinstance(node, ast.Assign) else node.target
+            values[target.id] = ast.literal_eval(node.value)
+    return {engine: Lock(engine=engine, python=values[f"{name}_PYTHON"],
+                         libtpu_source=values[f"{name}_LIBTPU_SOURCE"], pins=values[name])
+            for engine, name in NAMES.items() if name in values}
+
+
+def main(engines: list[str]) -> None:
+    unknown = set(engines) - set(NAMES)
+    if unknown:
+        sys.exit(f"unknown route(s) {', '.join(sorted(unknown))}: choose from {', '.join(NAMES)}")
+    locks = read(OUT.read_text()) if OUT.exists() else {}
+    for engine in engines or list(NAMES):
+        locks[engine] = resolve(engine)
+    missing = set(NAMES) - set(locks)
+    if missing:
+        sys.exit(f"no lock yet for {', '.join(sorted(missing))}: run without arguments")
+    OUT.write_text(render(locks))
+    print(f"wrote {OUT} (" + ", ".join(f"{e}: {len(lock.pins)} packages"
+                                       for e, lock in locks.items()) + ")")
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

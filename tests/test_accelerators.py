@@ -1,4 +1,5 @@
-"""The accelerator table: shapes consistent with the names, and the TensorFlow route's refusals."""
+"""The accelerator table: shapes consistent with the names, which engine runs where, and the
+routes' refusals."""
 
 import re
 from pathlib import Path
@@ -10,11 +11,16 @@ from payload.cloud.accelerators import (
     GENERATIONS,
     TENSORFLOW_VERSION,
     accelerator,
+    check_engine,
+    check_jax_route,
     check_tf_route,
     check_zone,
     default_runtime,
+    engines_on,
     host_mismatch,
     region_of,
+    runtime_for,
+    tensorflow_env_on_tpu,
     zones_offering,
 )
 from payload.core.errors import UserError
@@ -186,3 +192,67 @@ def test_host_mismatch_is_worded_only_when_there_is_one():
     assert host_mismatch(acc, 4) is None
     text = host_mismatch(acc, 2)
     assert text is not None and "lists 2 worker(s)" in text and "expects 4" in text
+
+
+# Google's runtimes page, "PyTorch and JAX" (cloud.google.com/tpu/docs/runtimes).
+JAX_IMAGES = {"v4": "tpu-ubuntu2204-base", "v5e": "v2-alpha-tpuv5-lite", "v5p": "v2-alpha-tpuv5",
+              "v6e": "v2-alpha-tpuv6e"}
+
+
+@pytest.mark.parametrize("name", sorted(ACCELERATORS))
+def test_jax_runs_on_every_type_on_its_generations_base_image(name):
+    acc = ACCELERATORS[name]
+    assert "jax" in engines_on(acc)
+    assert runtime_for(acc, "jax") == default_runtime(acc, "jax") == JAX_IMAGES[acc.generation]
+    assert runtime_for(acc, "jax", JAX_IMAGES[acc.generation]) == JAX_IMAGES[acc.generation]
+    assert engines_on(acc) == (("jax",) if acc.generation == "v6e" else ("tensorflow", "jax"))
+
+
+def test_tensorflow_on_v6e_says_to_set_the_jax_engine():
+    text = refusal(runtime_for, accelerator("v6e-8"), "tensorflow")
+    assert text.startswith("v6e-8: TensorFlow has no working route on TPU v6e")
+    assert "set train.engine: jax" in text and "v5litepod-8" in text
+    assert refusal(check_engine, accelerator("v6e-1"), "tensorflow") == refusal(
+        default_runtime, accelerator("v6e-1"))
+
+
+def test_the_jax_route_refuses_images_it_does_not_take():
+    text = refusal(runtime_for, accelerator("v6e-8"), "jax", "tpu-vm-tf-2.18.0-pjrt")
+    assert "is a TensorFlow image" in text and "runtime_version: v2-alpha-tpuv6e" in text
+    text = refusal(runtime_for, accelerator("v5p-8"), "jax", "v2-alpha-tpuv6e")
+    assert "v2-alpha-tpuv6e is the TPU v6e image" in text and "needs v2-alpha-tpuv5" in text
+    assert "unknown runtime_version 'ubuntu'" in refusal(check_jax_route, accelerator("v4-8"),
+                                                         "ubuntu")
+    # The image Google's CI boots v4 on is taken as well as the docs' one.
+    assert runtime_for(accelerator("v4-32"), "jax", "v2-alpha-tpuv5") == "v2-alpha-tpuv5"
+
+
+def test_tensorflow_is_told_about_libtpu_only_on_its_own_route():
+    assert tensorflow_env_on_tpu("tensorflow", "/env/libtpu/libtpu.so") == {
+        "NEXT_PLUGGABLE_DEVICE_USE_C_API": "true",
+        "TF_PLUGGABLE_DEVICE_LIBRARY_PATH": "/env/libtpu/libtpu.so"}
+    assert tensorflow_env_on_tpu("tensorflow", None) == {}
+    assert tensorflow_env_on_tpu("jax", "/env/libtpu/libtpu.so") == {
+        "NEXT_PLUGGABLE_DEVICE_USE_C_API": "", "TF_PLUGGABLE_DEVICE_LIBRARY_PATH": ""}
+
+
+def test_tensorflow_on_the_jax_route_loads_no_device_library():
+    """Real TensorFlow: a TF_PLUGGABLE_DEVICE_LIBRARY_PATH left in the environment makes its
+    import load that library (here a missing one, so the import fails); with the JAX route's
+    variables over it, the import loads nothing."""
+    import os
+    import subprocess
+    import sys
+
+    stale = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2",
+             "TF_PLUGGABLE_DEVICE_LIBRARY_PATH": "/nonexistent/libtpu/libtpu.so"}
+    code = "import tensorflow; print('imported')"
+
+    def run(env):
+        return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                              text=True, timeout=300)
+
+    loaded = run(stale)
+    assert loaded.returncode != 0 and "/nonexistent/libtpu/libtpu.so" in loaded.stderr
+    clean = run({**stale, **tensorflow_env_on_tpu("jax", "/nonexistent/libtpu/libtpu.so")})
+    assert clean.returncode == 0 and clean.stdout.strip() == "imported", clean.stderr

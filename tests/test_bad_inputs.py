@@ -52,6 +52,17 @@ def _gcp(box: Path, **cluster) -> str:
     return _write(box, "gcp.yaml", _config(box, cluster=spec))
 
 
+def _gcp_run(box: Path, *, train: dict, model: dict | None = None, **cluster) -> str:
+    """A gcp config with train (and model) keys changed, good unless a row says otherwise."""
+    spec = {"provider": "gcp", "project": "my-project", "zone": "us-central2-b",
+            "accelerator_type": "v4-8", "ssh_source_ranges": ["203.0.113.7/32"], **cluster}
+    raw = _config(box, cluster=spec)
+    raw["train"] = {**raw["train"], **train}
+    if model is not None:
+        raw["model"] = model
+    return _write(box, "gcp-run.yaml", raw)
+
+
 def _with(box: Path, section: str, **values) -> str:
     """The run folder's config with some keys of one section changed."""
     raw = _config(box)
@@ -200,6 +211,28 @@ ROWS = [
     ("one-line-corpus-on-2-workers-dry-run", lambda b: [
         "train", "--local", "--workers", "2", "--dry-run", "-c", _one_line_corpus(b)], {},
      ["worker 1 of 2 would have no documents"]),
+    # Issue 19: the engine's TPU route and what the chips hold, refused at load.
+    ("tensorflow-on-v6e-train-dry-run", lambda b: ['train', '--dry-run', "-c", _gcp(
+        b, zone="us-east5-b", accelerator_type="v6e-8")], {},
+     ["cluster.accelerator_type", "v6e-8", "set train.engine: jax"]),
+    ("fsdp-gpt2-xl-on-v5litepod-1-train-dry-run", lambda b: ['train', '--dry-run', "-c", _gcp_run(
+        b, zone="us-central1-a", accelerator_type="v5litepod-1", train={"engine": "jax"},
+        model={"family": "gpt2", "size": "xl"})], {},
+     ["model.size xl", "GiB of training state", "v5litepod-1", "a chip has 16 GiB"]),
+    ("tensorflow-on-v6e-up-dry-run", lambda b: ['up', '--dry-run', "-c", _gcp(
+        b, zone="us-east5-b", accelerator_type="v6e-8")], {},
+     ["cluster.accelerator_type", "v6e-8", "set train.engine: jax"]),
+    ("fsdp-gpt2-xl-on-v5litepod-1-up-dry-run", lambda b: ['up', '--dry-run', "-c", _gcp_run(
+        b, zone="us-central1-a", accelerator_type="v5litepod-1", train={"engine": "jax"},
+        model={"family": "gpt2", "size": "xl"})], {},
+     ["model.size xl", "GiB of training state", "v5litepod-1", "a chip has 16 GiB"]),
+    ("tensorflow-on-v6e-doctor", lambda b: ['doctor', "-c", _gcp(
+        b, zone="us-east5-b", accelerator_type="v6e-8")], {},
+     ["cluster.accelerator_type", "v6e-8", "set train.engine: jax"]),
+    ("fsdp-gpt2-xl-on-v5litepod-1-doctor", lambda b: ['doctor', "-c", _gcp_run(
+        b, zone="us-central1-a", accelerator_type="v5litepod-1", train={"engine": "jax"},
+        model={"family": "gpt2", "size": "xl"})], {},
+     ["model.size xl", "GiB of training state", "v5litepod-1", "a chip has 16 GiB"]),
     ("ssh-cluster-bad-key-on-ssh", lambda b: ["ssh", "-c", _ssh(
         b, identity_file=_key(b, "locked2", passphrase="x" * 8)), "--", "true"], {},
      ["passphrase"]),

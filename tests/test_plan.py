@@ -28,7 +28,7 @@ from payload.config import parse_config
 from payload.core.errors import UserError
 from payload.jobs.groups import record_group
 from payload.training.strategy import CPU, Hardware
-from tests.helpers import wait_for
+from tests.helpers import REPO, wait_for
 
 RAW = {
     "name": "unit",
@@ -216,6 +216,41 @@ def test_free_tpu_names_other_holders_and_signals_nothing(tmp_path, tpu_box):
     assert lock.exists(), "the lock of a live holder stays"
 
 
+@pytest.mark.parametrize("held", ["vfio/0", "libtpu_lockfile"])
+def test_free_tpu_finds_a_jax_process_by_what_it_holds(tmp_path, held):
+    """A JAX training process holds the chips as any libtpu user does: /dev/vfio/N on v5e/v6e
+    (/dev/accelN on v4/v5p) and /tmp/libtpu_lockfile, open for its life. Left behind by an
+    ended tpuctl job, it is stopped by what it holds, whatever its name; the lock goes too."""
+    (tmp_path / "vfio").mkdir()
+    device, lock = tmp_path / "vfio" / "0", tmp_path / "libtpu_lockfile"
+    device.write_text("")
+    lock.write_text("")
+    target = device if held.startswith("vfio") else lock
+    proc, holder = _holder(tmp_path, target, record=".tpuctl/jobs/jax-1/worker-0", ended=True)
+    try:
+        out = subprocess.run(
+            ["sh", "-c", free_tpu_script((f"{tmp_path}/accel*", f"{tmp_path}/vfio/*"),
+                                         str(lock))],
+            capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        assert f"stopping pid {holder}, left holding {target} by tpuctl job" in out.stdout
+        wait_for(lambda: not _alive(holder), timeout_s=5)
+        assert not lock.exists()
+    finally:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.kill()
+        proc.wait()
+
+
+def test_the_free_tpu_step_runs_for_either_engine():
+    """The step is the TPU's, not the engine's: a JAX run on a pod slice frees every host too."""
+    for engine in ("tensorflow", "jax"):
+        p = plan(4, POD, cfg=config(cluster=GCP, train={**RAW["train"], "engine": engine}))
+        free = next(s for s in p.steps if s.name == "free-tpu")
+        assert free.workers == (0, 1, 2, 3)
+
+
 def test_cpu_workers_skip_free_tpu():
     assert "free-tpu" not in [s.name for s in plan(2).steps]
 
@@ -280,48 +315,222 @@ def _installed(setup: str) -> list[str]:
     found = []
     for part in setup.split(" && "):
         words = shlex.split(part)
-        if "install" in words[:5]:
+        if "install" in words[:5] and words[words.index("install") - 1] == "pip":
             found += [w for w in words[words.index("install") + 1:]
                       if not w.startswith("-") and "://" not in w]
     return found
 
 
-def test_the_tpu_environment_pins_everything_it_installs_for_every_accelerator(tmp_path):
+def _libtpu_jax_asks_for():
+    """The libtpu requirement of jax[tpu], from the metadata of the jax installed here (the
+    project's pin)."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    asks = [Requirement(r) for r in metadata.requires("jax") or ()
+            if r.startswith("libtpu") and Requirement(r).marker.evaluate({"extra": "tpu"})]
+    assert len(asks) == 1, asks
+    return asks[0]
+
+
+@pytest.mark.parametrize("engine", ["tensorflow", "jax"])
+def test_the_tpu_environment_pins_everything_it_installs_for_every_accelerator(tmp_path, engine):
     """tensorflow-tpu 2.20.0 asks for libtpu~=0.0.14: unpinned, pip took the newest 0.0.x. Every
-    accelerator TensorFlow runs on gets the same locked set, each package at one version."""
+    accelerator an engine runs on gets that engine's locked set, each package at one version,
+    with the libtpu the engine was built with; TensorFlow on v6e is refused."""
+    from importlib import metadata
+
     import yaml
     from packaging.requirements import Requirement
 
     from launcher import launch, ship
-    from launcher.tpu_lock import TPU_LOCK
+    from launcher.environment import (
+        ENGINE_EXTRAS,
+        JAX_TPU_PYTHON,
+        TPU_WHEELS_INDEX,
+        UV_VERSION,
+        tpu_lock,
+        tpu_requirements,
+    )
     from payload.cloud import accelerators
 
-    lock = {Requirement(r).name: Requirement(r) for r in TPU_LOCK}
-    assert str(lock["libtpu"].specifier) == "==0.0.14"
-    # The lock holds what pyproject asks for (TensorFlow as its TPU build).
-    for req in map(Requirement, ship.worker_requirements()):
-        name = "tensorflow-tpu" if req.name == "tensorflow" else req.name.lower()
-        pinned = next(iter(lock[name].specifier)).version
+    lock = {Requirement(r).name: Requirement(r) for r in tpu_lock(engine)}
+    libtpu = next(iter(lock["libtpu"].specifier)).version
+    if engine == "tensorflow":
+        assert libtpu == "0.0.14"
+    else:  # the release jax 0.10.2's tpu extra names (0.0.42.*), as pip resolved it
+        assert _libtpu_jax_asks_for().specifier.contains(libtpu)
+        assert str(lock["jax"].specifier) == f"=={metadata.version('jax')}"
+        assert "tensorflow-cpu" in lock and "tensorflow-tpu" not in lock
+    # The lock holds what pyproject asks for the engine (TensorFlow as the route's build).
+    normal, nodeps = tpu_requirements(ship.worker_requirements(extras=ENGINE_EXTRAS[engine]),
+                                      engine)
+    for req in map(Requirement, normal + nodeps):
+        pinned = next(iter(lock[req.name.lower()].specifier)).version
         assert req.specifier.contains(pinned), (req, pinned)
-    checked = 0
+    checked, refused = 0, 0
     for name, acc in sorted(accelerators.ACCELERATORS.items()):
-        if not acc.tf_supported:
-            continue
         raw = {"name": "pins", "cluster": {"provider": "gcp", "project": "my-project-1",
                                            "zone": acc.zones[0], "accelerator_type": name},
                "data": {"corpus": "gs://c/books.txt"},
                "model": {"family": "gpt2", "size": "tiny"},
-               "train": {"steps": 1, "batch_size": 8 * acc.chips, "learning_rate": 1e-3}}
+               "train": {"engine": engine, "steps": 1, "batch_size": 8 * acc.chips,
+                         "learning_rate": 1e-3}}
         path = tmp_path / f"{name}.yaml"
         path.write_text(yaml.safe_dump(raw))
+        if engine not in accelerators.engines_on(acc):
+            with pytest.raises(UserError, match=r"set train\.engine: jax"):
+                launch.plan_train(path, launch.TrainOptions(dry_run=True))
+            refused += 1
+            continue
         env = launch.plan_train(path, launch.TrainOptions(dry_run=True)).plan.environment
-        installed = _installed(env.setup[2])
+        setup = env.setup[2]
+        installed = _installed(setup)
         assert installed and all("==" in r and not set("<>~!*,") & set(r) for r in installed), (
             name, [r for r in installed if "==" not in r])
-        assert "libtpu==0.0.14" in installed and "tensorflow-tpu==2.20.0" in installed, name
+        assert f"libtpu=={libtpu}" in installed, name
         assert len({Requirement(r).name for r in installed}) == len(installed), name
+        if engine == "jax":  # the Python the route brings, pinned, and uv that brings it
+            assert set(installed) == {*lock_pins(lock), f"uv=={UV_VERSION}"}, name
+            assert f"cpython-{JAX_TPU_PYTHON}-linux-x86_64-gnu" in setup
+            assert TPU_WHEELS_INDEX not in setup
+        else:
+            assert set(installed) == set(lock_pins(lock)), name
+            assert "uv" not in {Requirement(r).name for r in installed}
         checked += 1
-    assert checked >= 3  # v4, v5e, v5p at least
+    assert checked >= (3 if engine == "tensorflow" else 4) * 2
+    assert refused == (len(accelerators.GENERATIONS["v6e"].sizes) if engine == "tensorflow"
+                       else 0)
+
+
+def lock_pins(lock: dict) -> list[str]:
+    return [str(req) for req in lock.values()]
+
+
+def test_each_engine_has_its_own_tpu_environment():
+    """The engine picks the lock (and, for JAX, the Python brought onto the image); the key
+    changes with it, and a CPU run installs the engine's pyproject set as it is."""
+    from launcher.environment import JAX_TPU_PYTHON, UV_VERSION, tpu_lock
+
+    reqs = ("tensorflow==2.20.0", "tf-keras==2.20.1", "jax==0.10.2")
+    tf = plan_environment(python=None, wheelhouse_digest=None, requirements=reqs, tpu=True)
+    jax = plan_environment(python=None, wheelhouse_digest=None, requirements=reqs, tpu=True,
+                           engine="jax")
+    assert tf.key != jax.key
+    assert "tensorflow-tpu==2.20.0" in _installed(tf.setup[2])
+    assert set(_installed(jax.setup[2])) == {*tpu_lock("jax"), f"uv=={UV_VERSION}"}
+    steps = jax.setup[2].split(" && ")
+    build = f"cpython-{JAX_TPU_PYTHON}-linux-x86_64-gnu"
+    # uv first, then the interpreter under the environment, then the venv made with it, then
+    # the lock without dependencies.
+    assert steps[0] == f"rm -rf {jax.dir}"
+    assert steps[1] == f"python3 -m venv {jax.dir}/.uv"
+    assert f"python install --no-config --no-bin {build}" in steps[3]
+    assert steps[4].startswith('"$(') and steps[4].endswith(f")\" -m venv {jax.dir}")
+    assert "--no-deps" in steps[-1] and jax.python == f"{jax.dir}/bin/python"
+    # The same lock from a wheelhouse: uv comes from it too, nothing from the index.
+    house = plan_environment(python=None, wheelhouse_digest="w1", requirements=reqs, tpu=True,
+                             engine="jax")
+    assert house.key not in (jax.key, tf.key)
+    assert all("--no-index" in s for s in house.setup[2].split(" && ") if "pip install" in s)
+    # On CPU workers the engine's requirements are installed as given (no TPU lock, no uv).
+    cpu = plan_environment(python=None, wheelhouse_digest=None, requirements=reqs, tpu=False,
+                           engine="jax")
+    assert set(_installed(cpu.setup[2])) == set(reqs) and "uv" not in cpu.setup[2]
+
+
+def test_the_python_set_up_runs_as_planned(tmp_path):
+    """The JAX route's set-up lines, run by a real shell with a stand-in for uv (the real one
+    downloads the interpreter): the environment's Python is the interpreter uv found, under the
+    environment, and a path with a space in it changes nothing."""
+    import sys
+
+    from launcher.environment import JAX_TPU_PYTHON, python_install_script
+
+    env_dir = str(tmp_path / "work dir" / "env")
+    build = f"cpython-{JAX_TPU_PYTHON}-linux-x86_64-gnu"
+    lines = python_install_script(env_dir, build, [])
+    # The stand-in: the uv venv gets a `uv` that "installs" by linking this Python into the
+    # install folder and "finds" it there; pip is not asked (the bootstrap venv is faked).
+    fake_uv = (
+        "#!/bin/sh\n"
+        'case "$2" in\n'
+        f'  install) mkdir -p "$UV_PYTHON_INSTALL_DIR/$5/bin" && ln -s {sys.executable} '
+        '"$UV_PYTHON_INSTALL_DIR/$5/bin/python3";;\n'
+        '  find) echo "$UV_PYTHON_INSTALL_DIR/$5/bin/python3";;\n'
+        "esac\n")
+    assert lines[0].startswith("python3 -m venv") and "pip install" in lines[1]
+    setup = " && ".join([
+        f"mkdir -p {shlex.quote(env_dir)}/.uv/bin",
+        f"printf %s {shlex.quote(fake_uv)} > {shlex.quote(env_dir)}/.uv/bin/uv",
+        f"chmod +x {shlex.quote(env_dir)}/.uv/bin/uv",
+        *lines[2:]])
+    out = subprocess.run(["sh", "-c", setup], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    python = Path(env_dir) / "bin" / "python"
+    version = subprocess.run([str(python), "-c", "import sys; print(sys.prefix)"],
+                             capture_output=True, text=True, timeout=60)
+    assert version.stdout.strip() == env_dir
+    home = (Path(env_dir) / "pyvenv.cfg").read_text()
+    assert f"{env_dir}/.python/{build}/bin" in home
+
+
+@pytest.mark.parametrize(("dists", "verdict"), [
+    ({"tensorflow_cpu": "2.20.0", "jax": "0.10.2"}, ""),
+    ({"tensorflow_tpu": "2.20.0", "jax": "0.10.2"}, ""),
+    ({"tensorflow_cpu": "2.19.0", "jax": "0.10.2"}, "tensorflow is 2.19.0, needs 2.20.0"),
+    ({"jax": "0.10.2"}, "tensorflow is missing"),
+])
+def test_an_existing_python_is_checked_whichever_tensorflow_build_it_has(tmp_path, dists,
+                                                                         verdict):
+    """`cluster.python` on a TPU VM: TensorFlow counts as its TPU build (TF route) or its CPU
+    build beside jax[tpu] (JAX route), at the pinned version."""
+    import sys
+
+    from launcher.environment import VERSION_CHECK
+
+    for dist, version in dists.items():
+        info = tmp_path / f"{dist}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\n"
+                                       f"Version: {version}\n")
+    # -S: no site-packages, only the stand-in distributions on PYTHONPATH.
+    out = subprocess.run([sys.executable, "-S", "-c", VERSION_CHECK, "tensorflow==2.20.0",
+                          "jax==0.10.2"], capture_output=True, text=True, timeout=60,
+                         env={"PYTHONPATH": str(tmp_path), "PATH": os.environ["PATH"]})
+    assert (out.returncode, out.stdout.strip()) == ((1, verdict) if verdict else (0, "")), (
+        out.stderr)
+
+
+def test_the_lock_file_is_what_the_script_writes(monkeypatch):
+    """launcher/tpu_lock.py round-trips through scripts/tpu_lock.py's reader and writer (no
+    package index asked): the file is the script's output, and what the script writes parses
+    back to the same locks."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("tpu_lock_script",
+                                                  REPO / "scripts" / "tpu_lock.py")
+    script = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, script)  # its dataclass looks itself up there
+    spec.loader.exec_module(script)
+    from launcher import tpu_lock as module
+
+    text = (REPO / "launcher" / "tpu_lock.py").read_text()
+    locks = script.read(text)
+    assert set(locks) == {"tensorflow", "jax"}
+    assert script.render(locks) == text
+    assert locks["tensorflow"].pins == module.TPU_LOCK and locks["jax"].pins == module.JAX_TPU_LOCK
+    assert (locks["tensorflow"].python, locks["jax"].python) == ("3.10", "3.11")
+    made = {"tensorflow": script.Lock(engine="tensorflow", python="3.10", libtpu_source="x",
+                                      pins=("a==1", "tf-keras==2")),
+            "jax": script.Lock(engine="jax", python="3.11", libtpu_source="it's \"y\"",
+                               pins=("b==2",))}
+    assert script.read(script.render(made)) == made
+    # Each route's Python is the one the environment plan runs it on.
+    assert script.python_of("jax") == locks["jax"].python
+    assert script.python_of("tensorflow") == locks["tensorflow"].python
 
 
 def test_plan_round_trips_through_json_and_renders():

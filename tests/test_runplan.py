@@ -265,3 +265,53 @@ def test_the_demo_is_sized_to_warn_of_nothing(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "warning" not in result.stderr, result.stderr
     assert "time: about " in result.stdout
+
+
+def test_the_jax_engine_says_how_it_lays_the_state_over_the_chips():
+    """Issue 19: the run plan says data parallel or FSDP over N chips, from the accelerator
+    table's memory per chip and the parameter count; the TF engine replicates and says nothing."""
+    xl = _raw(model={"family": "gpt2", "size": "xl"}, train={"engine": "jax"})
+    hardware = Hardware.tpu("v5litepod-16", "plan")
+    plan = runplan.run_plan(parse_config(xl), hardware=hardware, num_workers=4)
+    # 1.5B parameters x 16 bytes of AdamW state = 22 GiB: a 16 GiB v5e chip gives it 9.6 GiB,
+    # so the smallest group of the 16 chips that splits it small enough is 4.
+    assert plan.sharding.startswith("FSDP over 4 chips (4 replica groups of 4 chips")
+    assert "sharding: FSDP over 4 chips" in "\n".join(runplan.render(plan))
+    small = runplan.run_plan(parse_config(_raw(train={"engine": "jax"})), hardware=hardware,
+                             num_workers=4)
+    assert small.sharding.startswith("data parallel (every chip holds the whole state")
+    tf = runplan.run_plan(parse_config(_raw(model={"family": "gpt2", "size": "xl"})),
+                          hardware=hardware, num_workers=4)
+    assert tf.sharding == "" and "sharding:" not in "\n".join(runplan.render(tf))
+    on_cpu = runplan.run_plan(parse_config(xl), hardware=CPU, num_workers=1)
+    assert on_cpu.sharding == ""
+
+
+def test_the_sharding_plan_is_worked_out_without_jax():
+    out = subprocess.run([sys.executable, "-c", (
+        "import sys; import payload.engines.jax.sharding, payload.training.runplan, "
+        "payload.config; from payload.engines import sharding_plan; "
+        "sharding_plan('jax', 10**9, num_devices=8, hbm_bytes_per_chip=16 << 30, "
+        "optimizer='adamw'); print(sorted(m for m in ('jax', 'flax', 'tensorflow') "
+        "if m in sys.modules))")], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_dry_run_refuses_a_model_file_the_chips_cannot_hold(tmp_path):
+    """A model described by a config.json is only known once the file is read: the dry run's
+    plan refuses it, one line with what it needs and has, nothing made."""
+    import json
+
+    (tmp_path / "xl.json").write_text(json.dumps({
+        "model_type": "gpt2", "n_embd": 1600, "n_layer": 48, "n_head": 25, "n_positions": 1024,
+        "vocab_size": 50257}))
+    raw = _raw(model={"family": "gpt2", "config": str(tmp_path / "xl.json")},
+               train={"engine": "jax"})
+    raw["cluster"]["accelerator_type"] = "v5litepod-1"
+    bad = _dry_run(tmp_path, raw)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
+    errors = [line for line in bad.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, bad.stderr
+    assert "GiB of training state" in errors[0] and "the one chip of v5litepod-1" in errors[0]
+    assert not (tmp_path / "home").exists()

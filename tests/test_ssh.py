@@ -192,7 +192,7 @@ def test_output_dir_not_shared_is_refused(ssh_run):
 def test_existing_python_missing_versions_is_refused(ssh_run, fleet, monkeypatch):
     from launcher import ship
 
-    monkeypatch.setattr(ship, "worker_requirements", lambda root=None: ("pyyaml==0.0.1",))
+    monkeypatch.setattr(ship, "worker_requirements", lambda root=None, extras=(): ("pyyaml==0.0.1",))
     config = ssh_run()
     result = runner.invoke(app, ["train", "-c", str(config)])
     assert "pyyaml is 6" in str(result.exception) and "needs 0.0.1" in str(result.exception)

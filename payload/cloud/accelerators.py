@@ -1,7 +1,8 @@
 """Every TPU accelerator type tpuctl can plan for before a TPU exists: one versioned table.
 
     acc = accelerator("v5litepod-16")       # 16 chips on 4 hosts, TPU v5e
-    default_runtime(acc)                    # "v2-alpha-tpuv5-lite"
+    runtime_for(acc, "jax")                 # "v2-alpha-tpuv5-lite": the base image it boots
+    runtime_for(accelerator("v6e-8"), "tensorflow")   # UserError: "... set train.engine: jax"
     check_tf_route(acc, "tpu-vm-tf-2.18.0-pod-pjrt")  # UserError, one line naming what works
     check_zone(acc, "europe-west4-a")       # UserError listing the zones that offer v5e
 
@@ -14,6 +15,12 @@ worker gets a base image plus `tensorflow-tpu==TENSORFLOW_VERSION` and a pinned 
 Google's own TF release CI does. On a multi-host slice the launcher starts the TPU worker server
 that ships in that wheel (`start_grpc_tpu_worker`) on every host, and worker 0 drives the slice.
 TPU v6e has no working TensorFlow route and is refused with one line naming what works.
+
+Which engine runs where is decided here and nowhere else (`runtime_for`): `train.engine: jax`
+runs on every generation in the table, on the base image Google's runtimes page names for JAX
+(cloud.google.com/tpu/docs/runtimes, "PyTorch and JAX": tpu-ubuntu2204-base for v4 and older,
+v2-alpha-tpuv5-lite for v5e, v2-alpha-tpuv5 for v5p, v2-alpha-tpuv6e for v6e); the launcher
+installs its own Python and a locked jax[tpu] onto it (launcher.environment).
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ TABLE_VERSION = "2026-11-22"
 # The TensorFlow every TPU worker runs (tensorflow-tpu from PyPI); must equal the pyproject pin.
 TENSORFLOW_VERSION = "2.20.0"
 TF_RUNTIME_PREFIX = "tpu-vm-tf-"
+# train.engine's values (payload.engines.ENGINES names the same two).
+TENSORFLOW, JAX = "tensorflow", "jax"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,6 +48,9 @@ class Generation:
     zones: tuple[str, ...]
     # Base images the TensorFlow route accepts, the default first; empty: no TensorFlow route.
     tf_runtimes: tuple[str, ...]
+    # Base images the JAX route accepts, the default first: Google's runtimes page, "PyTorch
+    # and JAX" (cloud.google.com/tpu/docs/runtimes; /work/shared/CLOUD-FACTS.md §1).
+    jax_runtimes: tuple[str, ...]
     tf_refusal: str = ""  # why there is no TensorFlow route, when there is none
 
     def chips(self, size: int) -> int:
@@ -72,6 +84,9 @@ GENERATIONS: dict[str, Generation] = {
             # dags/solutions_team/solutionsteam_tf_release_supported.py); the docs' v4 base
             # image is still accepted.
             tf_runtimes=("v2-alpha-tpuv5", "tpu-ubuntu2204-base"),
+            # The docs' image for v4 first; the v5p image that Google's CI boots v4 on works too
+            # (the JAX route brings its own Python and packages to either).
+            jax_runtimes=("tpu-ubuntu2204-base", "v2-alpha-tpuv5"),
         ),
         Generation(
             name="v5e",
@@ -82,6 +97,7 @@ GENERATIONS: dict[str, Generation] = {
             sizes=(1, 4, 8, 16, 32, 64, 128, 256),
             zones=("us-central1-a", "us-south1-a", "us-west1-c", "us-west4-a", "europe-west4-b"),
             tf_runtimes=("v2-alpha-tpuv5-lite",),
+            jax_runtimes=("v2-alpha-tpuv5-lite",),
         ),
         Generation(
             name="v5p",
@@ -92,6 +108,7 @@ GENERATIONS: dict[str, Generation] = {
             sizes=(8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 12288),
             zones=("us-central1-a", "us-east5-a", "europe-west4-b"),
             tf_runtimes=("v2-alpha-tpuv5",),
+            jax_runtimes=("v2-alpha-tpuv5",),
         ),
         Generation(
             name="v6e",
@@ -110,6 +127,7 @@ GENERATIONS: dict[str, Generation] = {
                 "us-south1-ai1b",
             ),
             tf_runtimes=(),
+            jax_runtimes=("v2-alpha-tpuv6e",),
             tf_refusal=(
                 "TensorFlow has no working route on TPU v6e (Google documents v6e for JAX and "
                 "PyTorch only, and the TPU worker server in tensorflow-tpu "
@@ -215,21 +233,49 @@ def _alternatives(acc: Accelerator) -> list[str]:
     ]
 
 
+def runtimes(acc: Accelerator, engine: str) -> tuple[str, ...]:
+    """The base images `engine` accepts on this type, its default first; () where it has no
+    route there."""
+    gen = GENERATIONS[acc.generation]
+    return {TENSORFLOW: gen.tf_runtimes, JAX: gen.jax_runtimes}[engine]
+
+
+def engines_on(acc: Accelerator) -> tuple[str, ...]:
+    """The engines that train on this type."""
+    return tuple(engine for engine in (TENSORFLOW, JAX) if runtimes(acc, engine))
+
+
 def _route_refusal(acc: Accelerator) -> UserError:
     gen = GENERATIONS[acc.generation]
     same_chips = _alternatives(acc)
     works = " or ".join(same_chips) if same_chips else "a v4 or v5litepod type"
     return UserError(
-        f"{acc.name}: {gen.tf_refusal}", hint=f"use {works} ({acc.chips} chips) instead"
+        f"{acc.name}: {gen.tf_refusal}; set train.engine: "
+        + " or ".join(e for e in engines_on(acc) if e != TENSORFLOW),
+        hint=f"or, to keep TensorFlow, use {works} ({acc.chips} chips)",
     )
 
 
-def default_runtime(acc: Accelerator) -> str:
-    """The runtime_version the TensorFlow route uses when the config leaves it out."""
-    runtime = acc.tf_runtime_pod if acc.is_multi_host else acc.tf_runtime_single_host
-    if runtime is None:
+def check_engine(acc: Accelerator, engine: str) -> None:
+    """Refuse, in one line saying which engine to set, an engine without a route on the type."""
+    if not runtimes(acc, engine):
         raise _route_refusal(acc)
-    return runtime
+
+
+def default_runtime(acc: Accelerator, engine: str = TENSORFLOW) -> str:
+    """The runtime_version `engine` uses when the config leaves it out."""
+    check_engine(acc, engine)
+    return runtimes(acc, engine)[0]
+
+
+def runtime_for(acc: Accelerator, engine: str, runtime_version: str | None = None) -> str:
+    """The base image a TPU of this type boots for `engine`: `runtime_version` when the route
+    accepts it, the route's default when it is None. The one place that decides which engine
+    runs where; anything else is a one-line UserError naming what works."""
+    if runtime_version is None:
+        return default_runtime(acc, engine)
+    {TENSORFLOW: check_tf_route, JAX: check_jax_route}[engine](acc, runtime_version)
+    return runtime_version
 
 
 def check_tf_route(acc: Accelerator, runtime_version: str) -> None:
@@ -252,6 +298,28 @@ def check_tf_route(acc: Accelerator, runtime_version: str) -> None:
             f"pinned {TENSORFLOW_VERSION}, {why}",
             hint=fix,
         )
+    _refuse_base_image(acc, runtime_version, accepted, fix)
+
+
+def check_jax_route(acc: Accelerator, runtime_version: str) -> None:
+    """Refuse, in one line naming what would work, an image the JAX route does not take on
+    this type: a TensorFlow image, or another generation's base image."""
+    accepted = runtimes(acc, JAX)
+    if runtime_version in accepted:
+        return
+    fix = f"set cluster.runtime_version: {accepted[0]} (or leave it out)"
+    if runtime_version.startswith(TF_RUNTIME_PREFIX):
+        raise UserError(
+            f"runtime_version {runtime_version} is a TensorFlow image; train.engine: jax takes "
+            f"the base image of TPU {acc.generation} (" + " or ".join(accepted) + ") and installs "
+            "its own Python and jax[tpu] onto it",
+            hint=fix,
+        )
+    _refuse_base_image(acc, runtime_version, accepted, fix)
+
+
+def _refuse_base_image(acc: Accelerator, runtime_version: str, accepted: tuple[str, ...],
+                       fix: str) -> None:
     built_for = _BASE_IMAGE_GENERATION.get(runtime_version)
     if built_for is not None:
         raise UserError(
@@ -260,6 +328,29 @@ def check_tf_route(acc: Accelerator, runtime_version: str) -> None:
             hint=fix,
         )
     raise UserError(f"unknown runtime_version '{runtime_version}' for {acc.name}", hint=fix)
+
+
+# TensorFlow's own __init__ loads the library these name as a device plug-in, whatever build of
+# TensorFlow it is (tensorflow/__init__.py: load_pluggable_device_library).
+TF_PLUGGABLE_DEVICE_ENV = ("NEXT_PLUGGABLE_DEVICE_USE_C_API", "TF_PLUGGABLE_DEVICE_LIBRARY_PATH")
+
+
+def tensorflow_env_on_tpu(engine: str, libtpu: str | None) -> dict[str, str]:
+    """What a TPU host's training process tells TensorFlow before importing it, by engine.
+
+    TensorFlow route (one host): its pluggable-device C API pointed at the environment's
+    libtpu.so, as Google's TF release CI runs single hosts (ml-auto-solutions,
+    dags/solutions_team/configs/tensorflow/common.py). JAX route: TensorFlow is only the input
+    library and must never open the chips JAX's libtpu holds (with /tmp/libtpu_lockfile): the
+    route installs tensorflow-cpu, which has no TPU support of its own, and both variables are
+    set empty, so that one left in the environment cannot make TensorFlow load the jax[tpu]
+    environment's libtpu.so as a device plug-in. (TPU_LOAD_LIBRARY is read only by
+    tensorflow-tpu's own loader, which that route does not install.)"""
+    if engine == JAX:
+        return dict.fromkeys(TF_PLUGGABLE_DEVICE_ENV, "")
+    if libtpu is None:
+        return {}
+    return dict(zip(TF_PLUGGABLE_DEVICE_ENV, ("true", libtpu), strict=True))
 
 
 def zones_offering(acc: Accelerator) -> tuple[str, ...]:

@@ -25,6 +25,9 @@ ENGINES = {
     "jax": "payload.engines.jax.engine",
 }
 DEFAULT = "tensorflow"
+# Engines that can split the training state over a slice's chips (FSDP), by the module of their
+# framework-free plan; any other engine keeps a whole copy on every replica.
+SHARDING_PLANS = {"jax": "payload.engines.jax.sharding"}
 
 
 class Trainer(Protocol):
@@ -102,3 +105,17 @@ def engine_for(name: str | None) -> Engine:
 
 def all_engines() -> list[Engine]:
     return [engine_for(name) for name in ENGINES]
+
+
+def sharding_plan(name: str | None, num_params: int, *, num_devices: int,
+                  hbm_bytes_per_chip: int, optimizer: str, where: str = ""):
+    """How engine `name` lays a model's training state over `num_devices` chips (a
+    ShardingPlan: data parallel or FSDP over N), None for an engine that only replicates; a
+    state no arrangement fits is a UserError saying what it needs and has. Imports no
+    framework: the run plan and the config check call it before anything runs."""
+    module = SHARDING_PLANS.get(name or DEFAULT)
+    if module is None:
+        return None
+    return importlib.import_module(module).plan_sharding(
+        num_params, num_devices=num_devices, hbm_bytes_per_chip=hbm_bytes_per_chip,
+        optimizer=optimizer, where=where)

@@ -4,6 +4,7 @@
     plan.flops_per_step, plan.wall_time_s, plan.cost_usd     # None where there is no table entry
     print("\\n".join(render(plan)))                           # what `tpuctl train --dry-run` shows
     check_batch(plan)                                        # UserError: replicas cannot divide it
+    state_sharding(config, hardware)   # the JAX engine's ShardingPlan on a TPU; UserError: no fit
     describe_model(config)     # "roberta base (12 layers, ...): 124.7M parameters, vocabulary ..."
     warnings(plan, dataset_rows=manifest_rows)               # one line per obvious mis-sizing
 
@@ -18,6 +19,10 @@ The wall time divides the total by the slice's peak bf16 FLOP/s at an assumed ut
 (`ASSUMED_UTILISATION`); the cost multiplies that time by the price table's hourly price. On
 CPU workers it divides by a `CpuSpeed` the caller found (launcher.estimate: a measured figure
 or a probe), said with its source.
+
+On a TPU the plan also says how the engine lays the training state over the chips, as the
+engine plans it (payload.engines.sharding_plan: the JAX engine replicates it, or splits it
+FSDP-wise over the fewest chips whose memory, from the accelerator table, holds it).
 """
 
 from __future__ import annotations
@@ -110,6 +115,9 @@ class RunPlan:
     cost_usd: float | None = None
     # CPU workers: where the time estimate's speed comes from, or why there is none.
     cpu_note: str = ""
+    # How the engine lays the training state over the chips, in words ("" where the engine
+    # keeps a whole copy on every replica, or on CPU workers).
+    sharding: str = ""
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -232,6 +240,24 @@ def replicas_of(hardware, num_workers: int) -> tuple[int, str]:
     return trainers, f"one per CPU worker process: {trainers} processes"
 
 
+def state_sharding(config, hardware, architecture: dict | None = None):
+    """How the run's engine lays the training state over a TPU slice's chips (a ShardingPlan),
+    from the model's parameter count and the accelerator table's memory per chip; None on CPU
+    workers and for an engine that replicates it. A model no arrangement of the slice's chips
+    can hold is a one-line UserError with what it needs and has."""
+    from payload.core.sizes import count_parameters
+    from payload.engines import sharding_plan
+    from payload.training.strategy import tpu_accelerator
+
+    acc = tpu_accelerator(hardware)
+    if acc is None:
+        return None
+    arch = architecture if architecture is not None else run_architecture(config)
+    return sharding_plan(config.train.engine, count_parameters(arch).total,
+                         num_devices=acc.chips, hbm_bytes_per_chip=acc.hbm_gib_per_chip << 30,
+                         optimizer=config.train.optimizer, where=acc.name)
+
+
 def run_plan(config, *, hardware, num_workers: int, architecture: dict | None = None,
              utilisation: float = ASSUMED_UTILISATION,
              cpu_speed: CpuSpeed | str | None = None) -> RunPlan:
@@ -270,8 +296,10 @@ def run_plan(config, *, hardware, num_workers: int, architecture: dict | None = 
             figures.update(cpu_note=cpu_speed or "no measured CPU speed")
         return RunPlan(**figures)
     wall = figures["total_flops"] / (acc.peak_bf16_flops * utilisation)
+    sharding = state_sharding(config, hardware, arch)
     figures.update(accelerator=acc.name, generation=acc.generation, chips=acc.chips,
-                   peak_flops_per_chip=acc.peak_bf16_flops_per_chip, wall_time_s=wall)
+                   peak_flops_per_chip=acc.peak_bf16_flops_per_chip, wall_time_s=wall,
+                   sharding=sharding.describe() if sharding is not None else "")
     notes = []
     if not train.bf16:
         notes.append("train.bf16 is off: float32 matrix products run well below the bf16 "
@@ -361,6 +389,8 @@ def render(plan: RunPlan) -> list[str]:
         f"  accelerator: {plan.accelerator}, {plan.chips} chips of TPU {plan.generation}, peak "
         f"{plan.peak_flops_per_chip / 1e12:,.0f} TFLOP/s bf16 per chip "
         f"({plan.peak_flops / 1e12:,.0f} TFLOP/s in all)")
+    if plan.sharding:
+        lines.append(f"  sharding: {plan.sharding}")
     lines.append(
         f"  time: {_duration(plan.wall_time_s)} of training at an assumed "
         f"{plan.utilisation:.0%} utilisation (model FLOPs / peak); set-up, prepare and export "

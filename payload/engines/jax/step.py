@@ -29,65 +29,24 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from payload.core.errors import UserError
 from payload.engines.jax import optimizer as jax_optimizer
 from payload.engines.jax.models import build_model, model_shapes
+from payload.engines.jax.sharding import (  # noqa: F401  (re-exported: pure, JAX-free)
+    STATE_BYTES_PER_PARAM,
+    STATE_SHARE_OF_HBM,
+    ShardingPlan,
+    plan_sharding,
+)
 
 DATA, FSDP = "data", "fsdp"
 BATCH_AXES = (DATA, FSDP)  # the batch is split over every device, whatever the mesh's shape
 IGNORE_INDEX = -100
-# Bytes of training state per parameter: float32 weight and gradient, plus the optimizer's
-# moments (Adam: two float32; Adafactor: factored, a few per row and column: counted as none).
-STATE_BYTES_PER_PARAM = {"adamw": 16, "adafactor": 8}
-# The share of a chip's memory the weights, gradients and optimizer state may use; the rest is
-# for activations, the bfloat16 copies and XLA's buffers.
-STATE_SHARE_OF_HBM = 0.6
 # Parameters smaller than this stay replicated under FSDP: splitting them saves nothing and
 # costs a gather each.
 MIN_SHARDED_ELEMENTS = 1 << 14
 
 
-# --- sharding plan (pure) ------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class ShardingPlan:
-    """How the devices are arranged: `data` replicas, each holding 1/`fsdp` of the state."""
-
-    data: int
-    fsdp: int
-    state_bytes_per_chip: int  # weights, gradients and optimizer state on one chip
-    hbm_bytes_per_chip: int
-
-    @property
-    def num_devices(self) -> int:
-        return self.data * self.fsdp
-
-    @property
-    def kind(self) -> str:
-        return "data parallel" if self.fsdp == 1 else f"FSDP over {self.fsdp} chips"
-
-
-def plan_sharding(num_params: int, *, num_devices: int, hbm_bytes_per_chip: int,
-                  optimizer: str = "adamw") -> ShardingPlan:
-    """Replicated if the whole training state fits one chip's share, else the smallest FSDP
-    group (a divisor of the device count) that makes it fit. A state too large even spread
-    over every chip is a user error that says what it needs and what there is."""
-    state = num_params * STATE_BYTES_PER_PARAM[optimizer]
-    budget = int(hbm_bytes_per_chip * STATE_SHARE_OF_HBM)
-    for fsdp in (d for d in range(1, num_devices + 1) if num_devices % d == 0):
-        per_chip = math.ceil(state / fsdp)
-        if per_chip <= budget:
-            return ShardingPlan(data=num_devices // fsdp, fsdp=fsdp, state_bytes_per_chip=per_chip,
-                                hbm_bytes_per_chip=hbm_bytes_per_chip)
-    gib = 1 << 30
-    raise UserError(
-        f"the model's {num_params / 1e6:.0f}M parameters need {state / gib:.1f} GiB of training "
-        f"state ({optimizer}), {state / num_devices / gib:.1f} GiB per chip even sharded over "
-        f"all {num_devices}, but a chip has {hbm_bytes_per_chip / gib:.0f} GiB "
-        f"({STATE_SHARE_OF_HBM:.0%} of it for the state)",
-        hint="use a slice with more chips or more memory per chip, or a smaller model",
-    )
+# --- the mesh and parameters' places ------------------------------------------------------------------
 
 
 def parameter_spec(shape: tuple[int, ...], fsdp: int,

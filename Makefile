@@ -63,8 +63,10 @@ DEMO := examples/demo.yaml
 
 # The whole pipeline through the launcher, as 2 local worker processes (no SSH, no cloud).
 # DEMO_STAGES runs a subset: make demo DEMO_STAGES=tokenizer,prepare
+# ENGINE trains with that engine instead of the config's train.engine: make demo ENGINE=jax
 demo: setup
-	$(BIN)/tpuctl train --local --overwrite -c $(DEMO) $(if $(DEMO_STAGES),--stages $(DEMO_STAGES))
+	$(BIN)/tpuctl train --local --overwrite -c $(DEMO) $(if $(DEMO_STAGES),--stages $(DEMO_STAGES)) \
+		$(if $(ENGINE),--engine $(ENGINE))
 
 # The default suite leaves out tests marked slow (crash consistency, the pipelines on gs://);
 # `make test-slow` runs those, `make test-all` everything. CI runs both. Each test file prints

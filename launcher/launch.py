@@ -45,10 +45,10 @@ STAGE_ENTRY_ENV = "TPUCTL_STAGE_ENTRY"
 PEER_TIMEOUT_ENV = "TPUCTL_PEER_TIMEOUT_S"
 
 
-def load(config_path: Path) -> RunConfig:
+def load(config_path: Path, *, engine: str | None = None) -> RunConfig:
     from payload.config import load_config
 
-    return load_config(config_path)
+    return load_config(config_path, engine=engine)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,6 +66,7 @@ class TrainOptions:
     max_hours: float | None = None  # override train.max_hours
     max_cost: float | None = None  # override train.max_cost
     push_to_hub: str | None = None  # override hub.repo: publish model/ there after export
+    engine: str | None = None  # override train.engine (--engine): the run's framework
     download: Path | None = None  # copy model/ into this local folder when the job has finished
 
 
@@ -146,9 +147,10 @@ def plan_train(config_path: Path, options: TrainOptions) -> Launch:
     if options.auto_resume < 0:
         raise UserError(f"--auto-resume {options.auto_resume}: give how many preemptions to "
                         "recover from (0 or more)")
-    provider = provider_for(load(config_path), local_override=options.local,
+    loaded = load(config_path, engine=options.engine)
+    provider = provider_for(loaded, local_override=options.local,
                             num_workers=options.num_workers)
-    config = _with_limits(provider.worker_config(load(config_path)), options)
+    config = _with_limits(provider.worker_config(loaded), options)
     if options.push_to_hub:
         from payload.config import with_hub_repo
 

@@ -1054,7 +1054,14 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
                               _mapping_without_duplicates)
 
 
-def load_config(path: str | os.PathLike) -> RunConfig:
+def load_config(path: str | os.PathLike, *, engine: str | None = None) -> RunConfig:
+    """The run config in the file at `path`; `engine` (`tpuctl train --engine NAME`) in place
+    of the file's train.engine, validated as if the file said so: the cluster's route (image,
+    packages) follows the engine, so a v6e config written for tensorflow loads for jax."""
+    engines = get_args(EngineName)
+    if engine is not None and engine not in engines:
+        raise UserError(f"--engine {engine!r} is not an engine",
+                        hint=f"use one of {', '.join(engines)}")
     path = Path(path)
     if path.is_dir():
         raise UserError(f"{path} is a folder, not a config file",
@@ -1080,7 +1087,11 @@ def load_config(path: str | os.PathLike) -> RunConfig:
         raise UserError(f"{path}{where}: {problem}") from None
     except UnicodeDecodeError:
         raise UserError(f"{path} is not UTF-8 text") from None
-    return parse_config(raw, base_dir=path.resolve().parent, source=str(path))
+    source = str(path)
+    if engine is not None and isinstance(raw, dict) and isinstance(raw.get("train"), dict):
+        raw = {**raw, "train": {**raw["train"], "engine": engine}}
+        source = f"{path} with --engine {engine}"
+    return parse_config(raw, base_dir=path.resolve().parent, source=source)
 
 
 def check_stages(config: RunConfig, stages) -> None:

@@ -233,6 +233,16 @@ ROWS = [
         b, zone="us-central1-a", accelerator_type="v5litepod-1", train={"engine": "jax"},
         model={"family": "gpt2", "size": "xl"})], {},
      ["model.size xl", "GiB of training state", "v5litepod-1", "a chip has 16 GiB"]),
+    # `tpuctl train --engine NAME` sets train.engine for the run, checked as the file would be.
+    ("unknown-engine-option", ["train", "--local", "--engine", "pytorch"], {},
+     ["--engine 'pytorch' is not an engine", "use one of tensorflow, jax"]),
+    ("unknown-engine-option-dry-run", ["train", "--dry-run", "--engine", "JAX"], {},
+     ["--engine 'JAX' is not an engine", "use one of tensorflow, jax"]),
+    ("engine-option-tensorflow-on-v6e", lambda b: ['train', '--dry-run', '--engine', 'tensorflow',
+                                                   "-c", _gcp_run(b, zone="us-east5-b",
+                                                                  accelerator_type="v6e-8",
+                                                                  train={"engine": "jax"})], {},
+     ["with --engine tensorflow", "cluster.accelerator_type", "set train.engine: jax"]),
     ("ssh-cluster-bad-key-on-ssh", lambda b: ["ssh", "-c", _ssh(
         b, identity_file=_key(b, "locked2", passphrase="x" * 8)), "--", "true"], {},
      ["passphrase"]),

@@ -78,6 +78,9 @@ def train(
         "--push-to-hub", metavar="OWNER/NAME", help="After export, publish model/ with a model "
         "card to this Hugging Face repository (sets hub.repo; token: HF_TOKEN or hf auth "
         "login).")] = None,
+    engine: Annotated[str | None, typer.Option(
+        "--engine", metavar="NAME", help="Train with this engine for this run: tensorflow or "
+        "jax (sets train.engine).")] = None,
 ) -> None:
     """Ship the payload to every worker, set up its environment, run the pipeline stages."""
     from launcher import launch
@@ -89,11 +92,12 @@ def train(
         local=local, num_workers=num_workers, stages=planning.parse_stages(stages),
         resume=resume, overwrite=overwrite, dry_run=dry_run, down=down,
         auto_resume=auto_resume, max_hours=max_hours, max_cost=max_cost,
-        push_to_hub=push_to_hub, download=download)
+        push_to_hub=push_to_hub, download=download, engine=engine)
     the_launch = launch.plan_train(config_path, options)
     if dry_run:
         typer.echo(planning.render_plan(the_launch.plan))
         typer.echo(f"model: {model_line(the_launch.config)}")
+        typer.echo(f"engine: {the_launch.config.train.engine}")
         price = the_launch.provider.price()
         if price:
             typer.echo(f"cost: {price}")

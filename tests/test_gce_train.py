@@ -248,3 +248,49 @@ def test_down_on_a_slice_recreated_under_the_run_name_deletes_nothing(cloud, fle
     assert self_delete.delete_own(spec) == "slice trillium is already gone"
     assert _invoke("down", "-c", config).exit_code == 0
     assert _nothing_left(cloud)
+
+
+def test_a_limit_reached_ends_the_job_and_worker_0_deletes_the_slice(cloud, fleet, tmp_path,
+                                                                     monkeypatch):
+    """train.max_hours is over before the first stage (the slice bills from its creation):
+    the agents end the job at once, detached, and worker 0 deletes the run's MIG (--down). The
+    limit is the agents' (payload.jobs.agent), so the stub stages stand in for the real ones."""
+    config = gce_config(tmp_path, fleet)
+    assert _invoke("up", "-c", config).exit_code == 0
+    _stub(fleet, tmp_path, {"steps": {"train": 600}}, monkeypatch)
+    started = _invoke("train", "-c", config, "--down", "--detach", "--max-hours", "0.000001")
+    assert started.exit_code == 0, started.output
+    log = _out(fleet, tmp_path) / "logs" / "worker-0.log"
+    try:
+        wait_for(lambda: cloud.group_names() == [], timeout_s=90)
+        wait_for(lambda: log.exists() and "deleting slice trillium" in log.read_text(),
+                 timeout_s=30)
+    except AssertionError:
+        raise AssertionError(log.read_text() if log.exists() else "no log") from None
+    assert "stopping, train.max_hours 1e-06 reached" in log.read_text()
+    assert "== tpuctl: train on worker-0 ==" not in log.read_text()
+    assert _invoke("down", "-c", config).exit_code == 0
+    assert _nothing_left(cloud)
+
+
+def test_without_auto_resume_a_lost_vm_ends_the_run_and_down_removes_the_slice(
+        cloud, fleet, tmp_path, tpuctl_home, monkeypatch):
+    from launcher import run
+
+    monkeypatch.setattr(run, "TROUBLE_EVERY_S", 1.0)
+    config = gce_config(tmp_path, fleet)
+    assert _invoke("up", "-c", config).exit_code == 0
+    _stub(fleet, tmp_path, {"steps": {"train": 600}}, monkeypatch)
+
+    def preempt():
+        wait_for(lambda: "step 5 " in "".join(
+            p.read_text() for p in tpuctl_home.glob("jobs/trillium/*/logs/worker-0.log")),
+            timeout_s=90, interval_s=0.05)
+        cloud.preempt(cloud.instance_names()[0])
+
+    threading.Thread(target=preempt, daemon=True).start()
+    result = _invoke("train", "-c", config, "--down")
+    assert result.exit_code == 1, result.output
+    assert "of slice trillium is TERMINATED" in result.output
+    assert _nothing_left(cloud)  # --down: nothing is left billing or holding quota
+    assert "still up" not in result.output

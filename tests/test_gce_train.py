@@ -294,3 +294,52 @@ def test_without_auto_resume_a_lost_vm_ends_the_run_and_down_removes_the_slice(
     assert "of slice trillium is TERMINATED" in result.output
     assert _nothing_left(cloud)  # --down: nothing is left billing or holding quota
     assert "still up" not in result.output
+
+
+@pytest.mark.slow  # the real stages twice over (before and after the preemption): ~2-3 min
+def test_a_preempted_slice_resumes_the_real_jax_run_from_its_checkpoint(
+        cloud, fleet, tmp_path, tpuctl_home, monkeypatch):
+    """The same recovery with the real stages: the JAX run on both VMs loses them mid-training,
+    --auto-resume brings up a new MIG, and training resumes from the newest Orbax checkpoint
+    (not from step 0) to the final step, both VMs ending with the same weights."""
+    from launcher import run
+
+    monkeypatch.setattr(run, "TROUBLE_EVERY_S", 1.0)
+    monkeypatch.delenv(STAGE_ENTRY_ENV, raising=False)
+    config = gce_config(tmp_path, fleet, train={
+        "steps": 300, "learning_rate": 5e-3, "checkpoint_every": 20, "eval_every": 20,
+        "eval_batches": 1})
+    assert _invoke("up", "-c", config).exit_code == 0
+    out = _out(fleet, tmp_path)
+
+    def newest_step() -> int:
+        from payload.training import progress
+
+        lines = "".join(p.read_text(errors="replace") for p in tpuctl_home.glob(
+            "jobs/trillium/*/logs/worker-0.log")).splitlines()
+        records = [r for r in map(progress.parse, lines) if r and r["kind"] == "train"]
+        return records[-1]["step"] if records else 0
+
+    def preempt_mid_training():
+        wait_for(lambda: newest_step() >= 40, timeout_s=240, interval_s=0.05)
+        cloud.preempt(cloud.instance_names()[0])
+        for i in (0, 1):
+            for line in fleet.job_processes(i):
+                os.kill(int(line.split(":")[0]), 9)
+
+    killer = threading.Thread(target=preempt_mid_training, daemon=True)
+    killer.start()
+    result = _invoke("train", "-c", config, "--auto-resume", "1")
+    killer.join(timeout=5)
+    assert result.exit_code == 0, result.output
+    assert "TERMINATED: recovering (1 of 1)" in result.output
+    history = json.loads((out / "recoveries.json").read_text())
+    assert len(history) == 1 and history[0]["resumed_from_step"] >= 20, history
+    assert 0 <= history[0]["lost_at_step"] - history[0]["resumed_from_step"] <= 20, history
+    hashes = re.findall(r"worker-(\d) \| .*finished at step 300; weights sha256 (\w+)",
+                        result.output)
+    assert sorted(w for w, _ in hashes) == ["0", "1"], result.output
+    assert hashes[0][1] == hashes[1][1]
+    assert (out / "model" / "model.safetensors").exists()
+    assert _invoke("down", "-c", config).exit_code == 0
+    assert _nothing_left(cloud)

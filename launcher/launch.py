@@ -29,7 +29,7 @@ from launcher import estimate, hub, records, run, ship, view
 from launcher.environment import ENGINE_EXTRAS, plan_environment
 from launcher.plan import ALL_STAGES, Plan, Stage, Worker, build_plan
 from launcher.providers import Fleet, Provider, provider_for, reopen
-from payload.cloud import tpu_api
+from payload.cloud import stand_ins
 from payload.core import layout, storage
 from payload.core.errors import UserError, UserErrors, error_lines
 
@@ -187,7 +187,7 @@ def plan_train(config_path: Path, options: TrainOptions) -> Launch:
         hardware=fleet.hardware, stages=options.stages, resume=options.resume,
         overwrite=options.overwrite, stage_entry=(entry,) if entry else ("-m", "payload"),
         stale_after_s=peer_timeout_s(),
-        forward_env=tpu_api.forwarded_env() + storage.forwarded_env(),
+        forward_env=stand_ins.forwarded_env() + storage.forwarded_env(),
         hub_env=hub.forwarded_env())
     publishes = any(step.name == Stage.PUBLISH.value for step in the_plan.steps)
     checks_hub = publishes and not options.dry_run and not problems

@@ -107,13 +107,17 @@ class JobPaths:
 
 @dataclass(frozen=True, kw_only=True)
 class NodeToDelete:
-    """The TPU worker 0 deletes when the job ends (`train --down`), checked by its unique id."""
+    """What worker 0 deletes when the job ends (`train --down`), checked by its unique id
+    (payload.cloud.self_delete does it): a TPU node (api "tpu") or a slice's regional managed
+    instance group (api "compute", in `region`)."""
 
     project: str
     zone: str
     name: str
     uid: str
-    api_endpoint: str | None = None  # the TPU API stand-in the launcher used (tests), or Google
+    api_endpoint: str | None = None  # the API stand-in the launcher used (tests), or Google
+    api: str = "tpu"
+    region: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -144,6 +144,8 @@ class Fleet(StartedOrClosed):
 
     def _write_sshd_config(self, i: int, host: str) -> None:
         wdir = self.root / f"worker-{i}"
+        (wdir / "hosts").write_text(Path("/etc/hosts").read_text().rstrip("\n")
+                                    + f"\n{host} worker-{i}\n")
         config = wdir / "sshd_config"
         config.write_text("\n".join([
             f"ListenAddress {host}:{self.port}",
@@ -184,6 +186,9 @@ class Fleet(StartedOrClosed):
                 if line.startswith("root:") else line
                 for line in Path("/etc/passwd").read_text().splitlines(keepends=True)))
             binds.append(f"mount --bind {shlex.quote(str(passwd))} /etc/passwd && ")
+        # As on a cloud VM, the worker's hostname resolves to its address (gloo, JAX's CPU
+        # collectives, binds to what the hostname resolves to).
+        binds.append(f"mount --bind {shlex.quote(str(wdir / 'hosts'))} /etc/hosts && ")
         setup = (
             "".join(binds)
             + f"mount --rbind {wdir / 'root'} /root && "

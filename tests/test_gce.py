@@ -273,3 +273,26 @@ def test_the_slice_module_its_twin_and_the_launcher_agree():
                               env={"PATH": "/usr/bin:/bin:/usr/local/bin",
                                    "TF_CLI_CONFIG_FILE": "/dev/null"})
         assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("variable", ["TPUCTL_TPU_API_ENDPOINT", "TPUCTL_COMPUTE_API_ENDPOINT"])
+def test_either_cloud_api_as_a_stand_in_puts_jax_on_the_cpu(variable, monkeypatch):
+    """One rule (payload.cloud.stand_ins) for gcp's and gce's stand-ins: no TPU by design, JAX
+    computes on the CPU; the launcher passes the endpoint on to every stage."""
+    from payload.cloud import stand_ins
+    from payload.training.strategy import Hardware, cluster_facts, plan_strategy
+
+    hardware = Hardware.tpu("v6e-8", "trillium")
+    facts = cluster_facts(hardware, worker_index=1, num_workers=2, engine="jax",
+                          environ={variable: "http://127.0.0.1:1",
+                                   "TPUCTL_JAX_COORDINATOR": "10.0.0.2:8476"})
+    plan = plan_strategy(facts)
+    assert plan.stand_in and plan.env["JAX_PLATFORMS"] == "cpu"
+    assert (plan.coordinator, plan.num_processes, plan.process_id) == ("10.0.0.2:8476", 2, 1)
+    real = plan_strategy(cluster_facts(hardware, worker_index=1, num_workers=2, engine="jax",
+                                       environ={"TPUCTL_JAX_COORDINATOR": "10.0.0.2:8476"}))
+    assert not real.stand_in and "JAX_PLATFORMS" not in real.env
+    for name in stand_ins.ENDPOINT_ENVS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(variable, "http://127.0.0.1:1")
+    assert stand_ins.forwarded_env() == ((variable, "http://127.0.0.1:1"),)

@@ -14,8 +14,9 @@ it recorded making (TPUCTL_HOME/gcp/RUN/owned.json, key "gce"), and a VM only by
 run's own MIG it belongs to. Host keys come from each VM's guest attributes (hostkeys/), polled
 until the guest agent publishes them, and SSH is strict from the first connection.
 The module also makes the slice's two firewall rules (SSH from cluster.ssh_source_ranges; the
-VMs to each other); `recover` (--auto-resume) replaces a MIG whose VMs were taken back. Not
-built yet: a bucket and service account for gce, and `train --down` on gce.
+VMs to each other); `recover` (--auto-resume) replaces a MIG whose VMs were taken back;
+`node_to_delete` (train --down) names the run's own MIG for worker 0 to delete
+(payload.cloud.self_delete). Not built yet: a bucket and service account for gce.
 """
 
 from __future__ import annotations
@@ -60,7 +61,6 @@ GCLOUD = {"firewalls": "gcloud compute firewall-rules delete {name}",
           "policies": "gcloud compute resource-policies delete {name} --region {region}",
           "templates": "gcloud compute instance-templates delete {name} --region {region}",
           "groups": "gcloud compute instance-groups managed delete {name} --region {region}"}
-NOT_BUILT_HINT = "provider gcp covers v5e, v5p and v6e with those"
 
 
 class Owned:
@@ -141,9 +141,6 @@ class GceProvider:
 
     def _names(self) -> gce_slice.SliceNames:
         return gce_slice.SliceNames.of(self.site.run_name)
-
-    def _not_built(self, what: str) -> UserError:
-        return UserError(f"provider gce cannot {what} yet", hint=NOT_BUILT_HINT)
 
     def _foreign_note(self, kind: str, name: str, uid: str) -> str:
         command = GCLOUD[kind].format(name=name, region=self.region)
@@ -504,7 +501,15 @@ class GceProvider:
         return list(gce_doctor.checks(self))
 
     def node_to_delete(self, on_event: Callable[[str], None]) -> NodeToDelete:
-        raise self._not_built("delete the slice when a job ends (--down)")
+        """The run's own MIG (its VMs go with it), by the id `up` recorded; worker 0 deletes it
+        with the VMs' service account (the project's default compute one, which needs
+        compute.instanceGroupManagers.delete; Editor has it)."""
+        group = self._own_group()
+        on_event(f"--down: worker 0 deletes slice {group.name} when the job ends (with the VMs' "
+                 "service account); `tpuctl down` removes its template and policy")
+        return NodeToDelete(api="compute", project=self.site.project, zone=self.site.zones[0],
+                            region=self.region, name=group.name, uid=group.uid,
+                            api_endpoint=gce_api.stand_in())
 
     def recover(self, on_event: Callable[[str], None]) -> None:
         """A spot or flex-start VM that was taken back cannot be restarted, and a bulk MIG with

@@ -13,15 +13,15 @@ Application Default Credentials. google-cloud-compute is imported on first use.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
+from payload.cloud import stand_ins
 from payload.cloud.tpu_api import CREDENTIALS_HINT
 from payload.core.errors import UserError
 
-ENDPOINT_ENV = "TPUCTL_COMPUTE_API_ENDPOINT"
+ENDPOINT_ENV = stand_ins.COMPUTE_API_ENV
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class Clients:
 
 
 def stand_in() -> str | None:
-    return os.environ.get(ENDPOINT_ENV) or None
+    return stand_ins.endpoint(ENDPOINT_ENV)
 
 
 def clients(endpoint: str | None = None) -> Clients:

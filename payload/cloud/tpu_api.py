@@ -15,14 +15,14 @@ how to set them up. google-cloud-tpu is imported on first use.
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from payload.cloud import stand_ins
 from payload.core.errors import UserError
 
-ENDPOINT_ENV = "TPUCTL_TPU_API_ENDPOINT"
+ENDPOINT_ENV = stand_ins.TPU_API_ENV
 CREDENTIALS_HINT = ("run `gcloud auth application-default login` (or set "
                     "GOOGLE_APPLICATION_CREDENTIALS to a service-account key file)")
 HOST_KEY_TYPE = "ssh-ed25519"
@@ -36,13 +36,7 @@ QUEUE_DONE_STATES = ("ACTIVE", "FAILED", "SUSPENDED")
 
 def stand_in() -> str | None:
     """The stand-in endpoint tests (and dry runs against a fake) set, or None for Google."""
-    return os.environ.get(ENDPOINT_ENV) or None
-
-
-def forwarded_env() -> tuple[tuple[str, str], ...]:
-    """What the launcher passes on to every stage so workers use the same TPU API."""
-    endpoint = stand_in()
-    return ((ENDPOINT_ENV, endpoint),) if endpoint else ()
+    return stand_ins.endpoint(ENDPOINT_ENV)
 
 
 @dataclass(frozen=True)

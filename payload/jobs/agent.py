@@ -436,10 +436,10 @@ def run(plan_path: str) -> int:
 def _delete_own_tpu(plan: dict) -> None:
     """`train --down`: the job ended (done, failed, stopped or at a limit), so worker 0 deletes
     its TPU itself, whether or not a launcher is still watching."""
-    from payload.cloud import tpu_api
+    from payload.cloud import self_delete
 
     try:
-        print(f"== tpuctl: {tpu_api.delete_own_node(**plan['delete_when_done'])} ==", flush=True)
+        print(f"== tpuctl: {self_delete.delete_own(plan['delete_when_done'])} ==", flush=True)
     except Exception as exc:  # the launcher's `down` (or the user's) is the fallback
         # Loud: nobody may be watching, and the TPU bills until someone runs `tpuctl down`.
         print(f"== tpuctl: THE TPU IS STILL UP AND BILLING: its self-delete failed ({exc}); "

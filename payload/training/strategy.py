@@ -128,7 +128,7 @@ class ClusterFacts:
     worker_index: int = 0
     tf_config: str | None = None  # the TF_CONFIG environment variable, if set
     tpu_workers: str | None = None  # TPUCTL_TPU_WORKERS: the slice's grpc:// endpoints
-    stand_in: bool = False  # the TPU API is a stand-in: no TPU here, train on the CPU
+    stand_in: bool = False  # the cloud API is a stand-in (stand_ins.active): train on the CPU
     libtpu: str | None = None  # this environment's libtpu.so, when the libtpu package is there
     engine: str = TENSORFLOW  # train.engine
     jax_coordinator: str | None = None  # TPUCTL_JAX_COORDINATOR: process 0's HOST:PORT
@@ -198,7 +198,7 @@ def _jax_plan(facts: ClusterFacts, kind: StrategyKind) -> StrategyPlan:
         env["TPU_LOAD_LIBRARY"] = "0"
         env.update(accelerators.tensorflow_env_on_tpu(facts.engine, facts.libtpu))
         if facts.stand_in and not facts.tpu_present:
-            # The TPU API is a stand-in (tests): no TPU by design, JAX computes on the CPU.
+            # The cloud API is a stand-in (tests): no TPU by design, JAX computes on the CPU.
             env["JAX_PLATFORMS"] = "cpu"
     return StrategyPlan(
         kind=kind, runs_training=True, env=env,
@@ -271,13 +271,13 @@ def cluster_facts(
     environ: dict[str, str] | None = None, libtpu: str | None = None,
     engine: str = TENSORFLOW,
 ) -> ClusterFacts:
-    from payload.cloud import tpu_api
+    from payload.cloud import stand_ins
 
     environ = os.environ if environ is None else environ
     return ClusterFacts(hardware=hardware, num_workers=num_workers, worker_index=worker_index,
                         tf_config=environ.get("TF_CONFIG"),
                         tpu_workers=environ.get(TPU_WORKERS_ENV) or None,
-                        stand_in=bool(environ.get(tpu_api.ENDPOINT_ENV)),
+                        stand_in=stand_ins.active(environ),
                         libtpu=libtpu or _libtpu_library(), engine=engine,
                         jax_coordinator=environ.get(JAX_COORDINATOR_ENV) or None,
                         tpu_present=uses_tpu(hardware) and tpu_devices_present())

@@ -12,19 +12,31 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from launcher.providers import gce_api, gcp_doctor
 from launcher.providers.base import Check
 from payload.core.errors import UserError, counted
 
-if TYPE_CHECKING:
-    from launcher.providers.gce import GceProvider
+
+class CheckedProvider(Protocol):
+    """What the checks ask of the gce provider (launcher.providers.gce.GceProvider), named
+    here so this module needs nothing from the provider's."""
+
+    api: gce_api.ComputeApi
+    region: str
+    owned: object  # the ownership record: is_ours(kind, name, uid)
+
+    def _config(self): ...
+
+    def _names(self): ...
+
+    def _foreign_note(self, kind: str, name: str, uid: str) -> str: ...
 
 NEEDS_CREDENTIALS = gcp_doctor.NEEDS_CREDENTIALS
 
 
-def checks(provider: GceProvider) -> Iterator[Check]:
+def checks(provider: CheckedProvider) -> Iterator[Check]:
     config = provider._config()
     cluster = config.cluster
     api = provider.api
@@ -76,7 +88,7 @@ def checks(provider: GceProvider) -> Iterator[Check]:
     yield gcp_doctor._unless(needs_api, gcp_doctor.SSH_CHECK, lambda: _reach(provider))
 
 
-def _reach(provider: GceProvider) -> str:
+def _reach(provider: CheckedProvider) -> str:
     name = provider._names().group
     group = provider.api.group(name)
     if group is None or not provider.owned.is_ours("groups", name, group.uid):

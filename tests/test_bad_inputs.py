@@ -4,6 +4,7 @@ output_dir, no new file anywhere in the run's folder), through the real `tpuctl`
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -87,6 +88,18 @@ def _key(box: Path, name: str, passphrase: str = "") -> str:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-f", str(path)],
                    check=True)
     return str(path)
+
+
+def _init_from_gpt2(box: Path) -> str:
+    """A jax run of roberta continuing from a folder whose config says roberta but whose
+    model.safetensors holds GPT-2's weights (tests/test_payload_bad_inputs.py builds it)."""
+    from tests.test_payload_bad_inputs import _init_from
+
+    folder = box / "init"
+    folder.mkdir()
+    raw = yaml.safe_load(_init_from(folder, "gpt2", engine="jax").read_text())
+    raw["output_dir"] = str(box / "out")
+    return _write(box, "init-from.yaml", raw)
 
 
 # (id, arguments or a function of the run folder giving them, environment, needles)
@@ -243,6 +256,10 @@ ROWS = [
                                                                   accelerator_type="v6e-8",
                                                                   train={"engine": "jax"})], {},
      ["with --engine tensorflow", "cluster.accelerator_type", "set train.engine: jax"]),
+    ("engine-unknown", lambda b: ["train", "--local", "-c", _with(b, "train", engine="pytorch")],
+     {}, ["train.engine must be one of 'tensorflow' or 'jax' (got 'pytorch')"]),
+    ("init-from-other-family-on-jax", lambda b: ["train", "--local", "-c", _init_from_gpt2(b)],
+     {}, ["model.init_from", "holds no roberta weights", "transformer.wte.weight"]),
     ("ssh-cluster-bad-key-on-ssh", lambda b: ["ssh", "-c", _ssh(
         b, identity_file=_key(b, "locked2", passphrase="x" * 8)), "--", "true"], {},
      ["passphrase"]),
@@ -326,3 +343,37 @@ def test_what_the_plan_and_the_stages_refuse_comes_in_one_round(box):
     assert "data.validation_fraction is 0" in lines[1]
     assert "data.corpus: no such file" in lines[2] and "nothere.txt" in lines[2]
     assert result.stdout == "" and not (box / "home").exists() and _snapshot(box) == before
+
+
+def _checkpoints_of(out: Path, engine: str) -> None:
+    """checkpoints/ as a finished run of `engine` leaves it: the engine's file layout (an Orbax
+    step folder, or TensorFlow's index and ckpt-N files), run.json naming it, the marker."""
+    from payload.core import storage
+
+    storage.claim_output_dir(str(out))
+    files = ({"20/commit_success.txt": "", "20/default/manifest.ocdbt": "x"} if engine == "jax"
+             else {"checkpoint": 'model_checkpoint_path: "ckpt-20"\n', "ckpt-20.index": "x",
+                   "ckpt-20.data-00000-of-00001": "x"})
+    files["run.json"] = json.dumps({"engine": engine})
+    for name, text in files.items():
+        path = out / "checkpoints" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    storage.mark_complete(str(out / "checkpoints"), {})
+
+
+@pytest.mark.parametrize(("written_by", "engine"), [("tensorflow", "jax"), ("jax", "tensorflow")])
+def test_a_resume_across_engines_is_one_line_and_touches_nothing(box, written_by, engine):
+    """Issue 19: `tpuctl train --local --resume` over the other engine's checkpoints is refused
+    before anything starts, naming both engines; the checkpoints are left as they were."""
+    _checkpoints_of(box / "out", written_by)
+    config = _with(box, "train", engine=engine)
+    before = _snapshot(box)
+    result = run_row(box, ["train", "--local", "--resume", "-c", config], {})
+    lines = result.stderr.splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: --resume") and "Traceback" not in result.stderr
+    assert f"written by the {written_by} engine, but train.engine is {engine}" in lines[0]
+    assert f"set train.engine: {written_by}" in lines[0]
+    assert result.stdout == "" and not (box / "home").exists()
+    assert _snapshot(box) == before, "files changed in the run folder"

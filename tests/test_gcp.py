@@ -193,6 +193,63 @@ def test_a_jax_run_on_the_stand_in_pod_slice_trains_on_every_host(cloud, fleet, 
     assert _invoke("down", "-c", config).exit_code == 0
 
 
+@pytest.mark.slow  # up, the four real stages on a worker over ssh, down: ~60-90 s here
+def test_a_v6e_runs_every_real_stage_with_the_jax_engine(cloud, fleet, tmp_path, tpuctl_home,
+                                                         monkeypatch):
+    """Issue 19: a v6e-8 (one host in the accelerator table and the API) with `train.engine:
+    jax`: `up`, then `train` with the real stages (tokenizer, prepare, train, export) over ssh on
+    the fleet's worker, JAX on its CPU, then `down`. The same config on the TensorFlow engine is
+    one line before anything is made."""
+    monkeypatch.delenv(STAGE_ENTRY_ENV, raising=False)
+    cloud.use_fleet([0])
+    config = gcp_config(tmp_path, fleet, zone="us-east5-b", accelerator_type="v6e-8")
+    raw = yaml.safe_load(config.read_text())
+    raw["train"] = {"engine": "jax", "steps": 40, "batch_size": 8, "learning_rate": 5e-3,
+                    "warmup_steps": 4, "eval_every": 20, "checkpoint_every": 20,
+                    "eval_batches": 2}
+    # Enough text for a validation split that evaluates (the shared tiny corpus has 100 lines).
+    Path(raw["data"]["corpus"]).write_text("".join(
+        f"sentence {i} about {['rivers', 'stones', 'light'][i % 3]} and tpus {i % 13}\n"
+        for i in range(600)))
+    raw["data"]["validation_fraction"] = 0.1
+    out = Path(raw["output_dir"])
+
+    tensorflow = yaml.safe_load(config.read_text())
+    tensorflow["train"] = {**raw["train"], "engine": "tensorflow"}
+    tf_config = tmp_path / "tensorflow.yaml"
+    tf_config.write_text(yaml.safe_dump(tensorflow))
+    for command in ("up", "train"):
+        # (Exit status 2 through the real entry point: tests/test_bad_inputs.py.)
+        message = _one_line_error(_invoke(command, "-c", tf_config), "v6e-8",
+                                  "set train.engine: jax")
+        assert "\n" not in message
+    assert cloud.node_names() == [] and not cloud.requests("CreateNode")
+    assert not out.exists()
+
+    config.write_text(yaml.safe_dump(raw))
+    up = _invoke("up", "-c", config)
+    assert up.exit_code == 0, up.output
+    assert "TPU tpurun is READY" in up.output
+    node = cloud.node("tpurun")
+    assert node["acceleratorType"] == "v6e-8" and node["runtimeVersion"] == "v2-alpha-tpuv6e"
+    trained = _invoke("train", "-c", config)
+    assert trained.exit_code == 0, trained.output[-5000:]
+    assert "finished at step 40; weights sha256" in trained.output
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["engine"] == "jax" and metrics["final"]["step"] == 40
+    evals = metrics["evals"]
+    assert [e["step"] for e in evals] == [0, 20, 40], metrics
+    assert evals[-1]["loss"] < 0.85 * evals[0]["loss"], evals  # it learned
+    model = out / "model"
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {
+        p.name for p in model.iterdir()}
+    assert json.loads((model / "tpuctl_export.json").read_text())["checkpoint"].endswith(
+        "checkpoints/40")
+    down = _invoke("down", "-c", config)
+    assert down.exit_code == 0, down.output
+    assert cloud.node_names() == []
+
+
 def test_a_recreated_tpu_gets_new_addresses_and_keys_and_old_jobs_are_gone(
         cloud, fleet, tmp_path, tpuctl_home, monkeypatch):
     config = gcp_config(tmp_path, fleet)

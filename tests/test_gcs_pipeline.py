@@ -277,3 +277,45 @@ def test_the_launcher_runs_the_whole_pipeline_on_gs(gcs_sandbox, tmp_path):
     metrics = json.loads(gcs_sandbox.read_bytes(f"gs://{bucket}/run/metrics.json"))
     assert metrics["final"]["step"] == 6
     assert (target / "config.json").exists() and (target / "model.safetensors").exists()
+
+
+def test_the_jax_engine_trains_resumes_and_exports_on_gs(gcs_sandbox, tmp_path):
+    """Issue 19 on gs://: `tpuctl train --local --workers 2` with `train.engine: jax` inside the
+    sandbox: two JAX processes write Orbax checkpoints through tensorstore's GCS driver, a
+    `--resume` continues from the gs:// step folder, and export reads it back into model/."""
+    bucket = "jaxrun"
+    gcs_sandbox.make_bucket(bucket)
+    text = "".join(f"sentence {i} about {['rivers', 'stones', 'light'][i % 3]} and tpus "
+                   f"{i % 13}\n" for i in range(800))
+    gcs_sandbox.write_bytes(f"gs://{bucket}/texts/corpus.txt", text.encode())
+    out = f"gs://{bucket}/run"
+    raw = _config(out, f"gs://{bucket}/texts/corpus.txt", steps=20)
+    raw["train"].update(engine="jax", learning_rate=5e-3, checkpoint_every=10, eval_every=10)
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    env = {**payload_env(), "TPUCTL_HOME": str(tmp_path / "home")}
+
+    def tpuctl(*args: str) -> subprocess.CompletedProcess:
+        return gcs_sandbox.run([sys.executable, "-m", "launcher.cli", *args, "-c", str(config)],
+                               env=env, cwd=str(REPO), timeout=900)
+
+    first = tpuctl("train", "--local", "--workers", "2", "--stages", "tokenizer,prepare,train")
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    steps = {n.rsplit("/", 2)[1] for n in gcs_sandbox.list(f"{out}/checkpoints/")
+             if n.endswith("/commit_success.txt") and n.count("/") == 6}
+    assert steps == {"10", "20"}, steps
+    raw["train"]["steps"] = 30
+    config.write_text(yaml.safe_dump(raw))
+    resumed = tpuctl("train", "--local", "--workers", "2", "--resume", "--stages",
+                     "train,export")
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert f"resuming from {out}/checkpoints" in resumed.stdout
+    metrics = json.loads(gcs_sandbox.read_bytes(f"{out}/metrics.json"))
+    assert metrics["engine"] == "jax" and metrics["final"]["step"] == 30
+    evals = metrics["evals"]
+    assert [e["step"] for e in evals] == [0, 10, 20, 30]
+    assert evals[-1]["loss"] < 0.85 * evals[0]["loss"], evals
+    note = json.loads(gcs_sandbox.read_bytes(f"{out}/model/tpuctl_export.json"))
+    assert note["checkpoint"] == f"{out}/checkpoints/30"
+    model = {n.rsplit("/", 1)[1] for n in gcs_sandbox.list(f"{out}/model/")}
+    assert {"config.json", "model.safetensors", "tokenizer.json", ".tpuctl-complete"} <= model

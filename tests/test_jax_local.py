@@ -1,7 +1,8 @@
 """Multi-process JAX through the launcher, for real: `tpuctl train --local --workers 2` with
-`train.engine: jax` runs the tokenizer, prepare and train stages, both workers train as one JAX
-program (gloo collectives, the coordinator on worker 0's per-job port), and the run computes
-what one process over two CPU devices computes from the same global batches."""
+`train.engine: jax` runs every stage (tokenizer, prepare, train, export), both workers train as
+one JAX program (gloo collectives, the coordinator on worker 0's per-job port), the run computes
+what one process over two CPU devices computes from the same global batches, and the exported
+model/ gives in PyTorch transformers 5.x the logits of the JAX model of the final checkpoint."""
 
 import json
 import re
@@ -24,6 +25,8 @@ from tests.test_jax_multiprocess import worker_env
 from tests.test_jax_train import checkpoint_variables
 
 REFERENCE = Path(__file__).resolve().parent / "jax_reference.py"
+TORCH_PYTHON = Path(__file__).resolve().parent.parent / ".venv-torch" / "bin" / "python"
+TORCH_READY = TORCH_PYTHON.parent.parent / ".installed"
 STEPS = 20
 
 
@@ -44,13 +47,12 @@ def jax_config(folder: Path, out: Path, workers: int) -> Path:
                               "eval_batches": 2})
 
 
-@pytest.mark.slow  # the whole pipeline on two workers, then the reference: ~90 s here
+@pytest.mark.slow  # the whole pipeline on two workers, the reference, PyTorch: ~2 min here
 def test_two_local_jax_workers_compute_what_one_process_over_two_devices_computes(
         tmp_path, tpuctl_home):
     out = tmp_path / "out"
     config = jax_config(tmp_path / "run", out, workers=2)
-    result = CliRunner().invoke(app, ["train", "-c", str(config), "--local", "--stages",
-                                      "tokenizer,prepare,train"])
+    result = CliRunner().invoke(app, ["train", "-c", str(config), "--local"])  # every stage
     assert result.exit_code == 0, result.output
     # Every worker trained (one program over both processes) and ended with the same weights.
     hashes = re.findall(r"worker-(\d) \| .*finished at step 20; weights sha256 (\w+)",
@@ -85,3 +87,47 @@ def test_two_local_jax_workers_compute_what_one_process_over_two_devices_compute
     for name, value in wanted.items():
         np.testing.assert_allclose(got[name], value, rtol=0, atol=1e-5, err_msg=name)
 
+
+    assert_export_gives_the_checkpoints_logits_in_pytorch(config, out, tmp_path / "torch")
+
+
+def assert_export_gives_the_checkpoints_logits_in_pytorch(config: Path, out: Path,
+                                                          work: Path) -> None:
+    """model/ loaded by PyTorch transformers 5.x, and the JAX model restored from the newest
+    checkpoint by the engine's own program: the same logits (<= 1e-4) for padded rows."""
+    from flax import nnx
+
+    from payload.config import load_config
+    from payload.engines.jax import export as jax_export
+    from payload.engines.jax import step as jax_step
+    from payload.training.export import trained_weights
+    from tests.test_jax_models import model_inputs
+
+    note = json.loads((out / "model" / "tpuctl_export.json").read_text())
+    assert note["checkpoint"] == str(out / "checkpoints" / str(STEPS))
+    if not TORCH_READY.exists():
+        pytest.skip("no transformers 5.x environment (.venv-torch; `make setup-torch`)")
+    run = load_config(config)
+    hf_config = trained_weights(run).hf_config  # the one export wrote config.json from
+    program = jax_step.TrainProgram(hf_config.to_dict(), family=run.model.family,
+                                    train_cfg=run.train, mesh=jax_export.one_cpu_mesh())
+    params = jax_export._restore_params(note["checkpoint"], program)
+    model = nnx.merge(program.graphdef, params)
+    raw = json.loads((out / "model" / "config.json").read_text())
+    inputs = model_inputs({**raw, "pad_token_id": raw.get("pad_token_id") or 0},
+                          np.random.default_rng(0))
+    ours = np.asarray(model(**inputs))
+    work.mkdir()
+    np.savez(work / "inputs.npz", **inputs)
+    jobs = [{"folder": str(out / "model"), "family": "gpt2", "inputs": str(work / "inputs.npz"),
+             "output": str(work / "torch.npy")}]
+    (work / "jobs.json").write_text(json.dumps(jobs))
+    torch = subprocess.run([str(TORCH_PYTHON), str(Path(__file__).with_name("torch_forward.py")),
+                            str(work / "jobs.json")], capture_output=True, text=True,
+                           timeout=300, check=False)
+    assert torch.returncode == 0, torch.stdout + torch.stderr[-3000:]
+    assert json.loads(torch.stdout.strip().splitlines()[-1])["transformers"].startswith("5.")
+    difference = float(np.abs(ours - np.load(work / "torch.npy")).max())
+    print(f"exported model/ in PyTorch vs the JAX checkpoint: max |logit difference| "
+          f"{difference:.2e}")
+    assert difference <= 1e-4

@@ -34,6 +34,7 @@ import secrets
 import select
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -126,7 +127,10 @@ class GcsSandbox(StartedOrClosed):
         if reason:
             raise SandboxUnavailable(reason)
         hosts = self.root / "hosts"
-        hosts.write_text("127.0.0.1 localhost " + " ".join(GOOGLE_NAMES) + "\n::1 localhost\n")
+        # The machine's own name too, as every real host resolves it: gloo (JAX's CPU
+        # collectives) looks it up to choose the address it listens on.
+        hosts.write_text(f"127.0.0.1 localhost {socket.gethostname()} " + " ".join(GOOGLE_NAMES)
+                         + "\n::1 localhost\n")
         write_certificates(self.root, GOOGLE_NAMES)
         setup = (f"mount --bind {hosts} /etc/hosts && ip link set lo up && "
                  f"exec {sys.executable} {Path(__file__).resolve()} serve --root {self.root}")

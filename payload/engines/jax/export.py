@@ -82,7 +82,9 @@ def trained_weights(config, hf_config) -> TrainedWeights:
     directory = layout.checkpoints_dir(config.output_dir)
     nothing = UserError(f"nothing to export: no checkpoint in {directory}",
                         hint="run the train stage first")
-    if not storage.exists(directory):
+    # A folder, not an object: on gs:// only a listing shows it (exists() asks for an
+    # object of that name, which Orbax never writes).
+    if not storage.is_dir(directory):
         raise nothing
     ckpts = Checkpoints(directory)
     try:

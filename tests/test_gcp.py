@@ -507,6 +507,25 @@ def test_doctor_with_the_api_off_still_checks_the_bucket(tmp_path, tpuctl_home, 
         assert f"skip  {name}: needs the Cloud TPU API (above)" in result.output
 
 
+def test_self_delete_deletes_only_the_node_with_the_runs_id():
+    """The TPU self-delete (worker 0, `train --down`) checks the node's id: one recreated under
+    the same name is left alone."""
+    from payload.cloud import self_delete
+
+    with FakeTpuApi() as api:
+        api.client().create_node(parent="projects/p/locations/us-central2-b", node_id="run",
+                                 node={"accelerator_type": "v4-8",
+                                       "runtime_version": "tpu-ubuntu2204-base"}).result()
+        uid = api.node("run")["id"]
+        spec = {"api": "tpu", "project": "p", "zone": "us-central2-b", "name": "run",
+                "uid": str(int(uid) + 1), "api_endpoint": api.endpoint}
+        assert "another node now" in self_delete.delete_own(spec)
+        assert len(api.node_names()) == 1
+        assert self_delete.delete_own({**spec, "uid": uid}).startswith("deleting TPU run")
+        api.advance_clock(3600)
+        assert self_delete.delete_own(spec) == "TPU run is already gone"
+
+
 def test_status_shows_state_symptoms_and_cost(cloud, fleet, tmp_path):
     config = gcp_config(tmp_path, fleet)
     before = _invoke("status", "-c", config)

@@ -347,3 +347,24 @@ def test_up_without_terraform_is_one_line_and_makes_nothing(fake, tmp_path, tpuc
     assert result.exit_code != 0
     assert "Terraform is not installed" in str(result.exception)
     assert fake.requests() == [] and not tpuctl_home.exists()
+
+
+@pytest.mark.parametrize(("error", "said", "hint"), [
+    ("Forbidden", "the Compute Engine API is not enabled in project p",
+     "gcloud services enable compute.googleapis.com --project p"),
+    ("QuotaForbidden", "reading x: Quota 'TPU_V6E' exceeded. Limit: 0.0",
+     "ask for more TPU quota"),
+    ("PermissionDenied", "reading x: permission denied: no", "roles/compute.instanceAdmin.v1"),
+    ("NotFound", "reading x: Compute Engine said 404: gone", None),
+])
+def test_compute_errors_read_as_one_line_with_what_to_do(error, said, hint):
+    from google.api_core import exceptions as gexc
+
+    raised = {"Forbidden": gexc.Forbidden("Compute Engine API has not been used in project p"),
+              "QuotaForbidden": gexc.Forbidden("Quota 'TPU_V6E' exceeded.  Limit: 0.0"),
+              "PermissionDenied": gexc.PermissionDenied("no"),
+              "NotFound": gexc.NotFound("gone")}[error]
+    with pytest.raises(UserError) as caught, gce_api.api_errors("p", "reading x"):
+        raise raised
+    assert caught.value.message == said
+    assert (hint in caught.value.hint) if hint else caught.value.hint is None

@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from payload.cloud import stand_ins
+from payload.cloud import google_errors, stand_ins
+from payload.cloud.google_errors import CREDENTIALS_HINT, GoogleApi
 from payload.core.errors import UserError
 
 ENDPOINT_ENV = stand_ins.TPU_API_ENV
-CREDENTIALS_HINT = ("run `gcloud auth application-default login` (or set "
-                    "GOOGLE_APPLICATION_CREDENTIALS to a service-account key file)")
 HOST_KEY_TYPE = "ssh-ed25519"
 GUEST_ATTRIBUTES_POLICY = "constraints/compute.disableGuestAttributesAccess"
 # States in which a node bills and can run a job; everything else is trouble for a job.
@@ -149,35 +147,23 @@ def check_credentials() -> None:
     _client()
 
 
-@contextlib.contextmanager
-def api_errors(project: str, what: str) -> Iterator[None]:
-    """Turn the API's errors into one line with the API's own reason and what to do."""
+def _is_quota(exc: Exception, message: str) -> bool:
     from google.api_core import exceptions as gexc
-    from google.auth.exceptions import GoogleAuthError
 
-    try:
-        yield
-    except GoogleAuthError as exc:
-        raise UserError(f"{what}: Google Cloud credentials failed ({exc})",
-                        hint=CREDENTIALS_HINT) from None
-    except gexc.GoogleAPICallError as exc:
-        reason = getattr(exc, "reason", None) or ""
-        message = " ".join(str(exc.message or exc).split())
-        if reason == "SERVICE_DISABLED" or "has not been used in project" in message:
-            raise UserError(f"the Cloud TPU API is not enabled in project {project}",
-                            hint=f"run `gcloud services enable tpu.googleapis.com --project "
-                                 f"{project}`, wait a minute, then retry") from None
-        if isinstance(exc, gexc.PermissionDenied | gexc.Forbidden | gexc.Unauthenticated):
-            raise UserError(f"{what}: permission denied: {message}",
-                            hint=f"check that your account may manage TPUs in {project} "
-                                 "(roles/tpu.admin) and that the project id is right") from None
-        if isinstance(exc, gexc.ResourceExhausted | gexc.TooManyRequests):
-            raise UserError(f"{what}: {message}",
-                            hint="no quota or capacity there now: set cluster.queued: true to "
-                                 "wait for it, or list cluster.fallback_zones") from None
-        code = getattr(exc, "code", None)
-        raise UserError(f"{what}: the TPU API said {code}: {message}") from None
+    return isinstance(exc, gexc.ResourceExhausted | gexc.TooManyRequests)
 
+
+API = GoogleApi(title="Cloud TPU API", service="tpu.googleapis.com", speaker="the TPU API",
+                permission_hint="check that your account may manage TPUs in {project} "
+                                "(roles/tpu.admin) and that the project id is right",
+                quota_hint="no quota or capacity there now: set cluster.queued: true to "
+                           "wait for it, or list cluster.fallback_zones",
+                is_quota=_is_quota)
+
+
+def api_errors(project: str, what: str) -> contextlib.AbstractContextManager[None]:
+    """Turn the API's errors into one line with the API's own reason and what to do."""
+    return google_errors.api_errors(project, what, API)
 
 class TpuApi:
     """The TPU API for one project and zone (other zones by argument)."""

@@ -151,7 +151,7 @@ def attach_fleet(api, fleet) -> None:
     api.use_fleet([0, 1])
 
 
-def stub_stages(fleet, tmp_path: Path, behaviour: dict, monkeypatch) -> None:
+def stub_stages(fleet, tmp_path: Path, behaviour: dict | None, monkeypatch) -> None:
     """The workers run the stub stages (install_stub) on the fleet's shared disk."""
     from launcher.launch import STAGE_ENTRY_ENV
 

@@ -19,7 +19,7 @@ from launcher.cli import app
 from launcher.launch import STAGE_ENTRY_ENV
 from tests import helpers
 from tests.fakes.tpu_api import FakeTpuApi, no_capacity, quota_exceeded
-from tests.helpers import install_stub, invoke, stub_stages, use_cloud_stand_ins, wait_for
+from tests.helpers import invoke, stub_stages, use_cloud_stand_ins, wait_for
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parent.parent
@@ -129,8 +129,7 @@ def test_up_train_down_on_a_stand_in_pod_slice(cloud, fleet, tmp_path, tpuctl_ho
     assert cloud.node("tpurun")["id"] == uid
     assert len(cloud.requests("CreateNode")) == 1
 
-    monkeypatch.setenv(STAGE_ENTRY_ENV, str(install_stub(fleet.shared / tmp_path.name[:40]
-                                                         / "stub")))
+    stub_stages(fleet, tmp_path, None, monkeypatch)
     trained = invoke("train", "-c", config)
     assert trained.exit_code == 0, trained.output
     # The laptop's corpus went to the bucket, where TPU hosts can read it.
@@ -167,8 +166,7 @@ def test_a_jax_run_on_the_stand_in_pod_slice_trains_on_every_host(cloud, fleet, 
     raw["train"]["engine"] = "jax"
     config.write_text(yaml.safe_dump(raw))
     assert invoke("up", "-c", config).exit_code == 0
-    monkeypatch.setenv(STAGE_ENTRY_ENV, str(install_stub(
-        fleet.shared / tmp_path.name[:40] / "stub", {"report_env": ["TPUCTL_JAX_COORDINATOR"]})))
+    stub_stages(fleet, tmp_path, {"report_env": ["TPUCTL_JAX_COORDINATOR"]}, monkeypatch)
     trained = invoke("train", "-c", config, "--stages", "train")
     assert trained.exit_code == 0, trained.output
     assert "worker-0 | train 0/2" in trained.output and "worker-1 | train 1/2" in trained.output
@@ -182,8 +180,7 @@ def test_a_jax_run_on_the_stand_in_pod_slice_trains_on_every_host(cloud, fleet, 
 def test_a_recreated_tpu_gets_new_addresses_and_keys_and_old_jobs_are_gone(
         cloud, fleet, tmp_path, tpuctl_home, monkeypatch):
     config = gcp_config(tmp_path, fleet)
-    monkeypatch.setenv(STAGE_ENTRY_ENV, str(install_stub(fleet.shared / tmp_path.name[:40]
-                                                         / "stub")))
+    stub_stages(fleet, tmp_path, None, monkeypatch)
     assert invoke("up", "-c", config).exit_code == 0
     first = invoke("train", "-c", config, "--detach")
     assert first.exit_code == 0, first.output
@@ -210,8 +207,7 @@ def test_a_host_key_that_does_not_match_is_refused_and_nothing_runs(cloud, fleet
     config = gcp_config(tmp_path, fleet)
     assert invoke("up", "-c", config).exit_code == 0
     cloud.set_host_key("tpurun", 1, _key_body(fleet.host_keys[2]))
-    monkeypatch.setenv(STAGE_ENTRY_ENV, str(install_stub(fleet.shared / tmp_path.name[:40]
-                                                         / "stub")))
+    stub_stages(fleet, tmp_path, None, monkeypatch)
     result = invoke("train", "-c", config)
     _one_line_error(result, "worker-1", "host key does not match")
     assert not fleet.job_processes(0) and not fleet.job_processes(1)

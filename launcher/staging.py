@@ -19,9 +19,13 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from payload.core import layout, storage
 from payload.core.errors import UserError
+
+if TYPE_CHECKING:
+    from payload.config import RunConfig
 
 PREFIX = "corpus"
 # What marks the staging area as tpuctl's own (see `tpuctl down --delete-bucket`).
@@ -87,6 +91,18 @@ def fingerprint(path: str) -> LocalFile:
             md5.update(chunk)
     return LocalFile(path=path, size=os.path.getsize(path), sha256=sha.hexdigest(),
                      md5_b64=base64.b64encode(md5.digest()).decode())
+
+
+def staged_config(config: RunConfig, *,
+                  on_event: Callable[[str], None] = lambda m: None) -> RunConfig:
+    """The run config with its corpus staged (stage_corpus into cluster.bucket_name); the same
+    config when no entry is a local file. gs:// and hf: entries are left as they are."""
+    corpus = stage_corpus(config.data.corpus, bucket=config.cluster.bucket_name,
+                          run=config.name, on_event=on_event)
+    if corpus == list(config.data.corpus):
+        return config
+    data = config.data.model_copy(update={"corpus": corpus})
+    return config.model_copy(update={"data": data})
 
 
 def stage_corpus(entries: list[str], *, bucket: str, run: str | None = None,

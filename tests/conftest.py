@@ -108,6 +108,15 @@ def fleet():
         yield f
 
 
+
+@pytest.fixture(scope="module")
+def storage_emulator(fleet):
+    """Cloud Storage on the fleet's bridge: the launcher and the workers see the same one."""
+    from tests import helpers
+
+    with helpers.storage_emulator(f"{fleet.subnet}.1" if fleet.use_netns else "127.0.0.1") as url:
+        yield url
+
 @pytest.fixture
 def tpuctl_home(tmp_path, monkeypatch):
     """The launcher's own state (job records, log copies, local workers) under tmp_path."""

@@ -124,3 +124,45 @@ def use_cloud_stand_ins(monkeypatch, storage_url: str, *, poll_s: float) -> None
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", storage_url)
     monkeypatch.setenv("TF_CLI_CONFIG_FILE", "/dev/null")
     monkeypatch.setattr(storage, "_client", None)
+
+
+def invoke(*args):
+    """`tpuctl ARGS` in this process (Typer's CliRunner); arguments may be paths or numbers."""
+    from typer.testing import CliRunner
+
+    from launcher.cli import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def fleet_workers(fleet, indexes) -> list:
+    """The fleet's workers `indexes` as a fake cloud's machines: their addresses and their real
+    ed25519 host keys (what the guest agent would publish)."""
+    from tests.fakes.tpu_api import Worker
+
+    return [Worker(fleet.hosts[i], host_keys={"ssh-ed25519": fleet.host_keys[i].split()[1]})
+            for i in indexes]
+
+
+def attach_fleet(api, fleet) -> None:
+    """`api.use_fleet(indexes)`: the fake cloud's next machines are those fleet workers; it
+    starts with workers 0 and 1."""
+    api.use_fleet = lambda indexes: api.set_workers(fleet_workers(fleet, indexes))
+    api.use_fleet([0, 1])
+
+
+def stub_stages(fleet, tmp_path: Path, behaviour: dict | None, monkeypatch) -> None:
+    """The workers run the stub stages (install_stub) on the fleet's shared disk."""
+    from launcher.launch import STAGE_ENTRY_ENV
+
+    monkeypatch.setenv(STAGE_ENTRY_ENV, str(install_stub(fleet.shared / tmp_path.name[:40]
+                                                         / "stub", behaviour)))
+
+
+def kill_jobs(fleet, indexes=(0, 1)) -> None:
+    """SIGKILL the job processes on the fleet's workers `indexes` (their machines were lost)."""
+    import os
+
+    for i in indexes:
+        for line in fleet.job_processes(i):
+            os.kill(int(line.split(":")[0]), 9)

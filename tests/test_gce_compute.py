@@ -17,16 +17,14 @@ from typer.testing import CliRunner
 from launcher.cli import app
 from launcher.providers import gce, gce_api, gcp_site
 from payload.core.errors import UserError
+from tests import helpers
 from tests.fakes.compute import FakeCompute, quota_exceeded
 from tests.fakes.tpu_api import Worker
+from tests.helpers import invoke
 
 runner = CliRunner()
 PROJECT, REGION, ZONE = "test-project", "us-east5", "us-east5-b"
 TWIN = Path(__file__).resolve().parent / "terraform_twin_slice"
-
-
-def _key_body(host_key: str) -> str:
-    return host_key.split()[1]
 
 
 # -- the fake alone, with the real client --------------------------------------------------------
@@ -165,10 +163,7 @@ def cloud(fleet, tpuctl_home, monkeypatch):
     monkeypatch.setenv("TF_CLI_CONFIG_FILE", "/dev/null")
     with FakeCompute(host=f"{fleet.subnet}.1") as api:
         monkeypatch.setenv(gce_api.ENDPOINT_ENV, api.endpoint)
-        api.use_fleet = lambda indexes: api.set_workers(
-            [Worker(fleet.hosts[i], host_keys={"ssh-ed25519": _key_body(fleet.host_keys[i])})
-             for i in indexes])
-        api.use_fleet([0, 1])
+        helpers.attach_fleet(api, fleet)
         yield api
 
 
@@ -193,14 +188,10 @@ def gce_config(folder: Path, fleet, **cluster) -> Path:
     return path
 
 
-def _invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
-
-
 def test_up_ssh_status_down_on_a_stand_in_slice(cloud, fleet, tmp_path, tpuctl_home):
     config = gce_config(tmp_path, fleet)
     cloud.set_capacity(after_polls=3)  # flex-start: the request waits, then gets capacity
-    up = _invoke("up", "-c", config)
+    up = invoke("up", "-c", config)
     assert up.exit_code == 0, up.output
     assert "terraform: trillium-ssh, trillium-internal, trillium-topology, " \
            "trillium-template, trillium" in up.output
@@ -221,11 +212,11 @@ def test_up_ssh_status_down_on_a_stand_in_slice(cloud, fleet, tmp_path, tpuctl_h
     # known_hosts from the guest attributes, in the MIG's stable order; strict SSH works.
     known = (tpuctl_home / "gcp/trillium/known_hosts").read_text().splitlines()
     assert sorted(known) == sorted(f"{fleet.hosts[i]} {fleet.host_keys[i]}" for i in (0, 1))
-    ssh = _invoke("ssh", "-c", config, "--", "hostname")
+    ssh = invoke("ssh", "-c", config, "--", "hostname")
     assert ssh.exit_code == 0, ssh.output
     assert "worker-0" in ssh.output and "worker-1" in ssh.output
     # up twice makes nothing new.
-    again = _invoke("up", "-c", config)
+    again = invoke("up", "-c", config)
     assert again.exit_code == 0, again.output
     assert len(cloud.requests("regionInstanceGroupManagers.insert")) == 1
     # A config that now asks for another slice is not quietly served by the old one.
@@ -234,26 +225,26 @@ def test_up_ssh_status_down_on_a_stand_in_slice(cloud, fleet, tmp_path, tpuctl_h
     changed.mkdir()
     raw["cluster"]["max_run_hours"] = 5
     (changed / "tpuctl.yaml").write_text(yaml.safe_dump(raw))
-    drift = _invoke("up", "-c", changed / "tpuctl.yaml")
+    drift = invoke("up", "-c", changed / "tpuctl.yaml")
     assert drift.exit_code != 0
     assert "instance template trillium-template was made with ct6e-standard-4t, FLEX_START, " \
            "7200; the config now asks for ct6e-standard-4t, FLEX_START, 18000" in str(
                drift.exception)
 
-    status = _invoke("status", "-c", config)
+    status = invoke("status", "-c", config)
     assert status.exit_code == 0, status.output
     assert "slice trillium (v6e-8 = 2x4 on ct6e-standard-4t in us-east5-b): RUNNING, 2 of 2" in (
         status.output)
     assert "run limit: 2.0 h left" in status.output or "run limit: 1.9 h left" in status.output
     assert "no flex-start price" in status.output  # the catalog has none: it says so
 
-    down = _invoke("down", "-c", config)
+    down = invoke("down", "-c", config)
     assert down.exit_code == 0, down.output
     assert "Resources: 5 destroyed" in down.output  # Terraform removed what it made
     assert "nothing of run trillium is left billing" in down.output
     assert cloud.group_names() == cloud.template_names() == cloud.policy_names() == []
     assert cloud.instance_names() == [] and cloud.firewall_names() == []
-    twice = _invoke("down", "-c", config)
+    twice = invoke("down", "-c", config)
     assert twice.exit_code == 0, twice.output
 
 
@@ -261,12 +252,12 @@ def test_what_tpuctl_did_not_make_survives_down(cloud, fleet, tmp_path, tpuctl_h
     config = gce_config(tmp_path, fleet)
     # Someone's MIG of the run's name: `up` stops before making anything, `down` leaves it.
     cloud.add_group(PROJECT, REGION, "trillium", {"targetSize": 0})
-    up = _invoke("up", "-c", config)
+    up = invoke("up", "-c", config)
     assert up.exit_code != 0
     assert "managed instance group trillium" in str(up.exception)
     assert "not made by tpuctl" in str(up.exception)
     assert cloud.template_names() == cloud.policy_names() == cloud.firewall_names() == []
-    down = _invoke("down", "-c", config)
+    down = invoke("down", "-c", config)
     assert down.exit_code != 0 and "never brought up" in str(down.exception)
     assert cloud.group_names() == ["trillium"]
 
@@ -278,8 +269,8 @@ def test_what_tpuctl_did_not_make_survives_down(cloud, fleet, tmp_path, tpuctl_h
     config.write_text(yaml.safe_dump(raw))
     cloud.add_instance(PROJECT, ZONE, "ironwood-hand", labels={"tpuctl-run": "ironwood"},
                        worker=Worker(fleet.hosts[2]))
-    assert _invoke("up", "-c", config).exit_code == 0
-    down = _invoke("down", "-c", config)
+    assert invoke("up", "-c", config).exit_code == 0
+    down = invoke("down", "-c", config)
     assert down.exit_code == 0, down.output
     assert "ironwood-hand" in cloud.instance_names()
     assert cloud.group_names() == ["trillium"]
@@ -288,17 +279,17 @@ def test_what_tpuctl_did_not_make_survives_down(cloud, fleet, tmp_path, tpuctl_h
 def test_a_failed_up_leaves_nothing_that_bills(cloud, fleet, tmp_path, tpuctl_home):
     config = gce_config(tmp_path, fleet)
     cloud.fail("regionInstanceGroupManagers.insert", quota_exceeded("TPU_V6E", REGION))
-    up = _invoke("up", "-c", config)
+    up = invoke("up", "-c", config)
     assert up.exit_code != 0
     message = str(up.exception)
     assert "Quota 'TPU_V6E' exceeded" in message and "nothing of the slice is left" in message
     assert "removing the slice so that nothing bills" in up.output
     assert cloud.group_names() == cloud.instance_names() == cloud.template_names() == []
     assert cloud.policy_names() == cloud.firewall_names() == []
-    assert _invoke("down", "-c", config).exit_code == 0
+    assert invoke("down", "-c", config).exit_code == 0
     # The next `up` goes through.
-    assert _invoke("up", "-c", config).exit_code == 0
-    assert _invoke("down", "-c", config).exit_code == 0
+    assert invoke("up", "-c", config).exit_code == 0
+    assert invoke("down", "-c", config).exit_code == 0
     assert cloud.group_names() == cloud.firewall_names() == []
 
 
@@ -308,14 +299,14 @@ def test_a_preempted_vm_is_trouble_and_recover_brings_up_a_new_slice(cloud, flee
     from payload.config import load_config
 
     config = gce_config(tmp_path, fleet, provisioning="spot", max_run_hours=None)
-    assert _invoke("up", "-c", config).exit_code == 0
+    assert invoke("up", "-c", config).exit_code == 0
     provider = provider_for(load_config(config))
     first = provider.fleet()
     assert provider.trouble() is None
     victim = cloud.instance_names()[0]
     cloud.preempt(victim)  # a spot VM cannot be restarted: the slice is lost
     assert provider.trouble() == f"VM {victim} of slice trillium is TERMINATED"
-    status = _invoke("status", "-c", config)
+    status = invoke("status", "-c", config)
     assert "TERMINATED" in status.output, status.output
     cloud.use_fleet([2, 1])  # the new VMs: other hosts, other keys
     notes = []
@@ -328,7 +319,7 @@ def test_a_preempted_vm_is_trouble_and_recover_brings_up_a_new_slice(cloud, flee
     known = (tpuctl_home / "gcp/trillium/known_hosts").read_text()
     assert fleet.host_keys[2] in known and fleet.host_keys[0] not in known
     assert victim not in cloud.instance_names()
-    assert _invoke("down", "-c", config).exit_code == 0
+    assert invoke("down", "-c", config).exit_code == 0
     assert cloud.instance_names() == [] and cloud.group_names() == []
 
 
@@ -347,3 +338,24 @@ def test_up_without_terraform_is_one_line_and_makes_nothing(fake, tmp_path, tpuc
     assert result.exit_code != 0
     assert "Terraform is not installed" in str(result.exception)
     assert fake.requests() == [] and not tpuctl_home.exists()
+
+
+@pytest.mark.parametrize(("error", "said", "hint"), [
+    ("Forbidden", "the Compute Engine API is not enabled in project p",
+     "gcloud services enable compute.googleapis.com --project p"),
+    ("QuotaForbidden", "reading x: Quota 'TPU_V6E' exceeded. Limit: 0.0",
+     "ask for more TPU quota"),
+    ("PermissionDenied", "reading x: permission denied: no", "roles/compute.instanceAdmin.v1"),
+    ("NotFound", "reading x: Compute Engine said 404: gone", None),
+])
+def test_compute_errors_read_as_one_line_with_what_to_do(error, said, hint):
+    from google.api_core import exceptions as gexc
+
+    raised = {"Forbidden": gexc.Forbidden("Compute Engine API has not been used in project p"),
+              "QuotaForbidden": gexc.Forbidden("Quota 'TPU_V6E' exceeded.  Limit: 0.0"),
+              "PermissionDenied": gexc.PermissionDenied("no"),
+              "NotFound": gexc.NotFound("gone")}[error]
+    with pytest.raises(UserError) as caught, gce_api.api_errors("p", "reading x"):
+        raise raised
+    assert caught.value.message == said
+    assert (hint in caught.value.hint) if hint else caught.value.hint is None

@@ -7,7 +7,6 @@ recovered with --auto-resume; `train --down` deleting the run's own slice from w
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 import threading
@@ -15,27 +14,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from launcher.cli import app
 from launcher.launch import STAGE_ENTRY_ENV
 from launcher.providers import gce, gce_api
 from tests import helpers
 from tests.fakes.compute import FakeCompute
-from tests.fakes.tpu_api import Worker
-from tests.helpers import install_stub, wait_for
+from tests.helpers import invoke, stub_stages, wait_for
 
-runner = CliRunner()
 PROJECT, REGION, ZONE = "test-project", "us-east5", "us-east5-b"
 TWIN = Path(__file__).resolve().parent / "terraform_twin_slice"
 BUCKET = f"{PROJECT}-tpuctl"
-
-
-@pytest.fixture(scope="module")
-def storage_emulator(fleet):
-    """Cloud Storage on the fleet's bridge: the launcher and the VMs see the same one."""
-    with helpers.storage_emulator(f"{fleet.subnet}.1" if fleet.use_netns else "127.0.0.1") as url:
-        yield url
 
 
 @pytest.fixture
@@ -51,10 +39,7 @@ def cloud(fleet, storage_emulator, tpuctl_home, monkeypatch):
         storage.client().create_bucket(BUCKET)
     with FakeCompute(host=f"{fleet.subnet}.1") as api:
         monkeypatch.setenv(gce_api.ENDPOINT_ENV, api.endpoint)
-        api.use_fleet = lambda indexes: api.set_workers(
-            [Worker(fleet.hosts[i], host_keys={"ssh-ed25519": fleet.host_keys[i].split()[1]})
-             for i in indexes])
-        api.use_fleet([0, 1])
+        helpers.attach_fleet(api, fleet)
         yield api
     storage._client = None
 
@@ -92,17 +77,8 @@ def gce_config(folder: Path, fleet, *, train: dict | None = None, **cluster) -> 
     return path
 
 
-def _invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
-
-
 def _out(fleet, tmp_path: Path) -> Path:
     return fleet.shared / tmp_path.name[:40] / "out"
-
-
-def _stub(fleet, tmp_path, behaviour, monkeypatch):
-    monkeypatch.setenv(STAGE_ENTRY_ENV, str(install_stub(fleet.shared / tmp_path.name[:40]
-                                                         / "stub", behaviour)))
 
 
 def _nothing_left(cloud) -> bool:
@@ -119,10 +95,10 @@ def test_up_train_status_down_with_jax_on_a_stand_in_slice(cloud, fleet, tmp_pat
     config = gce_config(tmp_path, fleet, train={
         "steps": 20, "learning_rate": 5e-3, "checkpoint_every": 10, "eval_every": 10,
         "eval_batches": 2})
-    up = _invoke("up", "-c", config)
+    up = invoke("up", "-c", config)
     assert up.exit_code == 0, up.output
     # The plan gives JAX its peers explicitly: worker 0's coordinator, the count, the index.
-    dry = _invoke("train", "-c", config, "--dry-run")
+    dry = invoke("train", "-c", config, "--dry-run")
     assert dry.exit_code == 0, dry.output
     assert "2 workers, hardware tpu/v6e-8/trillium" in dry.output
     assert f"'TPUCTL_JAX_COORDINATOR=<VM 0 internal address>:{gce.COORDINATOR_PORT}'" in (
@@ -131,7 +107,7 @@ def test_up_train_status_down_with_jax_on_a_stand_in_slice(cloud, fleet, tmp_pat
     assert "--worker-index 1 --num-workers 2" in dry.output
     assert "payload.cloud.tpu_server" not in dry.output  # no TPU servers, no driver host
 
-    trained = _invoke("train", "-c", config)
+    trained = invoke("train", "-c", config)
     assert trained.exit_code == 0, trained.output
     assert f"corpus staged in gs://{BUCKET}/corpus/" in trained.output
     # Both VMs trained as one program and ended with the same weights.
@@ -148,13 +124,13 @@ def test_up_train_status_down_with_jax_on_a_stand_in_slice(cloud, fleet, tmp_pat
     assert (out / "model" / "model.safetensors").exists()
     assert "slice trillium is still up" in trained.output
 
-    status = _invoke("status", "-c", config)
+    status = invoke("status", "-c", config)
     assert status.exit_code == 0, status.output
     assert "slice trillium (v6e-8 = 2x4 on ct6e-standard-4t in us-east5-b): RUNNING" in (
         status.output)
     assert "20/20" in status.output, status.output
 
-    down = _invoke("down", "-c", config)
+    down = invoke("down", "-c", config)
     assert down.exit_code == 0, down.output
     assert "nothing of run trillium is left billing" in down.output
     assert _nothing_left(cloud)
@@ -169,9 +145,9 @@ def test_a_preempted_spot_vm_is_recovered_and_the_job_resumes(cloud, fleet, tmp_
 
     monkeypatch.setattr(run, "TROUBLE_EVERY_S", 1.0)
     config = gce_config(tmp_path, fleet)
-    assert _invoke("up", "-c", config).exit_code == 0
+    assert invoke("up", "-c", config).exit_code == 0
     first_uid = str(gce_api.ComputeApi(project=PROJECT, region=REGION).group("trillium").uid)
-    _stub(fleet, tmp_path, {"steps": {"train": 60}, "checkpoint_every": 10}, monkeypatch)
+    stub_stages(fleet, tmp_path, {"steps": {"train": 60}, "checkpoint_every": 10}, monkeypatch)
     out = _out(fleet, tmp_path)
 
     def preempt_mid_training():
@@ -180,13 +156,11 @@ def test_a_preempted_spot_vm_is_recovered_and_the_job_resumes(cloud, fleet, tmp_
             timeout_s=90, interval_s=0.05)
         victim = cloud.instance_names()[1]
         cloud.preempt(victim)
-        for i in (0, 1):  # the slice is lost: bulk TPU VMs go together
-            for line in fleet.job_processes(i):
-                os.kill(int(line.split(":")[0]), 9)
+        helpers.kill_jobs(fleet, (0, 1))  # the slice is lost: bulk TPU VMs go together
 
     killer = threading.Thread(target=preempt_mid_training, daemon=True)
     killer.start()
-    result = _invoke("train", "-c", config, "--auto-resume", "1")
+    result = invoke("train", "-c", config, "--auto-resume", "1")
     killer.join(timeout=5)
     assert result.exit_code == 0, result.output
     assert re.search(r"VM trillium-\w+ of slice trillium is TERMINATED: recovering \(1 of 1\)",
@@ -202,7 +176,7 @@ def test_a_preempted_spot_vm_is_recovered_and_the_job_resumes(cloud, fleet, tmp_
     billing = json.loads((out / ".tpuctl" / "billing.json").read_text())["nodes"]
     assert [n["uid"] for n in billing] == [first_uid, new_uid]
     assert billing[0]["deleted"] is not None and billing[1]["deleted"] is None
-    assert _invoke("down", "-c", config).exit_code == 0
+    assert invoke("down", "-c", config).exit_code == 0
     assert _nothing_left(cloud)
 
 
@@ -210,9 +184,9 @@ def test_a_detached_job_with_down_deletes_its_own_slice(cloud, fleet, tmp_path, 
     """--down with no launcher watching: worker 0 deletes the run's MIG (and with it the VMs)
     through Compute Engine, checked by the id `up` recorded; `down` removes the rest."""
     config = gce_config(tmp_path, fleet)
-    assert _invoke("up", "-c", config).exit_code == 0
-    _stub(fleet, tmp_path, {"steps": {"train": 5}}, monkeypatch)
-    started = _invoke("train", "-c", config, "--down", "--detach")
+    assert invoke("up", "-c", config).exit_code == 0
+    stub_stages(fleet, tmp_path, {"steps": {"train": 5}}, monkeypatch)
+    started = invoke("train", "-c", config, "--down", "--detach")
     assert started.exit_code == 0, started.output
     assert "worker 0 deletes slice trillium when the job ends" in started.output
     log = _out(fleet, tmp_path) / "logs" / "worker-0.log"
@@ -226,7 +200,7 @@ def test_a_detached_job_with_down_deletes_its_own_slice(cloud, fleet, tmp_path, 
         log.read_text()), timeout_s=30)
     # What costs nothing (template, policy, firewall rules) waits for `down`.
     assert cloud.template_names() == ["trillium-template"]
-    down = _invoke("down", "-c", config)
+    down = invoke("down", "-c", config)
     assert down.exit_code == 0, down.output
     assert _nothing_left(cloud)
 
@@ -237,7 +211,7 @@ def test_down_on_a_slice_recreated_under_the_run_name_deletes_nothing(cloud, fle
     from payload.cloud import self_delete
 
     config = gce_config(tmp_path, fleet)
-    assert _invoke("up", "-c", config).exit_code == 0
+    assert invoke("up", "-c", config).exit_code == 0
     group = gce_api.ComputeApi(project=PROJECT, region=REGION).group("trillium")
     spec = {"api": "compute", "project": PROJECT, "zone": ZONE, "region": REGION,
             "name": "trillium", "uid": str(int(group.uid) + 1), "api_endpoint": cloud.endpoint}
@@ -246,7 +220,7 @@ def test_down_on_a_slice_recreated_under_the_run_name_deletes_nothing(cloud, fle
     assert self_delete.delete_own({**spec, "uid": group.uid}).startswith("deleting slice")
     assert cloud.group_names() == []
     assert self_delete.delete_own(spec) == "slice trillium is already gone"
-    assert _invoke("down", "-c", config).exit_code == 0
+    assert invoke("down", "-c", config).exit_code == 0
     assert _nothing_left(cloud)
 
 
@@ -256,9 +230,9 @@ def test_a_limit_reached_ends_the_job_and_worker_0_deletes_the_slice(cloud, flee
     the agents end the job at once, detached, and worker 0 deletes the run's MIG (--down). The
     limit is the agents' (payload.jobs.agent), so the stub stages stand in for the real ones."""
     config = gce_config(tmp_path, fleet)
-    assert _invoke("up", "-c", config).exit_code == 0
-    _stub(fleet, tmp_path, {"steps": {"train": 600}}, monkeypatch)
-    started = _invoke("train", "-c", config, "--down", "--detach", "--max-hours", "0.000001")
+    assert invoke("up", "-c", config).exit_code == 0
+    stub_stages(fleet, tmp_path, {"steps": {"train": 600}}, monkeypatch)
+    started = invoke("train", "-c", config, "--down", "--detach", "--max-hours", "0.000001")
     assert started.exit_code == 0, started.output
     log = _out(fleet, tmp_path) / "logs" / "worker-0.log"
     try:
@@ -269,7 +243,7 @@ def test_a_limit_reached_ends_the_job_and_worker_0_deletes_the_slice(cloud, flee
         raise AssertionError(log.read_text() if log.exists() else "no log") from None
     assert "stopping, train.max_hours 1e-06 reached" in log.read_text()
     assert "== tpuctl: train on worker-0 ==" not in log.read_text()
-    assert _invoke("down", "-c", config).exit_code == 0
+    assert invoke("down", "-c", config).exit_code == 0
     assert _nothing_left(cloud)
 
 
@@ -279,8 +253,8 @@ def test_without_auto_resume_a_lost_vm_ends_the_run_and_down_removes_the_slice(
 
     monkeypatch.setattr(run, "TROUBLE_EVERY_S", 1.0)
     config = gce_config(tmp_path, fleet)
-    assert _invoke("up", "-c", config).exit_code == 0
-    _stub(fleet, tmp_path, {"steps": {"train": 600}}, monkeypatch)
+    assert invoke("up", "-c", config).exit_code == 0
+    stub_stages(fleet, tmp_path, {"steps": {"train": 600}}, monkeypatch)
 
     def preempt():
         wait_for(lambda: "step 5 " in "".join(
@@ -289,7 +263,7 @@ def test_without_auto_resume_a_lost_vm_ends_the_run_and_down_removes_the_slice(
         cloud.preempt(cloud.instance_names()[0])
 
     threading.Thread(target=preempt, daemon=True).start()
-    result = _invoke("train", "-c", config, "--down")
+    result = invoke("train", "-c", config, "--down")
     assert result.exit_code == 1, result.output
     assert "of slice trillium is TERMINATED" in result.output
     assert _nothing_left(cloud)  # --down: nothing is left billing or holding quota
@@ -309,7 +283,7 @@ def test_a_preempted_slice_resumes_the_real_jax_run_from_its_checkpoint(
     config = gce_config(tmp_path, fleet, train={
         "steps": 300, "learning_rate": 5e-3, "checkpoint_every": 20, "eval_every": 20,
         "eval_batches": 1})
-    assert _invoke("up", "-c", config).exit_code == 0
+    assert invoke("up", "-c", config).exit_code == 0
     out = _out(fleet, tmp_path)
 
     def newest_step() -> int:
@@ -323,13 +297,11 @@ def test_a_preempted_slice_resumes_the_real_jax_run_from_its_checkpoint(
     def preempt_mid_training():
         wait_for(lambda: newest_step() >= 40, timeout_s=240, interval_s=0.05)
         cloud.preempt(cloud.instance_names()[0])
-        for i in (0, 1):
-            for line in fleet.job_processes(i):
-                os.kill(int(line.split(":")[0]), 9)
+        helpers.kill_jobs(fleet, (0, 1))
 
     killer = threading.Thread(target=preempt_mid_training, daemon=True)
     killer.start()
-    result = _invoke("train", "-c", config, "--auto-resume", "1")
+    result = invoke("train", "-c", config, "--auto-resume", "1")
     killer.join(timeout=5)
     assert result.exit_code == 0, result.output
     assert "TERMINATED: recovering (1 of 1)" in result.output
@@ -341,5 +313,5 @@ def test_a_preempted_slice_resumes_the_real_jax_run_from_its_checkpoint(
     assert sorted(w for w, _ in hashes) == ["0", "1"], result.output
     assert hashes[0][1] == hashes[1][1]
     assert (out / "model" / "model.safetensors").exists()
-    assert _invoke("down", "-c", config).exit_code == 0
+    assert invoke("down", "-c", config).exit_code == 0
     assert _nothing_left(cloud)

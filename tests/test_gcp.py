@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 from launcher.cli import app
 from launcher.launch import STAGE_ENTRY_ENV
 from tests import helpers
-from tests.fakes.tpu_api import FakeTpuApi, Worker, no_capacity, quota_exceeded
-from tests.helpers import install_stub, use_cloud_stand_ins, wait_for
+from tests.fakes.tpu_api import FakeTpuApi, no_capacity, quota_exceeded
+from tests.helpers import invoke, stub_stages, use_cloud_stand_ins, wait_for
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parent.parent
@@ -27,13 +27,6 @@ REPO = Path(__file__).resolve().parent.parent
 
 def _key_body(host_key: str) -> str:
     return host_key.split()[1]
-
-
-@pytest.fixture(scope="module")
-def storage_emulator(fleet):
-    """Cloud Storage on the fleet's bridge: the launcher and the workers see the same one."""
-    with helpers.storage_emulator(f"{fleet.subnet}.1" if fleet.use_netns else "127.0.0.1") as url:
-        yield url
 
 
 @pytest.fixture
@@ -51,10 +44,7 @@ def cloud(fleet, storage_emulator, tmp_path, tpuctl_home, monkeypatch):
     # (worker 0 deletes its own TPU through it after `train --down`).
     with FakeTpuApi(host=f"{fleet.subnet}.1") as api:
         monkeypatch.setenv("TPUCTL_TPU_API_ENDPOINT", api.endpoint)
-        api.use_fleet = lambda indexes: api.set_workers(
-            [Worker(fleet.hosts[i], host_keys={"ssh-ed25519": _key_body(fleet.host_keys[i])})
-             for i in indexes])
-        api.use_fleet([0, 1])
+        helpers.attach_fleet(api, fleet)
         yield api
     storage._client = None
 
@@ -84,10 +74,6 @@ def gcp_config(folder: Path, fleet, **cluster) -> Path:
     return path
 
 
-def _invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
-
-
 def _one_line_error(result, *needles):
     assert result.exit_code != 0, result.output
     message = str(result.exception)
@@ -109,13 +95,13 @@ def test_up_dry_run_needs_no_credentials_and_touches_nothing(tmp_path, tpuctl_ho
                         "accelerator_type": accelerator},
             "data": {"corpus": "gs://b/c.txt"}, "model": {"family": "roberta"},
             "train": {"steps": 10, "batch_size": 16, "learning_rate": 1e-3}}))
-        result = _invoke("up", "-c", path, "--dry-run")
+        result = invoke("up", "-c", path, "--dry-run")
         assert result.exit_code == 0, result.output
         assert price in result.output and "prices change" in result.output
         assert "gs://my-project-tpuctl" in result.output
         assert "missing: cluster.ssh_source_ranges" in result.output
         # The training plan too, before any TPU exists: the table's hosts, the same price.
-        plan = _invoke("train", "-c", path, "--dry-run")
+        plan = invoke("train", "-c", path, "--dry-run")
         assert plan.exit_code == 0, plan.output
         assert f"cost: {price}" in plan.output
         workers = "1 worker" if accelerator == "v4-8" else "4 workers"  # never "1 workers"
@@ -126,7 +112,7 @@ def test_up_dry_run_needs_no_credentials_and_touches_nothing(tmp_path, tpuctl_ho
 def test_up_train_down_on_a_stand_in_pod_slice(cloud, fleet, tmp_path, tpuctl_home,
                                                monkeypatch):
     config = gcp_config(tmp_path, fleet)
-    up = _invoke("up", "-c", config)
+    up = invoke("up", "-c", config)
     assert up.exit_code == 0, up.output
     assert "TPU tpurun is READY" in up.output and "tpuctl down" in up.output
     # The v4-16 table says 2 hosts and the API agrees: nothing to report.
@@ -138,14 +124,13 @@ def test_up_train_down_on_a_stand_in_pod_slice(cloud, fleet, tmp_path, tpuctl_ho
     assert node["labels"]["tpuctl-run"] == "tpurun"
     uid = node["id"]
     # up twice changes nothing.
-    again = _invoke("up", "-c", config)
+    again = invoke("up", "-c", config)
     assert again.exit_code == 0, again.output
     assert cloud.node("tpurun")["id"] == uid
     assert len(cloud.requests("CreateNode")) == 1
 
-    monkeypatch.setenv(STAGE_ENTRY_ENV, str(install_stub(fleet.shared / tmp_path.name[:40]
-                                                         / "stub")))
-    trained = _invoke("train", "-c", config)
+    stub_stages(fleet, tmp_path, None, monkeypatch)
+    trained = invoke("train", "-c", config)
     assert trained.exit_code == 0, trained.output
     # The laptop's corpus went to the bucket, where TPU hosts can read it.
     assert "corpus staged in gs://test-project-tpuctl/corpus/: 1 files, 1 uploaded" in (
@@ -159,16 +144,16 @@ def test_up_train_down_on_a_stand_in_pod_slice(cloud, fleet, tmp_path, tpuctl_ho
     assert "TPUCTL_TPU_WORKERS" not in trained.output
     assert "TPU tpurun is still up ($25.76/h)" in trained.output
 
-    status = _invoke("status", "-c", config)
+    status = invoke("status", "-c", config)
     assert status.exit_code == 0, status.output
     assert "TPU tpurun (v4-16 in us-central2-b): READY" in status.output
     assert f"worker-1: {fleet.hosts[1]}" in status.output and "$25.76/h" in status.output
 
-    down = _invoke("down", "-c", config)
+    down = invoke("down", "-c", config)
     assert down.exit_code == 0, down.output
     assert "nothing of run tpurun is left billing" in down.output
     assert cloud.node_names() == []
-    twice = _invoke("down", "-c", config)
+    twice = invoke("down", "-c", config)
     assert twice.exit_code == 0, twice.output
 
 
@@ -180,17 +165,16 @@ def test_a_jax_run_on_the_stand_in_pod_slice_trains_on_every_host(cloud, fleet, 
     raw = yaml.safe_load(config.read_text())
     raw["train"]["engine"] = "jax"
     config.write_text(yaml.safe_dump(raw))
-    assert _invoke("up", "-c", config).exit_code == 0
-    monkeypatch.setenv(STAGE_ENTRY_ENV, str(install_stub(
-        fleet.shared / tmp_path.name[:40] / "stub", {"report_env": ["TPUCTL_JAX_COORDINATOR"]})))
-    trained = _invoke("train", "-c", config, "--stages", "train")
+    assert invoke("up", "-c", config).exit_code == 0
+    stub_stages(fleet, tmp_path, {"report_env": ["TPUCTL_JAX_COORDINATOR"]}, monkeypatch)
+    trained = invoke("train", "-c", config, "--stages", "train")
     assert trained.exit_code == 0, trained.output
     assert "worker-0 | train 0/2" in trained.output and "worker-1 | train 1/2" in trained.output
     assert "no TPU to serve here" not in trained.output
     coordinators = {line.rsplit("=", 1)[1] for line in trained.output.splitlines()
                     if "train sees TPUCTL_JAX_COORDINATOR=" in line}
     assert len(coordinators) == 1 and next(iter(coordinators)).startswith(f"{fleet.hosts[0]}:")
-    assert _invoke("down", "-c", config).exit_code == 0
+    assert invoke("down", "-c", config).exit_code == 0
 
 
 @pytest.mark.slow  # up, the four real stages on a worker over ssh, down: ~60-90 s here
@@ -253,40 +237,38 @@ def test_a_v6e_runs_every_real_stage_with_the_jax_engine(cloud, fleet, tmp_path,
 def test_a_recreated_tpu_gets_new_addresses_and_keys_and_old_jobs_are_gone(
         cloud, fleet, tmp_path, tpuctl_home, monkeypatch):
     config = gcp_config(tmp_path, fleet)
-    monkeypatch.setenv(STAGE_ENTRY_ENV, str(install_stub(fleet.shared / tmp_path.name[:40]
-                                                         / "stub")))
-    assert _invoke("up", "-c", config).exit_code == 0
-    first = _invoke("train", "-c", config, "--detach")
+    stub_stages(fleet, tmp_path, None, monkeypatch)
+    assert invoke("up", "-c", config).exit_code == 0
+    first = invoke("train", "-c", config, "--detach")
     assert first.exit_code == 0, first.output
-    wait_for(lambda: _invoke("status", "-c", config).output.count("exited") == 2, 60)
+    wait_for(lambda: invoke("status", "-c", config).output.count("exited") == 2, 60)
     # Preempted and recreated elsewhere: other hosts, other keys.
     cloud.preempt("tpurun")
-    status = _invoke("status", "-c", config)
+    status = invoke("status", "-c", config)
     assert "PREEMPTED" in status.output, status.output
-    assert _invoke("down", "-c", config).exit_code == 0
+    assert invoke("down", "-c", config).exit_code == 0
     cloud.use_fleet([2, 1])
-    assert _invoke("up", "-c", config).exit_code == 0
+    assert invoke("up", "-c", config).exit_code == 0
     known = (tpuctl_home / "gcp/tpurun/known_hosts").read_text().splitlines()
     assert known[0] == f"{fleet.hosts[2]} {fleet.host_keys[2]}"
-    stale = _invoke("logs", "-c", config, "--no-follow")
+    stale = invoke("logs", "-c", config, "--no-follow")
     _one_line_error(stale, "the job's machines are gone", "recreated")
-    second = _invoke("train", "-c", config)
+    second = invoke("train", "-c", config)
     assert second.exit_code == 0, second.output
     assert "worker-0 | train 0/2 on worker-2" in second.output
-    assert _invoke("down", "-c", config).exit_code == 0
+    assert invoke("down", "-c", config).exit_code == 0
 
 
 def test_a_host_key_that_does_not_match_is_refused_and_nothing_runs(cloud, fleet, tmp_path,
                                                                     monkeypatch):
     config = gcp_config(tmp_path, fleet)
-    assert _invoke("up", "-c", config).exit_code == 0
+    assert invoke("up", "-c", config).exit_code == 0
     cloud.set_host_key("tpurun", 1, _key_body(fleet.host_keys[2]))
-    monkeypatch.setenv(STAGE_ENTRY_ENV, str(install_stub(fleet.shared / tmp_path.name[:40]
-                                                         / "stub")))
-    result = _invoke("train", "-c", config)
+    stub_stages(fleet, tmp_path, None, monkeypatch)
+    result = invoke("train", "-c", config)
     _one_line_error(result, "worker-1", "host key does not match")
     assert not fleet.job_processes(0) and not fleet.job_processes(1)
-    assert _invoke("down", "-c", config).exit_code == 0
+    assert invoke("down", "-c", config).exit_code == 0
 
 
 def test_a_worker_without_a_published_host_key_names_the_org_policy(cloud, fleet, tmp_path,
@@ -296,12 +278,12 @@ def test_a_worker_without_a_published_host_key_names_the_org_policy(cloud, fleet
     monkeypatch.setattr(gcp_site, "HOST_KEYS_WAIT_S", 0.5)
     config = gcp_config(tmp_path, fleet)
     cloud.hide_guest_attributes()
-    result = _invoke("up", "-c", config)
+    result = invoke("up", "-c", config)
     _one_line_error(result, "publishes no ssh-ed25519 host key",
                     "compute.disableGuestAttributesAccess", "nothing that bills is left")
     assert cloud.node_names() == []  # the failed up removed the TPU it made
     cloud.hide_guest_attributes(False)
-    assert _invoke("down", "-c", config).exit_code == 0
+    assert invoke("down", "-c", config).exit_code == 0
 
 
 def test_host_keys_published_after_ready_are_waited_for(cloud, fleet, tmp_path):
@@ -322,14 +304,14 @@ def test_host_keys_published_after_ready_are_waited_for(cloud, fleet, tmp_path):
     publisher = threading.Thread(target=publish_once_asked)
     publisher.start()
     try:
-        result = _invoke("up", "-c", config)
+        result = invoke("up", "-c", config)
     finally:
         asked.set()
         publisher.join()
     assert result.exit_code == 0, result.output
     assert "waiting for the host key of worker 0" in result.output
     assert result.output.count("waiting for the host key") == 1
-    assert _invoke("down", "-c", config).exit_code == 0
+    assert invoke("down", "-c", config).exit_code == 0
 
 
 def test_a_reserved_request_names_its_reservation_and_marks_the_node_reserved(cloud, fleet,
@@ -339,18 +321,18 @@ def test_a_reserved_request_names_its_reservation_and_marks_the_node_reserved(cl
     reservation = "projects/test-project/locations/us-central2-b/reservations/my-tpus"
     config = gcp_config(tmp_path, fleet, reservation=reservation)
     cloud.plan_queued_resource("tpurun", wait_polls=1)
-    up = _invoke("up", "-c", config)
+    up = invoke("up", "-c", config)
     assert up.exit_code == 0, up.output
     body = cloud.requests("CreateQueuedResource")[0].body
     assert body["reservationName"] == reservation and "spot" not in body
     assert body["tpu"]["nodeSpec"][0]["node"]["schedulingConfig"] == {"reserved": True}
-    assert _invoke("down", "-c", config).exit_code == 0
+    assert invoke("down", "-c", config).exit_code == 0
 
 
 def test_queued_request_waits_then_becomes_the_tpu(cloud, fleet, tmp_path):
     config = gcp_config(tmp_path, fleet, queued=True, provisioning="spot", queue_hours=2)
     cloud.plan_queued_resource("tpurun", wait_polls=3)
-    up = _invoke("up", "-c", config)
+    up = invoke("up", "-c", config)
     assert up.exit_code == 0, up.output
     assert "WAITING_FOR_RESOURCES" in up.output and "READY" in up.output
     body = cloud.requests("CreateQueuedResource")[0].body
@@ -358,7 +340,7 @@ def test_queued_request_waits_then_becomes_the_tpu(cloud, fleet, tmp_path):
     assert "spot" in body
     assert body["tpu"]["nodeSpec"][0]["node"]["tags"][0].startswith("tpuctl-")
     assert len(cloud.requests("CreateNode")) == 0  # not Terraform: the queue made it
-    assert _invoke("down", "-c", config).exit_code == 0
+    assert invoke("down", "-c", config).exit_code == 0
     assert cloud.node_names() == [] and cloud.requests("ListQueuedResources")[-1] is not None
 
 
@@ -368,11 +350,11 @@ def test_a_failed_queued_request_is_shown_and_deleted(cloud, fleet, tmp_path):
     config = gcp_config(tmp_path, fleet, queued=True)
     cloud.plan_queued_resource("tpurun", wait_polls=1, outcome="FAILED",
                                error=ApiError("RESOURCE_EXHAUSTED", "no v4 capacity today"))
-    result = _invoke("up", "-c", config)
+    result = invoke("up", "-c", config)
     _one_line_error(result, "ended FAILED", "no v4 capacity today", "holds no quota")
     with pytest.raises(KeyError):
         cloud.queued_resource("tpurun")
-    assert _invoke("down", "-c", config).exit_code == 0
+    assert invoke("down", "-c", config).exit_code == 0
 
 
 @pytest.mark.parametrize("case", ["quota", "permission", "api-disabled"])
@@ -387,7 +369,7 @@ def test_api_refusals_are_one_line_with_the_apis_reason(cloud, fleet, tmp_path, 
         "api-disabled": (service_disabled("test-project"), "gcloud services enable tpu"),
     }[case]
     cloud.fail("ListAcceleratorTypes", error)
-    result = _invoke("up", "-c", config)
+    result = invoke("up", "-c", config)
     _one_line_error(result, needle)
     assert cloud.node_names() == []
 
@@ -395,17 +377,17 @@ def test_api_refusals_are_one_line_with_the_apis_reason(cloud, fleet, tmp_path, 
 def test_no_capacity_in_the_zone_falls_back_to_the_next(cloud, fleet, tmp_path):
     config = gcp_config(tmp_path, fleet, fallback_zones=["us-central2-a"])
     cloud.fail_operation("CreateNode", no_capacity("us-central2-b"))
-    up = _invoke("up", "-c", config)
+    up = invoke("up", "-c", config)
     assert up.exit_code == 0, up.output
     assert "trying us-central2-a" in up.output
     assert "READY in us-central2-a" in up.output
-    down = _invoke("down", "-c", config)
+    down = invoke("down", "-c", config)
     assert down.exit_code == 0, down.output
 
 
 def test_down_of_a_run_never_up_is_one_line(cloud, fleet, tmp_path):
     config = gcp_config(tmp_path, fleet)
-    _one_line_error(_invoke("down", "-c", config), "never brought up")
+    _one_line_error(invoke("down", "-c", config), "never brought up")
 
 
 def test_train_down_neither_runs_on_nor_deletes_a_tpu_made_by_hand(cloud, fleet, tmp_path,
@@ -413,14 +395,14 @@ def test_train_down_neither_runs_on_nor_deletes_a_tpu_made_by_hand(cloud, fleet,
     """The run's TPU was deleted outside tpuctl and a node of the same name made by hand, the
     run's label copied onto it: `train --down` refuses it, and it keeps running untouched."""
     config = gcp_config(tmp_path, fleet)
-    assert _invoke("up", "-c", config).exit_code == 0
+    assert invoke("up", "-c", config).exit_code == 0
     zone = "projects/test-project/locations/us-central2-b"
     cloud.client().delete_node(name=f"{zone}/nodes/tpurun").result()
     mine = str(cloud.client().create_node(parent=zone, node_id="tpurun", node={
         "accelerator_type": "v4-16", "runtime_version": "tpu-ubuntu2204-base",
         "labels": {"tpuctl-run": "tpurun"}}).result().id)
-    _stub(fleet, tmp_path, {"steps": {"train": 2}}, monkeypatch)
-    result = _invoke("train", "-c", config, "--down")
+    stub_stages(fleet, tmp_path, {"steps": {"train": 2}}, monkeypatch)
+    result = invoke("train", "-c", config, "--down")
     _one_line_error(result, "TPU tpurun in us-central2-b", "was not made by tpuctl")
     assert cloud.node("tpurun")["id"] == mine and cloud.node("tpurun")["state"] == "READY"
     assert not fleet.job_processes(0) and not fleet.job_processes(1)
@@ -466,8 +448,8 @@ def test_gcp_bad_inputs_are_one_line_and_create_nothing(cloud, fleet, tmp_path, 
 def test_the_tpu_api_endpoint_reaches_the_workers(cloud, fleet, tmp_path, tpuctl_home):
     """Workers get the stand-in endpoint too, and with it train on the CPU."""
     config = gcp_config(tmp_path, fleet)
-    assert _invoke("up", "-c", config).exit_code == 0
-    dry = _invoke("train", "-c", config, "--dry-run")
+    assert invoke("up", "-c", config).exit_code == 0
+    dry = invoke("train", "-c", config, "--dry-run")
     assert dry.exit_code == 0, dry.output
     assert f"TPUCTL_TPU_API_ENDPOINT={cloud.endpoint}" in dry.output
     assert "--hardware tpu/v4-16/tpurun" in dry.output
@@ -475,14 +457,14 @@ def test_the_tpu_api_endpoint_reaches_the_workers(cloud, fleet, tmp_path, tpuctl
     assert "TPUCTL_TPU_WORKERS=grpc://" in dry.output
     assert json.loads((tpuctl_home / "gcp/tpurun/site.json").read_text()) == {
         "zone": "us-central2-b"}
-    assert _invoke("down", "-c", config).exit_code == 0
+    assert invoke("down", "-c", config).exit_code == 0
 
 
 def test_doctor_checks_against_the_stand_ins(cloud, fleet, tmp_path):
     from tests.fakes.tpu_api import service_disabled
 
     config = gcp_config(tmp_path, fleet)
-    before = _invoke("doctor", "-c", config)
+    before = invoke("doctor", "-c", config)
     assert before.exit_code == 0, before.output
     assert "ok    Cloud TPU API enabled in test-project" in before.output
     assert "ok    v4-16 offered" in before.output
@@ -490,19 +472,19 @@ def test_doctor_checks_against_the_stand_ins(cloud, fleet, tmp_path):
     assert "gs://test-project-tpuctl exists and is readable" in before.output
     assert "skip  TPU quota" in before.output
     assert "no TPU yet" in before.output
-    assert _invoke("up", "-c", config).exit_code == 0
-    after = _invoke("doctor", "-c", config)
+    assert invoke("up", "-c", config).exit_code == 0
+    after = invoke("doctor", "-c", config)
     assert "ok    SSH reachable from here: 2 workers answer on port 22" in after.output
     cloud.set_accelerator_types(["v5litepod-8"], zone="us-central2-b")
-    missing = _invoke("doctor", "-c", config)
+    missing = invoke("doctor", "-c", config)
     assert missing.exit_code == 1
     assert "fix   v4-16 offered: us-central2-b does not offer v4-16" in missing.output
     cloud.fail("ListAcceleratorTypes", service_disabled("test-project"), times=None)
-    disabled = _invoke("doctor", "-c", config)
+    disabled = invoke("doctor", "-c", config)
     assert disabled.exit_code == 1
     assert "gcloud services enable tpu.googleapis.com" in disabled.output
     cloud.clear_failures()
-    assert _invoke("down", "-c", config).exit_code == 0
+    assert invoke("down", "-c", config).exit_code == 0
 
 
 DOCTOR_CHECKS = ("Google Cloud credentials", "Cloud TPU API enabled in test-project",
@@ -535,7 +517,7 @@ def test_doctor_without_credentials_still_lists_every_check(tmp_path, tpuctl_hom
     failed say so."""
     monkeypatch.delenv("TPUCTL_TPU_API_ENDPOINT", raising=False)
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "none.json"))
-    result = _invoke("doctor", "-c", _doctor_config(tmp_path))
+    result = invoke("doctor", "-c", _doctor_config(tmp_path))
     assert result.exit_code == 1, result.output
     verdicts = _verdicts(result.output)
     assert list(verdicts) == list(DOCTOR_CHECKS), result.output
@@ -553,7 +535,7 @@ def test_doctor_with_the_api_off_still_checks_the_bucket(tmp_path, tpuctl_home, 
         monkeypatch.setenv("TPUCTL_TPU_API_ENDPOINT", api.endpoint)
         monkeypatch.setattr(storage, "_client", None)
         api.fail("ListAcceleratorTypes", service_disabled("test-project"), times=None)
-        result = _invoke("doctor", "-c", _doctor_config(tmp_path))
+        result = invoke("doctor", "-c", _doctor_config(tmp_path))
     assert result.exit_code == 1, result.output
     verdicts = _verdicts(result.output)
     assert list(verdicts) == list(DOCTOR_CHECKS), result.output
@@ -564,14 +546,33 @@ def test_doctor_with_the_api_off_still_checks_the_bucket(tmp_path, tpuctl_home, 
         assert f"skip  {name}: needs the Cloud TPU API (above)" in result.output
 
 
+def test_self_delete_deletes_only_the_node_with_the_runs_id():
+    """The TPU self-delete (worker 0, `train --down`) checks the node's id: one recreated under
+    the same name is left alone."""
+    from payload.cloud import self_delete
+
+    with FakeTpuApi() as api:
+        api.client().create_node(parent="projects/p/locations/us-central2-b", node_id="run",
+                                 node={"accelerator_type": "v4-8",
+                                       "runtime_version": "tpu-ubuntu2204-base"}).result()
+        uid = api.node("run")["id"]
+        spec = {"api": "tpu", "project": "p", "zone": "us-central2-b", "name": "run",
+                "uid": str(int(uid) + 1), "api_endpoint": api.endpoint}
+        assert "another node now" in self_delete.delete_own(spec)
+        assert len(api.node_names()) == 1
+        assert self_delete.delete_own({**spec, "uid": uid}).startswith("deleting TPU run")
+        api.advance_clock(3600)
+        assert self_delete.delete_own(spec) == "TPU run is already gone"
+
+
 def test_status_shows_state_symptoms_and_cost(cloud, fleet, tmp_path):
     config = gcp_config(tmp_path, fleet)
-    before = _invoke("status", "-c", config)
+    before = invoke("status", "-c", config)
     assert "none in us-central2-b (bring it up with `tpuctl up`)" in before.output
-    assert _invoke("up", "-c", config).exit_code == 0
+    assert invoke("up", "-c", config).exit_code == 0
     cloud.set_health("tpurun", "UNHEALTHY_MAINTENANCE", "maintenance soon")
     cloud.set_symptoms("tpurun", [("HBM_OUT_OF_MEMORY", "worker 1 ran out of HBM", "1")])
-    status = _invoke("status", "-c", config)
+    status = invoke("status", "-c", config)
     assert status.exit_code == 0, status.output
     assert "health UNHEALTHY_MAINTENANCE" in status.output
     assert "HBM_OUT_OF_MEMORY: worker 1 ran out of HBM" in status.output
@@ -580,23 +581,18 @@ def test_status_shows_state_symptoms_and_cost(cloud, fleet, tmp_path):
     raw = yaml.safe_load(config.read_text())
     raw["train"].update(max_hours=10, max_cost=250)
     config.write_text(yaml.safe_dump(raw))
-    limited = _invoke("status", "-c", config)
+    limited = invoke("status", "-c", config)
     assert "stops at train.max_hours 10 or train.max_cost $250.00: checkpoint, export" in (
         limited.output), limited.output
-    assert _invoke("down", "-c", config).exit_code == 0
-
-
-def _stub(fleet, tmp_path, behaviour, monkeypatch):
-    monkeypatch.setenv(STAGE_ENTRY_ENV, str(install_stub(fleet.shared / tmp_path.name[:40]
-                                                         / "stub", behaviour)))
+    assert invoke("down", "-c", config).exit_code == 0
 
 
 def test_a_detached_job_with_down_deletes_its_own_tpu(cloud, fleet, tmp_path, monkeypatch):
     """--down with no launcher watching: worker 0 deletes the TPU through the API itself."""
     config = gcp_config(tmp_path, fleet)
-    assert _invoke("up", "-c", config).exit_code == 0
-    _stub(fleet, tmp_path, {"steps": {"train": 5}}, monkeypatch)
-    started = _invoke("train", "-c", config, "--down", "--detach")
+    assert invoke("up", "-c", config).exit_code == 0
+    stub_stages(fleet, tmp_path, {"steps": {"train": 5}}, monkeypatch)
+    started = invoke("train", "-c", config, "--down", "--detach")
     assert started.exit_code == 0, started.output
     assert "letting the workers delete their own TPU" in started.output
 
@@ -610,7 +606,7 @@ def test_a_detached_job_with_down_deletes_its_own_tpu(cloud, fleet, tmp_path, mo
         raise AssertionError(log.read_text() if log.exists() else "no log") from None
     assert len(cloud.requests("DeleteNode")) == 1
     assert "deleting TPU tpurun (the run asked for --down)" in log.read_text()
-    assert _invoke("down", "-c", config).exit_code == 0
+    assert invoke("down", "-c", config).exit_code == 0
     assert cloud.node_names() == []
 
 
@@ -621,27 +617,27 @@ def test_a_failed_self_delete_is_loud_in_the_log_status_and_jobs(cloud, fleet, t
     from tests.fakes.tpu_api import permission_denied
 
     config = gcp_config(tmp_path, fleet)
-    assert _invoke("up", "-c", config).exit_code == 0
-    _stub(fleet, tmp_path, {"steps": {"train": 2}}, monkeypatch)
+    assert invoke("up", "-c", config).exit_code == 0
+    stub_stages(fleet, tmp_path, {"steps": {"train": 2}}, monkeypatch)
     cloud.fail("DeleteNode", permission_denied("tpu.nodes.delete"))
-    started = _invoke("train", "-c", config, "--down", "--detach")
+    started = invoke("train", "-c", config, "--down", "--detach")
     assert started.exit_code == 0, started.output
     log = fleet.shared / tmp_path.name[:40] / "out" / "logs" / "worker-0.log"
     wait_for(lambda: log.exists() and "STILL UP AND BILLING" in log.read_text(), timeout_s=90)
     assert "run `tpuctl down`" in log.read_text()
     assert cloud.node("tpurun")["state"] == "READY"  # the denied delete left it billing
 
-    wait_for(lambda: "self-delete failed" in _invoke("status", "-c", config).output,
+    wait_for(lambda: "self-delete failed" in invoke("status", "-c", config).output,
              timeout_s=60)
-    status = _invoke("status", "-c", config)
+    status = invoke("status", "-c", config)
     assert status.exit_code == 0, status.output
     assert "WARNING: the job asked for --down, but its self-delete failed" in status.output
     assert "TPU tpurun is still up" in status.output and "tpuctl down" in status.output
     jobs = runner.invoke(app, ["jobs", "-c", str(config), "--check"], env={"COLUMNS": "400"})
     assert "the job asked for --down, but its self-delete failed" in jobs.output, jobs.output
-    assert _invoke("down", "-c", config).exit_code == 0
+    assert invoke("down", "-c", config).exit_code == 0
     assert cloud.node_names() == []
-    status = _invoke("status", "-c", config)
+    status = invoke("status", "-c", config)
     assert "self-delete failed" not in status.output
 
 
@@ -655,9 +651,9 @@ def test_preemption_is_recovered_with_auto_resume(cloud, fleet, tmp_path, tpuctl
 
     monkeypatch.setattr(run, "TROUBLE_EVERY_S", 1.0)
     config = gcp_config(tmp_path, fleet)
-    assert _invoke("up", "-c", config).exit_code == 0
+    assert invoke("up", "-c", config).exit_code == 0
     first_uid = cloud.node("tpurun")["id"]
-    _stub(fleet, tmp_path, {"steps": {"train": 60}, "checkpoint_every": 10}, monkeypatch)
+    stub_stages(fleet, tmp_path, {"steps": {"train": 60}, "checkpoint_every": 10}, monkeypatch)
     out = fleet.shared / tmp_path.name[:40] / "out"
 
     def preempt_mid_training():
@@ -665,13 +661,11 @@ def test_preemption_is_recovered_with_auto_resume(cloud, fleet, tmp_path, tpuctl
             p.read_text() for p in tpuctl_home.glob("jobs/tpurun/*/logs/worker-0.log")),
             timeout_s=90, interval_s=0.05)
         cloud.preempt("tpurun")
-        for i in (0, 1):
-            for line in fleet.job_processes(i):
-                os.kill(int(line.split(":")[0]), 9)
+        helpers.kill_jobs(fleet, (0, 1))
 
     killer = threading.Thread(target=preempt_mid_training, daemon=True)
     killer.start()
-    result = _invoke("train", "-c", config, "--auto-resume", "1")
+    result = invoke("train", "-c", config, "--auto-resume", "1")
     killer.join(timeout=5)
     assert result.exit_code == 0, result.output
     assert "PREEMPTED: recovering (1 of 1)" in result.output
@@ -685,7 +679,7 @@ def test_preemption_is_recovered_with_auto_resume(cloud, fleet, tmp_path, tpuctl
     billing = json.loads((out / ".tpuctl" / "billing.json").read_text())["nodes"]
     assert [n["uid"] for n in billing] == [first_uid, cloud.node("tpurun")["id"]]
     assert billing[0]["deleted"] is not None and billing[1]["deleted"] is None
-    assert _invoke("down", "-c", config).exit_code == 0
+    assert invoke("down", "-c", config).exit_code == 0
     del launch
 
 
@@ -695,8 +689,8 @@ def test_without_auto_resume_a_preemption_ends_the_run_naming_it(cloud, fleet, t
 
     monkeypatch.setattr(run, "TROUBLE_EVERY_S", 1.0)
     config = gcp_config(tmp_path, fleet)
-    assert _invoke("up", "-c", config).exit_code == 0
-    _stub(fleet, tmp_path, {"steps": {"train": 600}}, monkeypatch)
+    assert invoke("up", "-c", config).exit_code == 0
+    stub_stages(fleet, tmp_path, {"steps": {"train": 600}}, monkeypatch)
     import threading
 
     def preempt():
@@ -706,7 +700,7 @@ def test_without_auto_resume_a_preemption_ends_the_run_naming_it(cloud, fleet, t
         cloud.preempt("tpurun")
 
     threading.Thread(target=preempt, daemon=True).start()
-    result = _invoke("train", "-c", config, "--down")
+    result = invoke("train", "-c", config, "--down")
     assert result.exit_code == 1, result.output
     assert "TPU tpurun is PREEMPTED" in result.output
     assert cloud.node_names() == []  # --down: nothing is left, billing or holding quota
@@ -716,7 +710,7 @@ def test_without_auto_resume_a_preemption_ends_the_run_naming_it(cloud, fleet, t
 def test_queued_request_is_cancelled_when_the_launcher_gives_up(cloud, fleet, tmp_path):
     config = gcp_config(tmp_path, fleet, queued=True, queue_hours=0.0005)
     cloud.plan_queued_resource("tpurun", wait_polls=None)  # waits until its deadline
-    result = _invoke("up", "-c", config)
+    result = invoke("up", "-c", config)
     _one_line_error(result, "queued request tpurun", "holds no quota")
     with pytest.raises(KeyError):
         cloud.queued_resource("tpurun")
@@ -735,8 +729,8 @@ def test_a_limit_reached_before_training_ends_the_job_and_deletes_the_tpu(
     raw = yaml.safe_load(config.read_text())
     raw["train"].update(steps=200, checkpoint_every=100, eval_every=100, eval_batches=1)
     config.write_text(yaml.safe_dump(raw))
-    assert _invoke("up", "-c", config).exit_code == 0
-    started = _invoke("train", "-c", config, "--down", "--detach", "--max-hours", "0.000001")
+    assert invoke("up", "-c", config).exit_code == 0
+    started = invoke("train", "-c", config, "--down", "--detach", "--max-hours", "0.000001")
     assert started.exit_code == 0, started.output
     out = fleet.shared / tmp_path.name[:40] / "out"
     log = out / "logs" / "worker-0.log"
@@ -753,4 +747,4 @@ def test_a_limit_reached_before_training_ends_the_job_and_deletes_the_tpu(
     assert "== tpuctl: tokenizer on worker-0 ==" not in text  # ended before its first stage
     assert not (out / "metrics.json").exists() and not (out / "model").exists()
     assert "deleting TPU tpurun (the run asked for --down)" in text
-    assert _invoke("down", "-c", config).exit_code == 0
+    assert invoke("down", "-c", config).exit_code == 0

@@ -22,7 +22,6 @@ VMs to each other); `recover` (--auto-resume) replaces a MIG whose VMs were take
 from __future__ import annotations
 
 import dataclasses
-import getpass
 import json
 import time
 from collections.abc import Callable
@@ -109,21 +108,13 @@ class GceProvider:
             raise UserError("--workers only applies with --local",
                             hint="a slice runs on all of its hosts; its size is "
                             "cluster.machine_type and cluster.topology")
-        cluster = config.cluster
-        site = Site(run_name=config.name, project=cluster.project, zones=(cluster.zone,),
-                    tpu_name=gce_slice.SliceNames.of(config.name).group,
-                    user=cluster.user or getpass.getuser(),
-                    identity_file=cluster.identity_file or str(
-                        gcp_site.default_identity(config.name)),
-                    known_hosts=str(gcp_site.run_state(config.name) / "known_hosts"),
-                    provisioning=cluster.provisioning)
+        site = Site.of(config, zones=(config.cluster.zone,),
+                       tpu_name=gce_slice.SliceNames.of(config.name).group)
         return cls(site, config)
 
     @classmethod
     def from_reach(cls, reach: dict, workers: tuple[Worker, ...]) -> GceProvider:
-        kept = {k: reach[k] for k in ("run_name", "project", "tpu_name", "user",
-                                      "identity_file", "known_hosts", "provisioning", "uid")}
-        return cls(Site(zones=tuple(reach["zones"]), **kept), region=reach.get("region"),
+        return cls(Site.from_reach(reach), region=reach.get("region"),
                    accelerator=reach.get("accelerator"))
 
     def _config(self) -> RunConfig:
@@ -218,12 +209,7 @@ class GceProvider:
         """A local corpus goes to gs://BUCKET/corpus/, as on gcp (launcher.staging)."""
         from launcher import staging
 
-        corpus = staging.stage_corpus(config.data.corpus, bucket=config.cluster.bucket_name,
-                                      run=config.name, on_event=on_event)
-        if corpus == list(config.data.corpus):
-            return config
-        data = config.data.model_copy(update={"corpus": corpus})
-        return config.model_copy(update={"data": data})
+        return staging.staged_config(config, on_event=on_event)
 
     def reach(self, fleet: Fleet) -> dict:
         return {"provider": NAME, **dataclasses.asdict(self.site),

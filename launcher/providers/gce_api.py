@@ -13,12 +13,11 @@ Application Default Credentials. google-cloud-compute is imported on first use.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
-from payload.cloud import stand_ins
-from payload.cloud.tpu_api import CREDENTIALS_HINT
+from payload.cloud import google_errors, stand_ins
+from payload.cloud.google_errors import CREDENTIALS_HINT, GoogleApi
 from payload.core.errors import UserError
 
 ENDPOINT_ENV = stand_ins.COMPUTE_API_ENV
@@ -256,30 +255,20 @@ class ComputeApi:
                 if item.namespace == "hostkeys"}
 
 
-@contextlib.contextmanager
-def api_errors(project: str, what: str) -> Iterator[None]:
-    """Compute Engine's errors as one line with its own reason and what to do."""
-    from google.api_core import exceptions as gexc
-    from google.auth.exceptions import GoogleAuthError
+def _is_quota(exc: Exception, message: str) -> bool:
+    return "QUOTA_EXCEEDED" in message or "Quota '" in message
 
-    try:
-        yield
-    except GoogleAuthError as exc:
-        raise UserError(f"{what}: Google Cloud credentials failed ({exc})",
-                        hint=CREDENTIALS_HINT) from None
-    except gexc.GoogleAPICallError as exc:
-        message = " ".join(str(exc.message or exc).split())
-        if "has not been used in project" in message or "is disabled" in message:
-            raise UserError(f"the Compute Engine API is not enabled in project {project}",
-                            hint=f"run `gcloud services enable compute.googleapis.com --project "
-                                 f"{project}`, wait a minute, then retry") from None
-        if "QUOTA_EXCEEDED" in message or "Quota '" in message:
-            raise UserError(f"{what}: {message}",
-                            hint="ask for more TPU quota in that region (IAM & Admin > Quotas), "
-                                 "or a smaller topology") from None
-        if isinstance(exc, gexc.PermissionDenied | gexc.Forbidden | gexc.Unauthenticated):
-            raise UserError(f"{what}: permission denied: {message}",
-                            hint=f"check that your account may manage Compute Engine in "
-                                 f"{project} (roles/compute.instanceAdmin.v1)") from None
-        raise UserError(f"{what}: Compute Engine said {getattr(exc, 'code', '')}: "
-                        f"{message}") from None
+
+API = GoogleApi(title="Compute Engine API", service="compute.googleapis.com",
+                speaker="Compute Engine",
+                permission_hint="check that your account may manage Compute Engine in "
+                                "{project} (roles/compute.instanceAdmin.v1)",
+                quota_hint="ask for more TPU quota in that region (IAM & Admin > Quotas), "
+                           "or a smaller topology",
+                is_quota=_is_quota,
+                disabled_markers=("has not been used in project", "is disabled"))
+
+
+def api_errors(project: str, what: str) -> contextlib.AbstractContextManager[None]:
+    """Compute Engine's errors as one line with its own reason and what to do."""
+    return google_errors.api_errors(project, what, API)

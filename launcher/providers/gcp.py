@@ -15,7 +15,6 @@ reopened on a node that was recreated since.
 from __future__ import annotations
 
 import dataclasses
-import getpass
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -55,21 +54,13 @@ class GcpProvider:
                             hint="a TPU runs on all of its hosts; its size is "
                             "cluster.accelerator_type")
         cluster = config.cluster
-        site = Site(run_name=config.name, project=cluster.project,
-                    zones=(cluster.zone, *cluster.fallback_zones),
-                    tpu_name=cluster.tpu_name or config.name,
-                    user=cluster.user or getpass.getuser(),
-                    identity_file=cluster.identity_file or str(
-                        gcp_site.default_identity(config.name)),
-                    known_hosts=str(gcp_site.run_state(config.name) / "known_hosts"),
-                    provisioning=cluster.provisioning)
+        site = Site.of(config, zones=(cluster.zone, *cluster.fallback_zones),
+                       tpu_name=cluster.tpu_name or config.name)
         return cls(site, config)
 
     @classmethod
     def from_reach(cls, reach: dict, workers: tuple[Worker, ...]) -> GcpProvider:
-        kept = {k: reach[k] for k in ("run_name", "project", "tpu_name", "user",
-                                      "identity_file", "known_hosts", "provisioning", "uid")}
-        return cls(Site(zones=tuple(reach["zones"]), **kept))
+        return cls(Site.from_reach(reach))
 
     def _ready_node(self):
         site = self.site
@@ -148,12 +139,7 @@ class GcpProvider:
         there. gs:// and hf: entries are left as they are."""
         from launcher import staging
 
-        corpus = staging.stage_corpus(config.data.corpus, bucket=config.cluster.bucket_name,
-                                      run=config.name, on_event=on_event)
-        if corpus == list(config.data.corpus):
-            return config
-        data = config.data.model_copy(update={"corpus": corpus})
-        return config.model_copy(update={"data": data})
+        return staging.staged_config(config, on_event=on_event)
 
     def reach(self, fleet: Fleet) -> dict:
         return {"provider": NAME, **dataclasses.asdict(self.site),

@@ -13,17 +13,22 @@ first connection and a recreated TPU's new keys are picked up, never trusted on 
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from launcher.records import state_dir
 from payload.cloud import tpu_api
 from payload.core import layout, storage
 from payload.core.errors import UserError
+
+if TYPE_CHECKING:
+    from payload.config import RunConfig
 
 # The TPU worker server's port: a pod slice's driver on worker 0 reaches every host there.
 TPU_WORKER_PORT = 8470
@@ -81,6 +86,24 @@ class Site:
     known_hosts: str
     provisioning: str = "on_demand"  # what the price table charges
     uid: str | None = None  # the node a job ran on; another id means its machines are gone
+
+    @classmethod
+    def of(cls, config: RunConfig, *, zones: tuple[str, ...], tpu_name: str) -> Site:
+        """The site of a run config's cluster (its login: cluster.user, or this user, and the
+        run's own key and known_hosts unless cluster.identity_file names one)."""
+        cluster = config.cluster
+        return cls(run_name=config.name, project=cluster.project, zones=zones, tpu_name=tpu_name,
+                   user=cluster.user or getpass.getuser(),
+                   identity_file=cluster.identity_file or str(default_identity(config.name)),
+                   known_hosts=str(run_state(config.name) / "known_hosts"),
+                   provisioning=cluster.provisioning)
+
+    @classmethod
+    def from_reach(cls, reach: dict) -> Site:
+        """The site a job record's reach (a provider's `reach()`) holds."""
+        kept = {k: reach[k] for k in ("run_name", "project", "tpu_name", "user",
+                                      "identity_file", "known_hosts", "provisioning", "uid")}
+        return cls(zones=tuple(reach["zones"]), **kept)
 
     @property
     def api(self) -> tpu_api.TpuApi:

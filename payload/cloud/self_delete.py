@@ -9,7 +9,7 @@ library only, so the agent can call it with whatever Python the worker has; cred
 VM's service account from the metadata server (none for a stand-in endpoint, which the launcher
 passes on when it used one). Each deleter checks the resource's unique id first: never one
 recreated under the same name (the ownership rule).
-- api "tpu" (provider gcp): the TPU node (payload.cloud.tpu_api.delete_own_node).
+- api "tpu" (provider gcp): the TPU node (delete_own_node).
 - api "compute" (provider gce): the slice's managed instance group, which takes its VMs (worker 0
   among them) with it. Its instance template and workload policy cost nothing and cannot go
   before the MIG is gone, which worker 0 does not live to see: `tpuctl down` removes them.
@@ -18,6 +18,9 @@ recreated under the same name (the ownership rule).
 from __future__ import annotations
 
 COMPUTE_ENDPOINT = "https://compute.googleapis.com"
+TPU_ENDPOINT = "https://tpu.googleapis.com"
+METADATA_TOKEN = ("http://metadata.google.internal/computeMetadata/v1/instance/"
+                  "service-accounts/default/token")
 
 
 def delete_own(spec: dict) -> str:
@@ -26,48 +29,59 @@ def delete_own(spec: dict) -> str:
     api = spec.pop("api", "tpu")
     if api == "compute":
         return delete_own_group(**spec)
-    from payload.cloud import tpu_api
-
     spec.pop("region", None)
-    return tpu_api.delete_own_node(**spec)
+    return delete_own_node(**spec)
 
 
-def _token_headers(api_endpoint: str | None) -> dict:
+def _delete_if_id(url: str, uid: str, api_endpoint: str | None) -> str | None:
+    """GET the resource at `url` and DELETE it if its id is still `uid`; the id it had (None:
+    it was already gone)."""
     import json
+    import urllib.error
     import urllib.request
 
-    from payload.cloud.tpu_api import METADATA_TOKEN
+    headers = {}
+    if not api_endpoint:
+        request = urllib.request.Request(METADATA_TOKEN, headers={"Metadata-Flavor": "Google"})
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            headers["Authorization"] = f"Bearer {json.loads(reply.read())['access_token']}"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers),
+                                    timeout=30) as reply:
+            found = str(json.loads(reply.read()).get("id"))
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise
+    if found == str(uid):
+        with urllib.request.urlopen(urllib.request.Request(url, method="DELETE", headers=headers),
+                                    timeout=30):
+            pass
+    return found
 
-    if api_endpoint:
-        return {}
-    request = urllib.request.Request(METADATA_TOKEN, headers={"Metadata-Flavor": "Google"})
-    with urllib.request.urlopen(request, timeout=10) as reply:
-        return {"Authorization": f"Bearer {json.loads(reply.read())['access_token']}"}
+
+def delete_own_node(*, project: str, zone: str, name: str, uid: str,
+                    api_endpoint: str | None = None) -> str:
+    """Delete the TPU node `name` if its id is still `uid` (the one the run made)."""
+    url = f"{api_endpoint or TPU_ENDPOINT}/v2/projects/{project}/locations/{zone}/nodes/{name}"
+    found = _delete_if_id(url, uid, api_endpoint)
+    if found is None:
+        return f"TPU {name} is already gone"
+    if found != str(uid):
+        return f"TPU {name} is another node now (id {found}); not deleting it"
+    return f"deleting TPU {name} (the run asked for --down)"
 
 
 def delete_own_group(*, project: str, zone: str, region: str | None, name: str, uid: str,
                      api_endpoint: str | None = None) -> str:
     """Delete the regional MIG `name` if its id is still `uid` (the one the run made)."""
-    import json
-    import urllib.error
-    import urllib.request
-
     del zone  # the MIG is regional; the zone is where its VMs run
-    headers = _token_headers(api_endpoint)
     url = (f"{api_endpoint or COMPUTE_ENDPOINT}/compute/v1/projects/{project}/regions/{region}/"
            f"instanceGroupManagers/{name}")
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers),
-                                    timeout=30) as reply:
-            group = json.loads(reply.read())
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return f"slice {name} is already gone"
-        raise
-    if str(group.get("id")) != str(uid):
-        return f"slice {name} is another instance group now (id {group.get('id')}); not deleting it"
-    with urllib.request.urlopen(urllib.request.Request(url, method="DELETE", headers=headers),
-                                timeout=30):
-        pass
+    found = _delete_if_id(url, uid, api_endpoint)
+    if found is None:
+        return f"slice {name} is already gone"
+    if found != str(uid):
+        return f"slice {name} is another instance group now (id {found}); not deleting it"
     return (f"deleting slice {name} (the run asked for --down): its instance group and VMs; "
             "`tpuctl down` removes its template and policy")

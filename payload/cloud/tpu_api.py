@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from payload.cloud import stand_ins
+from payload.cloud import google_errors, stand_ins
+from payload.cloud.google_errors import CREDENTIALS_HINT, GoogleApi
 from payload.core.errors import UserError
 
 ENDPOINT_ENV = stand_ins.TPU_API_ENV
-CREDENTIALS_HINT = ("run `gcloud auth application-default login` (or set "
-                    "GOOGLE_APPLICATION_CREDENTIALS to a service-account key file)")
 HOST_KEY_TYPE = "ssh-ed25519"
 GUEST_ATTRIBUTES_POLICY = "constraints/compute.disableGuestAttributesAccess"
 # States in which a node bills and can run a job; everything else is trouble for a job.
@@ -149,35 +147,23 @@ def check_credentials() -> None:
     _client()
 
 
-@contextlib.contextmanager
-def api_errors(project: str, what: str) -> Iterator[None]:
-    """Turn the API's errors into one line with the API's own reason and what to do."""
+def _is_quota(exc: Exception, message: str) -> bool:
     from google.api_core import exceptions as gexc
-    from google.auth.exceptions import GoogleAuthError
 
-    try:
-        yield
-    except GoogleAuthError as exc:
-        raise UserError(f"{what}: Google Cloud credentials failed ({exc})",
-                        hint=CREDENTIALS_HINT) from None
-    except gexc.GoogleAPICallError as exc:
-        reason = getattr(exc, "reason", None) or ""
-        message = " ".join(str(exc.message or exc).split())
-        if reason == "SERVICE_DISABLED" or "has not been used in project" in message:
-            raise UserError(f"the Cloud TPU API is not enabled in project {project}",
-                            hint=f"run `gcloud services enable tpu.googleapis.com --project "
-                                 f"{project}`, wait a minute, then retry") from None
-        if isinstance(exc, gexc.PermissionDenied | gexc.Forbidden | gexc.Unauthenticated):
-            raise UserError(f"{what}: permission denied: {message}",
-                            hint=f"check that your account may manage TPUs in {project} "
-                                 "(roles/tpu.admin) and that the project id is right") from None
-        if isinstance(exc, gexc.ResourceExhausted | gexc.TooManyRequests):
-            raise UserError(f"{what}: {message}",
-                            hint="no quota or capacity there now: set cluster.queued: true to "
-                                 "wait for it, or list cluster.fallback_zones") from None
-        code = getattr(exc, "code", None)
-        raise UserError(f"{what}: the TPU API said {code}: {message}") from None
+    return isinstance(exc, gexc.ResourceExhausted | gexc.TooManyRequests)
 
+
+API = GoogleApi(title="Cloud TPU API", service="tpu.googleapis.com", speaker="the TPU API",
+                permission_hint="check that your account may manage TPUs in {project} "
+                                "(roles/tpu.admin) and that the project id is right",
+                quota_hint="no quota or capacity there now: set cluster.queued: true to "
+                           "wait for it, or list cluster.fallback_zones",
+                is_quota=_is_quota)
+
+
+def api_errors(project: str, what: str) -> contextlib.AbstractContextManager[None]:
+    """Turn the API's errors into one line with the API's own reason and what to do."""
+    return google_errors.api_errors(project, what, API)
 
 class TpuApi:
     """The TPU API for one project and zone (other zones by argument)."""
@@ -326,42 +312,3 @@ def wait_for(poll, done, *, timeout_s: float, every_s: float = 10.0, on_wait=Non
             on_wait(result)
         time.sleep(every_s)
 
-
-METADATA_TOKEN = ("http://metadata.google.internal/computeMetadata/v1/instance/"
-                  "service-accounts/default/token")
-GOOGLE_ENDPOINT = "https://tpu.googleapis.com"
-
-
-def delete_own_node(*, project: str, zone: str, name: str, uid: str,
-                    api_endpoint: str | None = None) -> str:
-    """From a worker of the node: delete it (the run asked for `--down`). Standard library
-    only, so the job's agent can call it with whatever Python the worker has; the credentials
-    are the TPU's service account, from the metadata server (none for a stand-in at
-    `api_endpoint`, which the launcher passes on when it used one). Deletes
-    only the node with this unique id: never a node recreated under the same name."""
-    import json as _json
-    import urllib.error
-    import urllib.request
-
-    endpoint = api_endpoint or GOOGLE_ENDPOINT
-    headers = {}
-    if not api_endpoint:
-        token_request = urllib.request.Request(METADATA_TOKEN,
-                                               headers={"Metadata-Flavor": "Google"})
-        with urllib.request.urlopen(token_request, timeout=10) as reply:
-            headers["Authorization"] = f"Bearer {_json.loads(reply.read())['access_token']}"
-    url = f"{endpoint}/v2/projects/{project}/locations/{zone}/nodes/{name}"
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers),
-                                    timeout=30) as reply:
-            node = _json.loads(reply.read())
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return f"TPU {name} is already gone"
-        raise
-    if str(node.get("id")) != str(uid):
-        return f"TPU {name} is another node now (id {node.get('id')}); not deleting it"
-    request = urllib.request.Request(url, method="DELETE", headers=headers)
-    with urllib.request.urlopen(request, timeout=30):
-        pass
-    return f"deleting TPU {name} (the run asked for --down)"

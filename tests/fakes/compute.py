@@ -34,13 +34,11 @@ import copy
 import json
 import re
 import secrets
-import threading
-import time
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
+from tests.fakes.server import FakeServer
 from tests.fakes.tpu_api import Worker, _as_worker, _guest, _timestamp
 
 PREFIX = "/compute/v1/"
@@ -170,19 +168,17 @@ _ROUTES = [(verb, re.compile(PREFIX + pattern + "$"), rpc) for verb, pattern, rp
 ]]
 
 
-class FakeCompute:
+class FakeCompute(FakeServer):
     """The fake server and its test controls (thread-safe)."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0):
-        self._lock = threading.RLock()
-        self._clock_offset = 0.0
+        super().__init__(host, port)
         self._firewalls: dict[str, dict] = {}  # self path (projects/...) -> body
         self._policies: dict[str, dict] = {}
         self._templates: dict[str, dict] = {}
         self._groups: dict[str, _Group] = {}
         self._instances: dict[str, _Instance] = {}  # projects/P/zones/Z/instances/N -> VM
         self._ops: dict[str, dict] = {}
-        self._log: list[Request] = []
         self._failures: list[list] = []  # [rpc, error, times left or None]
         self._capacity: dict[str | None, int | None] = {None: 0}  # zone -> polls to wait
         self._boot_polls = 2  # observations from PROVISIONING to RUNNING
@@ -192,31 +188,6 @@ class FakeCompute:
         self._machine_types: dict[str | None, list[str]] = {None: list(TPU_MACHINE_TYPES)}
         self._next_worker = 0
         self._next_id = 5 * 10**18 + secrets.randbelow(10**17)
-        self._server = ThreadingHTTPServer((host, port), _Handler)
-        self._server.api = self
-        self.host, self.port = self._server.server_address[:2]
-        url_host = "127.0.0.1" if host in ("", "0.0.0.0") else host
-        self.endpoint = f"http://{url_host}:{self.port}"
-        self._thread: threading.Thread | None = None
-
-    # -- lifecycle ---------------------------------------------------------------------------
-    def start(self) -> FakeCompute:
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
-                                        daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._thread is not None:
-            self._server.shutdown()
-            self._thread.join()
-        self._server.server_close()
-
-    def __enter__(self) -> FakeCompute:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
     # -- test controls -------------------------------------------------------------------------
     def set_workers(self, workers: list) -> None:
@@ -269,14 +240,6 @@ class FakeCompute:
             vm = self._instances[self._find(instance)]
             vm.body["status"] = "TERMINATED"
             vm.guest.clear()
-
-    def advance_clock(self, seconds: float) -> None:
-        with self._lock:
-            self._clock_offset += seconds
-
-    def requests(self, rpc: str | None = None) -> list[Request]:
-        with self._lock:
-            return [r for r in self._log if rpc is None or r.rpc == rpc]
 
     def instance_names(self) -> list[str]:
         with self._lock:
@@ -689,33 +652,9 @@ class FakeCompute:
     def _url(self, path: str) -> str:
         return f"https://www.googleapis.com{PREFIX}{path}"
 
-    def _now(self) -> float:
-        return time.time() + self._clock_offset
-
     def clients(self):
         """The launcher's compute_v1 clients (launcher.providers.gce_api), aimed here."""
         from launcher.providers import gce_api
 
         return gce_api.clients(self.endpoint)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True
-
-    def _serve(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        status, payload = self.server.api.handle(self.command, self.path,
-                                                 self.rfile.read(length) if length else b"")
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json; charset=UTF-8")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    do_GET = do_POST = do_PATCH = do_DELETE = _serve
-
-    def log_message(self, format, *args) -> None:
-        pass
 

@@ -32,13 +32,12 @@ import re
 import secrets
 import signal
 import sys
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
+
+from tests.fakes.server import FakeServer
 
 # google.rpc.Code name -> (number, HTTP status), as Google's REST front maps them.
 STATUS_CODES = {
@@ -288,17 +287,15 @@ CONTROLS = ("set_workers", "set_endpoints", "set_host_key", "set_guest_attribute
             "advance_clock", "requests", "node", "node_names", "queued_resource")
 
 
-class FakeTpuApi:
+class FakeTpuApi(FakeServer):
     """The fake server and its test controls (thread-safe; node and queued-resource arguments
     take a short id such as "run" or a full resource name)."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0):
-        self._lock = threading.RLock()
-        self._clock_offset = 0.0
+        super().__init__(host, port)
         self._nodes: dict[str, _Node] = {}
         self._queued: dict[str, _Queued] = {}
         self._ops: dict[str, dict] = {}
-        self._log: list[Request] = []
         self._failures: list[list] = []   # [where, rpc, error, times left or None]
         self._timing = {action: (1, 0.0) for action in ("create", "delete", "stop", "start")}
         self._plans: dict[str | None, dict] = {}
@@ -310,31 +307,6 @@ class FakeTpuApi:
         self._max_page_size = 50
         self._next_id = 10**18 + secrets.randbelow(10**17)
         self._next_host = 2
-        self._server = ThreadingHTTPServer((host, port), _Handler)
-        self._server.api = self
-        self.host, self.port = self._server.server_address[:2]
-        url_host = "127.0.0.1" if host in ("", "0.0.0.0") else host
-        self.endpoint = f"http://{url_host}:{self.port}"
-        self._thread: threading.Thread | None = None
-
-    # -- lifecycle ---------------------------------------------------------------------------
-    def start(self) -> FakeTpuApi:
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
-                                        daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._thread is not None:
-            self._server.shutdown()
-            self._thread.join()
-        self._server.server_close()
-
-    def __enter__(self) -> FakeTpuApi:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
     def client(self):
         return tpu_client(self.endpoint)
@@ -465,15 +437,6 @@ class FakeTpuApi:
         """The most items a list returns per page, also when the client asks for none."""
         with self._lock:
             self._max_page_size = size
-
-    def advance_clock(self, seconds: float) -> None:
-        """Move the fake's clock on: timings in seconds and queueing deadlines see it."""
-        with self._lock:
-            self._clock_offset += seconds
-
-    def requests(self, rpc: str | None = None) -> list[Request]:
-        with self._lock:
-            return [r for r in self._log if rpc is None or r.rpc == rpc]
 
     def node(self, node: str) -> dict:
         """The node as get_node would show it, without counting as an observation."""
@@ -954,9 +917,6 @@ class FakeTpuApi:
             raise KeyError(f"{short!r} names {len(matches)} resources: {matches}")
         return matches[0]
 
-    def _now(self) -> float:
-        return time.time() + self._clock_offset
-
 
 def tpu_client(endpoint: str):
     """The real tpu_v2.TpuClient, on REST with anonymous credentials, pointed at `endpoint`."""
@@ -968,27 +928,6 @@ def tpu_client(endpoint: str):
                             client_options=ClientOptions(api_endpoint=endpoint))
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True   # headers and body go out as two writes
-
-    def _serve(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        status, payload = self.server.api.handle(self.command, self.path,
-                                                 self.rfile.read(length) if length else b"")
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json; charset=UTF-8")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    do_GET = do_POST = do_PATCH = do_DELETE = _serve
-
-    def log_message(self, format, *args) -> None:   # tests read api.requests() instead
-        pass
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="A local Cloud TPU v2 REST API for tests.")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
@@ -997,12 +936,7 @@ def main(argv: list[str] | None = None) -> None:
     api = FakeTpuApi(args.host, args.port)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     print(api.port, flush=True)
-    try:
-        api._server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        api._server.server_close()
+    api.serve_forever()
 
 
 if __name__ == "__main__":

@@ -204,19 +204,19 @@ def test_a_v6e_runs_every_real_stage_with_the_jax_engine(cloud, fleet, tmp_path,
     tf_config.write_text(yaml.safe_dump(tensorflow))
     for command in ("up", "train"):
         # (Exit status 2 through the real entry point: tests/test_bad_inputs.py.)
-        message = _one_line_error(_invoke(command, "-c", tf_config), "v6e-8",
+        message = _one_line_error(invoke(command, "-c", tf_config), "v6e-8",
                                   "set train.engine: jax")
         assert "\n" not in message
     assert cloud.node_names() == [] and not cloud.requests("CreateNode")
     assert not out.exists()
 
     config.write_text(yaml.safe_dump(raw))
-    up = _invoke("up", "-c", config)
+    up = invoke("up", "-c", config)
     assert up.exit_code == 0, up.output
     assert "TPU tpurun is READY" in up.output
     node = cloud.node("tpurun")
     assert node["acceleratorType"] == "v6e-8" and node["runtimeVersion"] == "v2-alpha-tpuv6e"
-    trained = _invoke("train", "-c", config)
+    trained = invoke("train", "-c", config)
     assert trained.exit_code == 0, trained.output[-5000:]
     assert "finished at step 40; weights sha256" in trained.output
     metrics = json.loads((out / "metrics.json").read_text())
@@ -229,7 +229,7 @@ def test_a_v6e_runs_every_real_stage_with_the_jax_engine(cloud, fleet, tmp_path,
         p.name for p in model.iterdir()}
     assert json.loads((model / "tpuctl_export.json").read_text())["checkpoint"].endswith(
         "checkpoints/40")
-    down = _invoke("down", "-c", config)
+    down = invoke("down", "-c", config)
     assert down.exit_code == 0, down.output
     assert cloud.node_names() == []
 

@@ -86,7 +86,8 @@ lint: setup
 	$(BIN)/ruff check launcher payload tests bench scripts
 	@if command -v terraform >/dev/null 2>&1; then \
 		export TF_CLI_CONFIG_FILE=/dev/null; \
-		terraform fmt -check -recursive infra && terraform fmt -check -recursive tests/terraform_twin; \
+		terraform fmt -check -recursive infra && terraform fmt -check -recursive tests/terraform_twin && \
+		terraform fmt -check -recursive tests/terraform_twin_slice; \
 	else echo "lint: no terraform on PATH, terraform fmt -check skipped (make setup-terraform)"; fi
 
 bench: setup

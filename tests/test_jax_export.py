@@ -399,3 +399,20 @@ def test_init_from_reads_a_folder_on_cloud_storage(tf_export):
     assert sorted(theirs) == sorted(ours)
     for name, array in ours.items():
         np.testing.assert_array_equal(theirs[name], array, err_msg=name)
+
+
+def test_a_jax_run_exported_without_jax_installed_is_one_line(monkeypatch):
+    """run.json says jax but this Python has only the TensorFlow set: one line saying what to
+    install, not an ImportError."""
+    import importlib.util
+
+    from payload.core.errors import UserError
+    from payload.engines import engine_for
+    from payload.engines.jax import engine as jax_engine
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(jax_engine.importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("jax", "orbax") else real(name, *a))
+    with pytest.raises(UserError, match=r"needs jax, orbax") as caught:
+        engine_for("jax").trained_weights(config=None, hf_config=None)
+    assert "tpuctl[jax]" in caught.value.hint

@@ -12,14 +12,30 @@ checkpoint, anything else of Orbax's is a save cut short.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 
 from payload.core import layout, storage
+from payload.core.errors import UserError
 
 COMMIT = "commit_success.txt"
 _STEP = re.compile(r"^\d+$")
 # A step folder or the temporary one a save builds it in, and anything inside.
 _WRITTEN = re.compile(r"^\d+(?:\.orbax-checkpoint-tmp[^/]*)?/.+$")
+
+
+# What the engine imports, and the extra that installs them (pyproject's `jax`).
+FRAMEWORK = ("jax", "flax", "optax", "orbax")
+
+
+def check_installed() -> None:
+    """The engine's packages are in this Python: else one line saying how to get them (a run
+    whose checkpoints say jax, exported where only the TensorFlow set is installed)."""
+    missing = [name for name in FRAMEWORK if importlib.util.find_spec(name) is None]
+    if missing:
+        raise UserError(
+            f"train.engine jax needs {', '.join(missing)}, which this Python does not have",
+            hint="pip install 'tpuctl[jax]' (tpuctl train installs it on workers itself)")
 
 
 class JaxEngine:
@@ -37,6 +53,7 @@ class JaxEngine:
         return max(steps) if steps else None
 
     def trainer(self, config, inputs, plan):
+        check_installed()
         from payload.engines.jax.trainer import JaxTrainer
 
         return JaxTrainer(config, inputs, plan)
@@ -46,6 +63,7 @@ class JaxEngine:
     init_from_files = ("model.safetensors",)
 
     def trained_weights(self, config, hf_config):
+        check_installed()
         from payload.engines.jax.export import trained_weights
 
         return trained_weights(config, hf_config)

@@ -24,9 +24,6 @@ from payload.core import layout, storage
 from payload.core.errors import UserError
 from payload.engines import DEFAULT, all_engines, engine_for
 
-# The export stage (TensorFlow) reads TF checkpoints through these names.
-from payload.engines.tensorflow.checkpoints import INDEX, latest_checkpoint  # noqa: F401
-
 IDENTITY = layout.RUN_IDENTITY
 log = logging.getLogger(__name__)
 

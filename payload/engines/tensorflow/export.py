@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from payload.core import storage
 from payload.core.errors import UserError
 from payload.core.pytorch_weights import spellings, with_tied_copies
+from payload.engines.tensorflow.checkpoints import INDEX, latest_checkpoint
 from payload.training import checkpoints
 
 WEIGHTS = "model.safetensors"
@@ -119,10 +120,10 @@ def latest_weights(model, output_dir: str) -> str:
     import tensorflow as tf
 
     directory = checkpoints.checkpoint_dir(output_dir)
-    if storage.exists(storage.join(directory, checkpoints.INDEX)) and not storage.is_complete(
+    if storage.exists(storage.join(directory, INDEX)) and not storage.is_complete(
             directory):
         raise checkpoints.incomplete(directory, "nothing to export")
-    path = checkpoints.latest_checkpoint(output_dir)
+    path = latest_checkpoint(output_dir)
     if path is None:
         raise UserError(
             f"nothing to export: no checkpoint in {checkpoints.checkpoint_dir(output_dir)}",

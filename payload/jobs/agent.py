@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -30,7 +29,6 @@ import threading
 import time
 from pathlib import Path
 
-from payload.core import layout
 from payload.core.layout import worker_label
 
 POLL_S = 0.2
@@ -365,7 +363,6 @@ def _terminated(signum, frame):
 
 
 STOP_LOG_TAIL = 4 << 20  # bytes of the log read for the step a stopped job reached
-_CHECKPOINT = re.compile(r'^model_checkpoint_path: "(?:.*/)?(ckpt-\d+)"', re.MULTILINE)
 
 
 def stop_words(job_dir: Path, plan: dict, stage: str) -> str:
@@ -390,15 +387,15 @@ def stop_words(job_dir: Path, plan: dict, stage: str) -> str:
     except OSError:
         pass
     words += f" at step {step}" if step is not None else " during train"
-    storage = _storage()
-    index = storage.join(layout.checkpoints_dir(plan["output_dir"]), "checkpoint")
     try:
-        found = _CHECKPOINT.search(storage.read_text(index)) if storage.exists(index) else None
-        if found:
-            return words + f" (checkpoint {found.group(1)})"
-        # Another engine's checkpoints (the JAX engine's Orbax step folders), by their step.
+        # TensorFlow's checkpoints by the name its index gives them (ckpt-N); the other
+        # engines' (the JAX engine's Orbax step folders) by their step.
+        from payload.engines.tensorflow import checkpoints as tf_checkpoints
         from payload.training.checkpoints import newest_step
 
+        tf_step = tf_checkpoints.newest_step(plan["output_dir"])
+        if tf_step is not None:
+            return words + f" (checkpoint ckpt-{tf_step})"
         newest = newest_step(plan["output_dir"])
     except Exception:  # a stop must not fail over a checkpoint it cannot read
         newest = None

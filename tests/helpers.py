@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -60,6 +61,21 @@ def wait_for(predicate, timeout_s: float = 30.0, interval_s: float = 0.1):
             return value
         time.sleep(interval_s)
     raise AssertionError(f"timed out after {timeout_s}s waiting for {predicate}")
+
+
+def when_worker0_logs(tpuctl_home, run: str, text: str, action) -> threading.Thread:
+    """Call `action` (a preemption, say) once worker 0's log of the run's job has `text`, from a
+    thread of its own, started here: the test's command runs meanwhile."""
+
+    def wait_then_act():
+        wait_for(lambda: text in "".join(
+            p.read_text() for p in tpuctl_home.glob(f"jobs/{run}/*/logs/worker-0.log")),
+            timeout_s=90, interval_s=0.05)
+        action()
+
+    thread = threading.Thread(target=wait_then_act, daemon=True)
+    thread.start()
+    return thread
 
 
 NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"

@@ -151,15 +151,12 @@ def test_a_preempted_spot_vm_is_recovered_and_the_job_resumes(cloud, fleet, tmp_
     out = _out(fleet, tmp_path)
 
     def preempt_mid_training():
-        wait_for(lambda: "step 25 " in "".join(
-            p.read_text() for p in tpuctl_home.glob("jobs/trillium/*/logs/worker-0.log")),
-            timeout_s=90, interval_s=0.05)
         victim = cloud.instance_names()[1]
         cloud.preempt(victim)
         helpers.kill_jobs(fleet, (0, 1))  # the slice is lost: bulk TPU VMs go together
 
-    killer = threading.Thread(target=preempt_mid_training, daemon=True)
-    killer.start()
+    killer = helpers.when_worker0_logs(tpuctl_home, "trillium", "step 25 ",
+                                       preempt_mid_training)
     result = invoke("train", "-c", config, "--auto-resume", "1")
     killer.join(timeout=5)
     assert result.exit_code == 0, result.output
@@ -256,13 +253,8 @@ def test_without_auto_resume_a_lost_vm_ends_the_run_and_down_removes_the_slice(
     assert invoke("up", "-c", config).exit_code == 0
     stub_stages(fleet, tmp_path, {"steps": {"train": 600}}, monkeypatch)
 
-    def preempt():
-        wait_for(lambda: "step 5 " in "".join(
-            p.read_text() for p in tpuctl_home.glob("jobs/trillium/*/logs/worker-0.log")),
-            timeout_s=90, interval_s=0.05)
-        cloud.preempt(cloud.instance_names()[0])
-
-    threading.Thread(target=preempt, daemon=True).start()
+    helpers.when_worker0_logs(tpuctl_home, "trillium", "step 5 ",
+                              lambda: cloud.preempt(cloud.instance_names()[0]))
     result = invoke("train", "-c", config, "--down")
     assert result.exit_code == 1, result.output
     assert "of slice trillium is TERMINATED" in result.output

@@ -645,7 +645,6 @@ def test_preemption_is_recovered_with_auto_resume(cloud, fleet, tmp_path, tpuctl
                                                   monkeypatch):
     """The node is preempted mid-training and its workers' processes die: --auto-resume 1
     deletes it, recreates it, ships again and resumes from the newest checkpoint."""
-    import threading
 
     from launcher import launch, run
 
@@ -657,14 +656,11 @@ def test_preemption_is_recovered_with_auto_resume(cloud, fleet, tmp_path, tpuctl
     out = fleet.shared / tmp_path.name[:40] / "out"
 
     def preempt_mid_training():
-        wait_for(lambda: "step 25 " in "".join(
-            p.read_text() for p in tpuctl_home.glob("jobs/tpurun/*/logs/worker-0.log")),
-            timeout_s=90, interval_s=0.05)
         cloud.preempt("tpurun")
         helpers.kill_jobs(fleet, (0, 1))
 
-    killer = threading.Thread(target=preempt_mid_training, daemon=True)
-    killer.start()
+    killer = helpers.when_worker0_logs(tpuctl_home, "tpurun", "step 25 ",
+                                       preempt_mid_training)
     result = invoke("train", "-c", config, "--auto-resume", "1")
     killer.join(timeout=5)
     assert result.exit_code == 0, result.output
@@ -691,15 +687,8 @@ def test_without_auto_resume_a_preemption_ends_the_run_naming_it(cloud, fleet, t
     config = gcp_config(tmp_path, fleet)
     assert invoke("up", "-c", config).exit_code == 0
     stub_stages(fleet, tmp_path, {"steps": {"train": 600}}, monkeypatch)
-    import threading
-
-    def preempt():
-        wait_for(lambda: "step 5 " in "".join(
-            p.read_text() for p in tpuctl_home.glob("jobs/tpurun/*/logs/worker-0.log")),
-            timeout_s=90, interval_s=0.05)
-        cloud.preempt("tpurun")
-
-    threading.Thread(target=preempt, daemon=True).start()
+    helpers.when_worker0_logs(tpuctl_home, "tpurun", "step 5 ",
+                              lambda: cloud.preempt("tpurun"))
     result = invoke("train", "-c", config, "--down")
     assert result.exit_code == 1, result.output
     assert "TPU tpurun is PREEMPTED" in result.output

@@ -4,7 +4,7 @@ Figures (both sides in the same sandbox, same corpus, tokenizer and cores):
 - prepare: shards written per second with output_dir on local disk and on gs://;
 - checkpoint save: seconds per TensorFlow CheckpointManager save of a ~40 MB model state.
 
-The gs:// side is a LOCAL FAKE of Cloud Storage (tests/fakes/gcs.py: fake-gcs-server behind a
+The gs:// side is a LOCAL FAKE of Cloud Storage (testbed/fakes/gcs.py: fake-gcs-server behind a
 TLS front, TensorFlow's own GCS filesystem and google-cloud-storage talking to it over
 loopback), not Google Cloud Storage: the ratio shows what tpuctl's gs:// code paths cost
 (requests, uploads, no rename), not the network to Google.
@@ -68,7 +68,7 @@ def _shards(sandbox, out: str) -> int:
 
 
 def run(results: dict, quick: bool) -> None:
-    from tests.fakes.gcs import GcsSandbox, SandboxUnavailable
+    from testbed.fakes.gcs import GcsSandbox, SandboxUnavailable
 
     figures: dict = {"note": "gs:// is a local fake of Cloud Storage, not Google's"}
     try:

@@ -2,7 +2,7 @@
 
     python -m bench --only launch
 
-Workers are real sshd processes on this machine (tests/fleet.py), so the times are set-up and
+Workers are real sshd processes on this machine (testbed/fleet.py), so the times are set-up and
 protocol cost, not network distance, and every worker's own work (a Python start to check the
 environment and unpack the payload) competes for this machine's cores: the fan-out figure
 (probe + copy, no worker-side Python) is the launcher's own scaling. Targets: --help < 0.5 s; shipping to 16 workers at most
@@ -82,14 +82,25 @@ def _ship_times(fleet, sizes: tuple[int, ...], repeats: int) -> dict[int, float]
 def _second_setup_time(fleet, env: dict, repeats: int) -> float:
     """Wall time of `tpuctl train --detach` on 4 workers with everything cached: from the
     command to the job running (config, workers, wheel, checks, start), stages excluded."""
-    from tests.helpers import install_stub, tiny_config
+    import yaml
+
+    from testbed import install_stub
 
     shared = fleet.shared / "bench-setup"
     stub = install_stub(shared / "stub", {"steps": {"train": 3}})
-    config = tiny_config(shared, name="bench", output_dir=str(shared / "out"), cluster={
-        "provider": "ssh", "hosts": fleet.hosts[:4], "user": "root",
-        "identity_file": fleet.identity_file, "known_hosts": fleet.known_hosts,
-        "port": fleet.port, "python": sys.executable})
+    corpus = shared / "corpus.txt"
+    corpus.write_text("".join(f"line {i} of a tiny corpus\n" for i in range(200)))
+    config = shared / "tpuctl.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "bench", "output_dir": str(shared / "out"),
+        "cluster": {"provider": "ssh", "hosts": fleet.hosts[:4], "user": "root",
+                    "identity_file": fleet.identity_file, "known_hosts": fleet.known_hosts,
+                    "port": fleet.port, "python": sys.executable},
+        "data": {"corpus": str(corpus), "seq_len": 32, "records_per_shard": 50},
+        "tokenizer": {"kind": "bpe", "vocab_size": 300},
+        "model": {"family": "gpt2", "hidden_size": 32, "num_layers": 1, "num_heads": 2,
+                  "intermediate_size": 64},
+        "train": {"steps": 4, "batch_size": 4}}))
     env = {**env, "TPUCTL_STAGE_ENTRY": str(stub)}
     argv = [sys.executable, "-m", "launcher.cli", "train", "-c", str(config), "--detach",
             "--stages", "export"]
@@ -106,7 +117,7 @@ def _second_setup_time(fleet, env: dict, repeats: int) -> float:
 
 
 def run(results: dict, quick: bool) -> None:
-    from tests.fleet import Fleet, sshd_available
+    from testbed.fleet import Fleet, sshd_available
 
     with tempfile.TemporaryDirectory() as home:
         env = {**os.environ, "PYTHONPATH": str(REPO), "TPUCTL_HOME": home}

@@ -2,7 +2,6 @@
 routes' refusals."""
 
 import re
-from pathlib import Path
 
 import pytest
 
@@ -24,8 +23,9 @@ from payload.cloud.accelerators import (
     zones_offering,
 )
 from payload.core.errors import UserError
+from tests.support.paths import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 
 
 def refusal(call, *args) -> str:

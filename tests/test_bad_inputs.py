@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers import REPO
+from tests.support.paths import REPO
 
 BLACKHOLE = "192.0.2.1"  # TEST-NET-1: nothing answers; no row may get as far as connecting
 
@@ -93,11 +93,11 @@ def _key(box: Path, name: str, passphrase: str = "") -> str:
 def _init_from_gpt2(box: Path) -> str:
     """A jax run of roberta continuing from a folder whose config says roberta but whose
     model.safetensors holds GPT-2's weights (tests/test_payload_bad_inputs.py builds it)."""
-    from tests.test_payload_bad_inputs import _init_from
+    from tests.support.configs import init_from_config
 
     folder = box / "init"
     folder.mkdir()
-    raw = yaml.safe_load(_init_from(folder, "gpt2", engine="jax").read_text())
+    raw = yaml.safe_load(init_from_config(folder, "gpt2", engine="jax").read_text())
     raw["output_dir"] = str(box / "out")
     return _write(box, "init-from.yaml", raw)
 

@@ -9,7 +9,7 @@ import pytest
 
 from payload.core.errors import UserError
 from payload.training.checkpoints import check_start
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 
 def test_check_start_refuses_a_clash_and_a_resume_without_checkpoints(tmp_path):

@@ -2,7 +2,7 @@
 a TPU of the run's name made by hand survives a failed `up`, `down`, `status`, a recovery and
 `train --down`; objects in the bucket that are not the run's survive `down --delete-bucket`.
 
-The TPU API is tests/fakes/tpu_api.py, driven by the real google-cloud-tpu client; `up` and
+The TPU API is testbed/fakes/tpu_api.py, driven by the real google-cloud-tpu client; `up` and
 `down` run real terraform on the twin module (its TPU is created and deleted by name through
 that API, as google_tpu_v2_vm does); Cloud Storage is the in-memory emulator. No worker is
 reached over SSH here: a node's workers are addresses with published host keys.
@@ -22,11 +22,11 @@ import yaml
 from typer.testing import CliRunner
 
 from launcher.cli import app
-from tests import helpers
-from tests.fakes.tpu_api import FakeTpuApi, Worker
+from testbed.fakes.tpu_api import FakeTpuApi, Worker
+from tests.support.cloud import storage_server, use_cloud_stand_ins
+from tests.support.paths import REPO
 
 runner = CliRunner()
-REPO = Path(__file__).resolve().parent.parent
 PROJECT, ZONE, FALLBACK = "test-project", "us-central2-b", "us-central2-a"
 
 
@@ -44,7 +44,7 @@ HOST_KEY = _host_key()
 
 @pytest.fixture(scope="module")
 def storage_url():
-    with helpers.storage_emulator("127.0.0.1") as url:
+    with storage_server("127.0.0.1") as url:
         yield url
 
 
@@ -52,7 +52,7 @@ def storage_url():
 def cloud(storage_url, tpuctl_home, monkeypatch):
     from payload.core import storage
 
-    helpers.use_cloud_stand_ins(monkeypatch, storage_url, poll_s=0.05)
+    use_cloud_stand_ins(monkeypatch, storage_url, poll_s=0.05)
     for bucket in list(storage.client().list_buckets()):  # each test starts from nothing
         for blob in bucket.list_blobs(versions=True):
             blob.delete()

@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 from launcher.cli import app
 from payload.config import dump_config, load_config, parse_config
 from payload.core.errors import UserError
-from tests.conftest import REPO, base_config, write_config
+from tests.support.configs import base_config, write_config
+from tests.support.paths import REPO
 
 GOOD = base_config("out", "corpus.txt")
 

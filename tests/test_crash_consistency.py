@@ -37,7 +37,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import base_config, payload_env
+from tests.support.configs import base_config
+from tests.support.runners import payload_env
 
 pytestmark = pytest.mark.slow
 

@@ -17,8 +17,8 @@ from payload.config import load_config
 from payload.core import storage
 from payload.core.errors import UserError
 from payload.training.preflight import check_before_start
-from tests.conftest import assert_user_error, base_config, payload_env, run_payload, write_config
-from tests.test_remote_inputs import gcs  # noqa: F401 - the Cloud Storage emulator fixture
+from tests.support.configs import base_config, write_config
+from tests.support.runners import assert_user_error, payload_env, run_payload
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, int, bytes]]:
@@ -301,7 +301,7 @@ def test_files_honour_the_umask(tmp_path, texts, umask, file_mode, dir_mode):
 # --- the same markers on gs:// (a Cloud Storage emulator) ------------------------------------
 
 
-@pytest.mark.usefixtures("gcs")
+@pytest.mark.usefixtures("gcs_emulator")
 def test_complete_folders_and_ownership_on_cloud_storage():
     out = "gs://tpuctl-test/own"
     storage.claim_output_dir(out)

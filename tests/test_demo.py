@@ -7,7 +7,7 @@ import yaml
 from typer.testing import CliRunner
 
 from launcher.cli import app
-from tests.helpers import REPO
+from tests.support.paths import REPO
 
 runner = CliRunner()
 

@@ -15,11 +15,11 @@ import importlib
 import inspect
 import shlex
 import textwrap
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.support.paths import REPO
+
 PACKAGES = ("launcher", "payload")
 SHELL_PREFIXES = ("tpuctl ", "python -m ", "python3 -m ", "make ", "pip ")
 

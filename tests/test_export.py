@@ -3,31 +3,29 @@ transformers 5.x, with the trained model's outputs."""
 
 import json
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 pytest.importorskip("tensorflow")
 
-from train_helpers import REPO, config_dict, make_run_dir, run_config
-
 from payload.config import parse_config
 from payload.core.errors import UserError
 from payload.training.export import run_export, trained_weights
 from payload.training.model import load_tokenizer
 from payload.training.train import run_train
+from tests.support.configs import training_config, training_run_config
+from tests.support.paths import SCRIPTS, TORCH_PYTHON, TORCH_READY
+from tests.support.runs import prepared_run
 
-TORCH_PYTHON = REPO / ".venv-torch" / "bin" / "python"
-TORCH_READY = REPO / ".venv-torch" / ".installed"
 TEXT = ["The interpreter reads the module and runs it.", "A list of numbers, then a dict."]
 
 
 @pytest.fixture(scope="module", params=["bert", "roberta", "gpt2", "t5", "t5-v1.1"])
 def exported(request, tmp_path_factory):
     family = request.param.split("-")[0]
-    out = make_run_dir(tmp_path_factory.mktemp("export"), family)
-    raw = config_dict(out, family, steps=6, checkpoint_every=3, eval_every=6)
+    out = prepared_run(tmp_path_factory.mktemp("export"), family)
+    raw = training_config(out, family, steps=6, checkpoint_every=3, eval_every=6)
     if request.param == "t5-v1.1":  # a published size: gated GELU and the untied head
         raw["model"] = {"family": "t5", "size": "tiny", "dropout": 0.0}
     config = parse_config(raw)
@@ -67,7 +65,7 @@ def test_model_folder_loads_in_pytorch_transformers_5_with_the_same_logits(expor
     result = subprocess.run(
         [
             str(TORCH_PYTHON),
-            str(Path(__file__).with_name("torch_logits.py")),
+            str(SCRIPTS / "torch_logits.py"),
             str(folder),
             family,
             str(tmp_path / "ids.npy"),
@@ -87,11 +85,11 @@ def test_model_folder_loads_in_pytorch_transformers_5_with_the_same_logits(expor
 
 
 def test_export_without_a_checkpoint_or_with_other_model_settings_is_refused(tmp_path):
-    out = make_run_dir(tmp_path, "gpt2")
+    out = prepared_run(tmp_path, "gpt2")
     with pytest.raises(UserError, match="nothing to export"):
-        run_export(run_config(out, "gpt2"))
-    run_train(run_config(out, "gpt2", steps=2, warmup_steps=0))
-    raw = run_config(out, "gpt2").model_dump(mode="json")
+        run_export(training_run_config(out, "gpt2"))
+    run_train(training_run_config(out, "gpt2", steps=2, warmup_steps=0))
+    raw = training_run_config(out, "gpt2").model_dump(mode="json")
     raw["model"]["num_layers"] = 3
     with pytest.raises(UserError, match="model settings changed"):
         run_export(parse_config(raw))

@@ -11,14 +11,13 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from train_helpers import REPO, config_dict, make_run_dir
-
 from payload.config import parse_config
 from payload.training.export import run_export
 from payload.training.train import run_train
+from tests.support.configs import training_config
+from tests.support.paths import SCRIPTS, TORCH_PYTHON, TORCH_READY
+from tests.support.runs import prepared_run
 
-TORCH_PYTHON = REPO / ".venv-torch" / "bin" / "python"
-TORCH_READY = REPO / ".venv-torch" / ".installed"
 NEW_TOKENS = 12  # as in tests/torch_usage.py
 PROMPTS = {
     "gpt2": ["The interpreter reads the module and", "Return a list of the"],
@@ -29,16 +28,16 @@ MASK_PROMPTS = ["The interpreter reads the {mask} and runs it.", "Return a list 
 
 
 def train_and_export(tmp_path_factory, family: str, size: str | None = None) -> Path:
-    out = make_run_dir(tmp_path_factory.mktemp("usage"), family)
+    out = prepared_run(tmp_path_factory.mktemp("usage"), family)
     if family in PROMPTS:
         # Enough to generate more than one token over and over (~20 s on this machine).
-        raw = config_dict(out, family, steps=300, batch_size=32, checkpoint_every=300,
+        raw = training_config(out, family, steps=300, batch_size=32, checkpoint_every=300,
                           eval_every=300)
         raw["model"].update(hidden_size=64, intermediate_size=256)
         if size:  # a published size instead (T5's: gated GELU, the untied head)
             raw["model"] = {"family": family, "size": size, "dropout": 0.0}
     else:
-        raw = config_dict(out, family, steps=80, checkpoint_every=80, eval_every=80)
+        raw = training_config(out, family, steps=80, checkpoint_every=80, eval_every=80)
     config = parse_config(raw)
     run_train(config)
     run_export(config)
@@ -98,7 +97,7 @@ def in_pytorch(folder: Path, family: str, prompts: list[str]) -> dict:
     if not TORCH_READY.exists():
         pytest.skip("no transformers 5.x environment (.venv-torch; `make setup-torch`)")
     result = subprocess.run(
-        [str(TORCH_PYTHON), str(Path(__file__).with_name("torch_usage.py")), str(folder), family,
+        [str(TORCH_PYTHON), str(SCRIPTS / "torch_usage.py"), str(folder), family,
          *prompts],
         capture_output=True, text=True, timeout=300, check=False,
     )

@@ -1,4 +1,4 @@
-"""The fake TPU API (tests/fakes/tpu_api.py) as the real google-cloud-tpu client sees it."""
+"""The fake TPU API (testbed/fakes/tpu_api.py) as the real google-cloud-tpu client sees it."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import urllib.request
 import pytest
 from google.api_core import exceptions
 
-from tests.conftest import REPO, payload_env
-from tests.fakes import tpu_api
-from tests.fakes.tpu_api import FakeTpuApi, Worker
+from testbed.fakes import tpu_api
+from testbed.fakes.tpu_api import FakeTpuApi, Worker
+from tests.support.paths import REPO
+from tests.support.runners import payload_env
 
 ZONE = "us-central2-b"
 PARENT = f"projects/demo/locations/{ZONE}"
@@ -287,7 +288,7 @@ def test_list_nodes_pages_and_the_catalogue(api, client):
 
 
 def test_runs_as_its_own_process_and_is_driven_over_http(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "tests.fakes.tpu_api", "--port", "0"],
+    proc = subprocess.Popen([sys.executable, "-m", "testbed.fakes.tpu_api", "--port", "0"],
                             cwd=REPO, env=payload_env(), stdout=subprocess.PIPE, text=True)
     try:
         port = int(proc.stdout.readline())

@@ -16,7 +16,7 @@ from launcher.providers import gce_slice
 from payload.cloud import accelerators
 from payload.config import parse_config
 from payload.core.errors import UserError
-from tests.helpers import REPO
+from tests.support.paths import REPO
 
 runner = CliRunner()
 

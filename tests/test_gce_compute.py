@@ -1,5 +1,5 @@
 """Provider gce against stand-ins: real terraform applies tests/terraform_twin_slice (whose
-resources send what the google provider would), Compute Engine is tests/fakes/compute.py driven
+resources send what the google provider would), Compute Engine is testbed/fakes/compute.py driven
 by the real google-cloud-compute client, and the VMs are the real sshd fleet publishing its real
 host keys as guest attributes. up -> ssh -> status -> down; flex-start that waits for capacity;
 quota errors; preemption and recovery; doctor; what tpuctl did not make survives."""
@@ -17,14 +17,15 @@ from typer.testing import CliRunner
 from launcher.cli import app
 from launcher.providers import gce, gce_api, gcp_site
 from payload.core.errors import UserError
-from tests import helpers
-from tests.fakes.compute import FakeCompute, quota_exceeded
-from tests.fakes.tpu_api import Worker
-from tests.helpers import invoke
+from testbed.fakes.compute import FakeCompute, quota_exceeded
+from testbed.fakes.tpu_api import Worker
+from tests.support.cloud import attach_fleet
+from tests.support.paths import TERRAFORM_TWIN_SLICE
+from tests.support.runners import invoke
 
 runner = CliRunner()
 PROJECT, REGION, ZONE = "test-project", "us-east5", "us-east5-b"
-TWIN = Path(__file__).resolve().parent / "terraform_twin_slice"
+TWIN = TERRAFORM_TWIN_SLICE
 
 
 # -- the fake alone, with the real client --------------------------------------------------------
@@ -163,7 +164,7 @@ def cloud(fleet, tpuctl_home, monkeypatch):
     monkeypatch.setenv("TF_CLI_CONFIG_FILE", "/dev/null")
     with FakeCompute(host=f"{fleet.subnet}.1") as api:
         monkeypatch.setenv(gce_api.ENDPOINT_ENV, api.endpoint)
-        helpers.attach_fleet(api, fleet)
+        attach_fleet(api, fleet)
         yield api
 
 

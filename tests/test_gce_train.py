@@ -1,5 +1,5 @@
 """Training on provider gce against stand-ins, end to end: `up` (real terraform on the slice twin,
-Compute Engine as tests/fakes/compute.py), `train` with the JAX engine on both VMs of the slice
+Compute Engine as testbed/fakes/compute.py), `train` with the JAX engine on both VMs of the slice
 (the real sshd fleet; the corpus staged through the Cloud Storage emulator; JAX on the CPU because
 the Compute endpoint is a stand-in), `status`, `down`; a spot VM preempted mid-training and
 recovered with --auto-resume; `train --down` deleting the run's own slice from worker 0."""
@@ -17,12 +17,14 @@ import yaml
 
 from launcher.launch import STAGE_ENTRY_ENV
 from launcher.providers import gce, gce_api
-from tests import helpers
-from tests.fakes.compute import FakeCompute
-from tests.helpers import invoke, stub_stages, wait_for
+from testbed.fakes.compute import FakeCompute
+from tests.support.cloud import attach_fleet, kill_jobs, stub_stages, use_cloud_stand_ins
+from tests.support.paths import TERRAFORM_TWIN_SLICE
+from tests.support.runners import invoke
+from tests.support.waits import wait_for, when_worker0_logs
 
 PROJECT, REGION, ZONE = "test-project", "us-east5", "us-east5-b"
-TWIN = Path(__file__).resolve().parent / "terraform_twin_slice"
+TWIN = TERRAFORM_TWIN_SLICE
 BUCKET = f"{PROJECT}-tpuctl"
 
 
@@ -33,13 +35,13 @@ def cloud(fleet, storage_emulator, tpuctl_home, monkeypatch):
         pytest.skip("the VMs listen on port 22: needs the fleet in network namespaces")
     from payload.core import storage
 
-    helpers.use_cloud_stand_ins(monkeypatch, storage_emulator, poll_s=0.05)
+    use_cloud_stand_ins(monkeypatch, storage_emulator, poll_s=0.05)
     monkeypatch.setattr(gce, "SLICE_MODULE", TWIN)
     if storage.client().lookup_bucket(BUCKET) is None:
         storage.client().create_bucket(BUCKET)
     with FakeCompute(host=f"{fleet.subnet}.1") as api:
         monkeypatch.setenv(gce_api.ENDPOINT_ENV, api.endpoint)
-        helpers.attach_fleet(api, fleet)
+        attach_fleet(api, fleet)
         yield api
     storage._client = None
 
@@ -153,9 +155,9 @@ def test_a_preempted_spot_vm_is_recovered_and_the_job_resumes(cloud, fleet, tmp_
     def preempt_mid_training():
         victim = cloud.instance_names()[1]
         cloud.preempt(victim)
-        helpers.kill_jobs(fleet, (0, 1))  # the slice is lost: bulk TPU VMs go together
+        kill_jobs(fleet, (0, 1))  # the slice is lost: bulk TPU VMs go together
 
-    killer = helpers.when_worker0_logs(tpuctl_home, "trillium", "step 25 ",
+    killer = when_worker0_logs(tpuctl_home, "trillium", "step 25 ",
                                        preempt_mid_training)
     result = invoke("train", "-c", config, "--auto-resume", "1")
     killer.join(timeout=5)
@@ -253,7 +255,7 @@ def test_without_auto_resume_a_lost_vm_ends_the_run_and_down_removes_the_slice(
     assert invoke("up", "-c", config).exit_code == 0
     stub_stages(fleet, tmp_path, {"steps": {"train": 600}}, monkeypatch)
 
-    helpers.when_worker0_logs(tpuctl_home, "trillium", "step 5 ",
+    when_worker0_logs(tpuctl_home, "trillium", "step 5 ",
                               lambda: cloud.preempt(cloud.instance_names()[0]))
     result = invoke("train", "-c", config, "--down")
     assert result.exit_code == 1, result.output
@@ -289,7 +291,7 @@ def test_a_preempted_slice_resumes_the_real_jax_run_from_its_checkpoint(
     def preempt_mid_training():
         wait_for(lambda: newest_step() >= 40, timeout_s=240, interval_s=0.05)
         cloud.preempt(cloud.instance_names()[0])
-        helpers.kill_jobs(fleet, (0, 1))
+        kill_jobs(fleet, (0, 1))
 
     killer = threading.Thread(target=preempt_mid_training, daemon=True)
     killer.start()

@@ -1,6 +1,6 @@
 """The gcp provider end to end against stand-ins: `tpuctl up` runs real terraform on the twin
 module (whose TPU resource creates the node through the TPU API, as google_tpu_v2_vm does), the
-TPU API is tests/fakes/tpu_api.py driven by the real google-cloud-tpu client, and the node's
+TPU API is testbed/fakes/tpu_api.py driven by the real google-cloud-tpu client, and the node's
 workers are the real sshd fleet, publishing the fleet's real host keys as guest attributes.
 """
 
@@ -17,12 +17,19 @@ from typer.testing import CliRunner
 
 from launcher.cli import app
 from launcher.launch import STAGE_ENTRY_ENV
-from tests import helpers
-from tests.fakes.tpu_api import FakeTpuApi, no_capacity, quota_exceeded
-from tests.helpers import invoke, stub_stages, use_cloud_stand_ins, wait_for
+from testbed.fakes.tpu_api import FakeTpuApi, no_capacity, quota_exceeded
+from tests.support.cloud import (
+    attach_fleet,
+    kill_jobs,
+    storage_server,
+    stub_stages,
+    use_cloud_stand_ins,
+)
+from tests.support.paths import REPO
+from tests.support.runners import invoke
+from tests.support.waits import wait_for, when_worker0_logs
 
 runner = CliRunner()
-REPO = Path(__file__).resolve().parent.parent
 
 
 def _key_body(host_key: str) -> str:
@@ -44,7 +51,7 @@ def cloud(fleet, storage_emulator, tmp_path, tpuctl_home, monkeypatch):
     # (worker 0 deletes its own TPU through it after `train --down`).
     with FakeTpuApi(host=f"{fleet.subnet}.1") as api:
         monkeypatch.setenv("TPUCTL_TPU_API_ENDPOINT", api.endpoint)
-        helpers.attach_fleet(api, fleet)
+        attach_fleet(api, fleet)
         yield api
     storage._client = None
 
@@ -345,7 +352,7 @@ def test_queued_request_waits_then_becomes_the_tpu(cloud, fleet, tmp_path):
 
 
 def test_a_failed_queued_request_is_shown_and_deleted(cloud, fleet, tmp_path):
-    from tests.fakes.tpu_api import ApiError
+    from testbed.fakes.tpu_api import ApiError
 
     config = gcp_config(tmp_path, fleet, queued=True)
     cloud.plan_queued_resource("tpurun", wait_polls=1, outcome="FAILED",
@@ -359,7 +366,7 @@ def test_a_failed_queued_request_is_shown_and_deleted(cloud, fleet, tmp_path):
 
 @pytest.mark.parametrize("case", ["quota", "permission", "api-disabled"])
 def test_api_refusals_are_one_line_with_the_apis_reason(cloud, fleet, tmp_path, case):
-    from tests.fakes.tpu_api import permission_denied, service_disabled
+    from testbed.fakes.tpu_api import permission_denied, service_disabled
 
     config = gcp_config(tmp_path, fleet)
     error, needle = {
@@ -461,7 +468,7 @@ def test_the_tpu_api_endpoint_reaches_the_workers(cloud, fleet, tmp_path, tpuctl
 
 
 def test_doctor_checks_against_the_stand_ins(cloud, fleet, tmp_path):
-    from tests.fakes.tpu_api import service_disabled
+    from testbed.fakes.tpu_api import service_disabled
 
     config = gcp_config(tmp_path, fleet)
     before = invoke("doctor", "-c", config)
@@ -528,9 +535,9 @@ def test_doctor_without_credentials_still_lists_every_check(tmp_path, tpuctl_hom
 
 def test_doctor_with_the_api_off_still_checks_the_bucket(tmp_path, tpuctl_home, monkeypatch):
     from payload.core import storage
-    from tests.fakes.tpu_api import service_disabled
+    from testbed.fakes.tpu_api import service_disabled
 
-    with helpers.storage_emulator() as url, FakeTpuApi() as api:
+    with storage_server() as url, FakeTpuApi() as api:
         monkeypatch.setenv("STORAGE_EMULATOR_HOST", url)
         monkeypatch.setenv("TPUCTL_TPU_API_ENDPOINT", api.endpoint)
         monkeypatch.setattr(storage, "_client", None)
@@ -614,7 +621,7 @@ def test_a_failed_self_delete_is_loud_in_the_log_status_and_jobs(cloud, fleet, t
                                                                   monkeypatch):
     """Issue 17, defect 2: the self-delete was denied (403) while the TPU kept billing, and only
     the agent's log said so. Now the log, `status` and `jobs --check` say it, with the fix."""
-    from tests.fakes.tpu_api import permission_denied
+    from testbed.fakes.tpu_api import permission_denied
 
     config = gcp_config(tmp_path, fleet)
     assert invoke("up", "-c", config).exit_code == 0
@@ -657,9 +664,9 @@ def test_preemption_is_recovered_with_auto_resume(cloud, fleet, tmp_path, tpuctl
 
     def preempt_mid_training():
         cloud.preempt("tpurun")
-        helpers.kill_jobs(fleet, (0, 1))
+        kill_jobs(fleet, (0, 1))
 
-    killer = helpers.when_worker0_logs(tpuctl_home, "tpurun", "step 25 ",
+    killer = when_worker0_logs(tpuctl_home, "tpurun", "step 25 ",
                                        preempt_mid_training)
     result = invoke("train", "-c", config, "--auto-resume", "1")
     killer.join(timeout=5)
@@ -687,7 +694,7 @@ def test_without_auto_resume_a_preemption_ends_the_run_naming_it(cloud, fleet, t
     config = gcp_config(tmp_path, fleet)
     assert invoke("up", "-c", config).exit_code == 0
     stub_stages(fleet, tmp_path, {"steps": {"train": 600}}, monkeypatch)
-    helpers.when_worker0_logs(tpuctl_home, "tpurun", "step 5 ",
+    when_worker0_logs(tpuctl_home, "tpurun", "step 5 ",
                               lambda: cloud.preempt("tpurun"))
     result = invoke("train", "-c", config, "--down")
     assert result.exit_code == 1, result.output

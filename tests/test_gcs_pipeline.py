@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO, payload_env
+from tests.support.paths import REPO
+from tests.support.runners import payload_env
 
 pytest.importorskip("tensorflow")
 pytestmark = pytest.mark.slow  # ~90 s: two pipelines, five TensorFlow processes each

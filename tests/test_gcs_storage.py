@@ -13,7 +13,7 @@ import pytest
 
 from payload.core import storage
 from payload.core.errors import UserError
-from tests.conftest import payload_env
+from tests.support.runners import payload_env
 
 BUCKET = "storage-checks"
 ROOT = f"gs://{BUCKET}"
@@ -180,7 +180,7 @@ def test_storage_inside_the_sandbox_sees_tensorflow_objects(gcs):
 def test_sandbox_leaves_nothing_behind():
     """A second sandbox, with a command still running inside: closing it kills the command,
     and its namespace, veth and files are gone; this machine's /etc/hosts is untouched."""
-    from tests.fakes.gcs import GcsSandbox, unavailable_reason
+    from testbed.fakes.gcs import GcsSandbox, unavailable_reason
 
     if reason := unavailable_reason():
         pytest.skip(reason)
@@ -199,7 +199,7 @@ def test_sandbox_leaves_nothing_behind():
 
 
 def test_sandbox_says_why_it_cannot_start(monkeypatch):
-    from tests.fakes import gcs
+    from testbed.fakes import gcs
 
     monkeypatch.setattr(gcs.os, "geteuid", lambda: 1000)
     assert "needs root" in gcs.unavailable_reason()

@@ -1,4 +1,4 @@
-"""TensorFlow's own gs:// filesystem, for real, inside the Cloud Storage sandbox (tests/fakes/gcs.py),
+"""TensorFlow's own gs:// filesystem, for real, inside the Cloud Storage sandbox (testbed/fakes/gcs.py),
 and google-cloud-storage seeing the same bucket from outside it."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.conftest import payload_env
+from tests.support.runners import payload_env
 
 BUCKET = "tf-checks"
 BIG = hashlib.sha256(b"seed").digest() * (3 * 1024 * 1024 // 32)  # 3 MiB, not one upload chunk

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from launcher.cli import app
-from tests.helpers import REPO
+from tests.support.paths import REPO
 
 WIDTH = 80
 COMMANDS = [[]] + [[command.name or command.callback.__name__]

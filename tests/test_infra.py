@@ -13,7 +13,7 @@ import pytest
 
 from launcher.terraform import OUTPUTS, TerraformVars
 from scripts.infra_docs import INFRA, load_module, module_folders, stale_readmes
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 TWIN = REPO / "tests" / "terraform_twin"
 CHECKOV = REPO / ".venv-checkov" / "bin" / "checkov"
@@ -394,7 +394,7 @@ def test_queued_capacity_is_checked_before_anything_runs(tmp_path, cluster, need
 
     import yaml
 
-    from tests.conftest import assert_user_error, payload_env
+    from tests.support.runners import assert_user_error, payload_env
 
     def up_dry_run() -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "launcher.cli", "up", "--dry-run", "-c",

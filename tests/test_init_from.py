@@ -9,14 +9,15 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from train_helpers import config_dict, run_stage, write_config
-
 from payload.config import parse_config
 from payload.core.errors import UserError
 from payload.training.export import run_export, trained_weights
 from payload.training.model import load_tokenizer
 from payload.training.train import run_train
-from tests.conftest import assert_user_error, bundled_documents, run_payload
+from tests.support.configs import training_config, write_training_config
+from tests.support.corpora import bundled_documents
+from tests.support.runners import assert_user_error, run_payload
+from tests.support.runs import run_stage
 
 
 def corpus_file(folder, documents) -> str:
@@ -27,7 +28,7 @@ def corpus_file(folder, documents) -> str:
 
 def prepared(out, raw: dict) -> None:
     """Run the tokenizer and prepare stages for a config, as the launcher would."""
-    config_path = write_config(out, "gpt2")
+    config_path = write_training_config(out, "gpt2")
     config_path.write_text(json.dumps(raw))
     for stage in ("tokenizer", "prepare"):
         result = run_stage(stage, config_path)
@@ -39,7 +40,7 @@ def first_run(tmp_path_factory):
     """A tiny GPT-2 trained on the first half of the bundled corpus, exported."""
     out = tmp_path_factory.mktemp("first") / "run"
     out.mkdir()
-    raw = config_dict(out, "gpt2", steps=60)
+    raw = training_config(out, "gpt2", steps=60)
     raw["data"].update(corpus=[corpus_file(out.parent, bundled_documents()[:2500])],
                        document_split="line")
     prepared(out, raw)
@@ -49,7 +50,7 @@ def first_run(tmp_path_factory):
 
 
 def continued_config(out, model_folder, corpus, **train) -> dict:
-    raw = config_dict(out, "gpt2", **train)
+    raw = training_config(out, "gpt2", **train)
     raw["data"].update(corpus=[str(corpus)], document_split="line")
     raw["model"] = {"family": "gpt2", "init_from": str(model_folder), "dropout": 0.0}
     del raw["tokenizer"]  # the model folder's own

@@ -18,7 +18,7 @@ import jax
 from payload.core.errors import UserError
 from payload.engines.jax import step as jax_step
 from payload.engines.jax.checkpoints import Checkpoints
-from tests.test_jax_multiprocess import WORKER, worker_env
+from tests.support.jax import JAX_WORKER, worker_env
 
 STEPS = 6
 
@@ -55,7 +55,7 @@ def test_save_and_restore_keep_the_step_and_every_array(tmp_path):
 
 
 def run_worker(out, ckpt, *extra) -> dict:
-    subprocess.run([sys.executable, str(WORKER), "--out", str(out), "--steps", str(STEPS),
+    subprocess.run([sys.executable, str(JAX_WORKER), "--out", str(out), "--steps", str(STEPS),
                     "--checkpoints", str(ckpt), "--save-every", "2", *extra],
                    env=worker_env(1), check=True, timeout=240, capture_output=True)
     with np.load(out / "result.npz") as result:
@@ -69,7 +69,7 @@ def test_killed_mid_save_then_resumed_ends_as_an_uninterrupted_run(tmp_path):
     assert int(whole["step"]) == STEPS
 
     crashed, ckpt = tmp_path / "crashed", tmp_path / "ckpt"
-    proc = subprocess.Popen([sys.executable, str(WORKER), "--out", str(crashed), "--steps",
+    proc = subprocess.Popen([sys.executable, str(JAX_WORKER), "--out", str(crashed), "--steps",
                              str(STEPS), "--checkpoints", str(ckpt), "--save-every", "2",
                              "--hang-in-save", "4"],
                             env=worker_env(1), stdout=subprocess.DEVNULL,

@@ -21,7 +21,6 @@ pytest.importorskip("tensorflow")
 
 import jax
 from flax import nnx
-from train_helpers import REPO, config_dict, make_run_dir
 
 from payload.config import parse_config
 from payload.core import layout
@@ -30,11 +29,11 @@ from payload.engines.jax import step as jax_step
 from payload.engines.jax.checkpoints import Checkpoints
 from payload.training import checkpoints
 from payload.training.export import run_export
-from tests.test_jax_step import pipeline_batches
-from tests.test_remote_inputs import gcs  # noqa: F401 (the Cloud Storage emulator fixture)
+from tests.support.configs import training_config
+from tests.support.jax import pipeline_batches
+from tests.support.paths import SCRIPTS, TORCH_PYTHON, TORCH_READY
+from tests.support.runs import prepared_run
 
-TORCH_PYTHON = REPO / ".venv-torch" / "bin" / "python"
-TORCH_READY = REPO / ".venv-torch" / ".installed"
 NEW_TOKENS = 12  # as tests/torch_usage.py generates
 PROMPTS = {
     "gpt2": ["The interpreter reads the module and", "Return a list of the"],
@@ -71,8 +70,8 @@ def train_with_jax(out: Path, raw: dict):
 
 def exported(tmp_path_factory, variant: str):
     family = variant.split("-")[0]
-    out = make_run_dir(tmp_path_factory.mktemp("jax-export"), family)
-    raw = config_dict(out, family, steps=60, batch_size=16, learning_rate=5e-3)
+    out = prepared_run(tmp_path_factory.mktemp("jax-export"), family)
+    raw = training_config(out, family, steps=60, batch_size=16, learning_rate=5e-3)
     raw["model"].update(hidden_size=64, intermediate_size=128)
     if variant == "t5-v1.1":  # a published size: gated GELU, the untied head
         raw["model"] = {"family": "t5", "size": "tiny", "dropout": 0.0}
@@ -128,7 +127,7 @@ def in_pytorch(folder: Path, family: str, prompts: list[str]) -> dict:
     if not TORCH_READY.exists():
         pytest.skip("no transformers 5.x environment (.venv-torch; `make setup-torch`)")
     result = subprocess.run(
-        [str(TORCH_PYTHON), str(Path(__file__).with_name("torch_usage.py")), str(folder), family,
+        [str(TORCH_PYTHON), str(SCRIPTS / "torch_usage.py"), str(folder), family,
          *prompts], capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
@@ -223,7 +222,7 @@ def test_a_fillers_folder_loads_in_tensorflow_with_the_jax_models_logits(filler)
 
 @pytest.mark.parametrize("generator", ["gpt2"], indirect=True)  # the same run_export for all
 def test_the_stages_command_line_writes_the_same_weights(generator):
-    from train_helpers import run_stage
+    from tests.support.runs import run_stage
 
     _, folder, _ = generator
     before = (folder / "model.safetensors").read_bytes()
@@ -243,8 +242,8 @@ def test_the_weights_alone_are_restored_whatever_optimizer_the_config_now_names(
 
 
 def test_without_a_checkpoint_there_is_nothing_to_export(tmp_path):
-    out = make_run_dir(tmp_path, "gpt2")
-    raw = config_dict(out, "gpt2")
+    out = prepared_run(tmp_path, "gpt2")
+    raw = training_config(out, "gpt2")
     raw["train"]["engine"] = "jax"
     config = parse_config(raw)
     from payload.training.train import check_inputs
@@ -263,8 +262,8 @@ def tf_export(tmp_path_factory):
     """A tiny GPT-2 trained a few steps by the TF engine, exported."""
     from payload.training.train import run_train
 
-    out = make_run_dir(tmp_path_factory.mktemp("tf-export"), "gpt2")
-    config = parse_config(config_dict(out, "gpt2", steps=6, checkpoint_every=6, eval_every=6))
+    out = prepared_run(tmp_path_factory.mktemp("tf-export"), "gpt2")
+    config = parse_config(training_config(out, "gpt2", steps=6, checkpoint_every=6, eval_every=6))
     run_train(config)
     run_export(config)
     return out / "model"
@@ -284,7 +283,7 @@ def read_into_jax(folder: Path, family: str):
 def assert_init_from_gives_pytorchs_logits(family: str, folder: Path, tmp_path: Path) -> None:
     """The folder read into a fresh JAX model, and loaded by PyTorch transformers 5.x: the same
     logits for the same padded inputs."""
-    from tests.test_jax_models import model_inputs
+    from tests.support.jax import model_inputs
 
     if not TORCH_READY.exists():
         pytest.skip("no transformers 5.x environment (.venv-torch; `make setup-torch`)")
@@ -297,7 +296,7 @@ def assert_init_from_gives_pytorchs_logits(family: str, folder: Path, tmp_path: 
     jobs = [{"folder": str(folder), "family": family, "inputs": str(tmp_path / "inputs.npz"),
              "output": str(tmp_path / "torch.npy")}]
     (tmp_path / "jobs.json").write_text(json.dumps(jobs))
-    result = subprocess.run([str(TORCH_PYTHON), str(Path(__file__).with_name("torch_forward.py")),
+    result = subprocess.run([str(TORCH_PYTHON), str(SCRIPTS / "torch_forward.py"),
                              str(tmp_path / "jobs.json")],
                             capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
@@ -365,14 +364,14 @@ def test_init_from_a_folder_that_does_not_fit_is_one_line(tf_export, filler, tmp
 
 
 def test_each_engines_export_and_init_from_leave_the_other_framework_alone():
-    from tests.test_jax_models import _run_python
+    from tests.support.runners import run_python
 
-    assert _run_python(
+    assert run_python(
         "import sys\n"
         "import payload.engines.jax.export, payload.engines.jax.pretrained\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'tensorflow', 'tf_keras'}))\n"
     ) == "[]"
-    assert _run_python(
+    assert run_python(
         "import sys\n"
         "import payload.engines.tensorflow.export, payload.training.pretrained\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('flax', 'optax', 'orbax')"
@@ -380,7 +379,7 @@ def test_each_engines_export_and_init_from_leave_the_other_framework_alone():
     ) == "[]"
 
 
-@pytest.mark.usefixtures("gcs")
+@pytest.mark.usefixtures("gcs_emulator")
 def test_init_from_reads_a_folder_on_cloud_storage(tf_export):
     from payload.core import storage
     from payload.core.pytorch_weights import check_fits, read_header

@@ -15,9 +15,10 @@ pytest.importorskip("optax")
 pytest.importorskip("tensorflow")
 
 import yaml
-from train_helpers import config_dict, make_run_dir, run_stage
 
-from tests.test_jax_train import checkpoint_variables
+from tests.support.configs import training_config
+from tests.support.jax import checkpoint_variables
+from tests.support.runs import prepared_run, run_stage
 
 pytestmark = pytest.mark.slow  # two source runs, four JAX runs: ~3 minutes here
 SOURCE_STEPS = 60
@@ -45,8 +46,8 @@ _SOURCES: dict = {}  # engine -> output_dir: each source trained once for the mo
 def trained_source(engine: str, tmp_path_factory):
     """A GPT-2 trained by `engine` on the shared shards, then exported: its output_dir."""
     if engine not in _SOURCES:
-        out = make_run_dir(tmp_path_factory.mktemp(f"source-{engine}"), "gpt2")
-        config = write(out, config_dict(out, "gpt2", engine=engine, steps=SOURCE_STEPS,
+        out = prepared_run(tmp_path_factory.mktemp(f"source-{engine}"), "gpt2")
+        config = write(out, training_config(out, "gpt2", engine=engine, steps=SOURCE_STEPS,
                                         eval_every=SOURCE_STEPS, checkpoint_every=SOURCE_STEPS))
         stage("train", config)
         stage("export", config)
@@ -66,8 +67,8 @@ def tf_source(tmp_path_factory):
 
 def continued(tmp_path, name: str, folder, **train):
     """A JAX run of the same shards (and the same tokenizer) from `folder`'s weights."""
-    out = make_run_dir(tmp_path / name, "gpt2")
-    raw = config_dict(out, "gpt2", engine="jax", eval_every=10, checkpoint_every=10, **train)
+    out = prepared_run(tmp_path / name, "gpt2")
+    raw = training_config(out, "gpt2", engine="jax", eval_every=10, checkpoint_every=10, **train)
     raw["model"] = {"family": "gpt2", "init_from": str(folder), "dropout": 0.0}
     del raw["tokenizer"]  # the folder's own (a copy of the one the shards were made with)
     return out, write(out, raw), raw
@@ -98,9 +99,8 @@ def test_a_resume_of_an_init_from_run_continues_its_own_checkpoint(tf_source, tm
     import subprocess
     import time
 
-    from train_helpers import stage_command
-
-    from tests.conftest import payload_env
+    from tests.support.runners import payload_env
+    from tests.support.runs import stage_command
 
     # (One source is enough here: the folder is read the same way whichever engine wrote it.)
     source_out = tf_source

@@ -20,13 +20,10 @@ pytest.importorskip("tensorflow")
 from typer.testing import CliRunner
 
 from launcher.cli import app
-from tests.helpers import tiny_config
-from tests.test_jax_multiprocess import worker_env
-from tests.test_jax_train import checkpoint_variables
+from tests.support.configs import tiny_config
+from tests.support.jax import JAX_REFERENCE, checkpoint_variables, worker_env
+from tests.support.paths import SCRIPTS, TORCH_PYTHON, TORCH_READY
 
-REFERENCE = Path(__file__).resolve().parent / "jax_reference.py"
-TORCH_PYTHON = Path(__file__).resolve().parent.parent / ".venv-torch" / "bin" / "python"
-TORCH_READY = TORCH_PYTHON.parent.parent / ".installed"
 STEPS = 20
 
 
@@ -69,7 +66,7 @@ def test_two_local_jax_workers_compute_what_one_process_over_two_devices_compute
     shutil.copytree(out, ref, ignore=shutil.ignore_patterns("checkpoints", "metrics.json",
                                                             "logs", "model"))
     ref_config = jax_config(tmp_path / "ref-run", ref, workers=1)
-    single = subprocess.run([sys.executable, str(REFERENCE), "--config", str(ref_config),
+    single = subprocess.run([sys.executable, str(JAX_REFERENCE), "--config", str(ref_config),
                              "--pipelines", "2"], env=worker_env(2),
                             capture_output=True, text=True, timeout=300)
     assert single.returncode == 0, single.stdout[-2000:] + single.stderr[-3000:]
@@ -101,7 +98,7 @@ def assert_export_gives_the_checkpoints_logits_in_pytorch(config: Path, out: Pat
     from payload.engines.jax import export as jax_export
     from payload.engines.jax import step as jax_step
     from payload.training.export import trained_weights
-    from tests.test_jax_models import model_inputs
+    from tests.support.jax import model_inputs
 
     note = json.loads((out / "model" / "tpuctl_export.json").read_text())
     assert note["checkpoint"] == str(out / "checkpoints" / str(STEPS))
@@ -122,7 +119,7 @@ def assert_export_gives_the_checkpoints_logits_in_pytorch(config: Path, out: Pat
     jobs = [{"folder": str(out / "model"), "family": "gpt2", "inputs": str(work / "inputs.npz"),
              "output": str(work / "torch.npy")}]
     (work / "jobs.json").write_text(json.dumps(jobs))
-    torch = subprocess.run([str(TORCH_PYTHON), str(Path(__file__).with_name("torch_forward.py")),
+    torch = subprocess.run([str(TORCH_PYTHON), str(SCRIPTS / "torch_forward.py"),
                             str(work / "jobs.json")], capture_output=True, text=True,
                            timeout=300, check=False)
     assert torch.returncode == 0, torch.stdout + torch.stderr[-3000:]

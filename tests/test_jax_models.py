@@ -5,33 +5,17 @@ engine drags in the other's framework."""
 import json
 import math
 import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 pytest.importorskip("flax")
 
-from payload.config import ModelConfig
 from payload.core.errors import UserError
-from payload.core.families import ROBERTA_POSITION_PADDING
-from payload.core.sizes import SIZES, parameter_count, transformers_config
-
-REPO = Path(__file__).resolve().parent.parent
-TORCH_PYTHON = REPO / ".venv-torch" / "bin" / "python"
-TORCH_READY = REPO / ".venv-torch" / ".installed"
-SMALL = {"hidden_size": 32, "num_layers": 2, "num_heads": 4, "intermediate_size": 64}
-
-
-def architecture(family: str, *, vocab_size: int, seq_len: int = 64, **model) -> dict:
-    """The transformers config a run derives from its `model` section (payload.core.sizes), with
-    the padding id payload.training.model.model_config gives it."""
-    raw = transformers_config(ModelConfig(family=family, **model), vocab_size=vocab_size,
-                              seq_len=seq_len)
-    raw["pad_token_id"] = ROBERTA_POSITION_PADDING if family == "roberta" else 0
-    return raw
-
+from payload.core.sizes import SIZES, parameter_count
+from tests.support.jax import SMALL, architecture, model_inputs
+from tests.support.paths import SCRIPTS, TORCH_PYTHON, TORCH_READY
+from tests.support.runners import run_python
 
 # Shape keys give T5 in its original form (ReLU, tied head, scaled output); the sizes give
 # v1.1 (gated GELU, untied head, 64-wide heads): both are checked.
@@ -43,26 +27,6 @@ PARITY = {
     "t5-v1.1": {**architecture("t5", vocab_size=96, **SMALL), "d_kv": 16,
                 "feed_forward_proj": "gated-gelu", "tie_word_embeddings": False},
 }
-
-
-def model_inputs(raw: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Three right-padded rows of different lengths (and for T5, padded decoder rows that
-    start with the decoder start id, the pad id)."""
-    pad = raw["pad_token_id"]
-
-    def rows(lengths, width, first=None):
-        ids = rng.integers(5, raw["vocab_size"], (len(lengths), width))
-        mask = (np.arange(width)[None, :] < np.array(lengths)[:, None]).astype(np.int64)
-        if first is not None:
-            ids[:, 0] = first
-        return np.where(mask > 0, ids, pad).astype(np.int64), mask
-
-    input_ids, attention_mask = rows([12, 9, 5], 12)
-    inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
-    if raw["model_type"] == "t5":
-        decoder_ids, decoder_mask = rows([7, 4, 6], 7, first=pad)
-        inputs |= {"decoder_input_ids": decoder_ids, "decoder_attention_mask": decoder_mask}
-    return inputs
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +61,7 @@ def jax_and_torch_logits(tmp_path_factory):
                      "output": str(root / f"{name}-torch.npy")})
     (root / "jobs.json").write_text(json.dumps(jobs), encoding="utf-8")
     result = subprocess.run(
-        [str(TORCH_PYTHON), str(Path(__file__).with_name("torch_forward.py")),
+        [str(TORCH_PYTHON), str(SCRIPTS / "torch_forward.py"),
          str(root / "jobs.json")],
         capture_output=True, text=True, timeout=300, check=False,
     )
@@ -241,15 +205,8 @@ def test_state_dict_goes_back_and_a_mismatched_one_is_refused_untouched():
     assert all(np.array_equal(state_dict(model)[k], before[k]) for k in before)
 
 
-def _run_python(code: str) -> str:
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            cwd=REPO, timeout=300, check=False)
-    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-    return result.stdout.strip().splitlines()[-1]
-
-
 def test_the_jax_engine_does_not_import_tensorflow():
-    loaded = _run_python(
+    loaded = run_python(
         "import sys\n"
         "import numpy as np\n"
         "from payload.engines.jax.models import build_model\n"
@@ -267,7 +224,7 @@ def test_the_tensorflow_engine_does_not_import_the_jax_engine_or_start_jax():
     `from jax import jit`), so jax being in sys.modules says nothing; what must not happen is
     the TF engine loading the JAX models, Flax, or a JAX backend, which on a TPU host would
     take the chips from TensorFlow."""
-    loaded = _run_python(
+    loaded = run_python(
         "import sys\n"
         "from payload.config import ModelConfig\n"
         "from payload.training.model import TokenIds, build_model, model_config\n"

@@ -2,7 +2,6 @@
 collectives, a coordinator on a local port) compute the same 20 steps as one process over two
 CPU devices, fed the same global batches."""
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,32 +11,16 @@ import pytest
 
 pytest.importorskip("optax")
 
-from tests.conftest import payload_env
+from tests.support.jax import JAX_WORKER, worker_env
+from tests.support.runners import free_ports
 
-WORKER = Path(__file__).resolve().parent / "jax_worker.py"
 STEPS = 20
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def worker_env(devices: int) -> dict:
-    env = payload_env(JAX_PLATFORMS="cpu")
-    flags = [f for f in env.get("XLA_FLAGS", "").split()
-             if not f.startswith("--xla_force_host_platform_device_count")]
-    if devices > 1:
-        flags.append(f"--xla_force_host_platform_device_count={devices}")
-    env["XLA_FLAGS"] = " ".join(flags)
-    return env
-
-
 def start_workers(out: Path, *, num_processes: int, devices_each: int, extra=()) -> list:
-    port = free_port()
+    port = free_ports(1)[0]
     return [subprocess.Popen(
-        [sys.executable, str(WORKER), "--out", str(out), "--steps", str(STEPS),
+        [sys.executable, str(JAX_WORKER), "--out", str(out), "--steps", str(STEPS),
          "--process-id", str(i), "--num-processes", str(num_processes), "--port", str(port),
          *extra],
         env=worker_env(devices_each), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

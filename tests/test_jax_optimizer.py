@@ -15,7 +15,7 @@ import optax
 from payload.engines.jax import optimizer as jax_opt
 from payload.engines.jax.models import build_model, state_dict
 from payload.training.optimization import learning_rate_at
-from tests.test_jax_models import SMALL, architecture
+from tests.support.jax import SMALL, architecture
 
 
 def train_cfg(**overrides):

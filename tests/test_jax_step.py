@@ -11,12 +11,14 @@ pytest.importorskip("tensorflow")
 import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
-from train_helpers import config_dict, make_run_dir, run_config
 
 from payload.config import ModelConfig
 from payload.core.errors import UserError
 from payload.core.sizes import parameter_count, transformers_config
 from payload.engines.jax import step as jax_step
+from tests.support.configs import training_config, training_run_config
+from tests.support.jax import pipeline_batches
+from tests.support.runs import prepared_run
 
 GIB = 1 << 30
 
@@ -64,18 +66,6 @@ def test_bf16_only_where_an_accelerator_computes():
     assert jax_step.compute_dtype(False, "tpu") == jnp.float32
 
 
-def pipeline_batches(config, inputs, files, *, shuffle: bool):
-    """Numpy batches of the TF engine's own input pipeline and objective."""
-    from payload.data.pipeline import input_pipeline
-    from payload.training.train import objective_for
-
-    ds = input_pipeline(files, record_len=config.record_len, dtype=inputs.manifest.dtype,
-                        batch_size=config.train.batch_size,
-                        objective=objective_for(config, inputs.vocab),
-                        seed=config.train.seed, shuffle=shuffle)
-    return ds.as_numpy_iterator()
-
-
 def eval_loss(program, params, batches) -> float:
     sums = sum(np.asarray(program.eval_step(params, program.global_batch(b))) for b in batches)
     return float(sums[0] / sums[1])
@@ -90,8 +80,8 @@ def test_each_objective_learns_from_the_tf_data_pipeline(tmp_path, family):
     from payload.config import parse_config
     from payload.training.train import check_inputs
 
-    out = make_run_dir(tmp_path, family)
-    raw = config_dict(out, family, steps=300, learning_rate=5e-3)
+    out = prepared_run(tmp_path, family)
+    raw = training_config(out, family, steps=300, learning_rate=5e-3)
     raw["model"].update(hidden_size=64, intermediate_size=128)
     config = parse_config(raw)
     inputs = check_inputs(config)
@@ -120,7 +110,7 @@ def test_bf16_compute_keeps_float32_master_weights(tmp_path):
 
     raw = {"model_type": "gpt2", "vocab_size": 64, "n_embd": 32, "n_layer": 1, "n_head": 2,
            "n_positions": 16}
-    cfg = run_config(tmp_path / "unused", "gpt2", steps=4, bf16=True).train
+    cfg = training_run_config(tmp_path / "unused", "gpt2", steps=4, bf16=True).train
     plan = jax_step.plan_sharding(1, num_devices=len(jax.devices()), hbm_bytes_per_chip=GIB)
     program = jax_step.TrainProgram(raw, family="gpt2", train_cfg=cfg,
                                     mesh=jax_step.make_mesh(plan), dtype=jnp.bfloat16)
@@ -135,7 +125,7 @@ def test_bf16_compute_keeps_float32_master_weights(tmp_path):
 
 def test_the_mlm_head_sees_only_the_masked_slots_and_the_loss_is_the_tf_engines():
     from payload.engines.jax.models import build_model
-    from tests.test_jax_models import SMALL, architecture
+    from tests.support.jax import SMALL, architecture
 
     model = build_model(architecture("roberta", vocab_size=40, **SMALL))
     rng = np.random.default_rng(0)
@@ -162,7 +152,7 @@ def test_adafactor_trains_and_counts_its_steps(tmp_path):
     raw = {"model_type": "t5", "vocab_size": 48, "d_model": 16, "d_kv": 8, "d_ff": 32,
            "num_layers": 1, "num_heads": 2, "feed_forward_proj": "gated-gelu",
            "tie_word_embeddings": False}
-    cfg = run_config(tmp_path / "unused", "t5", steps=4, warmup_steps=1, optimizer="adafactor").train
+    cfg = training_run_config(tmp_path / "unused", "t5", steps=4, warmup_steps=1, optimizer="adafactor").train
     plan = jax_step.plan_sharding(1, num_devices=len(jax.devices()), hbm_bytes_per_chip=GIB,
                                   optimizer="adafactor")
     program = jax_step.TrainProgram(raw, family="t5", train_cfg=cfg,

@@ -11,17 +11,19 @@ pytest.importorskip("optax")
 pytest.importorskip("tensorflow")
 
 import yaml
-from train_helpers import config_dict, make_run_dir, run_stage
 
 from payload.core import layout, storage
 from payload.core.errors import UserError
 from payload.engines import engine_for
 from payload.training import checkpoints
-from tests.conftest import assert_user_error
+from tests.support.configs import training_config
+from tests.support.jax import checkpoint_variables
+from tests.support.runners import assert_user_error
+from tests.support.runs import prepared_run, run_stage
 
 
 def jax_config(out, family: str, *, model=None, **train):
-    raw = config_dict(out, family, engine="jax", **train)
+    raw = training_config(out, family, engine="jax", **train)
     raw["model"].update(model or {})
     path = out.parent / f"{out.name}.yaml"
     path.write_text(yaml.safe_dump(raw))
@@ -44,7 +46,7 @@ def assert_learned(out, *, every: int, steps: int) -> dict:
 
 
 def test_gpt2_learns_on_jax_and_leaves_what_the_tf_engine_leaves(tmp_path):
-    out = make_run_dir(tmp_path, "gpt2")
+    out = prepared_run(tmp_path, "gpt2")
     result = train(jax_config(out, "gpt2", steps=200, learning_rate=5e-3, eval_every=100,
                               checkpoint_every=100))
     metrics = assert_learned(out, every=100, steps=200)
@@ -68,7 +70,7 @@ def test_gpt2_learns_on_jax_and_leaves_what_the_tf_engine_leaves(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("family", ["bert", "roberta", "t5"])
 def test_each_other_objective_learns_on_jax(tmp_path, family):
-    out = make_run_dir(tmp_path, family)
+    out = prepared_run(tmp_path, family)
     train(jax_config(out, family, steps=300, learning_rate=5e-3, eval_every=100,
                      checkpoint_every=150, model={"hidden_size": 64, "intermediate_size": 128}),
           timeout=900)
@@ -127,31 +129,15 @@ def test_the_stage_refuses_a_resume_across_engines_and_writes_nothing(tmp_path):
     from payload.config import parse_config
     from payload.training.train import check_inputs
 
-    out = make_run_dir(tmp_path, "gpt2")
+    out = prepared_run(tmp_path, "gpt2")
     jax_checkpoint_folder(out)
-    raw = config_dict(out, "gpt2")  # engine: the default, tensorflow
+    raw = training_config(out, "gpt2")  # engine: the default, tensorflow
     check_inputs(parse_config(raw))  # as the earlier run did: the shards' receipt is written
     before = sorted(storage.list_tree(str(out)))
     path = tmp_path / "tf.yaml"
     path.write_text(yaml.safe_dump(raw))
     assert_user_error(run_stage("train", path, "--resume"), "jax engine", "tensorflow")
     assert sorted(storage.list_tree(str(out))) == before
-
-
-def checkpoint_variables(folder) -> dict:
-    """Every array of an Orbax step folder (weights, optimizer moments, the step count), read
-    onto this process's first device whatever devices wrote it."""
-    import jax
-    import numpy as np
-    import orbax.checkpoint as ocp
-
-    reader = ocp.StandardCheckpointer()
-    saved = reader.metadata(folder / "default").item_metadata
-    here = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    tree = reader.restore(folder / "default", jax.tree.map(
-        lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=here), saved))
-    return {jax.tree_util.keystr(path): np.asarray(value)
-            for path, value in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
 @pytest.mark.slow  # two runs and a resume: 1-2 minutes on a shared 2-core machine
@@ -163,13 +149,13 @@ def test_killed_after_a_checkpoint_a_resume_ends_where_an_uninterrupted_run_ends
     import time
 
     import numpy as np
-    from train_helpers import stage_command
 
-    from tests.conftest import payload_env
+    from tests.support.runners import payload_env
+    from tests.support.runs import stage_command
 
     settings = dict(steps=30, checkpoint_every=10, eval_every=10, learning_rate=5e-3,
                     model={"dropout": 0.1})
-    whole, cut = make_run_dir(tmp_path / "whole", "gpt2"), make_run_dir(tmp_path / "cut", "gpt2")
+    whole, cut = prepared_run(tmp_path / "whole", "gpt2"), prepared_run(tmp_path / "cut", "gpt2")
     runs = [subprocess.Popen(stage_command("train", jax_config(out, "gpt2", **settings)),
                              env=payload_env(), stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True) for out in (cut, whole)]
@@ -209,10 +195,10 @@ def test_the_launchers_preflight_refuses_a_resume_across_engines(tmp_path):
 
     out = tmp_path / "run"
     jax_checkpoint_folder(out)
-    tensorflow = parse_config(config_dict(out, "gpt2"))
+    tensorflow = parse_config(training_config(out, "gpt2"))
     with pytest.raises(UserError, match="written by the jax engine"):
         check_before_start(tensorflow, stages={Stage.TRAIN}, resume=True, overwrite=False)
-    jax = parse_config(config_dict(out, "gpt2", engine="jax"))
+    jax = parse_config(training_config(out, "gpt2", engine="jax"))
     check_before_start(jax, stages={Stage.TRAIN}, resume=True, overwrite=False)
 
 

@@ -23,7 +23,9 @@ from launcher.executors import LocalExecutor
 from launcher.launch import PEER_TIMEOUT_ENV
 from payload.core import storage
 from payload.jobs import runlock
-from tests.helpers import REPO, process_with_pid, wait_for
+from tests.support.paths import REPO
+from tests.support.runners import process_with_pid
+from tests.support.waits import wait_for
 
 runner = CliRunner()
 

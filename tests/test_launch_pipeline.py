@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from launcher.cli import app
-from tests.helpers import tiny_config
+from tests.support.configs import tiny_config
 
 runner = CliRunner()
 

@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 
-from tests.helpers import REPO
+from tests.support.paths import REPO
 
 
 def test_setuptools_reads_the_project_without_a_deprecation_warning():

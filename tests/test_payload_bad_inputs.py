@@ -9,7 +9,6 @@ after.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -22,16 +21,11 @@ import yaml
 from payload.config import load_config
 from payload.core.errors import UserError
 from payload.training.preflight import check_before_start
-from tests.conftest import REPO, assert_user_error, base_config, payload_env, write_config
+from tests.support.configs import base_config, init_from_config, line_corpus, write_config
+from tests.support.paths import REPO
+from tests.support.runners import assert_user_error, payload_env
 
 ALL = ("tokenizer", "prepare", "train", "export")
-
-
-def _corpus(root: Path) -> Path:
-    path = root / "texts" / "a.txt"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(f"line {i} of a small corpus\n" for i in range(100)))
-    return path
 
 
 def _config(root: Path, *, raw_text: str | None = None, out: str | None = None,
@@ -40,11 +34,11 @@ def _config(root: Path, *, raw_text: str | None = None, out: str | None = None,
     if raw_text is not None:
         path.write_text(raw_text)
         return path
-    return write_config(path, base_config(out or root / "out", _corpus(root), **sections))
+    return write_config(path, base_config(out or root / "out", line_corpus(root), **sections))
 
 
 def _yaml(root: Path, **sections) -> str:
-    return yaml.safe_dump(base_config(root / "out", _corpus(root), **sections), sort_keys=False)
+    return yaml.safe_dump(base_config(root / "out", line_corpus(root), **sections), sort_keys=False)
 
 
 def _model_config(root: Path, kind: str) -> Path:
@@ -56,7 +50,7 @@ def _model_config(root: Path, kind: str) -> Path:
     else:
         target = root / "config.txt"
         target.write_text("hidden_size = 64\n")
-    raw = base_config(root / "out", _corpus(root))
+    raw = base_config(root / "out", line_corpus(root))
     raw["model"] = {"family": "roberta", "config": str(target)}
     return write_config(root / "run.yaml", raw)
 
@@ -66,7 +60,7 @@ def _short_model_config(root: Path) -> Path:
     target = root / "config.json"
     target.write_text('{"model_type": "gpt2", "n_positions": 16, "n_embd": 32, "n_layer": 1, '
                       '"n_head": 2}')
-    raw = base_config(root / "out", _corpus(root))
+    raw = base_config(root / "out", line_corpus(root))
     raw["model"] = {"family": "gpt2", "config": str(target)}
     return write_config(root / "run.yaml", raw)
 
@@ -84,35 +78,6 @@ def _output_file(root: Path) -> Path:
     return path
 
 
-def _init_from(root: Path, weights: str, engine: str = "tensorflow") -> Path:
-    """A run continuing from a roberta model folder (1 layer, hidden size 32) whose weights
-    are `weights`: another family's, a wider model's, a deeper model's, or tf_model.h5 alone."""
-    import numpy as np
-    from safetensors.numpy import save_file
-
-    folder = root / "pretrained"
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({
-        "model_type": "roberta", "vocab_size": 600, "hidden_size": 32, "num_hidden_layers": 1,
-        "num_attention_heads": 2, "intermediate_size": 64, "max_position_embeddings": 40}))
-    embeddings, layer = "roberta.embeddings.word_embeddings.weight", "roberta.encoder.layer."
-    tensors = {
-        "gpt2": {"transformer.wte.weight": (600, 32), "transformer.h.0.ln_1.weight": (32,)},
-        "wide": {embeddings: (600, 64), f"{layer}0.output.dense.weight": (64, 64)},
-        "deep": {embeddings: (600, 32), **{f"{layer}{i}.output.dense.weight": (32, 32)
-                                           for i in range(3)}},
-    }.get(weights)
-    if tensors:
-        save_file({k: np.zeros(v, np.float32) for k, v in tensors.items()},
-                  str(folder / "model.safetensors"), metadata={"format": "pt"})
-    else:
-        (folder / "tf_model.h5").write_bytes(b"\x89HDF\r\n\x1a\n")
-    raw = base_config(root / "out", _corpus(root), train={"engine": engine})
-    raw["model"] = {"family": "roberta", "init_from": str(folder)}
-    del raw["tokenizer"]  # the folder's own
-    return write_config(root / "run.yaml", raw)
-
-
 def _unreadable(root: Path) -> Path:
     if os.geteuid() == 0 and not shutil.which("setpriv"):
         pytest.skip("root reads any file; needs setpriv to drop that capability")
@@ -125,7 +90,7 @@ def _users_folder(root: Path) -> Path:
     mine = root / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("my notes\n")
-    return write_config(root / "run.yaml", base_config(mine, _corpus(root)))
+    return write_config(root / "run.yaml", base_config(mine, line_corpus(root)))
 
 
 # (id, build the config path from the case folder, command, needles). The command is the
@@ -183,16 +148,16 @@ CASES = [
         r / "out", _jsonl(r))), ("preflight", ALL, False, False),
      ["docs.jsonl", "no 'text' field", "data.text_column"]),
     ("output-dir-is-a-file", lambda r: write_config(r / "run.yaml", base_config(
-        _output_file(r), _corpus(r))), ("preflight", ALL, False, False),
+        _output_file(r), line_corpus(r))), ("preflight", ALL, False, False),
      ["output_dir", "out-file", "is a file"]),
     ("output-dir-is-a-file-stage", lambda r: write_config(r / "run.yaml", base_config(
-        _output_file(r), _corpus(r))), ("prepare",), ["output_dir", "out-file", "is a file"]),
+        _output_file(r), line_corpus(r))), ("prepare",), ["output_dir", "out-file", "is a file"]),
     ("output-dir-users-folder", _users_folder, ("preflight", ALL, False, False),
      ["output_dir", "mine", "notes.txt", "did not write"]),
     ("output-dir-users-folder-stage", _users_folder, ("tokenizer", "--overwrite"),
      ["output_dir", "mine", "notes.txt", "did not write"]),
     ("corpus-inside-output-dir", lambda r: write_config(r / "run.yaml", base_config(
-        r / "texts", _corpus(r))), ("prepare",), ["output_dir", "texts", "a.txt"]),
+        r / "texts", line_corpus(r))), ("prepare",), ["output_dir", "texts", "a.txt"]),
     ("usage-unknown-stage", lambda r: _config(r), ("prep",), ["invalid choice: 'prep'"]),
     ("usage-no-config", lambda r: _config(r), ("prepare", "--no-config"),
      ["--no-config"]),
@@ -203,13 +168,13 @@ CASES = [
     ("resume-and-overwrite-preflight", lambda r: _config(r), ("preflight", ALL, True, True),
      ["--resume", "--overwrite", "contradict"]),
     # model.init_from weights that do not fit: read from the safetensors header alone.
-    ("init-from-other-family", lambda r: _init_from(r, "gpt2"), ("preflight", ALL, False, False),
+    ("init-from-other-family", lambda r: init_from_config(r, "gpt2"), ("preflight", ALL, False, False),
      ["model.init_from", "holds no roberta weights", "transformer.h.0.ln_1.weight"]),
-    ("init-from-other-width", lambda r: _init_from(r, "wide"), ("preflight", ALL, False, False),
+    ("init-from-other-width", lambda r: init_from_config(r, "wide"), ("preflight", ALL, False, False),
      ["word_embeddings.weight is [600, 64]", "[vocab_size, hidden_size] = [600, 32]"]),
-    ("init-from-other-depth", lambda r: _init_from(r, "deep"), ("preflight", ALL, False, False),
+    ("init-from-other-depth", lambda r: init_from_config(r, "deep"), ("preflight", ALL, False, False),
      ["has 3 layers (encoder.layer.N)", "num_hidden_layers 1"]),
-    ("init-from-h5-for-jax", lambda r: _init_from(r, "h5", engine="jax"),
+    ("init-from-h5-for-jax", lambda r: init_from_config(r, "h5", engine="jax"),
      ("preflight", ALL, False, False), ["has only tf_model.h5", "jax engine does not read"]),
 ]
 

@@ -28,7 +28,8 @@ from payload.config import parse_config
 from payload.core.errors import UserError
 from payload.jobs.groups import record_group
 from payload.training.strategy import CPU, Hardware
-from tests.helpers import REPO, wait_for
+from tests.support.paths import REPO
+from tests.support.waits import wait_for
 
 RAW = {
     "name": "unit",

@@ -20,7 +20,8 @@ from payload.config import load_config
 from payload.core.errors import UserError
 from payload.data import shards as records
 from payload.data.prepare import encode_stream, in_validation
-from tests.conftest import assert_user_error, base_config, payload_env, run_payload, write_config
+from tests.support.configs import base_config, write_config
+from tests.support.runners import assert_user_error, payload_env, run_payload
 
 FRACTION = 0.2
 

@@ -75,7 +75,7 @@ def test_config_run_plan_and_provider_all_price_through_the_one_catalog(monkeypa
     from payload.config import parse_config
     from payload.training import runplan
     from payload.training.strategy import Hardware
-    from tests.test_runplan import _raw
+    from tests.support.configs import plan_config
 
     asked = []
 
@@ -86,7 +86,7 @@ def test_config_run_plan_and_provider_all_price_through_the_one_catalog(monkeypa
                             region="us-central1", provisioning=provisioning)
 
     monkeypatch.setattr(prices, "hourly_cost", catalog)
-    config = parse_config(_raw())
+    config = parse_config(plan_config())
     assert config.cluster.hourly_usd() == 7.0
     plan = runplan.run_plan(config, hardware=Hardware.tpu("v5litepod-16", "plan"), num_workers=4)
     assert plan.usd_per_hour == 7.0

@@ -8,11 +8,11 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from train_helpers import make_run_dir, run_config
-
 from payload.training import progress
 from payload.training import train as train_stage
 from payload.training.train import run_train
+from tests.support.configs import training_run_config
+from tests.support.runs import prepared_run
 
 
 def said(capsys) -> list[dict]:
@@ -22,8 +22,8 @@ def said(capsys) -> list[dict]:
 def test_records_from_the_first_step_and_metrics_json_keeps_the_reports(tmp_path, capsys,
                                                                         monkeypatch):
     monkeypatch.setattr(train_stage, "PROGRESS_EVERY_S", 0.0)  # a record after every step
-    out = make_run_dir(tmp_path, "gpt2")
-    run_train(run_config(out, "gpt2", steps=24, eval_every=1000, checkpoint_every=12))
+    out = prepared_run(tmp_path, "gpt2")
+    run_train(training_run_config(out, "gpt2", steps=24, eval_every=1000, checkpoint_every=12))
     records = said(capsys)
     assert [r["kind"] for r in records[:3]] == ["start", "eval", "train"]
     assert records[0] == {"kind": "start", "step": 0, "steps": 24}
@@ -44,8 +44,8 @@ def test_records_from_the_first_step_and_metrics_json_keeps_the_reports(tmp_path
 
 
 def test_the_final_record_says_why_training_stopped_early(tmp_path, capsys):
-    out = make_run_dir(tmp_path, "roberta")
-    config = run_config(out, "roberta", steps=400)
+    out = prepared_run(tmp_path, "roberta")
+    config = training_run_config(out, "roberta", steps=400)
     config = config.model_copy(update={"train": config.train.model_copy(
         update={"max_hours": 1e-9, "checkpoint_every": 1000, "eval_every": 1000})})
     run_train(config)

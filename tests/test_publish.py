@@ -1,6 +1,6 @@
 """Publishing to the Hub: the token check before anything starts, the publish step in the plan,
 the token's way to worker 0 (in memory only), and a whole local run pushed to a stand-in Hub
-(tests/fakes/hub.py) by the real huggingface_hub client: repository creation, preupload, the
+(testbed/fakes/hub.py) by the real huggingface_hub client: repository creation, preupload, the
 LFS batch, basic and multipart uploads, the commit; Xet never negotiated."""
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from launcher.plan import Stage, Worker, build_plan, parse_stages, render_plan
 from payload.config import parse_config
 from payload.core.errors import UserError
 from payload.training.strategy import CPU
-from tests.fakes.hub import FakeHub
-from tests.helpers import REPO, tiny_config
+from testbed.fakes.hub import FakeHub
+from tests.support.configs import tiny_config
+from tests.support.paths import REPO
 
 TOKEN = "hf_tpuctlTestToken9f3b7c21d5e8a0"  # unique: grep-able in every file a run wrote
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
@@ -11,30 +10,11 @@ from payload.config import DataConfig
 from payload.core.errors import UserError
 from payload.data import corpus
 from payload.data import shards as records
-from tests.conftest import assert_user_error, base_config, payload_env, run_payload, write_config
-from tests.helpers import storage_emulator
+from tests.support.configs import base_config, write_config
+from tests.support.runners import assert_user_error, payload_env, run_payload
 
 
-@pytest.fixture(scope="module")
-def gcs():
-    """A Cloud Storage emulator on a free local port, with bucket `tpuctl-test`."""
-    with storage_emulator(default_bucket="tpuctl-test") as host:
-        saved = os.environ.get("STORAGE_EMULATOR_HOST")
-        os.environ["STORAGE_EMULATOR_HOST"] = host
-        import payload.core.storage
-
-        payload.core.storage._client = None
-        try:
-            yield host
-        finally:
-            payload.core.storage._client = None
-        if saved is None:
-            os.environ.pop("STORAGE_EMULATOR_HOST", None)
-        else:
-            os.environ["STORAGE_EMULATOR_HOST"] = saved
-
-
-def test_tokenizer_and_prepare_on_cloud_storage(gcs, tmp_path, small_corpus):
+def test_tokenizer_and_prepare_on_cloud_storage(gcs_emulator, tmp_path, small_corpus):
     from payload.core import storage
 
     text = small_corpus.read_text()
@@ -46,7 +26,7 @@ def test_tokenizer_and_prepare_on_cloud_storage(gcs, tmp_path, small_corpus):
                          tokenizer={"kind": "wordpiece", "vocab_size": 700},
                          model={"family": "bert"})
     path = write_config(tmp_path / "run.yaml", config)
-    env = {**payload_env(), "STORAGE_EMULATOR_HOST": gcs}
+    env = {**payload_env(), "STORAGE_EMULATOR_HOST": gcs_emulator}
     run_payload("tokenizer", "--config", str(path), env=env)
     for index in range(2):
         run_payload("prepare", "--config", str(path), "--worker-index", str(index),
@@ -78,10 +58,10 @@ def test_tokenizer_and_prepare_on_cloud_storage(gcs, tmp_path, small_corpus):
             (e.name, e.sha256) for e in manifest.splits[split].shards]
 
 
-def test_missing_cloud_inputs(gcs, tmp_path):
+def test_missing_cloud_inputs(gcs_emulator, tmp_path):
     config = base_config("gs://tpuctl-test/runs/two", "gs://tpuctl-test/nothing/*.txt")
     path = write_config(tmp_path / "run.yaml", config)
-    env = {**payload_env(), "STORAGE_EMULATOR_HOST": gcs}
+    env = {**payload_env(), "STORAGE_EMULATOR_HOST": gcs_emulator}
     proc = run_payload("tokenizer", "--config", str(path), env=env, check=False)
     assert_user_error(proc, "no file matches", "gs://tpuctl-test/nothing/*.txt")
 

@@ -8,10 +8,10 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from train_helpers import make_run_dir, run_config
-
 from payload.training.optimization import learning_rate_at, warmup_linear_decay
 from payload.training.train import run_train, schedule_change
+from tests.support.configs import training_run_config
+from tests.support.runs import prepared_run
 
 
 def test_the_plain_rate_is_the_schedule_the_optimizer_uses():
@@ -37,16 +37,16 @@ def test_the_note_names_both_totals_and_the_rate_before_and_after():
 
 def test_a_resume_with_more_steps_says_the_schedule_is_stretched(tmp_path, caplog):
     caplog.set_level(logging.INFO)
-    out = make_run_dir(tmp_path, "gpt2")
-    run_train(run_config(out, "gpt2", steps=4, warmup_steps=0, checkpoint_every=4, eval_every=4))
+    out = prepared_run(tmp_path, "gpt2")
+    run_train(training_run_config(out, "gpt2", steps=4, warmup_steps=0, checkpoint_every=4, eval_every=4))
     assert "schedule" not in caplog.text
-    run_train(run_config(out, "gpt2", steps=8, warmup_steps=0, checkpoint_every=4, eval_every=4),
+    run_train(training_run_config(out, "gpt2", steps=8, warmup_steps=0, checkpoint_every=4, eval_every=4),
               resume=True)
     lines = [r.getMessage() for r in caplog.records if "schedule" in r.getMessage()]
     assert len(lines) == 1, lines
     assert re.search(r"train\.steps changed from 4 to 8 .* stretched .* at step 4 the rate "
                      r"goes back up from 0 \(the old schedule\) to 0\.0015", lines[0]), lines[0]
     caplog.clear()
-    run_train(run_config(out, "gpt2", steps=12, warmup_steps=0, checkpoint_every=4, eval_every=4),
+    run_train(training_run_config(out, "gpt2", steps=12, warmup_steps=0, checkpoint_every=4, eval_every=4),
               resume=True)
     assert "changed from 8 to 12" in caplog.text

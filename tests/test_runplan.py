@@ -13,29 +13,12 @@ from payload.config import parse_config
 from payload.core.errors import UserError
 from payload.training import runplan
 from payload.training.strategy import CPU, Hardware
-from tests.helpers import REPO
-
-
-def _raw(**over) -> dict:
-    raw = {
-        "name": "plan",
-        "output_dir": "/tmp/unused-plan-out",
-        "cluster": {"provider": "gcp", "project": "my-project", "zone": "us-central1-a",
-                    "accelerator_type": "v5litepod-16", "provisioning": "spot"},
-        "data": {"corpus": "gs://b/c.txt", "seq_len": 512},
-        "tokenizer": {"kind": "bpe", "vocab_size": 32_000},
-        "model": {"family": "gpt2", "hidden_size": 512, "num_layers": 4, "num_heads": 8,
-                  "intermediate_size": 2048},
-        "train": {"steps": 1_000_000, "batch_size": 64, "learning_rate": 1e-3, "bf16": True},
-    }
-    for key, value in over.items():
-        merge = isinstance(value, dict) and key not in ("model", "cluster")
-        raw[key] = {**raw[key], **value} if merge else value
-    return raw
+from tests.support.configs import plan_config
+from tests.support.paths import REPO
 
 
 def test_flops_time_and_cost_match_a_hand_calculation():
-    config = parse_config(_raw())
+    config = parse_config(plan_config())
     plan = runplan.run_plan(config, hardware=Hardware.tpu("v5litepod-16", "plan"),
                             num_workers=4)
     # GPT-2, hidden 512, 4 layers, feed-forward 2048, vocabulary 32,000, rows of 512, batch 64.
@@ -74,7 +57,7 @@ def test_flops_time_and_cost_match_a_hand_calculation():
 
 
 def test_masked_lm_scores_only_the_masked_positions():
-    config = parse_config(_raw(model={"family": "roberta", "size": "base"},
+    config = parse_config(plan_config(model={"family": "roberta", "size": "base"},
                                data={"seq_len": 512}, tokenizer={"vocab_size": 50265}))
     flops = runplan.row_flops(config)
     # ceil(512 x 0.15) = 77 predicted positions; the projection is 6 x 50,265 x 768 at each.
@@ -84,7 +67,7 @@ def test_masked_lm_scores_only_the_masked_positions():
 
 
 def test_t5_counts_every_matrix_of_both_stacks_once():
-    config = parse_config(_raw(model={"family": "t5", "size": "base"},
+    config = parse_config(plan_config(model={"family": "t5", "size": "base"},
                                tokenizer={"vocab_size": 32128}, data={"seq_len": 512}))
     from payload.core.sizes import count_parameters
     from payload.training.runplan import run_architecture
@@ -102,7 +85,7 @@ def test_t5_counts_every_matrix_of_both_stacks_once():
 
 
 def test_cpu_workers_get_a_time_from_the_speed_they_are_given():
-    config = parse_config(_raw(cluster={"provider": "local", "workers": 2},
+    config = parse_config(plan_config(cluster={"provider": "local", "workers": 2},
                                train={"steps": 1000}))
     plan = runplan.run_plan(config, hardware=CPU, num_workers=2)
     assert plan.accelerator is None and plan.wall_time_s is None and plan.cost_usd is None
@@ -121,7 +104,7 @@ def test_cpu_workers_get_a_time_from_the_speed_they_are_given():
 
 def test_the_plan_says_which_family_and_length_cost_most():
     def shares(**over):
-        plan = runplan.run_plan(parse_config(_raw(**over)), hardware=CPU, num_workers=1)
+        plan = runplan.run_plan(parse_config(plan_config(**over)), hardware=CPU, num_workers=1)
         return dict(plan.flops_shares), runplan.render(plan)
 
     # The same width, depth and rows: GPT-2 projects onto the vocabulary at every position, a
@@ -149,7 +132,7 @@ def test_replicas_are_chips_on_every_generation():
 
 
 def test_batch_the_replicas_cannot_split_is_refused():
-    config = parse_config(_raw(train={"batch_size": 40}))
+    config = parse_config(plan_config(train={"batch_size": 40}))
     plan = runplan.run_plan(config, hardware=Hardware.tpu("v5litepod-16", "x"), num_workers=4)
     with pytest.raises(UserError, match=r"batch_size=40 does not split over the 16 replicas"
                        r".*32 or 48"):
@@ -157,7 +140,7 @@ def test_batch_the_replicas_cannot_split_is_refused():
 
 
 def test_warnings_for_an_obviously_mis_sized_run():
-    config = parse_config(_raw(train={"steps": 10}, model={"family": "roberta", "size": "base"}))
+    config = parse_config(plan_config(train={"steps": 10}, model={"family": "roberta", "size": "base"}))
     plan = runplan.run_plan(config, hardware=Hardware.tpu("v5litepod-16", "x"), num_workers=4)
     lines = runplan.warnings(plan, dataset_rows=100)
     assert len(lines) == 2
@@ -167,7 +150,7 @@ def test_warnings_for_an_obviously_mis_sized_run():
         "2.2B (20 per parameter) would be enough, 67,537 steps at this batch; raise "
         "train.steps or train.batch_size, or pick a smaller model")
     assert "the dataset has 100 training rows but 10 steps x 64 read 640: 6.4 epochs" in lines[1]
-    big = runplan.run_plan(parse_config(_raw()), hardware=CPU, num_workers=1)
+    big = runplan.run_plan(parse_config(plan_config()), hardware=CPU, num_workers=1)
     assert runplan.warnings(big, dataset_rows=10**9) == []
 
 
@@ -183,12 +166,12 @@ def _dry_run(tmp_path, raw) -> subprocess.CompletedProcess:
 
 
 def test_dry_run_prints_the_plan_and_refuses_a_bad_batch(tmp_path):
-    ok = _dry_run(tmp_path, _raw())
+    ok = _dry_run(tmp_path, plan_config())
     assert ok.returncode == 0, ok.stderr
     assert "run plan: gpt2, 29.5M parameters" in ok.stdout
     assert "$4.59 for that time" in ok.stdout
     assert "warning" not in ok.stderr
-    bad = _dry_run(tmp_path, _raw(train={"batch_size": 24}))
+    bad = _dry_run(tmp_path, plan_config(train={"batch_size": 24}))
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     errors = [line for line in bad.stderr.splitlines() if line.startswith("error:")]
     assert errors == [errors[0]] and "batch_size=24 does not split over the 16 replicas" in (
@@ -209,7 +192,7 @@ def test_dry_run_on_cpu_workers_warns_from_the_manifest(tmp_path):
         documents=10, invalid_utf8_lines=0,
         splits={"train": records.SplitSummary(records=50), "validation": records.SplitSummary()})
     (out / "data" / "manifest.json").write_text(manifest.to_json())
-    raw = _raw(cluster={"provider": "local", "workers": 3}, output_dir=str(out),
+    raw = plan_config(cluster={"provider": "local", "workers": 3}, output_dir=str(out),
                data={"corpus": str(tmp_path / "c.txt"), "seq_len": 128},
                train={"steps": 4, "batch_size": 30})
     # A document for each of the 3 workers: fewer is refused (the preflight reads the shares).
@@ -235,7 +218,7 @@ def test_dry_run_on_cpu_workers_times_the_run_by_the_last_measured_speed(tmp_pat
 
     out = tmp_path / "out"
     storage.claim_output_dir(str(out))
-    raw = _raw(cluster={"provider": "local", "workers": 2}, output_dir=str(out),
+    raw = plan_config(cluster={"provider": "local", "workers": 2}, output_dir=str(out),
                data={"corpus": str(tmp_path / "c.txt"), "seq_len": 128},
                train={"steps": 100, "batch_size": 32})
     (tmp_path / "c.txt").write_text("some text\n" * 12)  # a document for each worker
@@ -270,17 +253,17 @@ def test_the_demo_is_sized_to_warn_of_nothing(tmp_path):
 def test_the_jax_engine_says_how_it_lays_the_state_over_the_chips():
     """Issue 19: the run plan says data parallel or FSDP over N chips, from the accelerator
     table's memory per chip and the parameter count; the TF engine replicates and says nothing."""
-    xl = _raw(model={"family": "gpt2", "size": "xl"}, train={"engine": "jax"})
+    xl = plan_config(model={"family": "gpt2", "size": "xl"}, train={"engine": "jax"})
     hardware = Hardware.tpu("v5litepod-16", "plan")
     plan = runplan.run_plan(parse_config(xl), hardware=hardware, num_workers=4)
     # 1.5B parameters x 16 bytes of AdamW state = 22 GiB: a 16 GiB v5e chip gives it 9.6 GiB,
     # so the smallest group of the 16 chips that splits it small enough is 4.
     assert plan.sharding.startswith("FSDP over 4 chips (4 replica groups of 4 chips")
     assert "sharding: FSDP over 4 chips" in "\n".join(runplan.render(plan))
-    small = runplan.run_plan(parse_config(_raw(train={"engine": "jax"})), hardware=hardware,
+    small = runplan.run_plan(parse_config(plan_config(train={"engine": "jax"})), hardware=hardware,
                              num_workers=4)
     assert small.sharding.startswith("data parallel (every chip holds the whole state")
-    tf = runplan.run_plan(parse_config(_raw(model={"family": "gpt2", "size": "xl"})),
+    tf = runplan.run_plan(parse_config(plan_config(model={"family": "gpt2", "size": "xl"})),
                           hardware=hardware, num_workers=4)
     assert tf.sharding == "" and "sharding:" not in "\n".join(runplan.render(tf))
     on_cpu = runplan.run_plan(parse_config(xl), hardware=CPU, num_workers=1)
@@ -306,7 +289,7 @@ def test_dry_run_refuses_a_model_file_the_chips_cannot_hold(tmp_path):
     (tmp_path / "xl.json").write_text(json.dumps({
         "model_type": "gpt2", "n_embd": 1600, "n_layer": 48, "n_head": 25, "n_positions": 1024,
         "vocab_size": 50257}))
-    raw = _raw(model={"family": "gpt2", "config": str(tmp_path / "xl.json")},
+    raw = plan_config(model={"family": "gpt2", "config": str(tmp_path / "xl.json")},
                train={"engine": "jax"})
     raw["cluster"]["accelerator_type"] = "v5litepod-1"
     bad = _dry_run(tmp_path, raw)

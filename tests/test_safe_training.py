@@ -13,18 +13,18 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from train_helpers import make_run_dir, run_config, run_stage, stage_command, write_config
-
 from payload.core import storage
 from payload.core.errors import UserError
 from payload.training.export import run_export
 from payload.training.train import run_train
-from tests.conftest import assert_user_error, payload_env
+from tests.support.configs import training_run_config, write_training_config
+from tests.support.runners import assert_user_error, payload_env
+from tests.support.runs import prepared_run, run_stage, stage_command
 
 
 def test_export_refuses_a_tokenizer_other_than_the_checkpoints(tmp_path):
-    out = make_run_dir(tmp_path, "roberta")
-    config = run_config(out, "roberta", steps=2, warmup_steps=0)
+    out = prepared_run(tmp_path, "roberta")
+    config = training_run_config(out, "roberta", steps=2, warmup_steps=0)
     run_train(config)
     # Another tokenizer with the same vocabulary size and special tokens: the model settings
     # agree, only the fingerprint the checkpoints recorded tells them apart.
@@ -49,8 +49,8 @@ def _export(config, *, umask=0o022, file_limit=None):
 
 
 def test_export_swaps_model_whole_and_a_full_disk_keeps_the_old_one(tmp_path):
-    out = make_run_dir(tmp_path, "gpt2")
-    config = write_config(out, "gpt2", steps=2, warmup_steps=0, checkpoint_every=2, eval_every=2)
+    out = prepared_run(tmp_path, "gpt2")
+    config = write_training_config(out, "gpt2", steps=2, warmup_steps=0, checkpoint_every=2, eval_every=2)
     assert run_stage("train", config).returncode == 0
     proc = _export(config)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -61,7 +61,7 @@ def test_export_swaps_model_whole_and_a_full_disk_keeps_the_old_one(tmp_path):
     assert {stat.S_IMODE(p.stat().st_mode) for p in model.iterdir()} == {0o644}
     first = (model / "model.safetensors").read_bytes()
     (model / "README.md").write_text("my model card\n")
-    config = write_config(out, "gpt2", steps=4, warmup_steps=0, checkpoint_every=2,
+    config = write_training_config(out, "gpt2", steps=4, warmup_steps=0, checkpoint_every=2,
                           eval_every=2)
     assert run_stage("train", config, "--resume").returncode == 0
     # A disk that fills while the new model is written (a file-size limit gives the same EFBIG).
@@ -81,8 +81,8 @@ def test_export_swaps_model_whole_and_a_full_disk_keeps_the_old_one(tmp_path):
 def test_train_overwrite_names_what_it_removes_and_removes_only_checkpoint_files(tmp_path,
                                                                                   caplog):
     caplog.set_level(logging.INFO)
-    out = make_run_dir(tmp_path, "gpt2")
-    run_train(run_config(out, "gpt2", steps=2, warmup_steps=0, checkpoint_every=1,
+    out = prepared_run(tmp_path, "gpt2")
+    run_train(training_run_config(out, "gpt2", steps=2, warmup_steps=0, checkpoint_every=1,
                          eval_every=2))
     ckpts = out / "checkpoints"
     written = sorted(p.name for p in ckpts.iterdir())
@@ -91,7 +91,7 @@ def test_train_overwrite_names_what_it_removes_and_removes_only_checkpoint_files
     (ckpts / "ckpt-best").mkdir()
     (ckpts / "ckpt-best" / "weights.npz").write_bytes(b"mine")
     caplog.clear()
-    run_train(run_config(out, "gpt2", steps=2, warmup_steps=0, checkpoint_every=1,
+    run_train(training_run_config(out, "gpt2", steps=2, warmup_steps=0, checkpoint_every=1,
                          eval_every=2), overwrite=True)
     said = [r.getMessage() for r in caplog.records if "removing" in r.getMessage()]
     assert len(said) == 1, said
@@ -103,14 +103,14 @@ def test_train_overwrite_names_what_it_removes_and_removes_only_checkpoint_files
 
 
 def test_checkpoint_readers_require_the_complete_marker(tmp_path):
-    out = make_run_dir(tmp_path, "gpt2")
-    config = run_config(out, "gpt2", steps=2, warmup_steps=0)
+    out = prepared_run(tmp_path, "gpt2")
+    config = training_run_config(out, "gpt2", steps=2, warmup_steps=0)
     run_train(config)
     with pytest.raises(UserError, match="contradict"):
         run_train(config, resume=True, overwrite=True)
     (out / "checkpoints" / storage.COMPLETE).unlink()  # a clearing that was cut short
     with pytest.raises(UserError, match=r"--resume: the checkpoints in .* are incomplete"):
-        run_train(run_config(out, "gpt2", steps=4, warmup_steps=0), resume=True)
+        run_train(training_run_config(out, "gpt2", steps=4, warmup_steps=0), resume=True)
     with pytest.raises(UserError, match=r"nothing to export: the checkpoints .* incomplete"):
         run_export(config)
     assert not (out / "model").exists()

@@ -14,10 +14,10 @@ from payload.config import dump_config, parse_config
 from payload.core.errors import UserError
 from payload.core.sizes import SIZES, architecture, count_parameters, parameter_count
 from payload.training.runplan import describe_model
-from tests.conftest import REPO, assert_user_error, run_payload, write_config
+from tests.support.configs import write_config
+from tests.support.paths import SCRIPTS, TORCH_PYTHON, TORCH_READY
+from tests.support.runners import assert_user_error, run_payload
 
-TORCH_PYTHON = REPO / ".venv-torch" / "bin" / "python"
-TORCH_READY = REPO / ".venv-torch" / ".installed"
 # The vocabularies the published models were counted with.
 PUBLISHED_VOCAB = {"bert": 30522, "roberta": 50265, "gpt2": 50257, "t5": 32128}
 
@@ -164,7 +164,7 @@ def pytorch_counts(configs: list[dict], tmp_path: Path) -> list[int]:
     path = tmp_path / "configs.json"
     path.write_text(json.dumps(configs))
     result = subprocess.run(
-        [str(TORCH_PYTHON), str(Path(__file__).with_name("torch_param_count.py")), str(path)],
+        [str(TORCH_PYTHON), str(SCRIPTS / "torch_param_count.py"), str(path)],
         capture_output=True, text=True, timeout=300, check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -196,14 +196,15 @@ def test_tensorflow_and_pytorch_models_of_one_config_have_the_same_count(tensorf
 def test_t5_v1_1_trains_exports_and_gives_the_same_logits_in_pytorch(tmp_path):
     pytest.importorskip("tensorflow")
     from safetensors.numpy import load_file
-    from train_helpers import config_dict, make_run_dir
 
     from payload.training.export import run_export, trained_weights
     from payload.training.model import load_tokenizer
     from payload.training.train import run_train
+    from tests.support.configs import training_config
+    from tests.support.runs import prepared_run
 
-    out = make_run_dir(tmp_path, "t5")
-    raw = config_dict(out, "t5", steps=4, warmup_steps=0, checkpoint_every=4, eval_every=4)
+    out = prepared_run(tmp_path, "t5")
+    raw = training_config(out, "t5", steps=4, warmup_steps=0, checkpoint_every=4, eval_every=4)
     raw["model"] = {"family": "t5", "size": "tiny", "dropout": 0.0}
     config = parse_config(raw)
     run_train(config)
@@ -226,7 +227,7 @@ def test_t5_v1_1_trains_exports_and_gives_the_same_logits_in_pytorch(tmp_path):
     if not TORCH_READY.exists():
         pytest.skip("no transformers 5.x environment (.venv-torch; `make setup-torch`)")
     result = subprocess.run(
-        [str(TORCH_PYTHON), str(Path(__file__).with_name("torch_logits.py")), str(folder), "t5",
+        [str(TORCH_PYTHON), str(SCRIPTS / "torch_logits.py"), str(folder), "t5",
          str(tmp_path / "ids.npy"), str(tmp_path / "logits.npy")],
         capture_output=True, text=True, timeout=300, check=False,
     )

@@ -1,4 +1,4 @@
-"""`tpuctl` against real sshd workers (tests/fleet.py): strict host keys, fail-fast, no leftovers."""
+"""`tpuctl` against real sshd workers (testbed/fleet.py): strict host keys, fail-fast, no leftovers."""
 
 import os
 import shutil
@@ -14,7 +14,10 @@ from typer.testing import CliRunner
 from launcher import records, run
 from launcher.cli import app
 from launcher.launch import STAGE_ENTRY_ENV
-from tests.helpers import REPO, install_stub, tiny_config, wait_for
+from tests.support.cloud import install_stub
+from tests.support.configs import tiny_config
+from tests.support.paths import REPO
+from tests.support.waits import wait_for
 
 runner = CliRunner()
 PYTHON = sys.executable

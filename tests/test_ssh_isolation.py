@@ -1,4 +1,4 @@
-"""tpuctl's SSH uses only what the run config says, against real sshd workers (tests/fleet.py):
+"""tpuctl's SSH uses only what the run config says, against real sshd workers (testbed/fleet.py):
 no ~/.fabric.yaml, ~/.ssh/config, global known_hosts or ssh-agent; keys with loose modes warn;
 any login shell (tcsh here) works, since scripts travel on stdin."""
 
@@ -11,7 +11,10 @@ from pathlib import Path
 import pytest
 
 from launcher.launch import STAGE_ENTRY_ENV
-from tests.helpers import REPO, install_stub, tiny_config, wait_for
+from tests.support.cloud import install_stub
+from tests.support.configs import tiny_config
+from tests.support.paths import REPO
+from tests.support.waits import wait_for
 
 PYTHON = sys.executable
 
@@ -119,7 +122,7 @@ def test_a_key_others_can_read_is_used_with_one_warning(cluster, fleet, tmp_path
 
 @pytest.fixture(scope="module")
 def tcsh_fleet():
-    from tests.fleet import Fleet, sshd_available
+    from testbed.fleet import Fleet, sshd_available
 
     shell = shutil.which("tcsh")
     if not sshd_available() or shell is None:

@@ -8,12 +8,12 @@ import pytest
 
 from launcher import staging
 from payload.core import storage
-from tests.helpers import storage_emulator
+from tests.support.cloud import storage_server
 
 
 @pytest.fixture
 def bucket(monkeypatch):
-    with storage_emulator(default_bucket="stage-test") as url:
+    with storage_server(default_bucket="stage-test") as url:
         monkeypatch.setenv("STORAGE_EMULATOR_HOST", url)
         monkeypatch.setattr(storage, "_client", None)
         yield "stage-test"

@@ -8,7 +8,8 @@ import os
 import subprocess
 import sys
 
-from tests.conftest import REPO, skipped_groups
+from tests.support.paths import REPO
+from tests.support.summary import skipped_groups
 
 
 def test_a_skip_for_a_missing_tool_is_named_in_the_summary_with_its_install_command():

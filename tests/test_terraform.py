@@ -28,8 +28,8 @@ from launcher.terraform import (
     write_vars,
 )
 from payload.core.errors import UserError
-from tests.conftest import REPO
-from tests.fakes.tpu_api import FakeTpuApi
+from testbed.fakes.tpu_api import FakeTpuApi
+from tests.support.paths import REPO
 
 TWIN = REPO / "tests" / "terraform_twin"
 

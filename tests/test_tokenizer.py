@@ -11,12 +11,12 @@ import pytest
 
 from payload.core.families import FAMILIES
 from payload.data.tokenizer import train_tokenizer
-from tests.conftest import REPO, assert_user_error, base_config, run_payload, write_config
+from tests.support.configs import base_config, write_config
+from tests.support.paths import REPO, TORCH_PYTHON, TORCH_READY
+from tests.support.runners import assert_user_error, run_payload
 
 KINDS = ["unigram", "bpe", "wordpiece", "sentencepiece"]
 FAMILY_FOR_KIND = {"unigram": "roberta", "bpe": "gpt2", "wordpiece": "bert", "sentencepiece": "t5"}
-TORCH_PYTHON = REPO / ".venv-torch" / "bin" / "python"
-TORCH_READY = REPO / ".venv-torch" / ".installed"
 
 
 @pytest.fixture(scope="module")

@@ -8,12 +8,12 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from train_helpers import VOCAB, config_dict, make_run_dir, run_config
-
 from payload.config import parse_config
 from payload.core.errors import UserError
 from payload.data import shards as records
 from payload.training.train import check_batch_size, run_train
+from tests.support.configs import VOCAB, training_config, training_run_config
+from tests.support.runs import prepared_run
 
 
 def written(out) -> set[str]:
@@ -23,8 +23,8 @@ def written(out) -> set[str]:
 
 @pytest.mark.parametrize("family", ["bert", "roberta", "gpt2", "t5"])
 def test_each_family_learns_on_the_bundled_corpus(tmp_path, family):
-    out = make_run_dir(tmp_path, family)
-    run_train(run_config(out, family, steps=60))
+    out = prepared_run(tmp_path, family)
+    run_train(training_run_config(out, family, steps=60))
     metrics = json.loads((out / "metrics.json").read_text())
     evals = metrics["evals"]
     assert [e["step"] for e in evals] == [0, 20, 40, 60]
@@ -39,8 +39,8 @@ def test_each_family_learns_on_the_bundled_corpus(tmp_path, family):
 
 def _t5_evals(tmp_path, size: str, steps: int) -> list[dict]:
     """The evaluations of a T5 run at a published size on the bundled corpus, no dropout."""
-    out = make_run_dir(tmp_path, "t5")
-    raw = config_dict(out, "t5", steps=steps, eval_every=steps // 2, checkpoint_every=steps)
+    out = prepared_run(tmp_path, "t5")
+    raw = training_config(out, "t5", steps=steps, eval_every=steps // 2, checkpoint_every=steps)
     raw["model"] = {"family": "t5", "size": size, "dropout": 0.0}
     run_train(parse_config(raw))
     return json.loads((out / "metrics.json").read_text())["evals"]
@@ -69,7 +69,7 @@ def test_t5_at_its_published_shapes_learns_for_longer(tmp_path, size):
 
 @pytest.fixture(scope="module")
 def roberta_dir(tmp_path_factory):
-    return make_run_dir(tmp_path_factory.mktemp("bad"), "roberta")
+    return prepared_run(tmp_path_factory.mktemp("bad"), "roberta")
 
 
 def fresh_copy(src, tmp_path):
@@ -84,7 +84,7 @@ def test_no_manifest(tmp_path, roberta_dir):
     out = fresh_copy(roberta_dir, tmp_path)
     (out / "data" / "manifest.json").unlink()
     with pytest.raises(UserError, match="no shard manifest"):
-        run_train(run_config(out, "roberta"))
+        run_train(training_run_config(out, "roberta"))
     assert not written(out)
 
 
@@ -95,13 +95,13 @@ def test_corrupt_shard_is_named(tmp_path, roberta_dir):
     data[100] ^= 0xFF
     shard.write_bytes(bytes(data))
     with pytest.raises(UserError, match=r"train-w00000of00001-00001\.tfrecord does not match"):
-        run_train(run_config(out, "roberta"))
+        run_train(training_run_config(out, "roberta"))
     assert not written(out)
 
 
 def test_seq_len_differs_from_the_shards(tmp_path, roberta_dir):
     out = fresh_copy(roberta_dir, tmp_path)
-    raw = run_config(out, "roberta").model_dump(mode="json")
+    raw = training_run_config(out, "roberta").model_dump(mode="json")
     raw["data"]["seq_len"] = 48
     with pytest.raises(UserError, match=r"rows of 32 tokens but data\.seq_len is 48"):
         run_train(parse_config(raw))
@@ -113,14 +113,14 @@ def test_tokenizer_changed_since_prepare(tmp_path, roberta_dir):
     path = out / "tokenizer" / "tokenizer.json"
     path.write_text(path.read_text().replace('"<mask>"', '"<MASK>"', 1))
     with pytest.raises(UserError, match="different tokenizer"):
-        run_train(run_config(out, "roberta"))
+        run_train(training_run_config(out, "roberta"))
     assert not written(out)
 
 
 def test_resume_without_a_checkpoint_says_so(tmp_path, roberta_dir):
     out = fresh_copy(roberta_dir, tmp_path)
     with pytest.raises(UserError, match=r"--resume: no checkpoint.*run without --resume"):
-        run_train(run_config(out, "roberta"), resume=True)
+        run_train(training_run_config(out, "roberta"), resume=True)
     assert not written(out)
 
 
@@ -133,11 +133,11 @@ def test_resume_without_a_checkpoint_says_so(tmp_path, roberta_dir):
 )
 def test_non_positive_steps_or_learning_rate(tmp_path, key, value, message):
     with pytest.raises(UserError, match=message):
-        run_config(tmp_path, "roberta", **{key: value})
+        training_run_config(tmp_path, "roberta", **{key: value})
 
 
 def test_heads_must_divide_hidden_size(tmp_path):
-    raw = run_config(tmp_path, "roberta").model_dump(mode="json")
+    raw = training_run_config(tmp_path, "roberta").model_dump(mode="json")
     raw["model"].update(hidden_size=30, num_heads=4, config=None)
     with pytest.raises(UserError, match=r"num_heads=4 does not divide model\.hidden_size=30"):
         parse_config(raw)
@@ -147,7 +147,7 @@ def test_more_spans_than_sentinels_is_refused(tmp_path):
     from payload.training.model import TokenIds
     from payload.training.train import objective_for
 
-    config = run_config(tmp_path, "t5")
+    config = training_run_config(tmp_path, "t5")
     vocab = TokenIds(vocab_size=600, special=(0, 1, 2, 3), pad=0, unk=1, eos=2, sentinels=(3,))
     with pytest.raises(UserError, match="spans per row but the tokenizer has 1 sentinel"):
         objective_for(config, vocab)
@@ -161,16 +161,16 @@ def test_batch_size_must_divide_over_replicas():
 
 def test_resume_refuses_a_changed_model_and_a_diverged_run_names_its_step(tmp_path, roberta_dir):
     out = fresh_copy(roberta_dir, tmp_path)
-    run_train(run_config(out, "roberta", steps=4, checkpoint_every=2, eval_every=2))
-    raw = run_config(out, "roberta", steps=8).model_dump(mode="json")
+    run_train(training_run_config(out, "roberta", steps=4, checkpoint_every=2, eval_every=2))
+    raw = training_run_config(out, "roberta", steps=8).model_dump(mode="json")
     raw["model"]["num_layers"] = 3
     with pytest.raises(UserError, match="--resume: the model changed"):
         run_train(parse_config(raw), resume=True)
     with pytest.raises(UserError, match="already holds checkpoints"):
-        run_train(run_config(out, "roberta", steps=8))
+        run_train(training_run_config(out, "roberta", steps=8))
     # Learning rate 1e6: the loss overflows within a few steps; the good checkpoint stays. The
     # config refuses such a rate, so it is set past validation, as a corrupted state would be.
-    diverging = run_config(
+    diverging = training_run_config(
         out,
         "roberta",
         steps=40,
@@ -189,8 +189,8 @@ def test_resume_refuses_a_changed_model_and_a_diverged_run_names_its_step(tmp_pa
 
 
 def test_bf16_and_adafactor_train_and_keep_float32_weights(tmp_path):
-    out = make_run_dir(tmp_path, "t5")
-    run_train(run_config(out, "t5", steps=40, bf16=True, optimizer="adafactor", learning_rate=1e-2))
+    out = prepared_run(tmp_path, "t5")
+    run_train(training_run_config(out, "t5", steps=40, bf16=True, optimizer="adafactor", learning_rate=1e-2))
     evals = json.loads((out / "metrics.json").read_text())["evals"]
     assert evals[-1]["loss"] < evals[0]["loss"] - 0.3, evals
     import tensorflow as tf
@@ -207,7 +207,7 @@ def test_every_feature_has_a_static_shape(tmp_path, family):
     from payload.data.pipeline import input_pipeline
     from payload.training.train import check_inputs, objective_for
 
-    config = run_config(make_run_dir(tmp_path, family), family)
+    config = training_run_config(prepared_run(tmp_path, family), family)
     inputs = check_inputs(config)
     ds = input_pipeline(
         inputs.train_files,
@@ -225,14 +225,14 @@ def test_a_save_cut_short_leaves_the_previous_checkpoint_in_use(tmp_path, caplog
     import logging
 
     caplog.set_level(logging.INFO)
-    out = make_run_dir(tmp_path, "gpt2")
-    run_train(run_config(out, "gpt2", steps=20, checkpoint_every=10, eval_every=10))
+    out = prepared_run(tmp_path, "gpt2")
+    run_train(training_run_config(out, "gpt2", steps=20, checkpoint_every=10, eval_every=10))
     # What a save killed half-way leaves: a new checkpoint's files, the index not yet moved on.
     ckpts = out / "checkpoints"
     (ckpts / "ckpt-30_temp").mkdir()
     (ckpts / "ckpt-30_temp" / "part-00000-of-00001.data-00000-of-00001").write_bytes(b"\0" * 64)
     (ckpts / "ckpt-30.index").write_bytes(b"partial")
-    run_train(run_config(out, "gpt2", steps=40, checkpoint_every=10, eval_every=10), resume=True)
+    run_train(training_run_config(out, "gpt2", steps=40, checkpoint_every=10, eval_every=10), resume=True)
     assert "at step 20 of 40" in caplog.text
     assert json.loads((out / "metrics.json").read_text())["final"]["step"] == 40
 
@@ -241,7 +241,7 @@ def test_a_time_limit_stops_training_after_a_checkpoint(tmp_path, roberta_dir):
     """train.max_hours: training stops at the first check over the limit, with a checkpoint of
     that step, and says why in metrics.json (the export stage follows in a job)."""
     out = fresh_copy(roberta_dir, tmp_path)
-    config = run_config(out, "roberta", steps=400)
+    config = training_run_config(out, "roberta", steps=400)
     config = config.model_copy(update={"train": config.train.model_copy(
         update={"max_hours": 1e-9, "checkpoint_every": 1000, "eval_every": 1000})})
     run_train(config)

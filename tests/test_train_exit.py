@@ -13,11 +13,10 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from train_helpers import make_run_dir, stage_command, write_config
-
 from payload.training import strategy
-from tests.conftest import payload_env
-from tests.test_train_processes import free_ports
+from tests.support.configs import write_training_config
+from tests.support.runners import free_ports, payload_env
+from tests.support.runs import prepared_run, stage_command
 
 # A behaviour bound, not a benchmark: before the train stage ended its workers together, one
 # waited 20 s to 2 minutes here (its input iterator torn down, gRPC retrying a departed chief).
@@ -78,9 +77,9 @@ def _check_ended_together(seen: list[dict], steps: int) -> None:
 
 
 def test_every_worker_ends_within_seconds_of_the_last_step(tmp_path):
-    out = make_run_dir(tmp_path, "roberta")
-    config = write_config(out, "roberta", steps=60, checkpoint_every=30, eval_every=30)
+    out = prepared_run(tmp_path, "roberta")
+    config = write_training_config(out, "roberta", steps=60, checkpoint_every=30, eval_every=30)
     _check_ended_together(_train_two_workers(config), 60)
     # A resumed run (it left worker 0 waiting a minute) and a longer schedule.
-    longer = write_config(out, "roberta", steps=120, checkpoint_every=30, eval_every=30)
+    longer = write_training_config(out, "roberta", steps=120, checkpoint_every=30, eval_every=30)
     _check_ended_together(_train_two_workers(longer, "--resume"), 120)

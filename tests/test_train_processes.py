@@ -4,7 +4,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
 
@@ -12,20 +11,10 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from train_helpers import make_run_dir, run_stage, stage_command, write_config
-
 from payload.training import strategy
-from tests.conftest import payload_env
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
+from tests.support.configs import write_training_config
+from tests.support.runners import free_ports, payload_env
+from tests.support.runs import prepared_run, run_stage, stage_command
 
 
 def weights_digest(log: str) -> str:
@@ -35,8 +24,8 @@ def weights_digest(log: str) -> str:
 
 
 def test_two_cpu_workers_end_with_identical_weights(tmp_path):
-    out = make_run_dir(tmp_path, "roberta")
-    config = write_config(out, "roberta", steps=12, checkpoint_every=6, eval_every=6)
+    out = prepared_run(tmp_path, "roberta")
+    config = write_training_config(out, "roberta", steps=12, checkpoint_every=6, eval_every=6)
     hosts = [f"localhost:{port}" for port in free_ports(2)]
     procs = []
     for index in range(2):
@@ -67,9 +56,9 @@ def test_two_cpu_workers_end_with_identical_weights(tmp_path):
 
 
 def test_a_killed_run_resumes_and_ends_at_exactly_train_steps(tmp_path):
-    out = make_run_dir(tmp_path, "gpt2")
+    out = prepared_run(tmp_path, "gpt2")
     steps, every = 300, 25
-    config = write_config(out, "gpt2", steps=steps, checkpoint_every=every, eval_every=100)
+    config = write_training_config(out, "gpt2", steps=steps, checkpoint_every=every, eval_every=100)
     proc = subprocess.Popen(
         stage_command("train", config),
         env=payload_env(),
@@ -105,8 +94,8 @@ def test_a_killed_run_resumes_and_ends_at_exactly_train_steps(tmp_path):
 
 
 def test_a_user_error_is_one_line_and_exit_status_two(tmp_path):
-    out = make_run_dir(tmp_path, "gpt2")
-    config = write_config(out, "gpt2")
+    out = prepared_run(tmp_path, "gpt2")
+    config = write_training_config(out, "gpt2")
     result = run_stage("train", config, "--resume")
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if "no checkpoint" in line]

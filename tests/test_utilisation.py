@@ -10,11 +10,11 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from train_helpers import make_run_dir, run_config
-
 from payload.training import progress, runplan
 from payload.training.strategy import CPU, Hardware
 from payload.training.utilisation import Meter, cpu_peak_flops, meter_for
+from tests.support.configs import training_run_config
+from tests.support.runs import prepared_run
 
 
 def test_fields_are_the_arithmetic_they_claim():
@@ -37,8 +37,8 @@ def test_cpu_probe_measures_a_plausible_peak():
 
 
 def test_tpu_hardware_without_a_tpu_strategy_is_measured_as_cpu(tmp_path):
-    out = make_run_dir(tmp_path, "gpt2")
-    config = run_config(out, "gpt2")
+    out = prepared_run(tmp_path, "gpt2")
+    config = training_run_config(out, "gpt2")
     from payload.training.model import model_config
     from payload.training.train import check_inputs
 
@@ -58,9 +58,9 @@ def test_tpu_hardware_without_a_tpu_strategy_is_measured_as_cpu(tmp_path):
 def test_a_cpu_run_reports_utilisation_everywhere(tmp_path, caplog, capsys):
     from payload.training.train import run_train
 
-    out = make_run_dir(tmp_path, "roberta")
+    out = prepared_run(tmp_path, "roberta")
     with caplog.at_level(logging.INFO, logger="payload.training.train"):
-        run_train(run_config(out, "roberta", steps=40))
+        run_train(training_run_config(out, "roberta", steps=40))
     metrics = json.loads((out / "metrics.json").read_text())
     header = metrics["utilisation"]
     assert header["device"] == "process" and header["devices"] == 1

@@ -18,7 +18,10 @@ from launcher.cli import app
 from launcher.launch import STAGE_ENTRY_ENV
 from launcher.view import NOISE, LineFilter
 from payload.training import progress
-from tests.helpers import REPO, install_stub, tiny_config, wait_for
+from tests.support.cloud import install_stub
+from tests.support.configs import tiny_config
+from tests.support.paths import REPO
+from tests.support.waits import wait_for
 
 runner = CliRunner()
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

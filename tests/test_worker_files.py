@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from payload.core import layout
-from tests.conftest import payload_env
+from tests.support.runners import payload_env
 
 
 def _files(*args: str) -> subprocess.CompletedProcess:

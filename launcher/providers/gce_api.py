@@ -6,7 +6,7 @@
     api.host_keys(vm)                              # {"ssh-ed25519": "AAAA..."}, {} until published
 
 TPUCTL_COMPUTE_API_ENDPOINT points the clients at a stand-in with anonymous credentials (the
-tests' tests/fakes/compute.py), as TPUCTL_TPU_API_ENDPOINT does for the TPU API; otherwise
+tests' testbed/fakes/compute.py), as TPUCTL_TPU_API_ENDPOINT does for the TPU API; otherwise
 Application Default Credentials. google-cloud-compute is imported on first use.
 """
 

@@ -9,7 +9,7 @@
         api.preempt("run")
         [r.body for r in api.requests("CreateNode")]
 
-    python -m tests.fakes.tpu_api --host 0.0.0.0 --port 0    # its own process; prints the port
+    python -m testbed.fakes.tpu_api --host 0.0.0.0 --port 0    # its own process; prints the port
     # and is driven over HTTP: POST /_fake/<control method> with its keyword arguments as JSON
 
 Paths, verbs, camelCase field names and enum values are those of google-cloud-tpu 1.28
@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from urllib.parse import parse_qs, urlsplit
 
-from tests.fakes.server import FakeServer
+from testbed.fakes.server import FakeServer
 
 # google.rpc.Code name -> (number, HTTP status), as Google's REST front maps them.
 STATUS_CODES = {

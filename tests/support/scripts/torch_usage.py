@@ -2,7 +2,7 @@
 model folder, as a user types them, printed as one JSON line for the test to compare with
 TensorFlow's.
 
-    .venv-torch/bin/python tests/torch_usage.py MODEL_DIR FAMILY PROMPT [PROMPT ...]
+    .venv-torch/bin/python tests/support/scripts/torch_usage.py MODEL_DIR FAMILY PROMPT [PROMPT ...]
 
 GPT-2 and T5: `model.generate(**tokenizer(prompt, return_tensors="pt"))`, greedy, per prompt:
 {"inputs": [names the tokenizer returned], "generated": [[new token ids], ...]}.

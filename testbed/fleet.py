@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.fakes.gcs import StartedOrClosed
+from testbed.fakes.gcs import StartedOrClosed
 
 SSHD = "/usr/sbin/sshd"
 SSHD_NAMES = ("sshd", "sshd-session", "sshd-auth")

@@ -2,7 +2,7 @@
 each transformers config describes, built on the meta device (shapes only, no memory), so the
 test can compare the largest sizes with the arithmetic without allocating gigabytes.
 
-    .venv-torch/bin/python tests/torch_param_count.py CONFIGS.json
+    .venv-torch/bin/python tests/support/scripts/torch_param_count.py CONFIGS.json
     # CONFIGS.json: [{"model_type": "gpt2", "n_embd": 768, ...}, ...] -> prints [count, ...]
 """
 

@@ -3,7 +3,7 @@ its CPU devices, fed the global batches that N worker processes feed together (t
 input pipeline i after those of pipeline i - 1, as TrainProgram.global_batch joins them).
 
     XLA_FLAGS=--xla_force_host_platform_device_count=2 \\
-        python tests/jax_reference.py --config run.yaml --pipelines 2
+        python tests/support/scripts/jax_reference.py --config run.yaml --pipelines 2
 """
 
 from __future__ import annotations

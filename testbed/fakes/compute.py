@@ -25,7 +25,7 @@ services/*/transports/rest_base.py, types/compute.py). What it does as the real 
 - errors are `{"error": {code, message, errors: [{message, domain, reason}]}}` under their HTTP
   status (404 notFound, 409 alreadyExists, 400 invalid, 403 quotaExceeded...).
 State lives in memory, behind one lock; credentials are not checked. Its VMs are the test
-fleet's sshd workers (their addresses and real host keys), as in tests/fakes/tpu_api.py.
+fleet's sshd workers (their addresses and real host keys), as in testbed/fakes/tpu_api.py.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from urllib.parse import parse_qs, urlsplit
 
-from tests.fakes.server import FakeServer
-from tests.fakes.tpu_api import Worker, _as_worker, _guest, _timestamp
+from testbed.fakes.server import FakeServer
+from testbed.fakes.tpu_api import Worker, _as_worker, _guest, _timestamp
 
 PREFIX = "/compute/v1/"
 TPU_MACHINE_TYPES = ("tpu7x-standard-1t", "tpu7x-standard-4t", "ct6e-standard-1t",

@@ -90,7 +90,7 @@ def _ip(*args: str) -> None:
 
 class StartedOrClosed:
     """A test rig as a context manager: `_start()` on enter, `close()` on exit, and `close()`
-    too when starting fails half way, so nothing it started is left running. tests/fleet.py's
+    too when starting fails half way, so nothing it started is left running. testbed/fleet.py's
     Fleet uses it as well; it lives here because this file also runs as a script (the server),
     where it can import nothing of tests/."""
 

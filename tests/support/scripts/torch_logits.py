@@ -1,7 +1,7 @@
 """Run in the separate PyTorch transformers 5.x environment: load an exported model folder and
 write its logits for the given ids, so the test can compare them with TensorFlow's.
 
-    .venv-torch/bin/python tests/torch_logits.py MODEL_DIR FAMILY IDS.npy OUT.npy
+    .venv-torch/bin/python tests/support/scripts/torch_logits.py MODEL_DIR FAMILY IDS.npy OUT.npy
 
 Exits 3 if any weight was missing, unexpected or mismatched (freshly initialised weights would still give
 logits, just wrong ones).

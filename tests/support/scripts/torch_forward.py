@@ -1,7 +1,7 @@
 """Run in the separate PyTorch transformers 5.x environment: load model folders and write their
 logits for the given inputs, so a test can compare them with another framework's.
 
-    .venv-torch/bin/python tests/torch_forward.py JOBS.json
+    .venv-torch/bin/python tests/support/scripts/torch_forward.py JOBS.json
 
 JOBS.json is a list of {"folder", "family", "inputs" (an .npz of the model call's integer
 arguments: input_ids, attention_mask, decoder_input_ids, ...), "output" (.npy)}: one process
@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import torch
 import transformers
-from torch_logits import AUTO  # its neighbour in tests/ (the script's folder is on the path)
+from torch_logits import AUTO  # its neighbour in this folder (the script's folder is on the path)
 
 
 def main() -> int:

@@ -1,6 +1,6 @@
 """One process of a tiny JAX training run, for the multi-process and checkpoint tests.
 
-    python tests/jax_worker.py --out DIR --steps 20 [--process-id I --num-processes N --port P]
+    python tests/support/scripts/jax_worker.py --out DIR --steps 20 [--process-id I --num-processes N --port P]
                                [--checkpoints DIR --save-every K [--resume]]
 
 A tiny GPT-2 trains on global batches drawn from the step number, so every process layout sees

@@ -1,5 +1,0 @@
-"""Local stand-ins for the cloud services the tests cannot reach; each speaks the real wire format.
-
-    from tests.fakes.tpu_api import FakeTpuApi
-    from tests.fakes.gcs import GcsSandbox  # TensorFlow's own gs:// against a fake, for real
-"""

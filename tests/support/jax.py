@@ -1,0 +1,90 @@
+"""What the JAX engine's tests share: small architectures and inputs, the tiny worker program
+run as processes, reading Orbax steps back, the TF engine's batches as numpy.
+
+    raw = architecture("gpt2", vocab_size=96, **SMALL)
+    inputs = model_inputs(raw, np.random.default_rng(0))
+    env = worker_env(devices=2)          # for scripts/jax_worker.py processes
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tests.support.paths import SCRIPTS
+from tests.support.runners import payload_env
+
+JAX_WORKER = SCRIPTS / "jax_worker.py"
+JAX_REFERENCE = SCRIPTS / "jax_reference.py"
+SMALL = {"hidden_size": 32, "num_layers": 2, "num_heads": 4, "intermediate_size": 64}
+
+
+def architecture(family: str, *, vocab_size: int, seq_len: int = 64, **model) -> dict:
+    """The transformers config a run derives from its `model` section (payload.core.sizes), with
+    the padding id payload.training.model.model_config gives it."""
+    from payload.config import ModelConfig
+    from payload.core.families import ROBERTA_POSITION_PADDING
+    from payload.core.sizes import transformers_config
+
+    raw = transformers_config(ModelConfig(family=family, **model), vocab_size=vocab_size,
+                              seq_len=seq_len)
+    raw["pad_token_id"] = ROBERTA_POSITION_PADDING if family == "roberta" else 0
+    return raw
+
+
+def model_inputs(raw: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Three right-padded rows of different lengths (and for T5, padded decoder rows that
+    start with the decoder start id, the pad id)."""
+    pad = raw["pad_token_id"]
+
+    def rows(lengths, width, first=None):
+        ids = rng.integers(5, raw["vocab_size"], (len(lengths), width))
+        mask = (np.arange(width)[None, :] < np.array(lengths)[:, None]).astype(np.int64)
+        if first is not None:
+            ids[:, 0] = first
+        return np.where(mask > 0, ids, pad).astype(np.int64), mask
+
+    input_ids, attention_mask = rows([12, 9, 5], 12)
+    inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+    if raw["model_type"] == "t5":
+        decoder_ids, decoder_mask = rows([7, 4, 6], 7, first=pad)
+        inputs |= {"decoder_input_ids": decoder_ids, "decoder_attention_mask": decoder_mask}
+    return inputs
+
+
+def checkpoint_variables(folder) -> dict:
+    """Every array of an Orbax step folder (weights, optimizer moments, the step count), read
+    onto this process's first device whatever devices wrote it."""
+    import jax
+    import numpy as np
+    import orbax.checkpoint as ocp
+
+    reader = ocp.StandardCheckpointer()
+    saved = reader.metadata(folder / "default").item_metadata
+    here = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    tree = reader.restore(folder / "default", jax.tree.map(
+        lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=here), saved))
+    return {jax.tree_util.keystr(path): np.asarray(value)
+            for path, value in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+
+def pipeline_batches(config, inputs, files, *, shuffle: bool):
+    """Numpy batches of the TF engine's own input pipeline and objective."""
+    from payload.data.pipeline import input_pipeline
+    from payload.training.train import objective_for
+
+    ds = input_pipeline(files, record_len=config.record_len, dtype=inputs.manifest.dtype,
+                        batch_size=config.train.batch_size,
+                        objective=objective_for(config, inputs.vocab),
+                        seed=config.train.seed, shuffle=shuffle)
+    return ds.as_numpy_iterator()
+
+
+def worker_env(devices: int) -> dict:
+    env = payload_env(JAX_PLATFORMS="cpu")
+    flags = [f for f in env.get("XLA_FLAGS", "").split()
+             if not f.startswith("--xla_force_host_platform_device_count")]
+    if devices > 1:
+        flags.append(f"--xla_force_host_platform_device_count={devices}")
+    env["XLA_FLAGS"] = " ".join(flags)
+    return env

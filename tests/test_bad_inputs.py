@@ -1,19 +1,18 @@
 """The launcher's bad-input catalogue: every row ends with exactly one `error:` line naming the
 key or value, exit status 2, no traceback, and nothing created or started (no state folder, no
-output_dir, no new file anywhere in the run's folder), through the real `tpuctl` entry point."""
+output_dir, no new file anywhere in the run's folder), through the real `tpuctl` entry point (in this process: every refusal comes before any
+framework loads)."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.support.paths import REPO
+from tests.support.keys import ed25519_key
+from tests.support.runners import tpuctl
 
 BLACKHOLE = "192.0.2.1"  # TEST-NET-1: nothing answers; no row may get as far as connecting
 
@@ -84,10 +83,7 @@ def _file(box: Path, name: str, data: bytes, mode: int = 0o600) -> str:
 
 
 def _key(box: Path, name: str, passphrase: str = "") -> str:
-    path = box / name
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-f", str(path)],
-                   check=True)
-    return str(path)
+    return ed25519_key(box / name, passphrase)
 
 
 def _init_from_gpt2(box: Path) -> str:
@@ -284,13 +280,11 @@ def _snapshot(folder: Path) -> dict:
             for p in folder.rglob("*")}
 
 
-def run_row(box: Path, argv: list[str], env: dict) -> subprocess.CompletedProcess:
-    environment = {**os.environ, "PYTHONPATH": str(REPO), "TPUCTL_HOME": str(box / "home")}
-    environment.pop("TPUCTL_DEBUG", None)
+def run_row(box: Path, argv: list[str], env: dict):
+    """`tpuctl ARGV` in the run folder, in this process, as the console entry point runs it."""
+    environment = {"TPUCTL_HOME": str(box / "home")}
     environment.update({k: v.format(box=box) for k, v in env.items()})
-    return subprocess.run([sys.executable, "-m", "launcher.cli", *argv], capture_output=True,
-                          text=True, cwd=box, env=environment, timeout=120,
-                          stdin=subprocess.DEVNULL)
+    return tpuctl(*argv, env=environment, cwd=box)
 
 
 @pytest.mark.parametrize(("args", "env", "needles"), [row[1:] for row in ROWS],

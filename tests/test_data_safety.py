@@ -18,7 +18,7 @@ from payload.core import storage
 from payload.core.errors import UserError
 from payload.training.preflight import check_before_start
 from tests.support.configs import base_config, write_config
-from tests.support.runners import assert_user_error, payload_env, run_payload
+from tests.support.runners import assert_user_error, payload_env, payload_main
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, int, bytes]]:
@@ -49,8 +49,8 @@ def run_config(tmp_path: Path, out: Path, corpus, name: str = "run", **sections)
 def test_prepare_overwrite_keeps_the_users_files_in_data(tmp_path, texts):
     out = tmp_path / "run"
     path = run_config(tmp_path, out, texts / "a.txt", data={"records_per_shard": 40})
-    run_payload("tokenizer", "--config", str(path))
-    run_payload("prepare", "--config", str(path))
+    payload_main("tokenizer", "--config", path, check=True)
+    payload_main("prepare", "--config", path, check=True)
     mine = {out / "data" / "train" / "README.md": "what these shards are\n",
             out / "data" / "validation" / "held-out.tfrecord": "not a tpuctl name\n",
             out / "data" / "parts" / "notes.txt": "my notes\n",
@@ -60,8 +60,8 @@ def test_prepare_overwrite_keeps_the_users_files_in_data(tmp_path, texts):
     old_shards = sorted(p.name for p in (out / "data" / "train").glob("train-*.tfrecord"))
     path = run_config(tmp_path, out, texts / "a.txt", "longer",
                       data={"records_per_shard": 40, "seq_len": 48})
-    assert_user_error(run_payload("prepare", "--config", str(path), check=False), "seq_len 32")
-    run_payload("prepare", "--config", str(path), "--overwrite")
+    assert_user_error(payload_main("prepare", "--config", path), "seq_len 32")
+    payload_main("prepare", "--config", path, "--overwrite", check=True)
     for file, text in mine.items():
         assert file.read_text() == text, f"{file} was touched"
     manifest = json.loads((out / "data" / "manifest.json").read_text())
@@ -91,7 +91,7 @@ def test_output_dir_and_corpus_must_not_overlap(tmp_path, texts, layout):
     path = write_config(tok, base_config(out, corpus))
     before = snapshot(root)
     for stage in ("tokenizer", "prepare"):
-        line = assert_user_error(run_payload(stage, "--config", str(path), check=False),
+        line = assert_user_error(payload_main(stage, "--config", path),
                                  str(out), str(corpus))
         assert "output_dir" in line and "corpus" in line
     with pytest.raises(UserError, match="output_dir"):
@@ -106,14 +106,13 @@ def test_output_dir_and_corpus_must_not_overlap(tmp_path, texts, layout):
 def test_tokenizer_is_not_replaced_under_its_shards_or_checkpoints(tmp_path, texts):
     out = tmp_path / "run"
     path = run_config(tmp_path, out, texts / "a.txt")
-    run_payload("tokenizer", "--config", str(path))
+    payload_main("tokenizer", "--config", path, check=True)
     tokenizer_json = out / "tokenizer" / "tokenizer.json"
     first = tokenizer_json.read_bytes()
-    run_payload("prepare", "--config", str(path))
+    payload_main("prepare", "--config", path, check=True)
     bigger = run_config(tmp_path, out, texts / "a.txt", "bigger", tokenizer={"vocab_size": 700})
     for flags in ((), ("--resume",)):
-        line = assert_user_error(run_payload("tokenizer", "--config", str(bigger), *flags,
-                                             check=False), "would be replaced", "shards",
+        line = assert_user_error(payload_main("tokenizer", "--config", str(bigger), *flags), "would be replaced", "shards",
                                  "--overwrite")
         assert str(out / "tokenizer") in line
     with pytest.raises(UserError, match="would be replaced"):
@@ -128,15 +127,15 @@ def test_tokenizer_is_not_replaced_under_its_shards_or_checkpoints(tmp_path, tex
         part.unlink()
     (out / "checkpoints").mkdir()
     (out / "checkpoints" / "run.json").write_text(json.dumps({"tokenizer": fingerprint(first)}))
-    assert_user_error(run_payload("tokenizer", "--config", str(bigger), check=False),
+    assert_user_error(payload_main("tokenizer", "--config", str(bigger)),
                       "would be replaced", "checkpoints")
     assert tokenizer_json.read_bytes() == first
-    run_payload("tokenizer", "--config", str(bigger), "--overwrite")
+    payload_main("tokenizer", "--config", str(bigger), "--overwrite", check=True)
     assert tokenizer_json.read_bytes() != first
     assert storage.is_complete(str(out / "tokenizer"))
     # A changed setting with nothing made from the tokenizer yet retrains without a word.
     (out / "checkpoints" / "run.json").unlink()
-    proc = run_payload("tokenizer", "--config", str(path))
+    proc = payload_main("tokenizer", "--config", path, check=True)
     assert json.loads((out / "tokenizer" / "training.json").read_text())["vocab_size"] == 600, \
         proc.stdout
 
@@ -155,8 +154,7 @@ def test_a_folder_of_the_user_is_never_written_to(tmp_path, texts):
     for stage, flags in [("tokenizer", ()), ("tokenizer", ("--overwrite",)),
                          ("prepare", ("--overwrite",)), ("train", ("--overwrite",)),
                          ("export", ())]:
-        line = assert_user_error(run_payload(stage, "--config", str(path), *flags,
-                                             check=False), str(out), "did not write",
+        line = assert_user_error(payload_main(stage, "--config", path, *flags), str(out), "did not write",
                                  "new or empty folder")
         assert "notes.txt" in line
     with pytest.raises(UserError, match="did not write"):
@@ -171,12 +169,12 @@ def test_output_dir_is_marked_and_an_earlier_run_is_adopted(tmp_path, texts):
     (out / "logs").mkdir()
     (out / "logs" / "worker-0.log").write_text("started\n")
     path = run_config(tmp_path, out, texts / "a.txt")
-    run_payload("tokenizer", "--config", str(path))
+    payload_main("tokenizer", "--config", path, check=True)
     owner = json.loads((out / ".tpuctl" / "owner").read_text())
     assert owner["tool"] == "tpuctl"
     # A run made before the marker existed: its config.yaml names this very output_dir.
     (out / ".tpuctl" / "owner").unlink()
-    run_payload("prepare", "--config", str(path))
+    payload_main("prepare", "--config", path, check=True)
     assert (out / ".tpuctl" / "owner").is_file()
     # Deleting needs the marker, whatever the caller.
     (out / ".tpuctl" / "owner").unlink()
@@ -361,15 +359,15 @@ def test_train_overwrite_never_follows_a_linked_checkpoints_folder(tmp_path):
 def test_prepare_overwrite_never_follows_a_linked_data_folder(tmp_path, texts):
     out = tmp_path / "run"
     path = run_config(tmp_path, out, texts / "a.txt", data={"records_per_shard": 40})
-    run_payload("tokenizer", "--config", str(path))
-    run_payload("prepare", "--config", str(path))
+    payload_main("tokenizer", "--config", path, check=True)
+    payload_main("prepare", "--config", path, check=True)
     outside = tmp_path / "elsewhere"
     (out / "data" / "train").rename(outside)  # the user keeps the shards elsewhere, linked
     (out / "data" / "train").symlink_to(outside)
     before = snapshot(outside)
     path = run_config(tmp_path, out, texts / "a.txt", "longer",
                       data={"records_per_shard": 40, "seq_len": 48})
-    done = run_payload("prepare", "--config", str(path), "--overwrite", check=False)
+    done = payload_main("prepare", "--config", path, "--overwrite")
     assert_user_error(done, "is a symbolic link")
     assert snapshot(outside) == before
 

@@ -5,14 +5,12 @@ keys") and nothing is cut off with an ellipsis."""
 from __future__ import annotations
 
 import itertools
-import os
-import subprocess
-import sys
 
 import pytest
 
 from launcher.cli import app
 from tests.support.paths import REPO
+from tests.support.runners import tpuctl
 
 WIDTH = 80
 COMMANDS = [[]] + [[command.name or command.callback.__name__]
@@ -20,10 +18,7 @@ COMMANDS = [[]] + [[command.name or command.callback.__name__]
 
 
 def _help(args: list[str]) -> list[str]:
-    result = subprocess.run([sys.executable, "-m", "launcher.cli", *args, "--help"],
-                            capture_output=True, text=True, cwd=REPO, timeout=60,
-                            env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": str(WIDTH),
-                                 "TERM": "dumb"})
+    result = tpuctl(*args, "--help", env={"COLUMNS": str(WIDTH), "TERM": "dumb"}, cwd=REPO)
     assert result.returncode == 0, result.stderr
     return result.stdout.splitlines()
 

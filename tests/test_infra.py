@@ -390,16 +390,12 @@ def test_a_corpus_glob_over_the_whole_shared_bucket_is_refused():
 def test_queued_capacity_is_checked_before_anything_runs(tmp_path, cluster, needles):
     """Issue 17, lesser: a reservation in the form the TPU API takes; preemptible was sent as
     spot for a queued request without a word."""
-    import sys
-
     import yaml
 
-    from tests.support.runners import assert_user_error, payload_env
+    from tests.support.runners import assert_user_error, tpuctl
 
-    def up_dry_run() -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "launcher.cli", "up", "--dry-run", "-c",
-                               str(path)], capture_output=True, text=True, timeout=120,
-                              env={**payload_env(), "TPUCTL_HOME": str(tmp_path / "home")})
+    def up_dry_run():
+        return tpuctl("up", "--dry-run", "-c", path, env={"TPUCTL_HOME": str(tmp_path / "home")})
 
     raw = {"name": "demo",
            "cluster": {"provider": "gcp", "project": "my-project-1", "zone": "us-central2-b",

@@ -13,6 +13,7 @@ from launcher.launch import STAGE_ENTRY_ENV
 from tests.support.cloud import install_stub
 from tests.support.configs import tiny_config
 from tests.support.paths import REPO
+from tests.support.runners import tpuctl
 from tests.support.waits import wait_for
 
 runner = CliRunner()
@@ -101,18 +102,14 @@ def _read_logs(config, needle):
 ])
 def test_bad_arguments_are_one_line(local_run, args, message):
     config = local_run()
-    result = subprocess.run([sys.executable, "-m", "launcher.cli", "train", "-c", str(config),
-                             *args], capture_output=True, text=True, cwd=REPO,
-                            env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+    result = tpuctl("train", "-c", config, *args, cwd=REPO)
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
 
 
 def test_a_missing_corpus_is_refused_before_anything_starts(local_run, tmp_path):
     config = local_run(corpus=str(tmp_path / "nothere" / "*.txt"))
-    result = subprocess.run([sys.executable, "-m", "launcher.cli", "train", "-c", str(config),
-                             "--local"], capture_output=True, text=True, cwd=REPO,
-                            env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+    result = tpuctl("train", "-c", config, "--local", cwd=REPO)
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "no file matches" in result.stderr, result.stderr
     assert not (tmp_path / "out").exists(), "nothing is written"

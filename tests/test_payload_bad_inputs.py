@@ -23,7 +23,7 @@ from payload.core.errors import UserError
 from payload.training.preflight import check_before_start
 from tests.support.configs import base_config, init_from_config, line_corpus, write_config
 from tests.support.paths import REPO
-from tests.support.runners import assert_user_error, payload_env
+from tests.support.runners import assert_user_error, payload_env, payload_main
 
 ALL = ("tokenizer", "prepare", "train", "export")
 
@@ -97,8 +97,6 @@ def _users_folder(root: Path) -> Path:
 # stage's argv after `python -m payload`, or ("preflight", stages, resume, overwrite).
 CASES = [
     ("config-is-a-folder", lambda r: r, ("tokenizer",), ["is a folder", "case"]),
-    ("config-unreadable", _unreadable, ("tokenizer",), ["cannot read", "run.yaml",
-                                                        "Permission denied"]),
     ("learning-rate-inf", lambda r: _config(r, raw_text=_yaml(r).replace(
         "learning_rate: 0.001", "learning_rate: .inf")), ("train",),
      ["train.learning_rate", "finite", "inf"]),
@@ -179,15 +177,11 @@ CASES = [
 ]
 
 
-def _run_stage(argv: tuple[str, ...], config: Path, cwd: Path) -> subprocess.CompletedProcess:
+def _run_stage(argv: tuple[str, ...], config: Path, cwd: Path):
+    """The stage as `python -m payload` runs it, in this process: every refusal here comes
+    before a framework loads."""
     args = [*argv] if argv[0] not in ALL else [argv[0], "--config", str(config), *argv[1:]]
-    command = [sys.executable, "-m", "payload", *args]
-    if os.geteuid() == 0 and config.is_file() and config.stat().st_mode & 0o777 == 0:
-        # Root reads anything: drop the capabilities that let it, as a user would lack them.
-        command = ["setpriv", "--bounding-set=-dac_override,-dac_read_search",
-                   "--inh-caps=-dac_override,-dac_read_search", *command]
-    return subprocess.run(command, env=payload_env(), capture_output=True, text=True,
-                          timeout=120, cwd=cwd)
+    return payload_main(*args, cwd=cwd)
 
 
 def _tree(root: Path) -> dict[str, tuple[int, bytes]]:
@@ -232,3 +226,20 @@ def test_preflight_reports_every_problem_at_once(tmp_path):
     assert "data.corpus: no such file" in lines[0] and "nothere.txt" in lines[0]
     assert "model.config" in lines[1] and "16 positions" in lines[1]
     assert _tree(tmp_path) == before
+
+
+def test_an_unreadable_config_is_one_line_exit_2_and_creates_nothing(tmp_path):
+    """As a process: root reads any file, so it first drops the capabilities that let it, as a
+    user would lack them."""
+    case = tmp_path / "case"
+    case.mkdir()
+    config = _unreadable(case)
+    before = _tree(tmp_path)
+    command = [sys.executable, "-m", "payload", "tokenizer", "--config", str(config)]
+    if os.geteuid() == 0:
+        command = ["setpriv", "--bounding-set=-dac_override,-dac_read_search",
+                   "--inh-caps=-dac_override,-dac_read_search", *command]
+    result = subprocess.run(command, env=payload_env(), capture_output=True, text=True,
+                            timeout=120, cwd=tmp_path)
+    assert_user_error(result, "cannot read", "run.yaml", "Permission denied")
+    assert _tree(tmp_path) == before, "something was created or changed"

@@ -21,7 +21,7 @@ from payload.core.errors import UserError
 from payload.data import shards as records
 from payload.data.prepare import encode_stream, in_validation
 from tests.support.configs import base_config, write_config
-from tests.support.runners import assert_user_error, payload_env, run_payload
+from tests.support.runners import assert_user_error, payload_env, payload_main
 
 FRACTION = 0.2
 
@@ -39,7 +39,7 @@ def marked_corpus(tmp_path_factory, documents) -> Path:
 def tokenizer_dir(tmp_path_factory, marked_corpus) -> Path:
     out = tmp_path_factory.mktemp("tok")
     config = base_config(out / "run", marked_corpus, tokenizer={"kind": "bpe", "vocab_size": 800})
-    run_payload("tokenizer", "--config", str(write_config(out / "run.yaml", config)))
+    payload_main("tokenizer", "--config", str(write_config(out / "run.yaml", config)), check=True)
     return out / "run" / "tokenizer"
 
 
@@ -51,7 +51,7 @@ def prepared(tmp_path: Path, corpus, tokenizer_dir: Path, num_workers: int, *, n
         overrides[key] = {**overrides.get(key, {}), **value}
     config = base_config(tmp_path / name, corpus, **overrides)
     config_path = write_config(tmp_path / f"{name}.yaml", config)
-    run_payload("tokenizer", "--config", str(config_path))
+    payload_main("tokenizer", "--config", str(config_path), check=True)
     procs = [subprocess.Popen(
         [sys.executable, "-m", "payload", "prepare", "--config", str(config_path),
          "--worker-index", str(i), "--num-workers", str(num_workers)],
@@ -129,8 +129,8 @@ def test_manifest_matches_the_files(tmp_path, marked_corpus, tokenizer_dir):
     assert (run / "config.yaml").is_file()
     # A rerun of a finished prepare changes nothing.
     before = (run / "data" / "manifest.json").read_bytes()
-    proc = run_payload("prepare", "--config", str(tmp_path / "run.yaml"), "--worker-index", "0",
-                       "--num-workers", "2")
+    proc = payload_main("prepare", "--config", str(tmp_path / "run.yaml"), "--worker-index", "0",
+                       "--num-workers", "2", check=True)
     assert "nothing to do" in proc.stdout
     assert (run / "data" / "manifest.json").read_bytes() == before
 
@@ -159,7 +159,7 @@ def test_sigkilled_prepare_recovers_on_rerun(tmp_path, documents, tokenizer_dir)
     config = base_config(tmp_path / "killed", big, tokenizer={"path": str(tokenizer_dir)},
                          data={"validation_fraction": FRACTION, "records_per_shard": 40})
     config_path = write_config(tmp_path / "killed.yaml", config)
-    run_payload("tokenizer", "--config", str(config_path))
+    payload_main("tokenizer", "--config", str(config_path), check=True)
     parts = tmp_path / "killed" / "data" / "parts"
     for _attempt in range(3):
         proc = subprocess.Popen([sys.executable, "-m", "payload", "prepare", "--config",
@@ -173,7 +173,7 @@ def test_sigkilled_prepare_recovers_on_rerun(tmp_path, documents, tokenizer_dir)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     assert not (tmp_path / "killed" / "data" / "manifest.json").exists(), "killed too late"
-    run_payload("prepare", "--config", str(config_path))
+    payload_main("prepare", "--config", str(config_path), check=True)
     assert (tmp_path / "killed" / "data" / "manifest.json").is_file()
     got, want = manifest_of(tmp_path / "killed"), manifest_of(clean)
     assert [(e.name, e.sha256) for e in got.splits["train"].shards] == [
@@ -188,22 +188,22 @@ def test_a_different_tokenizer_or_seq_len_is_refused(tmp_path, marked_corpus, to
                          data={"validation_fraction": FRACTION, "records_per_shard": 50})
     path = write_config(tmp_path / "other.yaml", config)
     # The tokenizer the shards were made with is replaced only when asked (issue 8).
-    assert_user_error(run_payload("tokenizer", "--config", str(path), check=False),
+    assert_user_error(payload_main("tokenizer", "--config", path),
                       "would be replaced", "shards", "--overwrite")
-    run_payload("tokenizer", "--config", str(path), "--overwrite")
-    proc = run_payload("prepare", "--config", str(path), check=False)
+    payload_main("tokenizer", "--config", path, "--overwrite", check=True)
+    proc = payload_main("prepare", "--config", path)
     assert_user_error(proc, "different tokenizer", "--overwrite")
-    run_payload("prepare", "--config", str(path), "--overwrite")
+    payload_main("prepare", "--config", path, "--overwrite", check=True)
     manifest = manifest_of(run)
     on_disk = sorted(str(p.relative_to(run / "data")) for p in (run / "data").rglob("*.tfrecord"))
     assert on_disk == sorted(e.name for s in records.SPLITS for e in manifest.splits[s].shards)
     config["data"]["seq_len"] = 48
     path = write_config(tmp_path / "longer.yaml", config)
-    assert_user_error(run_payload("prepare", "--config", str(path), check=False), "seq_len 32")
+    assert_user_error(payload_main("prepare", "--config", path), "seq_len 32")
     config["data"]["seq_len"] = 32
     path = write_config(tmp_path / "more-workers.yaml", config)
-    proc = run_payload("prepare", "--config", str(path), "--worker-index", "0", "--num-workers",
-                       "2", check=False)
+    proc = payload_main("prepare", "--config", path, "--worker-index", "0", "--num-workers",
+                       "2")
     assert_user_error(proc, "1 workers (this run: 2)")
 
 
@@ -211,8 +211,8 @@ def test_t5_rows_have_the_expanded_length(tmp_path, marked_corpus):
     config = base_config(tmp_path / "t5", marked_corpus, model={"family": "t5"},
                          tokenizer={"kind": "sentencepiece", "vocab_size": 600})
     path = write_config(tmp_path / "t5.yaml", config)
-    run_payload("tokenizer", "--config", str(path))
-    run_payload("prepare", "--config", str(path))
+    payload_main("tokenizer", "--config", path, check=True)
+    payload_main("prepare", "--config", path, check=True)
     manifest = manifest_of(tmp_path / "t5")
     assert manifest.record_len == load_config(path).record_len > 32
     rows = rows_of(tmp_path / "t5", "train")
@@ -226,14 +226,14 @@ def tiny_run(tmp_path: Path, text: str, tokenizer_dir: Path) -> Path:
     tiny.write_text(text)
     config = base_config(tmp_path / "run", tiny, tokenizer={"path": str(tokenizer_dir)})
     path = write_config(tmp_path / "run.yaml", config)
-    run_payload("tokenizer", "--config", str(path))
+    payload_main("tokenizer", "--config", path, check=True)
     return path
 
 
 def test_more_workers_than_documents(tmp_path, tokenizer_dir):
     path = tiny_run(tmp_path, "just one document here\nand a second one\n", tokenizer_dir)
-    outcomes = [run_payload("prepare", "--config", str(path), "--worker-index", str(i),
-                            "--num-workers", "3", check=False) for i in range(3)]
+    outcomes = [payload_main("prepare", "--config", path, "--worker-index", str(i),
+                            "--num-workers", "3") for i in range(3)]
     failed = [p for p in outcomes if p.returncode != 0]
     assert failed
     assert_user_error(failed[0], "has no documents", "fewer workers")
@@ -241,15 +241,14 @@ def test_more_workers_than_documents(tmp_path, tokenizer_dir):
 
 def test_too_little_text_for_one_row(tmp_path, tokenizer_dir):
     path = tiny_run(tmp_path, "few words\n", tokenizer_dir)
-    assert_user_error(run_payload("prepare", "--config", str(path), check=False),
+    assert_user_error(payload_main("prepare", "--config", path),
                       "no full training row", "seq_len")
 
 
 def test_prepare_without_a_tokenizer(tmp_path, marked_corpus):
     config = base_config(tmp_path / "run", marked_corpus)
     path = write_config(tmp_path / "run.yaml", config)
-    assert_user_error(run_payload("prepare", "--config", str(path), check=False),
-                      "no tokenizer", "tokenizer stage")
+    assert_user_error(payload_main("prepare", "--config", path), "no tokenizer", "tokenizer stage")
 
 
 def test_unwritable_output_dir(tmp_path, marked_corpus):
@@ -258,7 +257,7 @@ def test_unwritable_output_dir(tmp_path, marked_corpus):
     for out in (blocker, blocker / "sub"):
         config = base_config(out, marked_corpus)
         path = write_config(tmp_path / "run.yaml", config)
-        proc = run_payload("tokenizer", "--config", str(path), check=False)
+        proc = payload_main("tokenizer", "--config", path)
         assert_user_error(proc, str(blocker))
 
 
@@ -279,9 +278,9 @@ def test_a_disk_that_fills_leaves_no_partial_shard(tmp_path, documents, tokenize
         config = base_config(disk / "run", big, tokenizer={"path": str(tokenizer_dir)},
                              data={"records_per_shard": 100_000})
         path = write_config(tmp_path / "run.yaml", config)
-        run_payload("tokenizer", "--config", str(path))
+        payload_main("tokenizer", "--config", path, check=True)
         if mounted:
-            proc = run_payload("prepare", "--config", str(path), check=False)
+            proc = payload_main("prepare", "--config", path)
         else:  # no mount rights: a file-size limit gives the same EFBIG/ENOSPC path
             def limit():
                 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)

@@ -15,6 +15,7 @@ from payload.training import runplan
 from payload.training.strategy import CPU, Hardware
 from tests.support.configs import plan_config
 from tests.support.paths import REPO
+from tests.support.runners import tpuctl
 
 
 def test_flops_time_and_cost_match_a_hand_calculation():
@@ -154,15 +155,13 @@ def test_warnings_for_an_obviously_mis_sized_run():
     assert runplan.warnings(big, dataset_rows=10**9) == []
 
 
-def _dry_run(tmp_path, raw) -> subprocess.CompletedProcess:
+def _dry_run(tmp_path, raw):
     path = tmp_path / "tpuctl.yaml"
     path.write_text(yaml.safe_dump(raw))
-    return subprocess.run([sys.executable, "-m", "launcher.cli", "train", "-c", str(path),
-                           "--dry-run"], capture_output=True, text=True, cwd=tmp_path,
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO),
-                               "HOME": str(tmp_path), "TPUCTL_HOME": str(tmp_path / "home"),
-                               "GOOGLE_APPLICATION_CREDENTIALS": str(tmp_path / "none.json")},
-                          timeout=120)
+    return tpuctl("train", "-c", path, "--dry-run", cwd=tmp_path,
+                  env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+                       "TPUCTL_HOME": str(tmp_path / "home"),
+                       "GOOGLE_APPLICATION_CREDENTIALS": str(tmp_path / "none.json")})
 
 
 def test_dry_run_prints_the_plan_and_refuses_a_bad_batch(tmp_path):

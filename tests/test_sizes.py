@@ -16,7 +16,7 @@ from payload.core.sizes import SIZES, architecture, count_parameters, parameter_
 from payload.training.runplan import describe_model
 from tests.support.configs import write_config
 from tests.support.paths import SCRIPTS, TORCH_PYTHON, TORCH_READY
-from tests.support.runners import assert_user_error, run_payload
+from tests.support.runners import assert_user_error, payload_main
 
 # The vocabularies the published models were counted with.
 PUBLISHED_VOCAB = {"bert": 30522, "roberta": 50265, "gpt2": 50257, "t5": 32128}
@@ -87,7 +87,7 @@ def test_the_stage_refuses_two_descriptions_in_one_line(tmp_path):
         "model": {"family": "gpt2", "size": "small", "num_layers": 6},
         "train": {"steps": 1, "batch_size": 8, "learning_rate": 1e-3},
     })
-    proc = run_payload("tokenizer", "--config", str(config), check=False)
+    proc = payload_main("tokenizer", "--config", config)
     assert_user_error(proc, "model.size and model.num_layers both describe the architecture")
     assert not (tmp_path / "out").exists()
 

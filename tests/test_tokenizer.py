@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ from payload.core.families import FAMILIES
 from payload.data.tokenizer import train_tokenizer
 from tests.support.configs import base_config, write_config
 from tests.support.paths import REPO, TORCH_PYTHON, TORCH_READY
-from tests.support.runners import assert_user_error, run_payload
+from tests.support.runners import assert_user_error, payload_main
 
 KINDS = ["unigram", "bpe", "wordpiece", "sentencepiece"]
 FAMILY_FOR_KIND = {"unigram": "roberta", "bpe": "gpt2", "wordpiece": "bert", "sentencepiece": "t5"}
@@ -31,7 +30,7 @@ def trained(request, tmp_path_factory, small_corpus):
     out = tmp_path_factory.mktemp(f"tok-{kind}")
     config = base_config(out / "run", small_corpus, tokenizer={"kind": kind, "vocab_size": 1500},
                          model={"family": family}, data={"seq_len": 64})
-    run_payload("tokenizer", "--config", str(write_config(out / "run.yaml", config)))
+    payload_main("tokenizer", "--config", str(write_config(out / "run.yaml", config)), check=True)
     return kind, family, out / "run" / "tokenizer"
 
 
@@ -139,13 +138,13 @@ def test_a_rerun_keeps_the_trained_tokenizer(tmp_path, small_corpus):
     config = base_config(tmp_path / "run", small_corpus,
                          tokenizer={"kind": "unigram", "vocab_size": 700})
     path = write_config(tmp_path / "run.yaml", config)
-    run_payload("tokenizer", "--config", str(path))
+    payload_main("tokenizer", "--config", path, check=True)
     first = (tmp_path / "run" / "tokenizer" / "tokenizer.json").read_bytes()
-    proc = run_payload("tokenizer", "--config", str(path))
+    proc = payload_main("tokenizer", "--config", path, check=True)
     assert "already trained" in proc.stdout
     assert (tmp_path / "run" / "tokenizer" / "tokenizer.json").read_bytes() == first
     config["tokenizer"]["vocab_size"] = 800
-    run_payload("tokenizer", "--config", str(write_config(path, config)))
+    payload_main("tokenizer", "--config", str(write_config(path, config)), check=True)
     assert (tmp_path / "run" / "tokenizer" / "tokenizer.json").read_bytes() != first
 
 
@@ -160,32 +159,28 @@ def test_reusing_an_existing_tokenizer(trained, tmp_path, small_corpus):
     _kind, family, folder = trained
     config = base_config(tmp_path / "run", small_corpus, tokenizer={"path": str(folder)},
                          model={"family": family})
-    run_payload("tokenizer", "--config", str(write_config(tmp_path / "run.yaml", config)))
+    payload_main("tokenizer", "--config", str(write_config(tmp_path / "run.yaml", config)), check=True)
     copied = tmp_path / "run" / "tokenizer" / "tokenizer.json"
     assert copied.read_bytes() == (folder / "tokenizer.json").read_bytes()
     # A tokenizer without the family's special tokens is refused.
     other = "t5" if family != "t5" else "bert"
     config = base_config(tmp_path / "run2", small_corpus, tokenizer={"path": str(folder)},
                          model={"family": other})
-    proc = run_payload("tokenizer", "--config", str(write_config(tmp_path / "r2.yaml", config)),
-                       check=False)
+    proc = payload_main("tokenizer", "--config", str(write_config(tmp_path / "r2.yaml", config)))
     assert_user_error(proc, "lacks", other)
 
 
 def test_bad_tokenizer_inputs(tmp_path, small_corpus):
     config = base_config(tmp_path / "out", tmp_path / "nope.txt")
-    proc = run_payload("tokenizer", "--config", str(write_config(tmp_path / "a.yaml", config)),
-                       check=False)
+    proc = payload_main("tokenizer", "--config", write_config(tmp_path / "a.yaml", config))
     assert_user_error(proc, "no such file")
     blank = tmp_path / "blank.txt"
     blank.write_text("\n\n   \n\n")
     config = base_config(tmp_path / "out", blank)
-    proc = run_payload("tokenizer", "--config", str(write_config(tmp_path / "b.yaml", config)),
-                       check=False)
+    proc = payload_main("tokenizer", "--config", write_config(tmp_path / "b.yaml", config))
     assert_user_error(proc, "no documents")
     config = base_config(tmp_path / "out", small_corpus, tokenizer={"path": str(tmp_path)})
-    proc = run_payload("tokenizer", "--config", str(write_config(tmp_path / "c.yaml", config)),
-                       check=False)
+    proc = payload_main("tokenizer", "--config", write_config(tmp_path / "c.yaml", config))
     assert_user_error(proc, "no tokenizer.json")
     broken = tmp_path / "broken"
     broken.mkdir()
@@ -193,16 +188,14 @@ def test_bad_tokenizer_inputs(tmp_path, small_corpus):
     config = base_config(tmp_path / "out", small_corpus, tokenizer={"path": str(broken)})
     path = write_config(tmp_path / "d.yaml", config)
     for stage in ("tokenizer", "prepare"):
-        proc = run_payload(stage, "--config", str(path), check=False)
+        proc = payload_main(stage, "--config", path)
         assert_user_error(proc, "is not a valid tokenizer")
 
 
 def test_cli_usage_errors(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "payload", "prepare", "--config",
-                           str(tmp_path / "x.yaml"), "--worker-index", "3", "--num-workers", "3"],
-                          capture_output=True, text=True, cwd=REPO)
+    proc = payload_main("prepare", "--config", tmp_path / "x.yaml", "--worker-index", "3",
+                        "--num-workers", "3", cwd=REPO)
     assert_user_error(proc, "--worker-index 3", "0..2")
-    proc = subprocess.run([sys.executable, "-m", "payload", "prepare", "--config",
-                           str(tmp_path / "x.yaml")], capture_output=True, text=True, cwd=REPO)
+    proc = payload_main("prepare", "--config", tmp_path / "x.yaml", cwd=REPO)
     assert_user_error(proc, "no config file")
     assert Path(tmp_path).exists()

@@ -41,8 +41,10 @@ class _Blocker(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path=None, target=None):
         if fullname.split(".", 1)[0] not in FRAMEWORKS or fullname in sys.modules:
             return None
-        from importlib.machinery import ModuleSpec
+        from importlib.machinery import ModuleSpec, PathFinder
 
+        if PathFinder.find_spec(fullname, path) is None:
+            return None  # not installed: the import fails as it would anyway
         return ModuleSpec(fullname, _Refuse(fullname))
 
 

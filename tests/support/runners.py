@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
 import socket
 import subprocess
@@ -66,6 +67,11 @@ def _as_a_process(env: dict | None, cwd=None):
     saved_env, saved_cwd, saved_tmp = dict(os.environ), os.getcwd(), tempfile.tempdir
     out, err = io.StringIO(), io.StringIO()
     saved_in = sys.stdin
+    # The root logger as a fresh process has it (no handlers), so a stage's logging.basicConfig
+    # writes its lines to this command's stdout; pytest's own handlers come back afterwards.
+    root = logging.getLogger()
+    saved_handlers, saved_level = root.handlers[:], root.level
+    root.handlers = []
     try:
         os.environ.pop("TPUCTL_DEBUG", None)
         os.environ.update({k: str(v) for k, v in (env or {}).items()})
@@ -75,6 +81,9 @@ def _as_a_process(env: dict | None, cwd=None):
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             yield out, err
     finally:
+        for handler in root.handlers:
+            handler.close()
+        root.handlers, root.level = saved_handlers, saved_level
         sys.stdin = saved_in
         os.chdir(saved_cwd)
         tempfile.tempdir = saved_tmp
@@ -82,12 +91,15 @@ def _as_a_process(env: dict | None, cwd=None):
         os.environ.update(saved_env)
 
 
-def payload_main(*args, env: dict | None = None, cwd=None) -> Result:
-    """`python -m payload ARGS` in this process (payload.__main__.main)."""
+def payload_main(*args, check: bool = False, env: dict | None = None, cwd=None) -> Result:
+    """`python -m payload ARGS` in this process (payload.__main__.main); `check`: it must
+    succeed. For stages that load no framework (tokenizer, prepare) and every refusal."""
     from payload.__main__ import main
 
     with _as_a_process(env, cwd) as (out, err):
         code = main([str(a) for a in args])
+    if check and code != 0:
+        raise AssertionError(f"payload {args} failed ({code}):\n{err.getvalue()[-3000:]}")
     return Result(code, out.getvalue(), err.getvalue())
 
 

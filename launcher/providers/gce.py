@@ -88,6 +88,8 @@ class GceProvider:
 
     @property
     def owned(self) -> gce_owned.Ownership:
+        if self.config is not None:
+            return gce_infra.ownership(self.config, self.site)
         return gce_owned.Ownership(self.site.run_name, self.api)
 
     @property

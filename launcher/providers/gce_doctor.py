@@ -61,8 +61,8 @@ def checks(provider: CheckedProvider) -> Iterator[Check]:
 
     def names_free() -> str:
         owned = provider.owned
-        taken = [owned.foreign_note(kind, r.name, str(r.id)) for kind, name in
-                 provider.names.owned() if (r := api.get(kind, name)) is not None
+        taken = [owned.foreign_note(kind, r.name, str(r.id)) for kind, name in owned.made
+                 if (r := api.get(kind, name)) is not None
                  and not owned.is_ours(kind, name, str(r.id))]
         if taken:
             raise UserError(taken[0], hint="rename the run (its name names the slice)")

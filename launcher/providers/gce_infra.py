@@ -13,6 +13,7 @@ what `down` may delete, is launcher.providers.gce_owned's to say.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -35,7 +36,8 @@ def compute_api(config: RunConfig, site: Site) -> gce_api.ComputeApi:
 
 
 def ownership(config: RunConfig, site: Site) -> gce_owned.Ownership:
-    return gce_owned.Ownership(site.run_name, compute_api(config, site))
+    return gce_owned.Ownership(site.run_name, compute_api(config, site),
+                               policy=config.cluster.slice.is_multi_host)
 
 
 # -- without credentials -----------------------------------------------------------------------
@@ -96,6 +98,7 @@ def up(config: RunConfig, site: Site, tf: terraform.Terraform,
     gce_api.clients()  # no credentials: one line, before anything
     terraform.require_terraform()
     api, owned = compute_api(config, site), ownership(config, site)
+    owned.take_over(tf, on_event)  # an `up` cut short: what its Terraform made is the run's
     public_key = gcp_site.ensure_key(Path(site.identity_file))
     requests = gce_slice.slice_requests(config, user=site.user, public_key=public_key)
     existing = set()
@@ -123,27 +126,24 @@ def up(config: RunConfig, site: Site, tf: terraform.Terraform,
             on_event(f"terraform: {', '.join(missing)}")
         tf.init(on_event)
         applied = True
-        try:
-            tf.apply(on_event)
-        finally:
-            # No resource of these names was anyone else's before the apply (checked
-            # above): the ones there now, after it worked or failed halfway, are the ones
-            # Terraform made for the run.
-            for kind, name in requests.names.owned():
-                found = api.get(kind, name)
-                if found is not None:
-                    owned.record(kind, name, str(found.id))
+        apply(tf, owned, on_event)
         vms = wait_running(config, api, on_event)
         write_known_hosts(site, api, vms, on_event)
     except BaseException as exc:
+        end = "nothing of the slice is left billing"
         if applied:
             on_event("up failed: removing the slice so that nothing bills")
             try:
                 destroy(tf, owned, on_event)
             except UserError as undo:
                 on_event(f"could not remove all of it: {undo}; `tpuctl down` tries again")
+            try:
+                left = owned.still_there(*owned.left())
+            except UserError as unread:
+                left = f"what is left could not be read back ({unread.message})"
+            end = f"still there: {left}" if left else end
         if isinstance(exc, UserError):
-            raise UserError(f"{exc.message}; nothing of the slice is left billing",
+            raise UserError(f"{exc.message}; {end}",
                             hint=exc.hint or "fix it, then `tpuctl up` again") from None
         raise
     acc = config.cluster.slice
@@ -153,6 +153,22 @@ def up(config: RunConfig, site: Site, tf: terraform.Terraform,
     on_event(f"slice {requests.names.group} is RUNNING in {config.cluster.zone}: "
              f"{len(vms)} VM(s); {config.cluster.hourly_price().describe()}. When done: "
              "`tpuctl down`")
+
+
+def apply(tf: terraform.Terraform, owned: gce_owned.Ownership,
+          on_event: Callable[[str], None]) -> None:
+    """Terraform's apply, with the ids of what it makes recorded as it makes them, whatever
+    ends it (a failure, Ctrl-C; after a SIGKILL, the next `up` or `down` records them)."""
+
+    def made() -> None:
+        with contextlib.suppress(UserError):  # Compute Engine not answering: recorded after
+            owned.record_made(tf)
+
+    owned.before_apply(tf)
+    try:
+        tf.apply(on_event, on_made=made)
+    finally:
+        owned.after_apply(tf)
 
 
 def recreate(config: RunConfig, site: Site, tf: terraform.Terraform,
@@ -228,33 +244,36 @@ def down(config: RunConfig, site: Site, tf: terraform.Terraform,
         raise UserError("--delete-bucket: provider gce makes no bucket yet, so it deletes "
                         "none", hint="leave --delete-bucket out")
     api, owned = compute_api(config, site), ownership(config, site)
-    names = owned.names.owned()
-    if not owned.known() and not tf.state_file.exists():
-        found = [(kind, api.get(kind, name)) for kind, name in names]
+    if not owned.known() and not owned.applying() and not tf.state_file.exists():
+        found = [(kind, api.get(kind, name)) for kind, name in owned.made]
         foreign = [owned.foreign_note(kind, r.name, str(r.id)) for kind, r in found if r]
         raise UserError(f"run {site.run_name} was never brought up from this machine "
                         f"and Compute Engine shows nothing of it in {api.region}"
                         + (f"; {foreign[0]}" if foreign else ""),
                         hint="nothing to take down")
     gce_api.clients()  # no credentials: one line, before anything
-    destroy(tf, owned, on_event)
-    foreign = []
+    owned.take_over(tf, on_event)  # an `up` cut short: what its Terraform made is the run's
+    try:
+        destroy(tf, owned, on_event)
+    except UserError as exc:  # what stays is named below, with what to do
+        on_event(f"terraform could not remove all of it: {exc.message}")
     # Terraform removed what its state holds; anything of the run's own it does not hold
-    # (a state lost, an `up` cut short) goes through the API, the MIG (and its VMs) first.
-    for kind, name in reversed(names):
-        note = owned.delete_own(kind, name, on_event)
-        if note:
-            foreign.append(note)
-    left = []
-    for kind, name in names:
-        found = api.get(kind, name)
-        if found is not None and owned.is_ours(kind, found.name, str(found.id)):
-            left.append(f"{gce_owned.WHAT[kind]} {found.name}")
-    if left:
-        raise UserError("still there after `down`: " + "; ".join(left),
-                        hint="run `tpuctl down` again; if it stays, delete it in the console")
-    for note in foreign:
-        on_event(note)
+    # (a state lost) goes through the API, the MIG (and its VMs) first.
+    for kind, name in reversed(owned.run_names()):
+        try:
+            owned.delete_own(kind, name, on_event)
+        except UserError as exc:  # in use by something that is not the run's: named below
+            on_event(f"could not delete {gce_owned.WHAT[kind]} {name}: {exc.message}")
+    own, foreign = owned.left()
+    if own or foreign:
+        for kind, name, uid in foreign:
+            on_event(owned.foreign_note(kind, name, uid))
+        raise UserError(
+            f"still there after `down`: {owned.still_there(own, foreign)}",
+            hint=("tpuctl deletes only what it recorded making, and a name proves nothing: "
+                  "if one is the run's after all (an `up` cut short can leave one), delete it "
+                  "yourself, then `tpuctl down` again") if foreign else
+            "run `tpuctl down` again; if it stays, delete it in the console")
     on_event(f"nothing of run {site.run_name} is left billing in {api.region} "
              "(checked through the Compute Engine API)")
 

@@ -58,10 +58,12 @@ class SliceNames:
                    ssh_rule=f"{stem}-ssh", internal_rule=f"{stem}-internal",
                    tag=f"tpuctl-{stem}")
 
-    def owned(self) -> list[tuple[str, str]]:
-        """(kind, name) of everything `up` makes, in the order it makes them."""
+    def owned(self, *, policy: bool = True) -> list[tuple[str, str]]:
+        """(kind, name) of everything `up` makes, in the order it makes them; `policy`: whether
+        the slice has a workload policy (a one-VM slice has none)."""
         return [("firewalls", self.ssh_rule), ("firewalls", self.internal_rule),
-                ("policies", self.policy), ("templates", self.template), ("groups", self.group)]
+                *([("policies", self.policy)] if policy else []),
+                ("templates", self.template), ("groups", self.group)]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -74,3 +74,28 @@ def test_a_state_entry_with_the_resources_own_id_is_recorded(fake, tmp_path):
     assert owned.record_made(tf)  # during the apply, as each resource comes
     assert owned.ids("groups") == {"trillium": [group["id"]]}
     assert owned.is_ours("groups", "trillium", group["id"])
+
+
+def test_a_name_the_provider_derived_is_read_from_the_state(fake, tmp_path):
+    """A resource whose name Terraform derives (a template made with name_prefix) is known by
+    the name the google provider recorded in its state, not by the run's fixed names."""
+    from google.cloud import compute_v1
+
+    name = "trillium-template-20261127000000000000000001"
+    api = gce_api.ComputeApi(project=PROJECT, region=REGION)
+    api.clients.templates.insert(
+        project=PROJECT, region=REGION, instance_template_resource=compute_v1.InstanceTemplate(
+            name=name, properties=compute_v1.InstanceProperties(machine_type="ct6e-standard-4t"))
+    ).result()
+    made = api.get("templates", name)
+    tf = Terraform(tmp_path / "tf", module=REPO / "tests" / "terraform_twin_slice")
+    owned = gce_owned.Ownership("trillium", api)
+    _state(tf, [])
+    owned.before_apply(tf)
+    _state(tf, [("google_compute_region_instance_template", "main", {"attributes": {
+        "name": name, "self_link_unique": f"https://www.googleapis.com/compute/v1/projects/"
+        f"{PROJECT}/regions/{REGION}/instanceTemplates/{name}?uniqueId={made.id}"}})])
+    owned.after_apply(tf)
+    assert owned.ids("templates") == {name: [str(made.id)]}
+    assert (("templates", name) in owned.run_names()) and owned.left() == (
+        [f"instance template {name}"], [])

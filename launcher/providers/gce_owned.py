@@ -112,12 +112,18 @@ class Ownership:
         return f"{WHAT[kind]} {name}" + ("" if kind == "firewalls" else f" in {self.api.region}")
 
     # -- what Terraform made ---------------------------------------------------------------------
-    def resource_of(self, address: str) -> tuple[str, str] | None:
-        """(kind, name) of a state address of the slice module (infra/modules/tpu_slice, or
-        its twin's terraform_data stand-ins of the same names), or None."""
+    def resource_of(self, entry: terraform.StateResource) -> tuple[str, str] | None:
+        """(kind, name) of a state entry of the slice module (infra/modules/tpu_slice, or its
+        twin's terraform_data stand-ins, whose addresses carry the same type names), or None.
+        The name is the one the google provider recorded, where it did (a name Terraform
+        derives, such as a template's name_prefix, is only known there); else the run's."""
+        address = entry.address
         kind = next((k for t, k in STATE_TYPES.items() if t in address), None)
         if kind is None:
             return None
+        recorded = entry.attributes.get("name")
+        if isinstance(recorded, str) and recorded:
+            return kind, recorded
         if kind == "firewalls":  # two rules: the rest of the address names which
             which = address.rsplit("google_compute_firewall", 1)[1]
             return kind, (self.names.ssh_rule if "ssh" in which else self.names.internal_rule)
@@ -135,8 +141,7 @@ class Ownership:
             raise UserError(f"Terraform's state in {tf.folder} cannot be read",
                             hint=f"look at {tf.state_file}; `tpuctl up` again")
         record = self._read()
-        record[APPLYING] = {r.address: r.fingerprint for r in found
-                            if self.resource_of(r.address)}
+        record[APPLYING] = {r.address: r.fingerprint for r in found if self.resource_of(r)}
         self._write(record)
 
     def record_made(self, tf: terraform.Terraform) -> bool:
@@ -151,7 +156,7 @@ class Ownership:
         if found is None:
             return False
         for entry in found:
-            resource = self.resource_of(entry.address)
+            resource = self.resource_of(entry)
             if resource is None or entry.tainted or before.get(entry.address) == entry.fingerprint:
                 continue
             kind, name = resource
@@ -199,14 +204,18 @@ class Ownership:
         own (the run's was deleted, someone made another, a create met someone's 409) leaves
         the state before Terraform could delete it."""
         doomed = []
-        for address in tf.addresses():
-            resource = self.resource_of(address)
+        entries = tf.resources()
+        if entries is None:  # Terraform is not running here (the runner waits for it)
+            raise UserError(f"Terraform's state in {tf.folder} cannot be read",
+                            hint=f"look at {tf.state_file}")
+        for entry in entries:
+            resource = self.resource_of(entry)
             if resource is None:
                 continue
             kind, name = resource
             found = self.api.get(kind, name)
             if found is not None and not self.is_ours(kind, name, str(found.id)):
-                doomed.append(address)
+                doomed.append(entry.address)
                 on_event(f"terraform: took {WHAT[kind]} {name} out of the run's state (it is "
                          "not the run's own), so that Terraform does not delete it")
         tf.forget(doomed)

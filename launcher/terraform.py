@@ -13,17 +13,26 @@ a copy of the module (the repository's infra/ unless told otherwise), the variab
 the run's local state, so runs never share state and nothing is written into the checkout.
 Terraform runs with -json; its messages reach `on_line` as text, and when it fails, its own
 last error becomes a one-line UserError.
+
+Terraform runs in a session of its own and writes to a file in the folder (LOG_FILE), not to a
+pipe: nothing that ends the launcher (SIGKILL, a closed terminal) cuts an apply off between
+making a resource and saving it in the state. Ctrl-C is passed on as one interrupt (Terraform's
+graceful stop). The next command waits for a Terraform still running there (`wait_idle`), and
+`resources()` reads what the state holds, also while an apply writes it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import re
 import shutil
 import signal
 import subprocess
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Literal
@@ -35,14 +44,20 @@ from payload.core.errors import UserError, one_line
 INFRA_DIR = Path(__file__).resolve().parent.parent / "infra"
 VARS_FILE = "terraform.tfvars.json"
 STATE_FILE = "terraform.tfstate"
+LOG_FILE = ".tpuctl-terraform.log"  # the last Terraform command's own output, in its folder
+# How long a command waits for a Terraform still running in the run's folder (one started by a
+# command that was cut short finishes what it does) before giving up; and how long a Terraform
+# command waits for the state lock (another command's Terraform, starting at the same moment).
+BUSY_WAIT_S = 30 * 60
+LOCK_TIMEOUT = "-lock-timeout=120s"
 STAGED_LIST = ".tpuctl-module-files"  # what stage_module copied, so the next copy replaces it
 INSTALL_HINT = ("install Terraform 1.9 or newer (https://developer.hashicorp.com/terraform/install) "
                 "and make sure `terraform` is on PATH")
 
 # Never copied from the module source: Terraform's own files of whoever ran it there.
-_NOT_STAGED = re.compile(r"(^|/)(\.terraform(/|$)|__pycache__/)|\.tfstate(\.backup)?$"
-                         r"|(^|/)terraform\.tfvars(\.json)?$|\.terraform\.lock\.hcl$")
-_RUN_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+_NOT_STAGED = re.compile(r"(^|/)(\.terraform(/|\Z)|__pycache__/)|\.tfstate(\.backup)?\Z"
+                         r"|(^|/)terraform\.tfvars(\.json)?\Z|\.terraform\.lock\.hcl\Z")
+_RUN_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 # The TPU's resources in the module's state: infra/'s `module.tpu_vm` (google_tpu_v2_vm) and the
 # test twin's `terraform_data.tpu_vm` both carry this name.
 TPU_RESOURCE = "tpu_vm"
@@ -186,7 +201,7 @@ def write_vars(folder: Path, variables: TerraformVars) -> Path:
 
 def work_dir(run_name: str, home: Path | None = None) -> Path:
     """The run's Terraform folder: TPUCTL_HOME/infra/RUN (default ~/.tpuctl/infra/RUN)."""
-    if not _RUN_NAME.match(run_name):
+    if not _RUN_NAME.fullmatch(run_name):
         raise ValueError(f"not a run name: {run_name!r}")
     if home is None:
         home = state_dir()
@@ -199,7 +214,7 @@ def terraform_argv(binary: str, folder: Path, verb: Verb) -> list[str]:
     if verb == "init":
         return [*common, "-input=false", "-no-color", "-json"]
     if verb in ("apply", "destroy"):
-        return [*common, "-input=false", "-no-color", "-json", "-auto-approve"]
+        return [*common, "-input=false", "-no-color", "-json", "-auto-approve", LOCK_TIMEOUT]
     if verb == "output":
         return [*common, "-no-color", "-json"]
     raise ValueError(f"unknown Terraform step {verb!r}")
@@ -255,6 +270,39 @@ class ChangeSummary:
         return self.add == self.change == self.remove == 0
 
 
+@dataclass(frozen=True)
+class StateResource:
+    """One resource instance in the run's state, as Terraform wrote it."""
+
+    address: str  # module.x.google_compute_firewall.ssh, terraform_data.y["ssh"], ...
+    type: str
+    attributes: dict
+    tainted: bool  # a create that failed halfway (Terraform replaces it at the next apply)
+
+    @property
+    def fingerprint(self) -> str:
+        """Changes whenever Terraform makes, replaces or updates the resource."""
+        text = json.dumps([self.attributes, self.tainted], sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+def state_resources(text: str) -> list[StateResource]:
+    """The managed resource instances of a state file's text (format version 4)."""
+    found = []
+    for resource in json.loads(text).get("resources", []):
+        if resource.get("mode") != "managed":
+            continue
+        base = ".".join(part for part in (resource.get("module"),
+                                          f"{resource['type']}.{resource['name']}") if part)
+        for instance in resource.get("instances", []):
+            key = instance.get("index_key")
+            found.append(StateResource(
+                address=base if key is None else f"{base}[{json.dumps(key)}]",
+                type=resource["type"], attributes=instance.get("attributes") or {},
+                tainted=instance.get("status") == "tainted"))
+    return found
+
+
 @dataclass
 class _Outcome:
     rc: int = 0
@@ -269,7 +317,8 @@ def _diagnostic_line(diag: dict) -> str:
     return one_line(f"{summary}: {detail}" if detail else summary)
 
 
-def _take_line(line: str, outcome: _Outcome, on_line: OnLine) -> None:
+def _take_line(line: str, outcome: _Outcome, on_line: OnLine) -> str | None:
+    """Show one line of Terraform's output and note what it says; its message type."""
     try:
         message = json.loads(line) if line.startswith("{") else None
     except json.JSONDecodeError:
@@ -278,7 +327,7 @@ def _take_line(line: str, outcome: _Outcome, on_line: OnLine) -> None:
         if line.strip():
             outcome.plain.append(line)
             on_line(line)
-        return
+        return None
     kind = message.get("type")
     if kind == "diagnostic":
         diag = message.get("diagnostic") or {}
@@ -288,13 +337,33 @@ def _take_line(line: str, outcome: _Outcome, on_line: OnLine) -> None:
             on_line(f"Error: {text}")
         else:
             on_line(f"Warning: {text}")
-        return
+        return kind
     if kind == "change_summary" and (message.get("changes") or {}).get("operation") != "plan":
         c = message["changes"]
         outcome.changes = ChangeSummary(int(c.get("add", 0)), int(c.get("change", 0)),
                                         int(c.get("remove", 0)))
     if message.get("@message") and kind != "version":
         on_line(str(message["@message"]))
+    return kind
+
+
+def _follow(proc: subprocess.Popen, path: Path) -> Iterator[str]:
+    """The lines Terraform writes to `path`, as it writes them, until it has exited."""
+    with open(path, "rb") as stream:
+        pending = b""
+        while True:
+            chunk = stream.readline()
+            if chunk:
+                pending += chunk
+                if pending.endswith(b"\n"):
+                    yield pending.decode("utf-8", "replace").rstrip("\n")
+                    pending = b""
+                continue
+            if proc.poll() is not None:  # everything it wrote is in the file now
+                for raw in (pending + stream.read()).splitlines():
+                    yield raw.decode("utf-8", "replace")
+                return
+            time.sleep(0.05)
 
 
 class Terraform:
@@ -316,12 +385,16 @@ class Terraform:
 
     def init(self, on_line: OnLine | None = None) -> None:
         """Copy the module into the working folder (replacing the last copy) and `init` it."""
+        self.wait_idle(on_line)  # never under a Terraform still applying there
         self.stage_module()
         self._run("init", on_line or _ignore)
 
-    def apply(self, on_line: OnLine) -> ChangeSummary:
-        """`apply` with the variables file; returns what changed (nothing, the second time)."""
-        return self._run("apply", on_line).changes or ChangeSummary(0, 0, 0)
+    def apply(self, on_line: OnLine, *, on_made: Callable[[], None] | None = None
+              ) -> ChangeSummary:
+        """`apply` with the variables file; returns what changed (nothing, the second time).
+        `on_made` is called each time Terraform says it finished a resource (the state file
+        has it then or at the next call: Terraform writes it just after saying so)."""
+        return self._run("apply", on_line, on_made).changes or ChangeSummary(0, 0, 0)
 
     def destroy(self, on_line: OnLine) -> ChangeSummary:
         """`destroy` everything in the run's state; nothing to do when nothing was applied."""
@@ -342,6 +415,57 @@ class Terraform:
                             hint="run `tpuctl up` again")
         return InfraOutputs.from_output_json(proc.stdout, where=str(self.folder))
 
+    def resources(self) -> list[StateResource] | None:
+        """Every resource instance in the run's state file, read directly (Terraform rewrites
+        it in place as each resource is made, so this works during an apply); None while the
+        file is being written (read again a moment later)."""
+        try:
+            text = self.state_file.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return []
+        try:
+            return state_resources(text)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+    def busy(self) -> bool:
+        """Whether a Terraform holds the run's state lock now (one still applying after the
+        command that started it was cut short). Terraform's local state lock is a POSIX lock
+        on the state file: taking it without waiting tells."""
+        try:
+            import fcntl
+        except ImportError:  # no POSIX locks here: Terraform's own lock wait still applies
+            return False
+        try:
+            fd = os.open(self.state_file, os.O_RDWR)
+        except OSError:
+            return False
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        else:
+            fcntl.lockf(fd, fcntl.LOCK_UN)
+            return False
+        finally:
+            os.close(fd)
+
+    def wait_idle(self, on_line: OnLine | None = None, *, timeout_s: float = BUSY_WAIT_S
+                  ) -> None:
+        """Wait while a Terraform is still running in the run's folder, saying so once."""
+        if not self.busy():
+            return
+        if on_line is not None:
+            on_line(f"waiting for Terraform, still running in {self.folder} for a command that "
+                    f"was cut short (its output: {self.folder / LOG_FILE})")
+        deadline = time.monotonic() + timeout_s
+        while self.busy():
+            if time.monotonic() > deadline:
+                raise UserError(f"Terraform is still running in {self.folder} after "
+                                f"{timeout_s / 60:g} minutes", hint=f"see {LOG_FILE} there; "
+                                "run the command again once it has finished")
+            time.sleep(0.2)
+
     def addresses(self) -> list[str]:
         """Every resource instance in the run's state (none when nothing was applied)."""
         if not self.state_file.exists():
@@ -360,6 +484,7 @@ class Terraform:
 
     def _state(self, *args: str) -> subprocess.CompletedProcess:
         argv = state_argv(require_terraform(self.binary), self.folder, *args)
+        self.wait_idle()
         proc = subprocess.run(argv, capture_output=True, text=True, errors="replace",
                               stdin=subprocess.DEVNULL, env=terraform_env(self._base_env()),
                               check=False)
@@ -395,23 +520,27 @@ class Terraform:
     def _base_env(self) -> Mapping[str, str]:
         return self._env if self._env is not None else os.environ
 
-    def _run(self, verb: Verb, on_line: OnLine) -> _Outcome:
+    def _run(self, verb: Verb, on_line: OnLine,
+             on_made: Callable[[], None] | None = None) -> _Outcome:
         argv = terraform_argv(require_terraform(self.binary), self.folder, verb)
+        self.wait_idle(on_line)
         outcome = _Outcome()
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, text=True, errors="replace",
-                                env=terraform_env(self._base_env()))
+        self.folder.mkdir(parents=True, exist_ok=True)
+        log = self.folder / LOG_FILE
+        with open(log, "wb") as sink:
+            proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=terraform_env(self._base_env()),
+                                    start_new_session=True)
         try:
-            assert proc.stdout is not None
-            for raw in proc.stdout:
-                _take_line(raw.rstrip("\n"), outcome, on_line)
-        except BaseException as exc:
-            # Let Terraform finish what it is doing and save its state: one interrupt is a
-            # graceful stop (Ctrl-C already sent it one; a second would make it quit at once).
-            if not isinstance(exc, KeyboardInterrupt):
+            for line in _follow(proc, log):
+                if _take_line(line, outcome, on_line) == "apply_complete" and on_made:
+                    on_made()
+        except BaseException:
+            # Ctrl-C, or a failure here: pass one interrupt on, Terraform's graceful stop, and
+            # let it finish what it is doing and save its state (a second Ctrl-C leaves it to
+            # finish alone; the next command waits for it).
+            with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGINT)
-            for _ in proc.stdout or ():
-                pass
             proc.wait()
             raise
         outcome.rc = proc.wait()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -100,7 +101,7 @@ class LocalCluster(_ClusterBase):
 
 
 # A host name, IPv4 or IPv6 address (IPv6 zones after %): nothing a shell or ssh reads twice.
-_HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:%-]*$")
+_HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:%-]*\Z")
 
 
 class SshCluster(_ClusterBase):
@@ -131,21 +132,21 @@ class SshCluster(_ClusterBase):
         return hosts
 
 
-_PROJECT = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
+_PROJECT = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]\Z")
 # REGION-LETTER: zones end in a letter a-f, AI zones in aiN and maybe a letter (us-south1-ai1b).
-_ZONE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-([a-f]|ai[0-9]+[a-z]?)$")
+_ZONE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-([a-f]|ai[0-9]+[a-z]?)\Z")
 # A VPC network or subnetwork: its name (RFC 1035, as Compute Engine wants) or its resource path.
 _NETWORK_NAME = r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?"
 _NETWORK = re.compile(rf"^({_NETWORK_NAME}|projects/[a-z][-a-z0-9.:]*[a-z0-9]/global/networks/"
-                      rf"{_NETWORK_NAME})$")
+                      rf"{_NETWORK_NAME})\Z")
 _SUBNETWORK = re.compile(rf"^({_NETWORK_NAME}|projects/[a-z][-a-z0-9.:]*[a-z0-9]/regions/"
-                         rf"[a-z]+-[a-z]+[0-9]+/subnetworks/{_NETWORK_NAME})$")
+                         rf"[a-z]+-[a-z]+[0-9]+/subnetworks/{_NETWORK_NAME})\Z")
 # TPU node names: a letter first, then lowercase letters, digits and dashes (as the API wants).
-TPU_NAME = re.compile(r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9_.-]{1,61}[a-z0-9]$")
+TPU_NAME = re.compile(r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?\Z")
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9_.-]{1,61}[a-z0-9]\Z")
 _RESERVATION = re.compile(r"^projects/([a-z0-9][a-z0-9-]*[a-z0-9]|[0-9]+)/locations/"
                           r"([a-z]+-[a-z]+[0-9]+-[a-z0-9]+)/reservations/"
-                          r"([a-z]([-a-z0-9]{0,61}[a-z0-9])?)$")
+                          r"([a-z]([-a-z0-9]{0,61}[a-z0-9])?)\Z")
 # A queued request waits at most this long for capacity; the API takes a duration.
 MAX_QUEUE_HOURS = 24 * 30
 
@@ -171,11 +172,19 @@ def _problems_of(key: str, check, *args) -> list[str]:
     return []
 
 
-# A validator that finds several problems reports them as one error whose message holds one
-# problem per line; parse_config shows each as a line of its own.
+class _Problems(ValueError):
+    """Several problems a validator found at once: parse_config shows each as a line of its
+    own. Any other error is one problem, whatever its text holds (a value may end in a
+    newline)."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = list(problems)
+
+
 def _raise_all(problems: list[str]) -> None:
     if problems:
-        raise ValueError("\n".join(problems))
+        raise _Problems(problems)
 
 
 def _is_ip_address(value: str) -> bool:
@@ -397,9 +406,34 @@ class GcpCluster(_GoogleCloud):
 # Flex-start VMs run at most seven days (Compute Engine's flex-start provisioning model); the
 # same bound is kept for a run limit on on-demand and spot VMs, where a longer one is a typo.
 MAX_RUN_HOURS = 7 * 24
+# Compute Engine's shortest run limit (scheduling.maxRunDuration): 30 seconds ("Limit the run
+# time of a VM"); the limit is sent in whole seconds.
+MIN_RUN_SECONDS = 30
 # A Compute Engine reservation: its name, or projects/P/reservations/R (a shared one).
 _COMPUTE_RESERVATION = re.compile(rf"^(projects/[a-z][-a-z0-9]*[a-z0-9]/reservations/)?"
-                                  rf"{_NETWORK_NAME}$")
+                                  rf"{_NETWORK_NAME}\Z")
+# The boot image forms Compute Engine takes as a disk's sourceImage: an image or the newest of
+# an image family, of a project (projects/P/global/images/...) or of the run's own project
+# (global/images/...). Project ids may be domain-scoped (example.com:my-project).
+_IMAGE = re.compile(rf"(projects/([a-z][-a-z0-9.]*[a-z0-9]:)?[a-z][-a-z0-9]{{4,28}}[a-z0-9]/)?"
+                    rf"global/images/(family/)?{_NETWORK_NAME}\Z")
+# The run's name names what `up` makes (NAME, NAME-template, NAME-topology, NAME-ssh,
+# NAME-internal, the tag tpuctl-NAME: launcher.providers.gce_slice), whole: the longest
+# suffix, -template, keeps every name within Compute Engine's 63 characters.
+GCE_MAX_NAME = 63 - len("-template")
+
+
+def gce_name_problems(name: str) -> list[str]:
+    """What is wrong with a run's name as the names of a gce slice (it is checked as a run
+    name on its own elsewhere)."""
+    if not TPU_NAME.match(name):
+        return [f"name: '{name}' also names the run's VMs and instance group, and Compute "
+                "Engine names start with a letter; rename the run"]
+    if len(name) > GCE_MAX_NAME:
+        return [f"name: '{name}' is {len(name)} characters; on provider gce it also names the "
+                f"run's instance template ({name}-template) and the rest of its slice, which "
+                f"Compute Engine allows 63: use at most {GCE_MAX_NAME}"]
+    return []
 
 
 class GceCluster(_GoogleCloud):
@@ -411,8 +445,8 @@ class GceCluster(_GoogleCloud):
     topology: str  # e.g. 2x2x1; hosts = chips of the topology / chips per VM
     provisioning: Literal["on_demand", "spot", "flex_start"] = "on_demand"
     # Compute Engine stops and deletes the VMs after this long (scheduling.maxRunDuration);
-    # flex-start requires it.
-    max_run_hours: float | None = Field(None, gt=0, le=MAX_RUN_HOURS)
+    # flex-start requires it. A number: `true` is not one hour.
+    max_run_hours: float | None = Field(None, gt=0, le=MAX_RUN_HOURS, strict=True)
     reservation: str | None = None
     image: str | None = None  # default: payload.cloud.accelerators.DEFAULT_IMAGE
 
@@ -426,6 +460,30 @@ class GceCluster(_GoogleCloud):
         except UserError as exc:
             raise ValueError(str(exc)) from None
         return value
+
+    @field_validator("max_run_hours")
+    @classmethod
+    def _run_limit(cls, value: float | None) -> float | None:
+        if value is not None and int(value * 3600) < MIN_RUN_SECONDS:
+            least = math.ceil(MIN_RUN_SECONDS / 3600 * 1e4) / 1e4
+            raise ValueError(f"{value:g} hours is {int(value * 3600)} seconds, and Compute "
+                             f"Engine's shortest run limit is {MIN_RUN_SECONDS} seconds; give "
+                             f"at least {least:g} (or leave it out for no limit)")
+        return value
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str | None) -> str | None:
+        if value is None or _IMAGE.match(value):
+            return value
+        example = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts"
+        if "://" in value:
+            raise ValueError(f"'{value}' is a URL; Compute Engine takes an image by its path, "
+                             f"such as {example}")
+        raise ValueError(f"'{value}' is not a Compute Engine image: write projects/PROJECT/"
+                         "global/images/IMAGE, projects/PROJECT/global/images/family/FAMILY (the "
+                         f"family's newest image, such as {example}), or global/images/... for "
+                         "an image of the run's project; leave it out for the default")
 
     @field_validator("reservation")
     @classmethod
@@ -469,6 +527,11 @@ class GceCluster(_GoogleCloud):
         from payload.cloud import accelerators
 
         return self.image or accelerators.DEFAULT_IMAGE
+
+    @property
+    def max_run_seconds(self) -> int | None:
+        """The run limit as Compute Engine is given it (scheduling.maxRunDuration), or None."""
+        return None if self.max_run_hours is None else int(self.max_run_hours * 3600)
 
     def hourly_price(self):
         from payload.cloud import prices
@@ -621,7 +684,7 @@ class TrainConfig(_Section):
 
 # A Hub repository id: OWNER/NAME, each letters, digits, '-', '_' and '.', not starting or
 # ending with '-' or '.', NAME at most 96 characters (the Hub's own rule).
-HUB_REPO = re.compile(r"^[A-Za-z0-9]([\w.-]{0,94}[A-Za-z0-9])?/[A-Za-z0-9]([\w.-]{0,94}[A-Za-z0-9])?$")
+HUB_REPO = re.compile(r"^[A-Za-z0-9]([\w.-]{0,94}[A-Za-z0-9])?/[A-Za-z0-9]([\w.-]{0,94}[A-Za-z0-9])?\Z")
 
 
 class HubConfig(_Section):
@@ -639,7 +702,7 @@ class HubConfig(_Section):
         return value
 
 
-_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\Z")
 _PROJECT_MARKERS = (".git", "pyproject.toml")
 
 
@@ -706,8 +769,8 @@ class RunConfig(_Section):
     def _name(cls, value: str) -> str:
         if not _NAME.match(value):
             raise ValueError(
-                f"name: '{value}' must be 1-63 lowercase letters, digits and dashes, starting "
-                "and ending with a letter or digit (it names the job, the TPU and bucket paths)"
+                f"'{value}' must be 1-63 lowercase letters, digits and dashes, starting and "
+                "ending with a letter or digit (it names the job, the TPU and bucket paths)"
             )
         return value
 
@@ -741,9 +804,8 @@ def _cross_problems(*, name: str | None, cluster, data, tokenizer, model, train)
             and not TPU_NAME.match(name)):
         problems.append(f"name: '{name}' also names the TPU, and TPU names start with a "
                         "letter; rename the run or set cluster.tpu_name")
-    if name is not None and isinstance(cluster, GceCluster) and not TPU_NAME.match(name):
-        problems.append(f"name: '{name}' also names the run's VMs and instance group, and "
-                        "Compute Engine names start with a letter; rename the run")
+    if name is not None and isinstance(cluster, GceCluster):
+        problems += gce_name_problems(name)
     if train is not None and isinstance(cluster, GceCluster) and train.engine != "jax":
         # Google documents JAX and PyTorch on TPU7x, and no TensorFlow route reaches v6e.
         problems.append(f"train.engine: {train.engine} does not run on provider gce (Compute "
@@ -1018,7 +1080,10 @@ def _problems(errors: list[dict]) -> list[str]:
     for error in sorted(errors, key=_rank):
         if error["type"] == "missing" and _field_name(error["loc"]) in mistyped:
             continue  # a mistyped key also leaves the key it meant missing: name the mistake
-        for part in error["msg"].removeprefix("Value error, ").split("\n"):
+        raised = (error.get("ctx") or {}).get("error")
+        parts = (raised.problems if isinstance(raised, _Problems)
+                 else [error["msg"].removeprefix("Value error, ")])
+        for part in parts:
             line = _describe({**error, "msg": part}, RunConfig)
             if line not in lines:
                 lines.append(line)

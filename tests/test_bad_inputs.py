@@ -63,6 +63,16 @@ def _gcp_run(box: Path, *, train: dict, model: dict | None = None, **cluster) ->
     return _write(box, "gcp-run.yaml", raw)
 
 
+def _gce(box: Path, name: str = "t", **cluster) -> str:
+    """A gce config (a JAX run), good unless a row says otherwise."""
+    spec = {"provider": "gce", "project": "my-project", "zone": "us-east5-b",
+            "machine_type": "ct6e-standard-4t", "topology": "2x4",
+            "ssh_source_ranges": ["203.0.113.7/32"], **cluster}
+    raw = _config(box, name=name, cluster=spec)
+    raw["train"] = {**raw["train"], "engine": "jax"}
+    return _write(box, "gce.yaml", raw)
+
+
 def _with(box: Path, section: str, **values) -> str:
     """The run folder's config with some keys of one section changed."""
     raw = _config(box)
@@ -256,6 +266,40 @@ ROWS = [
      {}, ["train.engine must be one of 'tensorflow' or 'jax' (got 'pytorch')"]),
     ("init-from-other-family-on-jax", lambda b: ["train", "--local", "-c", _init_from_gpt2(b)],
      {}, ["model.init_from", "holds no roberta weights", "transformer.wte.weight"]),
+    # Issue 27, item 6: each gce value checked as Compute Engine would check it, at load.
+    ("gce-run-limit-of-a-microsecond", lambda b: ["up", "--dry-run", "-c", _gce(
+        b, max_run_hours=0.000001)], {},
+     ["cluster.max_run_hours", "0 seconds", "shortest run limit is 30 seconds", "0.0084"]),
+    ("gce-run-limit-true", lambda b: ["up", "--dry-run", "-c", _gce(b, max_run_hours=True)],
+     {}, ["cluster.max_run_hours must be a number (got True)"]),
+    ("gce-run-limit-text", lambda b: ["up", "--dry-run", "-c", _gce(b, max_run_hours="2")],
+     {}, ["cluster.max_run_hours must be a number (got '2')"]),
+    ("gce-image-empty", lambda b: ["up", "--dry-run", "-c", _gce(b, image="")], {},
+     ["cluster.image", "'' is not a Compute Engine image", "projects/PROJECT/global/images/"]),
+    ("gce-image-free-text", lambda b: ["up", "--dry-run", "-c", _gce(
+        b, image="../../../etc/passwd")], {},
+     ["cluster.image", "'../../../etc/passwd' is not a Compute Engine image"]),
+    ("gce-image-a-url", lambda b: ["up", "--dry-run", "-c", _gce(
+        b, image="https://example.com/disk.img")], {},
+     ["cluster.image", "is a URL", "by its path"]),
+    ("gce-project-ends-in-a-newline", lambda b: ["up", "--dry-run", "-c", _gce(
+        b, project="my-project\n")], {},
+     ["cluster.project", "is not a Google Cloud project id", "'my-project\\n'"]),
+    ("gce-zone-ends-in-a-newline", lambda b: ["up", "--dry-run", "-c", _gce(
+        b, zone="us-east5-b\n")], {}, ["cluster.zone", "is not a Google Cloud zone"]),
+    ("gce-network-ends-in-a-newline", lambda b: ["up", "--dry-run", "-c", _gce(
+        b, network="default\n")], {}, ["cluster.network", "is not a VPC network"]),
+    ("gce-reservation-ends-in-a-newline", lambda b: ["up", "--dry-run", "-c", _gce(
+        b, reservation="mine\n")], {},
+     ["cluster.reservation", "is not a Compute Engine reservation"]),
+    ("gce-name-ends-in-a-newline", lambda b: ["up", "--dry-run", "-c", _gce(b, name="t\n")],
+     {}, ["name: 't ' must be 1-63 lowercase letters"]),
+    ("gce-name-too-long-for-its-slice", lambda b: ["up", "--dry-run", "-c", _gce(
+        b, name="a" * 55)], {}, ["name:", "is 55 characters", "use at most 54"]),
+    ("gcp-tpu-name-ends-in-a-newline", lambda b: ["train", "-c", _gcp(b, tpu_name="tpu\n")],
+     {}, ["cluster.tpu_name", "is not a TPU name"]),
+    ("gcp-bucket-ends-in-a-newline", lambda b: ["train", "-c", _gcp(b, bucket="my-bucket\n")],
+     {}, ["cluster.bucket", "is not a bucket name"]),
     ("ssh-cluster-bad-key-on-ssh", lambda b: ["ssh", "-c", _ssh(
         b, identity_file=_key(b, "locked2", passphrase="x" * 8)), "--", "true"], {},
      ["passphrase"]),

@@ -11,7 +11,7 @@
 - gcp: a TPU VM or pod slice that `tpuctl up` creates (Terraform) and whose workers the TPU API
   names (gcp.py, with gcp_site.py and gcp_infra.py).
 - gce: Compute Engine TPU VMs (TPU7x, v6e, v5p), a machine type and topology as a bulk managed
-  instance group (gce.py, with gce_slice.py).
+  instance group (gce.py, with gce_infra.py, gce_owned.py, gce_slice.py and gce_api.py).
 
 This module is the one place that reads `cluster.provider`; everything else asks the provider
 (what the fleet is, how to reach it, whether it is in trouble), never which provider it is.

@@ -10,13 +10,12 @@ changed. The shared pieces (the verdict helpers, the org-policy checks) are gcp'
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from typing import Protocol
 
 from launcher.providers import gce_api, gcp_doctor
 from launcher.providers.base import Check
-from payload.core.errors import UserError, counted
+from payload.core.errors import UserError
 
 
 class CheckedProvider(Protocol):
@@ -25,13 +24,10 @@ class CheckedProvider(Protocol):
 
     api: gce_api.ComputeApi
     region: str
-    owned: object  # the ownership record: is_ours(kind, name, uid)
+    owned: object  # launcher.providers.gce_owned.Ownership: is_ours, foreign_note
+    names: object  # launcher.providers.gce_slice.SliceNames
 
     def _config(self): ...
-
-    def _names(self): ...
-
-    def _foreign_note(self, kind: str, name: str, uid: str) -> str: ...
 
 NEEDS_CREDENTIALS = gcp_doctor.NEEDS_CREDENTIALS
 
@@ -64,9 +60,10 @@ def checks(provider: CheckedProvider) -> Iterator[Check]:
                 f"{cluster.project}` or IAM & Admin > Quotas")
 
     def names_free() -> str:
-        taken = [provider._foreign_note(kind, r.name, str(r.id)) for kind, name in
-                 provider._names().owned() if (r := api.get(kind, name)) is not None
-                 and not provider.owned.is_ours(kind, name, str(r.id))]
+        owned = provider.owned
+        taken = [owned.foreign_note(kind, r.name, str(r.id)) for kind, name in owned.made
+                 if (r := api.get(kind, name)) is not None
+                 and not owned.is_ours(kind, name, str(r.id))]
         if taken:
             raise UserError(taken[0], hint="rename the run (its name names the slice)")
         return ""
@@ -89,18 +86,9 @@ def checks(provider: CheckedProvider) -> Iterator[Check]:
 
 
 def _reach(provider: CheckedProvider) -> str:
-    name = provider._names().group
+    name = provider.names.group
     group = provider.api.group(name)
     if group is None or not provider.owned.is_ours("groups", name, group.uid):
         return "no slice yet; checked after `tpuctl up`"
     vms = [vm for vm in provider.api.managed_instances(name) if vm.status == "RUNNING"]
-    for vm in vms:
-        try:
-            with socket.create_connection((vm.ssh_address, 22), timeout=10):
-                pass
-        except OSError as exc:
-            raise UserError(f"VM {vm.name} ({vm.ssh_address}) port 22 does not answer from here "
-                            f"({exc})", hint="add this machine's address to "
-                            "cluster.ssh_source_ranges and run `tpuctl up`") from None
-    answer = "answers" if len(vms) == 1 else "answer"
-    return f"{counted(len(vms), 'VM')} {answer} on port 22"
+    return gcp_doctor.port_22_answers([(f"VM {vm.name}", vm.ssh_address) for vm in vms], "VM")

@@ -51,17 +51,19 @@ class SliceNames:
 
     @classmethod
     def of(cls, run_name: str) -> SliceNames:
-        # Compute Engine names: a letter first, 63 characters at most (the config checks the
-        # run's name; the suffixes keep them within the limit).
-        stem = run_name[:50]
-        return cls(group=stem, template=f"{stem}-template", policy=f"{stem}-topology",
-                   ssh_rule=f"{stem}-ssh", internal_rule=f"{stem}-internal",
-                   tag=f"tpuctl-{stem}")
+        # Compute Engine names: a letter first, 63 characters at most. The run's name is used
+        # whole (cut, it could end in a dash, or name two runs alike): the config keeps it
+        # within payload.config.GCE_MAX_NAME, which leaves room for the longest suffix.
+        return cls(group=run_name, template=f"{run_name}-template",
+                   policy=f"{run_name}-topology", ssh_rule=f"{run_name}-ssh",
+                   internal_rule=f"{run_name}-internal", tag=f"tpuctl-{run_name}")
 
-    def owned(self) -> list[tuple[str, str]]:
-        """(kind, name) of everything `up` makes, in the order it makes them."""
+    def owned(self, *, policy: bool = True) -> list[tuple[str, str]]:
+        """(kind, name) of everything `up` makes, in the order it makes them; `policy`: whether
+        the slice has a workload policy (a one-VM slice has none)."""
         return [("firewalls", self.ssh_rule), ("firewalls", self.internal_rule),
-                ("policies", self.policy), ("templates", self.template), ("groups", self.group)]
+                *([("policies", self.policy)] if policy else []),
+                ("templates", self.template), ("groups", self.group)]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,8 +98,8 @@ def scheduling(cluster) -> dict:
         # A spot VM taken back is deleted, not stopped: it cannot be restarted anyway, and a
         # stopped VM would keep its disk billing.
         sent["instanceTerminationAction"] = "DELETE"
-    if cluster.max_run_hours is not None:
-        sent["maxRunDuration"] = {"seconds": str(int(cluster.max_run_hours * 3600))}
+    if cluster.max_run_seconds is not None:
+        sent["maxRunDuration"] = {"seconds": str(cluster.max_run_seconds)}
         sent["instanceTerminationAction"] = "DELETE"
     return sent
 
@@ -206,8 +208,7 @@ def terraform_variables(config: RunConfig, *, user: str, public_key: str,
         "machine_type": cluster.machine_type, "topology": cluster.topology,
         "hosts": cluster.slice.hosts, "image": cluster.boot_image,
         "provisioning_model": scheduling(cluster)["provisioningModel"],
-        "max_run_seconds": (int(cluster.max_run_hours * 3600)
-                            if cluster.max_run_hours is not None else None),
+        "max_run_seconds": cluster.max_run_seconds,
         "reservation": cluster.reservation, "network": cluster.network,
         "subnetwork": cluster.subnetwork,
         "ssh_source_ranges": list(cluster.ssh_source_ranges or []), "ssh_user": user,

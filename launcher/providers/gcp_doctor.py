@@ -10,7 +10,7 @@ not checked. Nothing is created or changed.
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from launcher.providers import gcp_site
@@ -176,14 +176,21 @@ def _reach(site: Site, api: tpu_api.TpuApi) -> str:
     if found is None or not found[0].endpoints:
         return "no TPU yet; checked after `tpuctl up`"
     node, _ = found
-    for i, endpoint in enumerate(node.endpoints):
-        address = gcp_site.ssh_address(endpoint)
+    return port_22_answers([(f"worker {i}", gcp_site.ssh_address(e))
+                            for i, e in enumerate(node.endpoints)], "worker")
+
+
+def port_22_answers(hosts: Sequence[tuple[str, str]], noun: str) -> str:
+    """Whether each worker's SSH port answers from this machine, for both Google providers;
+    `hosts`: (what the worker is called, its SSH address). The first that does not is a
+    UserError naming the fix (the firewall's ranges)."""
+    for name, address in hosts:
         try:
             with socket.create_connection((address, 22), timeout=10):
                 pass
         except OSError as exc:
-            raise UserError(f"worker {i} ({address}) port 22 does not answer from here "
-                            f"({exc})", hint="add this machine's address to "
-                            "cluster.ssh_source_ranges and run `tpuctl up`") from None
-    answer = "answers" if len(node.endpoints) == 1 else "answer"
-    return f"{counted(len(node.endpoints), 'worker')} {answer} on port 22"
+            raise UserError(f"{name} ({address}) port 22 does not answer from here ({exc})",
+                            hint="add this machine's address to cluster.ssh_source_ranges and "
+                            "run `tpuctl up`") from None
+    answer = "answers" if len(hosts) == 1 else "answer"
+    return f"{counted(len(hosts), noun)} {answer} on port 22"

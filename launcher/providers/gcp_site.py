@@ -1,14 +1,17 @@
-"""Where a gcp run's TPU is, and how tpuctl logs in to it: the site, its SSH key and known_hosts.
+"""Where a Google Cloud run's machines are, and how tpuctl logs in to them: the site, its SSH key
+and known_hosts, for both Google providers (gcp's TPU node, gce's VMs).
 
     site = Site(run_name="demo", project="my-project", zones=("us-central2-b",),
                 tpu_name="demo", user="me", identity_file=key, known_hosts=kh)
     node, zone = find_node(site, site.api)          # the run's node and its zone, or None
     write_known_hosts(site, site.api, node, zone)   # host keys from the guest attributes
+    wait_for_host_keys(site, [("VM a", "10.0.0.2")], published)  # the same, any Google VM
     node, zone = wait_ready(site, site.api, on_event=print)
 
 Host keys come from the guest attributes each worker publishes (hostkeys/ssh-ed25519) and are
 written to a known_hosts of tpuctl's own every time a command starts, so SSH is strict from the
-first connection and a recreated TPU's new keys are picked up, never trusted on first use.
+first connection and a recreated TPU's (or slice's) new keys are picked up, never trusted on
+first use.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import getpass
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -147,32 +150,50 @@ def find_node(site: Site, api: tpu_api.TpuApi) -> tuple[tpu_api.Node, str] | Non
 
 def write_known_hosts(site: Site, api: tpu_api.TpuApi, node: tpu_api.Node, zone: str,
                       on_event: Callable[[str], None] | None = None) -> None:
-    """known_hosts from every worker's published host key. The GCE guest agent publishes the
-    keys once the worker has booted, which may be after the node is READY: wait for them (up to
-    HOST_KEYS_WAIT_S, saying so once), then refuse."""
+    """known_hosts from every worker's published host key (wait_for_host_keys)."""
+    hosts = [(f"worker {i}", ssh_address(e)) for i, e in enumerate(node.endpoints)]
+
+    def published(missing: list[str]) -> dict[str, str]:
+        keys = api.host_keys(node.name, len(node.endpoints), zone)
+        return {f"worker {i}": key for i, key in keys.items()}
+
+    wait_for_host_keys(site, hosts, published, where=f"TPU {node.name}: ", on_event=on_event)
+
+
+def wait_for_host_keys(site: Site, hosts: Sequence[tuple[str, str]],
+                       published: Callable[[list[str]], Mapping[str, str | None]], *,
+                       where: str = "", on_event: Callable[[str], None] | None = None) -> None:
+    """Write the run's known_hosts from the host keys the workers' guest agents publish, for
+    both Google providers. `hosts`: each worker as (what it is called, the address SSH
+    connects to), in worker order; `published(missing)`: the keys published so far for those
+    names. The GCE guest agent publishes them once the machine has booted, which may be after
+    the cloud calls it ready: wait for them (up to HOST_KEYS_WAIT_S, saying so once), then
+    refuse; a key is never trusted on first use."""
     deadline = time.monotonic() + HOST_KEYS_WAIT_S
+    keys: dict[str, str] = {}
     waiting = False
     while True:
-        keys = api.host_keys(node.name, len(node.endpoints), zone)
-        missing = [i for i in range(len(node.endpoints)) if i not in keys]
+        missing = [name for name, _ in hosts if name not in keys]
+        if missing:
+            keys.update({name: key for name, key in published(missing).items()
+                         if key and name in missing})
+            missing = [name for name in missing if name not in keys]
         if not missing:
             break
         if time.monotonic() >= deadline:
             raise UserError(
-                f"TPU {node.name}: worker {missing[0]} publishes no {tpu_api.HOST_KEY_TYPE} "
-                f"host key in its guest attributes after {HOST_KEYS_WAIT_S / 60:g} minutes, so "
-                "its identity cannot be checked",
+                f"{where}{missing[0]} publishes no {tpu_api.HOST_KEY_TYPE} host key in its guest "
+                f"attributes after {HOST_KEYS_WAIT_S / 60:g} minutes, so its identity cannot be "
+                "checked",
                 hint=f"the org policy {tpu_api.GUEST_ATTRIBUTES_POLICY} may hide guest "
                 "attributes: ask an admin to allow them for this project; tpuctl never trusts "
                 "a host key on first use")
         if not waiting and on_event is not None:
-            on_event(f"TPU {node.name}: waiting for the host key of worker {missing[0]} (the "
-                     f"guest agent publishes it after boot; up to {HOST_KEYS_WAIT_S / 60:g} "
-                     "minutes)")
+            on_event(f"{where}waiting for the host key of {missing[0]} (the guest agent "
+                     f"publishes it after boot; up to {HOST_KEYS_WAIT_S / 60:g} minutes)")
         waiting = True
         time.sleep(min(POLL_S, max(0.1, deadline - time.monotonic())))
-    lines = [f"{ssh_address(e)} {tpu_api.HOST_KEY_TYPE} {keys[i]}"
-             for i, e in enumerate(node.endpoints)]
+    lines = [f"{address} {tpu_api.HOST_KEY_TYPE} {keys[name]}" for name, address in hosts]
     storage.write_text(site.known_hosts, "\n".join(lines) + "\n")
 
 

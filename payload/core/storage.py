@@ -588,7 +588,7 @@ def _bucket_errors(path: str) -> Iterator[None]:
 
 # --- ownership: tpuctl deletes only in an output_dir it marked as its own ---------------------
 
-_WORKER_LOG = re.compile(r"^worker-\d+\.log$")
+_WORKER_LOG = re.compile(r"^worker-\d+\.log\Z")
 
 
 def owner_marker(output_dir: str) -> str:

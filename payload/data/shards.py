@@ -58,7 +58,7 @@ def worker_part_name(worker_index: int, num_workers: int) -> str:
 _PREPARED = re.compile(
     r"^(?:(?P<split>train|validation)/(?P=split)-w\d{5}of\d{5}-\d{5}\.tfrecord"
     r"|parts/(?:train|validation)-w\d{5}of\d{5}-\d{5}\.json"
-    r"|parts/worker-\d{5}of\d{5}\.json)$"
+    r"|parts/worker-\d{5}of\d{5}\.json)\Z"
 )
 
 

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 # marker, and storage's temporaries of each.
 _OWN = re.compile(
     r"^(?:(?:run|schedule)\.json|" + re.escape(layout.COMPLETE)
-    + r"|\.tmp-[^/]+-(?:run\.json|schedule\.json|" + re.escape(layout.COMPLETE) + r"))$"
+    + r"|\.tmp-[^/]+-(?:run\.json|schedule\.json|" + re.escape(layout.COMPLETE) + r"))\Z"
 )
 
 

@@ -8,6 +8,7 @@ google-cloud-compute client: the slice's policy, template, bulk MIG and its TPU 
                               instance_group_manager_resource={...}).result()
         api.set_capacity("us-east5-b", after_polls=3) # bulk creation waits, then gets it all
         api.fail("regionInstanceGroupManagers.insert", quota_exceeded("TPU_V6E", "us-east5"))
+        api.on_request("regionInstanceGroupManagers.insert", lambda: api.add_group(...))
         [r.body for r in api.requests("regionInstanceTemplates.insert")]
 
 Paths, verbs, camelCase fields and enum names are google-cloud-compute 1.57's (compute_v1
@@ -180,6 +181,7 @@ class FakeCompute(FakeServer):
         self._instances: dict[str, _Instance] = {}  # projects/P/zones/Z/instances/N -> VM
         self._ops: dict[str, dict] = {}
         self._failures: list[list] = []  # [rpc, error, times left or None]
+        self._actions: list[list] = []  # [rpc, what to do first, times left]
         self._capacity: dict[str | None, int | None] = {None: 0}  # zone -> polls to wait
         self._boot_polls = 2  # observations from PROVISIONING to RUNNING
         self._host_key_delay_s = 0.0  # after RUNNING, before hostkeys/ are published
@@ -217,6 +219,12 @@ class FakeCompute(FakeServer):
         with self._lock:
             self._failures.append([rpc, error, times])
 
+    def on_request(self, rpc: str, action, times: int = 1) -> None:
+        """The next `times` calls of `rpc` first run `action()`, in the server, before they are
+        answered: what someone else does (or a process that dies) at that moment."""
+        with self._lock:
+            self._actions.append([rpc, action, times])
+
     def add_instance(self, project: str, zone: str, name: str, *, labels: dict | None = None,
                      worker: Worker | None = None) -> dict:
         """A VM someone made by hand (no MIG): it must survive anything tpuctl does."""
@@ -233,6 +241,16 @@ class FakeCompute(FakeServer):
                 {"targetSize": 0, **(body or {}), "name": name, "region": self._url(
                     f"projects/{project}/regions/{region}")}))
             return copy.deepcopy(group.body)
+
+    def add_policy(self, project: str, region: str, name: str, body: dict | None = None) -> dict:
+        """A workload policy someone made by hand, with the given fields."""
+        with self._lock:
+            path = f"projects/{project}/regions/{region}/resourcePolicies/{name}"
+            self._check_new(self._policies, path, {"name": name})
+            self._policies[path] = self._resource(path, "compute#resourcePolicy", {
+                "status": "READY", **(body or {}), "name": name,
+                "region": self._url(f"projects/{project}/regions/{region}")})
+            return copy.deepcopy(self._policies[path])
 
     def preempt(self, instance: str) -> None:
         """A spot VM taken back: TERMINATED, its guest agent gone."""
@@ -283,6 +301,10 @@ class FakeCompute(FakeServer):
                           if v == verb and (m := pattern.fullmatch(url.path))), (None, {}))
             rpc, args = found
             self._log.append(Request(rpc or "?", verb, url.path, query, body))
+            for action in self._actions:
+                if action[0] == rpc and action[2] > 0:
+                    action[2] -= 1
+                    action[1]()
             try:
                 if rpc is None:
                     raise ComputeError(404, f"{verb} {url.path} is not a Compute Engine method "

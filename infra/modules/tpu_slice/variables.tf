@@ -111,8 +111,8 @@ variable "max_run_seconds" {
 
   validation {
     # HCL's || evaluates both sides: a null must not reach the comparison.
-    condition     = var.max_run_seconds == null ? true : var.max_run_seconds > 0 && var.max_run_seconds <= 604800
-    error_message = "max_run_seconds must be from 1 to 604800 (seven days), or null."
+    condition     = var.max_run_seconds == null ? true : var.max_run_seconds >= 30 && var.max_run_seconds <= 604800
+    error_message = "max_run_seconds must be from 30 (Compute Engine's shortest run limit) to 604800 (seven days), or null."
   }
 }
 

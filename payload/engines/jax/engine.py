@@ -19,9 +19,9 @@ from payload.core import layout, storage
 from payload.core.errors import UserError
 
 COMMIT = "commit_success.txt"
-_STEP = re.compile(r"^\d+$")
+_STEP = re.compile(r"^\d+\Z")
 # A step folder or the temporary one a save builds it in, and anything inside.
-_WRITTEN = re.compile(r"^\d+(?:\.orbax-checkpoint-tmp[^/]*)?/.+$")
+_WRITTEN = re.compile(r"^\d+(?:\.orbax-checkpoint-tmp[^/]*)?/.+\Z")
 
 
 # What the engine imports, and the extra that installs them (pyproject's `jax`).

@@ -28,7 +28,7 @@ INDEX = "checkpoint"
 # sharded save's `_temp` folder.
 _WRITTEN = re.compile(
     r"^(?:checkpoint(?:\.tmp[0-9a-f]{32})?"
-    r"|ckpt-\d+(?:_temp/part-\d+-of-\d+)?\.(?:index|data-\d+-of-\d+)(?:\.tempstate\d+)?)$"
+    r"|ckpt-\d+(?:_temp/part-\d+-of-\d+)?\.(?:index|data-\d+-of-\d+)(?:\.tempstate\d+)?)\Z"
 )
 _NEWEST = re.compile(r'^model_checkpoint_path: "(?:.*/)?ckpt-(\d+)"', re.MULTILINE)
 

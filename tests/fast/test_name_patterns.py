@@ -1,0 +1,64 @@
+"""Every pattern that checks a whole name (a config value, a file tpuctl wrote) ends where the text
+ends (issue 27, item 6): Python's `$` also matches before a final newline, so `my-project\\n`
+passed as a project id and `ckpt-1.index\\n` as a checkpoint file of tpuctl's own. In process:
+the patterns themselves, and a read of the source for any that ends in `$`."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from payload import config
+from payload.core import storage
+from payload.data import shards
+from payload.engines.jax import engine as jax_engine
+from payload.engines.tensorflow import checkpoints as tf_checkpoints
+from payload.training import checkpoints
+from tests.support.paths import REPO
+
+SOURCES = ("launcher", "payload", "scripts", "bench")
+
+
+PATTERNS = [
+    (config._PROJECT, "my-project"), (config._ZONE, "us-east5-b"),
+    (config._NETWORK, "default"), (config._SUBNETWORK, "my-subnet"),
+    (config.TPU_NAME, "tpu"), (config._BUCKET, "my-bucket"), (config._NAME, "t"),
+    (config._HOST, "10.0.0.2"), (config.HUB_REPO, "me/model"),
+    (config._COMPUTE_RESERVATION, "mine"), (config._IMAGE, "global/images/family/mine"),
+    (config._RESERVATION, "projects/my-project/locations/us-east5-b/reservations/r"),
+    (storage._WORKER_LOG, "worker-0.log"), (shards._PREPARED, "parts/worker-00000of00002.json"),
+    (jax_engine._STEP, "12"), (jax_engine._WRITTEN, "12/default/manifest.ocdbt"),
+    (tf_checkpoints._WRITTEN, "ckpt-1.index"), (checkpoints._OWN, "run.json"),
+]
+
+
+@pytest.mark.parametrize(("pattern", "name"), PATTERNS, ids=[name for _, name in PATTERNS])
+def test_a_name_with_a_newline_at_its_end_is_another_name(pattern, name):
+    assert pattern.match(name)
+    assert not pattern.match(name + "\n")
+
+
+def _tail(node: ast.expr) -> str | None:
+    """The literal text a pattern expression ends with, where the source shows it."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr) and node.values:
+        return _tail(node.values[-1])
+    if isinstance(node, ast.BinOp):
+        return _tail(node.right)
+    return None
+
+
+def test_no_pattern_in_the_code_ends_in_a_dollar():
+    found = []
+    for folder in SOURCES:
+        for path in sorted((REPO / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                        and isinstance(node.func.value, ast.Name) and node.func.value.id == "re"
+                        and node.func.attr in ("compile", "match", "search") and node.args):
+                    tail = _tail(node.args[0])
+                    if tail is not None and tail.endswith("$"):
+                        found.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert found == [], "use \\Z or fullmatch: " + ", ".join(found)

@@ -14,7 +14,7 @@ TERRAFORM_STAMP := .venv-terraform/.installed
 # The terraform that setup-terraform installs where none is; one already on PATH comes first.
 export PATH := $(PATH):$(CURDIR)/.venv-terraform/bin
 
-.PHONY: setup setup-torch setup-checkov setup-terraform demo test test-slow test-all lint bench up train down clean
+.PHONY: setup setup-torch setup-checkov setup-terraform demo test test-fast test-slow test-all lint bench up train down clean
 
 setup: $(STAMP)
 
@@ -68,22 +68,33 @@ demo: setup
 	$(BIN)/tpuctl train --local --overwrite -c $(DEMO) $(if $(DEMO_STAGES),--stages $(DEMO_STAGES)) \
 		$(if $(ENGINE),--engine $(ENGINE))
 
-# The default suite leaves out tests marked slow (crash consistency, the pipelines on gs://);
-# `make test-slow` runs those, `make test-all` everything. CI runs both. Each test file prints
-# its name as it starts and the share of the suite done (pytest's default progress: the suite
-# takes many minutes on 2 cores, see README); the end lists what was skipped for a missing tool
-# and the command that installs it (tests/conftest.py).
+# Tests come in tiers (tests/conftest.py): tests/fast (no process, no ML framework; minutes),
+# tests/integration (real stages on tiny models) and tests/e2e (whole pipelines, sshd fleets,
+# gs://, the clouds' stand-ins). `make test` runs every tier but the tests marked slow; `make
+# test-slow` runs those; `make test-all` everything; `make test-fast` the fast tier alone, guarded
+# from collection on. The slower tiers run TEST_WORKERS processes side by side (pytest-xdist; a
+# test file stays in one; TEST_WORKERS=0 runs them here, one after the other). The end lists what
+# was skipped for a missing tool and the command that installs it.
+PYTEST := $(BIN)/python -m pytest
+TEST_WORKERS ?= 3
+PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+
+test-fast: setup
+	$(PYTEST) tests/fast -m "not slow"
+
 test: setup setup-torch setup-checkov setup-terraform
-	$(BIN)/python -m pytest -m "not slow"
+	$(PYTEST) tests/fast -m "not slow"
+	$(PYTEST) tests/integration tests/e2e -m "not slow" $(PARALLEL)
 
 test-slow: setup setup-torch setup-checkov setup-terraform
-	$(BIN)/python -m pytest -m slow
+	$(PYTEST) tests -m slow $(PARALLEL)
 
 test-all: setup setup-torch setup-checkov setup-terraform
-	$(BIN)/python -m pytest -m "slow or not slow"
+	$(PYTEST) tests/fast
+	$(PYTEST) tests/integration tests/e2e $(PARALLEL)
 
 lint: setup
-	$(BIN)/ruff check launcher payload tests bench scripts
+	$(BIN)/ruff check launcher payload tests testbed bench scripts
 	@if command -v terraform >/dev/null 2>&1; then \
 		export TF_CLI_CONFIG_FILE=/dev/null; \
 		terraform fmt -check -recursive infra && terraform fmt -check -recursive tests/terraform_twin && \

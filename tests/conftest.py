@@ -15,11 +15,20 @@ from pathlib import Path
 import pytest
 
 from tests.support import corpora, runs
+from tests.support.paths import REPO
 from tests.support.guard import FastGuard
 from tests.support.summary import skipped_groups
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# One JAX compilation cache for every test and every process a test starts (and the next run):
+# the suite compiles the same tiny programs in dozens of processes, and a compiled program is
+# found again by what it computes, so a hit is never a different program. A test about the
+# cache itself points JAX elsewhere.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(REPO / ".cache" / "jax-tests"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
+os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(2 << 30))
 
 TESTS = Path(__file__).resolve().parent
 TIERS = ("fast", "integration", "e2e")

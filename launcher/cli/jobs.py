@@ -97,10 +97,17 @@ def jobs(
     if not found:
         typer.echo("no job of this run started from this machine yet")
         return
-    render.console().print(render.jobs_table(found))
+    console = render.console()
+    console.print(render.jobs_table(found))
     outputs = {job.output_dir for job in found}
     if len(outputs) == 1:
-        typer.echo(f"outputs: {outputs.pop()}")
+        path = outputs.pop()
+        if len(f"outputs: {path}") <= console.width:
+            typer.echo(f"outputs: {path}")
+        else:  # on a line of its own, cut at the edge (a terminal would wrap it anyway)
+            typer.echo("outputs:")
+            for start in range(0, len(path), console.width):
+                typer.echo(path[start:start + console.width])
     typer.echo("* the current job (what logs, status and stop take without --job)")
     typer.echo("logs of one: tpuctl logs --job ID; its state now: tpuctl status --job ID")
 

@@ -15,7 +15,7 @@ def test_a_skip_for_a_missing_tool_is_named_in_the_summary_with_its_install_comm
     # No terraform on this PATH: the fmt check skips, and the summary says what to run.
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-         "tests/test_infra.py::test_terraform_fmt_check_passes"],
+         "tests/integration/test_infra.py::test_terraform_fmt_check_passes"],
         capture_output=True, text=True, cwd=REPO, timeout=300,
         env={**os.environ, "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)})
     assert result.returncode == 0, result.stdout[-2000:]

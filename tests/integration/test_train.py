@@ -13,6 +13,7 @@ from payload.core.errors import UserError
 from payload.data import shards as records
 from payload.training.train import check_batch_size, run_train
 from tests.support.configs import VOCAB, training_config, training_run_config
+from tests.support.golden import assert_golden
 from tests.support.runs import prepared_run
 
 
@@ -29,6 +30,7 @@ def test_each_family_learns_on_the_bundled_corpus(tmp_path, family):
     evals = metrics["evals"]
     assert [e["step"] for e in evals] == [0, 20, 40, 60]
     assert evals[-1]["loss"] < evals[0]["loss"] - 0.5, evals
+    assert_golden(f"{family}-tensorflow", evals)
     key = "accuracy" if family in ("bert", "roberta") else "perplexity"
     assert key in evals[-1]
     assert metrics["final"]["step"] == 60 and metrics["final"]["tokens_per_s"] > 0
@@ -56,15 +58,20 @@ def _learns_like_a_language_model(evals: list[dict]) -> None:
 
 def test_t5_tiny_at_its_published_shape_learns(tmp_path):
     # T5 v1.1's untied head drawn as transformers draws it started at loss 55 here.
-    _learns_like_a_language_model(_t5_evals(tmp_path, "tiny", steps=12))
+    evals = _t5_evals(tmp_path, "tiny", steps=12)
+    _learns_like_a_language_model(evals)
+    assert_golden("t5-tiny-tensorflow", evals)
 
 
+# Learning past the first steps at the published shapes: a run of 30 steps compared with its
+# recorded curve (tests/support/golden.py) where 60 steps were trained to see the fall go on.
 @pytest.mark.slow
 @pytest.mark.parametrize("size", ["tiny", "small"])
 def test_t5_at_its_published_shapes_learns_for_longer(tmp_path, size):
-    evals = _t5_evals(tmp_path, size, steps=60)
+    evals = _t5_evals(tmp_path, size, steps=30)
     _learns_like_a_language_model(evals)
     assert evals[-1]["loss"] < evals[1]["loss"], evals  # still learning after the first half
+    assert_golden(f"t5-{size}-30-tensorflow", evals)
 
 
 @pytest.fixture(scope="module")

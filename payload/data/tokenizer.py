@@ -238,14 +238,22 @@ def save_tokenizer(tok, family: FamilySpec, out_dir: str, *, model_max_length: i
                 json.dump(stamp, f, indent=1)
 
 
+# Where a reused tokenizer was loaded from and its files' paths, on the machine that saved it
+# (older transformers wrote them; its own save_pretrained drops them as private).
+_LOCAL_PATHS = ("name_or_path", "special_tokens_map_file", "tokenizer_file")
+
+
 def set_model_inputs(folder: str, family: FamilySpec) -> None:
     """Make the tokenizer in a local folder return what the family's model takes (a tokenizer
-    saved before this was recorded, or reused from elsewhere, may return token_type_ids)."""
+    saved before this was recorded, or reused from elsewhere, may return token_type_ids), and
+    drop the paths a reused tokenizer_config.json may carry from the machine that saved it."""
     path = os.path.join(folder, TOKENIZER_CONFIG)
     settings = {}
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
             settings = json.load(f)  # an object: read_tokenizer_json checked it
+    for key in _LOCAL_PATHS:
+        settings.pop(key, None)
     settings["model_input_names"] = list(family.model_inputs)
     with open(path, "w", encoding="utf-8") as f:
         json.dump(settings, f, indent=2, ensure_ascii=False)

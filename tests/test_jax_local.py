@@ -111,7 +111,7 @@ def assert_export_gives_the_checkpoints_logits_in_pytorch(config: Path, out: Pat
     hf_config = trained_weights(run).hf_config  # the one export wrote config.json from
     program = jax_step.TrainProgram(hf_config.to_dict(), family=run.model.family,
                                     train_cfg=run.train, mesh=jax_export.one_cpu_mesh())
-    params = jax_export._restore_params(note["checkpoint"], program)
+    params = jax_export._restore_params(str(out / note["checkpoint"]), program)
     model = nnx.merge(program.graphdef, params)
     raw = json.loads((out / "model" / "config.json").read_text())
     inputs = model_inputs({**raw, "pad_token_id": raw.get("pad_token_id") or 0},

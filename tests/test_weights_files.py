@@ -199,6 +199,19 @@ def test_a_broken_config_json_is_one_line_for_every_reader(tmp_path, text, needl
         assert needles[0] in str(info.value)
 
 
+@pytest.mark.parametrize("text", ["garbage", "[1]", '{"model": {}}', '{"model": {"vocab": 5}}'])
+def test_a_broken_tokenizer_json_is_one_line_for_the_size_estimate(tmp_path, text):
+    """The launcher's plan counts the model's parameters from the reused tokenizer's size
+    before the pre-flight reads the tokenizer itself."""
+    from payload.data.tokenizer import planned_vocab_size
+
+    folder = model_folder(tmp_path)
+    (folder / "tokenizer.json").write_text(text)
+    with pytest.raises(UserError, match=r"model\.init_from .*: tokenizer\.json is not a "
+                                        r"tokenizer"):
+        planned_vocab_size(run_config(tmp_path, folder))
+
+
 def test_a_missing_model_config_file_is_one_line(tmp_path):
     from payload.core.sizes import read_config_json
 

@@ -58,7 +58,13 @@ def planned_vocab_size(config: RunConfig) -> int:
         path = storage.inside_path(tokenizer_source(config), TOKENIZER_FILE,
                                    source=_reused_from(config))
         if storage.exists(path):
-            return tokenizer_json_size(json.loads(storage.read_text(path)))
+            try:
+                return tokenizer_json_size(json.loads(storage.read_text(path)))
+            except (ValueError, KeyError, TypeError, AttributeError):  # JSON, not a tokenizer's
+                raise UserError(f"{_reused_from(config)}: {TOKENIZER_FILE} is not a tokenizer "
+                                "(no model vocabulary in it)",
+                                hint="save it with a Hugging Face fast tokenizer's "
+                                     "save_pretrained") from None
     return config.tokenizer.vocab_size
 
 

@@ -10,7 +10,8 @@ worker and skipped. Nothing here touches a file, a process or the network.
 
 On a TPU VM each engine has its route (`TPU_ROUTES`), picked here and nowhere else: an exact
 lock of every package (launcher.tpu_lock, written by scripts/tpu_lock.py) installed without
-dependencies, for the Python the route runs on. TensorFlow runs on the image's own Python 3.10
+dependencies, for the Python the route runs on, each the wheel of the sha256 the lock records
+and no other (`hash_pinned_install`: --require-hashes --only-binary=:all:). TensorFlow runs on the image's own Python 3.10
 with tensorflow-tpu and the libtpu it was built with. JAX 0.10.2 needs Python 3.11 or newer
 (jax, jaxlib, libtpu 0.0.42, orbax-checkpoint and tensorstore all say so in Requires-Python),
 which the Ubuntu 22.04 TPU images do not have: its set-up first brings a pinned CPython with uv
@@ -196,6 +197,48 @@ def tpu_lock(engine: str) -> tuple[str, ...]:
     return getattr(locks, TPU_ROUTES[engine].lock)
 
 
+def tpu_lock_hashes(engine: str) -> dict[str, str]:
+    """Each pin of `engine`'s lock -> the sha256 of its wheel on the package index."""
+    from launcher import tpu_lock as locks
+
+    return getattr(locks, f"{TPU_ROUTES[engine].lock}_SHA256")
+
+
+def uv_lock() -> tuple[tuple[str, ...], dict[str, str]]:
+    """((uv==UV_VERSION,), its wheel's sha256 by pin): the uv that brings the JAX route's
+    Python, as launcher.tpu_lock holds it."""
+    from launcher import tpu_lock as locks
+
+    return (f"uv=={UV_VERSION}",), locks.UV_LOCK_SHA256
+
+
+def hashed(pins: tuple[str, ...], sha256: dict[str, str]) -> tuple[str, ...]:
+    """`PIN --hash=sha256:HEX` for each pin: the requirement lines of a hash-checked install.
+    A pin without a hash is a lock scripts/tpu_lock.py did not write (or a UV_VERSION changed
+    without running it)."""
+    missing = [pin for pin in pins if pin not in sha256]
+    if missing:
+        raise ValueError(f"launcher/tpu_lock.py has no hash for {', '.join(missing)}: run "
+                         "python scripts/tpu_lock.py --keep-pins")
+    return tuple(f"{pin} --hash=sha256:{sha256[pin]}" for pin in pins)
+
+
+# How a TPU environment installs: the locked wheels and no others, each checked against its
+# hash, nothing built from source, no dependency added. `--hash` is only read from a
+# requirements file, which the set-up writes first (LOCK_FILE, in the venv it installs into).
+HASH_PINNED = ("--require-hashes", "--only-binary=:all:", "--no-deps")
+LOCK_FILE = "tpuctl-lock.txt"
+
+
+def hash_pinned_install(pip: list[str], source: list[str], lines: tuple[str, ...],
+                        requirements_file: str) -> str:
+    """The shell line that writes the `hashed` requirement `lines` to `requirements_file` and
+    installs exactly those wheels with `pip`."""
+    return (shlex.join(["printf", "%s\\n", *lines]) + f" > {shlex.quote(requirements_file)}"
+            + " && " + shlex.join([*pip, *source, *HASH_PINNED,
+                                   f"--requirement={requirements_file}"]))
+
+
 def environment_key(*parts: str) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
@@ -205,7 +248,8 @@ def plan_environment(
     tpu: bool, engine: str = "tensorflow",
 ) -> Environment:
     """The worker environment: existing Python, a venv from a wheelhouse, or one from the index;
-    on a TPU VM, the exact lock of `engine`'s route, on the Python that route brings.
+    on a TPU VM, the exact lock of `engine`'s route, hash-checked, on the Python that route
+    brings.
 
     Its key hashes everything it contains, so an unchanged set-up is found and skipped.
     """
@@ -221,21 +265,22 @@ def plan_environment(
         # Exactly the locked set, each without its dependencies: tensorflow-tpu 2.20.0 asks only
         # for libtpu~=0.0.14, so pip would otherwise take a libtpu many releases newer than the
         # one TensorFlow was built with (and any newer numpy, protobuf, ...); jax[tpu] names its
-        # libtpu release, the lock holds the build of it that pip took.
-        normal, nodeps = (), tpu_lock(engine)
+        # libtpu release, the lock holds the build of it that pip took. Each is the wheel of
+        # that hash and no other (hash_pinned_install).
+        normal, locked = (), hashed(tpu_lock(engine), tpu_lock_hashes(engine))
     else:
-        normal, nodeps = requirements, ()
+        normal, locked = requirements, ()
     # The Python the route brings: its build and the uv that installs it are part of the key.
-    interpreter = ((route.python_build, f"uv=={UV_VERSION}")
+    interpreter = ((route.python_build, *hashed(*uv_lock()))
                    if route is not None and route.python else ())
     if wheelhouse_digest:
         mode = EnvMode.WHEELHOUSE
         key = environment_key("wheelhouse", wheelhouse_digest, *interpreter, *normal,
-                              "--no-deps", *nodeps)
+                              "--no-deps", *locked)
         source = ["--no-index", "--find-links", f"{WORKER_ROOT}/wheelhouse/{wheelhouse_digest}"]
     else:
         mode = EnvMode.CREATE
-        key = environment_key("index", *interpreter, *normal, "--no-deps", *nodeps)
+        key = environment_key("index", *interpreter, *normal, "--no-deps", *locked)
         source = [arg for link in (route.find_links if route else ())
                   for arg in ("--find-links", link)]
     env_dir = f"{WORKER_ROOT}/env/{key}"
@@ -247,8 +292,8 @@ def plan_environment(
         script.append(shlex.join(["python3", "-m", "venv", env_dir]))
     if normal:
         script.append(shlex.join([*pip, *source, *normal]))
-    if nodeps:
-        script.append(shlex.join([*pip, *source, "--no-deps", *nodeps]))
+    if locked:
+        script.append(hash_pinned_install(pip, source, locked, f"{env_dir}/{LOCK_FILE}"))
     return Environment(mode=mode, python=f"{env_dir}/bin/python", key=key, dir=env_dir,
                        requirements=requirements, setup=("sh", "-c", " && ".join(script)))
 
@@ -256,16 +301,16 @@ def plan_environment(
 def python_install_script(env_dir: str, build: str, source: list[str]) -> list[str]:
     """Shell lines that make `env_dir` a venv of the pinned CPython `build`, on a host whose own
     python3 is older: a throw-away venv holds the pinned uv (from the index, or the wheelhouse
-    `source` names), uv installs the build under the environment (no `python3.11` on PATH, no
-    shell profile touched), and that interpreter makes the venv. The interpreter lives and
-    goes with the environment."""
+    `source` names; its wheel hash-checked), uv installs the build under the environment (no
+    `python3.11` on PATH, no shell profile touched; uv checks the build's sha256), and that
+    interpreter makes the venv. The interpreter lives and goes with the environment."""
     tools, pythons = f"{env_dir}/.uv", f"{env_dir}/.python"
     uv = [f"{tools}/bin/uv"]
     install_dir = f"UV_PYTHON_INSTALL_DIR={shlex.quote(pythons)}"
+    pip = [f"{tools}/bin/python", "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     return [
         shlex.join(["python3", "-m", "venv", tools]),
-        shlex.join([f"{tools}/bin/python", "-m", "pip", "install", "--quiet",
-                    "--disable-pip-version-check", *source, f"uv=={UV_VERSION}"]),
+        hash_pinned_install(pip, source, hashed(*uv_lock()), f"{tools}/{LOCK_FILE}"),
         f"{install_dir} " + shlex.join([*uv, "python", "install", "--no-config", "--no-bin",
                                         build]),
         f'"$({install_dir} '

@@ -14,6 +14,7 @@ a header and checking it against config.json is what the launcher does before a 
 from __future__ import annotations
 
 import json
+import math
 import re
 import struct
 
@@ -80,29 +81,100 @@ def spellings(name: str, family: str) -> list[str]:
     return names
 
 
+# The element sizes of the dtypes tpuctl reads (what numpy holds; BF16 and the 8-bit floats it
+# has no type for).
+ITEM_BYTES = {"F64": 8, "F32": 4, "F16": 2, "I64": 8, "U64": 8, "I32": 4, "U32": 4, "I16": 2,
+              "U16": 2, "I8": 1, "U8": 1, "BOOL": 1, "C64": 8}
+
+
+def _not_safetensors(path: str, why: str) -> UserError:
+    return UserError(f"{path} is not a readable safetensors file: {why}",
+                     hint="save the model again with save_pretrained(safe_serialization=True)")
+
+
 def read_header(path: str) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """Each tensor's dtype and shape from a .safetensors file's header (local or gs://; only
-    the header is read: an 8-byte little-endian length, then JSON)."""
+    """Each tensor's dtype and shape from a .safetensors file's header (local or gs://; the
+    header alone is read). Every entry is checked against the format as the safetensors reader
+    checks it (an 8-byte little-endian length, then a JSON object of entries whose
+    data_offsets tile the rest of the file): a broken file is one line here, not an error deep
+    in a loader."""
+    total = storage.size(path)
     with storage.open_read(path) as f:
         head = f.read(8)
-        length = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
-        raw = f.read(length) if 0 < length <= _HEADER_LIMIT else b""
+        length = struct.unpack("<Q", head)[0] if len(head) == 8 else None
+        if length is None or not 0 < length <= _HEADER_LIMIT:
+            raise _not_safetensors(path, f"no header (the file is {total} bytes)"
+                                   if length is None else f"a header length of {length}")
+        if 8 + length > total:
+            raise _not_safetensors(path, f"its header length {length} runs past the end of "
+                                         f"the file ({total} bytes)")
+        raw = f.read(length)
     try:
         entries = json.loads(raw)
-    except ValueError:
-        entries = None
+    except ValueError:  # UnicodeDecodeError included
+        raise _not_safetensors(path, "its header is not JSON") from None
     if not isinstance(entries, dict):
-        raise UserError(f"{path} is not a safetensors file (no readable header)",
-                        hint="save the model with save_pretrained(safe_serialization=True)")
-    return {name: (entry["dtype"], tuple(entry["shape"])) for name, entry in entries.items()
-            if name != "__metadata__"}
+        raise _not_safetensors(path, "its header is not a JSON object")
+    data_bytes, found, spans = total - 8 - length, {}, []
+    for name, entry in entries.items():
+        if name == "__metadata__":
+            if not isinstance(entry, dict) or not all(
+                    isinstance(v, str) for v in entry.values()):
+                raise _not_safetensors(path, "its __metadata__ is not an object of strings")
+            continue
+        what = f"entry {name!r}"
+        if not isinstance(entry, dict):
+            raise _not_safetensors(path, f"{what} is {json.dumps(entry)[:40]}, not an object")
+        dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+        if not isinstance(dtype, str):
+            raise _not_safetensors(path, f"{what} has no dtype")
+        if dtype not in ITEM_BYTES:
+            raise UserError(f"{path}: {what} holds {dtype} values, which tpuctl does not read "
+                            f"(it reads {', '.join(ITEM_BYTES)})",
+                            hint="save the model in float32 first (from_pretrained with "
+                                 "torch_dtype=torch.float32, then save_pretrained)")
+        if not (isinstance(shape, list) and all(_count(n) for n in shape)):
+            raise _not_safetensors(path, f"{what} has shape {json.dumps(shape)[:40]}, not a "
+                                         "list of sizes")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(map(_count, offsets))
+                and offsets[0] <= offsets[1] <= data_bytes):
+            raise _not_safetensors(path, f"{what} has data_offsets {json.dumps(offsets)[:40]}, "
+                                         f"outside the file's {data_bytes} bytes of data")
+        needed = ITEM_BYTES[dtype] * math.prod(shape)
+        if offsets[1] - offsets[0] != needed:
+            raise _not_safetensors(path, f"{what} spans {offsets[1] - offsets[0]} bytes but "
+                                         f"its shape {shape} of {dtype} needs {needed}")
+        found[name] = (dtype, tuple(shape))
+        spans.append((offsets[0], offsets[1], name))
+    end = 0
+    for begin, stop, name in sorted(spans):
+        if begin != end:
+            raise _not_safetensors(path, f"entry {name!r} starts at byte {begin} of the data, "
+                                         f"not at {end} (entries overlap or leave a gap)")
+        end = stop
+    if end != data_bytes:
+        raise _not_safetensors(path, f"its entries hold {end} bytes but the file has "
+                                     f"{data_bytes} after the header")
+    return found
+
+
+def _count(value) -> bool:
+    """A JSON size or offset: a non-negative integer (not a bool, not a float)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def load_tensors(path: str) -> dict:
-    """Every tensor of a .safetensors file (local, or gs:// read whole) as numpy arrays."""
+    """Every tensor of a .safetensors file (local, or gs:// read whole) as numpy arrays; its
+    header checked first (read_header)."""
+    from safetensors import SafetensorError
     from safetensors.numpy import load, load_file
 
-    return load(storage.read_bytes(path)) if storage.is_gcs(path) else load_file(path)
+    read_header(path)
+    try:
+        return load(storage.read_bytes(path)) if storage.is_gcs(path) else load_file(path)
+    except SafetensorError as exc:  # changed since its header was read
+        raise _not_safetensors(path, str(exc).splitlines()[0] if str(exc) else "unreadable"
+                               ) from exc
 
 
 def check_fits(header: dict, family: str, settings: dict, *, source: str) -> None:

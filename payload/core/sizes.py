@@ -152,7 +152,9 @@ def architecture(source: Any, vocab_size: int | None = None) -> dict:
                              "(payload.data.tokenizer.planned_vocab_size)")
         folder_or_file = model.init_from or model.config
         if folder_or_file:
-            config = read_config_json(folder_or_file)
+            config = read_config_json(folder_or_file, source=(
+                f"model.init_from {model.init_from}" if model.init_from
+                else f"model.config {model.config}"))
             if model.init_from:  # the checkpoint's embeddings stay as they are
                 vocab_size = None
         else:
@@ -167,13 +169,44 @@ def architecture(source: Any, vocab_size: int | None = None) -> dict:
     return config
 
 
-def read_config_json(path: str) -> dict:
-    """A transformers config.json (or the one in a model folder), local or gs://."""
-    from payload.core import storage
+# config.json's sizes, in each family's spelling: whole numbers above 0 where present.
+CONFIG_SIZES = ("vocab_size", "hidden_size", "n_embd", "d_model", "num_hidden_layers", "n_layer",
+                "num_layers", "num_decoder_layers", "num_attention_heads", "n_head", "num_heads",
+                "intermediate_size", "n_inner", "d_ff", "d_kv", "max_position_embeddings",
+                "n_positions")
 
-    if not path.endswith(".json"):
-        path = storage.join(path, "config.json")
-    return json.loads(storage.read_text(path))
+
+def read_config_json(path: str, *, source: str | None = None) -> dict:
+    """A transformers config.json (or the one in a model folder, which must lie inside it),
+    local or gs://: a JSON object with a model_type whose sizes (CONFIG_SIZES) are whole
+    numbers, else one line saying what is wrong. `source` names the file or folder in that
+    line (default: its path)."""
+    from payload.core import storage
+    from payload.core.errors import UserError
+
+    if path.endswith(".json"):
+        what = source or path
+    else:
+        what = f"{source or path}: config.json"
+        path = storage.inside_path(path, "config.json", source=source)
+    hint = "point it at a Hugging Face model's config.json (save_pretrained writes one)"
+    if not storage.exists(path):
+        raise UserError(f"{what} does not exist", hint=hint)
+    try:
+        settings = json.loads(storage.read_text(path))
+    except ValueError:  # UnicodeDecodeError included
+        raise UserError(f"{what} is not JSON", hint=hint) from None
+    if not isinstance(settings, dict):
+        raise UserError(f"{what} is not a JSON object", hint=hint)
+    if not isinstance(settings.get("model_type"), str):
+        raise UserError(f"{what} has no model_type", hint=hint)
+    for key in CONFIG_SIZES:
+        value = settings.get(key)
+        if value is not None and not (isinstance(value, int) and not isinstance(value, bool)
+                                      and value > 0):
+            raise UserError(f"{what}'s {key} is {json.dumps(value)[:40]}, not a whole number "
+                            "above 0", hint="its config.json must describe the model")
+    return settings
 
 
 def tokenizer_json_size(raw: dict) -> int:

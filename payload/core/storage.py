@@ -689,6 +689,23 @@ def check_no_link(output_dir: str, folder: str) -> None:
                                  "yourself if you want it there)")
 
 
+def inside_path(folder: str, name: str, *, source: str | None = None) -> str:
+    """`folder`/`name`, to read from a folder someone else made (a model.init_from or
+    tokenizer.path folder); refuses, in one line, a local symbolic link that leads out of the
+    folder, so nothing from outside it reaches what tpuctl writes or publishes (a link inside
+    the folder is fine; gs:// has no links). `source` names the folder in the message."""
+    path = join(folder, name)
+    if is_gcs(path):
+        return path
+    root, real = os.path.realpath(folder), os.path.realpath(path)
+    if os.path.commonpath([root, real]) != root:
+        raise UserError(f"{source or folder}: {name} is a symbolic link to {real}, outside the "
+                        "folder", hint="tpuctl reads only what is inside the folder: replace "
+                        "the link with a copy of the file (cp --remove-destination TARGET LINK)"
+                        " or remove it")
+    return path
+
+
 def _inside(path: str, folder: str) -> bool:
     if is_gcs(path) or is_gcs(folder):
         return path.startswith(folder.rstrip("/") + "/")

@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 TOKENIZER_DIR = layout.TOKENIZER_DIR
 TOKENIZER_FILE = "tokenizer.json"
+TOKENIZER_CONFIG = "tokenizer_config.json"
 # What the tokenizer was trained from. tokenizers' Unigram and WordPiece trainers do not give
 # the same vocabulary twice, so a rerun with the same settings keeps the trained tokenizer
 # (and the shards made with it) instead of training a new one.
@@ -54,9 +55,16 @@ def planned_vocab_size(config: RunConfig) -> int:
     from payload.core.sizes import tokenizer_json_size
 
     if config.tokenizer.path or config.model.init_from:
-        path = storage.join(tokenizer_source(config), TOKENIZER_FILE)
+        path = storage.inside_path(tokenizer_source(config), TOKENIZER_FILE,
+                                   source=_reused_from(config))
         if storage.exists(path):
-            return tokenizer_json_size(json.loads(storage.read_text(path)))
+            try:
+                return tokenizer_json_size(json.loads(storage.read_text(path)))
+            except (ValueError, KeyError, TypeError, AttributeError):  # JSON, not a tokenizer's
+                raise UserError(f"{_reused_from(config)}: {TOKENIZER_FILE} is not a tokenizer "
+                                "(no model vocabulary in it)",
+                                hint="save it with a Hugging Face fast tokenizer's "
+                                     "save_pretrained") from None
     return config.tokenizer.vocab_size
 
 
@@ -69,12 +77,21 @@ def _reused_from(config: RunConfig) -> str | None:
     return None
 
 
-def is_tokenizer_file(name: str) -> bool:
-    """A tokenizer's own file, not a model's (a reused folder may be a whole model folder)."""
-    if name == TRAINING_STAMP:
-        return False
-    return name.startswith(("tokenizer", "special_tokens_map", "added_tokens", "vocab", "merges",
-                            "spiece", "sentencepiece")) or name.endswith(".model")
+# The files of a Hugging Face tokenizer, by name: all that is ever copied from a folder
+# (a reused folder may be a whole model folder, or hold anything else beside them).
+TOKENIZER_FILES = (
+    TOKENIZER_FILE, TOKENIZER_CONFIG, "special_tokens_map.json", "added_tokens.json",
+    "vocab.json", "vocab.txt", "merges.txt",  # byte-level BPE, WordPiece
+    "spiece.model", "sentencepiece.bpe.model", "tokenizer.model",  # sentencepiece models
+)
+
+
+def tokenizer_files(folder: str, *, source: str | None = None) -> list[str]:
+    """The paths of the tokenizer files present in `folder`, each refused in one line when it
+    is a symbolic link out of the folder (`source` names the folder in that line)."""
+    present = {os.path.basename(path) for path in storage.listdir(folder)}
+    return [storage.inside_path(folder, name, source=source)
+            for name in TOKENIZER_FILES if name in present]
 
 
 def fingerprint(tokenizer_json: bytes) -> str:
@@ -227,17 +244,22 @@ def save_tokenizer(tok, family: FamilySpec, out_dir: str, *, model_max_length: i
                 json.dump(stamp, f, indent=1)
 
 
-TOKENIZER_CONFIG = "tokenizer_config.json"
+# Where a reused tokenizer was loaded from and its files' paths, on the machine that saved it
+# (older transformers wrote them; its own save_pretrained drops them as private).
+_LOCAL_PATHS = ("name_or_path", "special_tokens_map_file", "tokenizer_file")
 
 
 def set_model_inputs(folder: str, family: FamilySpec) -> None:
     """Make the tokenizer in a local folder return what the family's model takes (a tokenizer
-    saved before this was recorded, or reused from elsewhere, may return token_type_ids)."""
+    saved before this was recorded, or reused from elsewhere, may return token_type_ids), and
+    drop the paths a reused tokenizer_config.json may carry from the machine that saved it."""
     path = os.path.join(folder, TOKENIZER_CONFIG)
     settings = {}
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
-            settings = json.load(f)
+            settings = json.load(f)  # an object: read_tokenizer_json checked it
+    for key in _LOCAL_PATHS:
+        settings.pop(key, None)
     settings["model_input_names"] = list(family.model_inputs)
     with open(path, "w", encoding="utf-8") as f:
         json.dump(settings, f, indent=2, ensure_ascii=False)
@@ -245,8 +267,11 @@ def set_model_inputs(folder: str, family: FamilySpec) -> None:
 
 
 def read_tokenizer_json(config: RunConfig) -> tuple[str, bytes]:
-    """The folder later stages read the tokenizer from, and its tokenizer.json."""
+    """The folder later stages read the tokenizer from, and its tokenizer.json; every tokenizer
+    file there must lie inside the folder (what later stages copy from it)."""
     folder = tokenizer_source(config)
+    if not storage.is_gcs(folder):  # (gs:// has no links)
+        tokenizer_files(folder, source=_reused_from(config))
     path = storage.join(folder, TOKENIZER_FILE)
     if not storage.exists(path):
         if _reused_from(config):
@@ -255,6 +280,10 @@ def read_tokenizer_json(config: RunConfig) -> tuple[str, bytes]:
                             "(AutoTokenizer.from_pretrained(P).save_pretrained(P) writes one)")
         raise UserError(f"no tokenizer at {folder}",
                         hint="run the tokenizer stage first, or set tokenizer.path")
+    settings = storage.join(folder, TOKENIZER_CONFIG)
+    if storage.exists(settings) and not isinstance(_read_json(settings), dict):
+        raise UserError(f"{_reused_from(config) or folder}: {TOKENIZER_CONFIG} is not a JSON "
+                        "object", hint="save the tokenizer again with save_pretrained")
     return folder, storage.read_bytes(path)
 
 
@@ -407,9 +436,8 @@ def _training_stamp(config: RunConfig, sources: list[corpus.Source]) -> dict:
 
 
 def copy_tokenizer_files(config: RunConfig, dest: str) -> None:
-    """Copy the run's tokenizer files into another folder (local or gs://): the exported model,
-    a reused tokenizer's place in output_dir, or a local copy of one on GCS."""
-    for name in storage.listdir(tokenizer_source(config)):
-        if is_tokenizer_file(os.path.basename(name)):
-            storage.write_bytes(storage.join(dest, os.path.basename(name)),
-                                storage.read_bytes(name))
+    """Copy the run's tokenizer files (TOKENIZER_FILES, none of them a link out of its folder)
+    into another folder (local or gs://): the exported model, a reused tokenizer's place in
+    output_dir, or a local copy of one on GCS."""
+    for path in tokenizer_files(tokenizer_source(config), source=_reused_from(config)):
+        storage.write_bytes(storage.join(dest, os.path.basename(path)), storage.read_bytes(path))

@@ -18,6 +18,7 @@ has.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -202,15 +203,28 @@ def _keep_beating(peers: Peers, lock: RunLock | None, every_s: float) -> None:
 
 
 def port_in_use(port: int) -> bool:
-    """Whether another process listens on `port` here (as TensorFlow's server will bind it:
-    every address). gRPC binds with SO_REUSEPORT, so a second server on the same port would
-    not fail by itself: it would quietly share the port with someone else's job."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    """Whether another process listens on `port` here, on any address of either family (as
+    TensorFlow's server binds it: every address, IPv4 and IPv6). gRPC binds with SO_REUSEPORT,
+    so a second server on the same port would not fail by itself: it would quietly share the
+    port with someone else's job. A host without IPv6 has no IPv6 listener to find."""
+    probes = [(socket.AF_INET, "")]
+    if socket.has_ipv6:
+        probes.append((socket.AF_INET6, "::"))
+    for family, anywhere in probes:
         try:
-            probe.bind(("", port))
-        except OSError:
-            return True
+            probe = socket.socket(family, socket.SOCK_STREAM)
+        except OSError:  # the family is not there (IPv6 switched off)
+            continue
+        with probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:  # this family alone: IPv4 was the probe before
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                probe.bind((anywhere, port))
+            except OSError as exc:
+                # Taken; or, for IPv4, not bindable at all, which is as good as taken.
+                if exc.errno == errno.EADDRINUSE or family == socket.AF_INET:
+                    return True
     return False
 
 

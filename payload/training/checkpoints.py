@@ -3,6 +3,7 @@
     check_start(output_dir, resume=True, overwrite=False, engine="jax")  # no framework needed
     check_resume(output_dir, identity)      # then: refuses a changed model or tokenizer
     start_fresh(output_dir, identity)       # clears an earlier run's files, records run.json
+    step, state = restore_newest([4, 2], restore, directory=d, doing="--resume", ...)
 
 Each engine writes its own checkpoint format there (payload.engines: TensorFlow's
 CheckpointManager files, Orbax step folders); the rules around them are these, written once.
@@ -11,7 +12,9 @@ earlier run's files and recorded what its checkpoints are made from (`run.json`:
 tokenizer, family and engine); resume and export require the marker, so a clearing cut short is
 never mistaken for a run. A fresh start removes only checkpoint files of tpuctl's engines and
 tpuctl's own files, and names them first. A resume continues only the engine that wrote the
-checkpoints.
+checkpoints. A newest checkpoint that cannot be restored (truncated, another model's) is one
+line naming it and the newest intact one, and how to go back to that one; tpuctl never moves
+or deletes it itself.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Callable
+from typing import TypeVar
 
 from payload.core import layout, storage
 from payload.core.errors import UserError
@@ -26,6 +31,7 @@ from payload.engines import DEFAULT, all_engines, engine_for
 
 IDENTITY = layout.RUN_IDENTITY
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # What tpuctl itself writes in the folder: run.json, the training schedule (train.py), the
 # marker, and storage's temporaries of each.
@@ -55,6 +61,57 @@ def incomplete(directory: str, doing: str) -> UserError:
         "start that cleared an earlier run's files was cut short)",
         hint="start again with --overwrite",
     )
+
+
+def restore_newest(steps: list[int], restore: Callable[[int], T], *, directory: str,
+                   doing: str, describe: Callable[[BaseException], str],
+                   files: Callable[[int], str], label: Callable[[int], str] = str
+                   ) -> tuple[int, T]:
+    """(step, what `restore(step)` gives) for the newest of `steps` (newest first). When it
+    cannot be restored (a truncated file, another model's arrays), the older steps are tried
+    only to say which one is intact, in one line with what to do: nothing is restored from an
+    older step, and nothing is moved or deleted (a checkpoint tpuctl cannot read is still the
+    user's to keep or drop). `describe` says in words why an engine's restore failed, `files`
+    names what to move out of the folder to go back to an older step, `label` names a step as
+    the engine's files do ("4", "ckpt-4")."""
+    newest = steps[0]
+    try:
+        return newest, restore(newest)
+    except MemoryError:
+        raise
+    except Exception as exc:  # Orbax and tensorstore raise bare Exceptions too
+        failure = exc
+    intact = None
+    for step in steps[1:]:
+        try:
+            restore(step)
+        except MemoryError:
+            raise
+        except Exception:  # broken too: look further back
+            continue
+        intact = step
+        break
+    raise broken_checkpoint(directory, doing=doing, step=label(newest),
+                            why=describe(failure), files=files(newest),
+                            intact=None if intact is None else label(intact)) from failure
+
+
+def broken_checkpoint(directory: str, *, doing: str, step: str, why: str, files: str,
+                      intact: str | None) -> UserError:
+    """The one line for a newest checkpoint that cannot be restored: which, why, which older
+    one is intact, and how to go back to it (the user moves the broken one away)."""
+    if intact is None:
+        return UserError(
+            f"{doing}: the newest checkpoint in {directory}, {step}, cannot be restored ({why}),"
+            " and no older one can",
+            hint="start again with --overwrite (it removes these checkpoints)")
+    again = ("--resume then continues" if doing == "--resume"
+             else "the export then takes the weights")
+    return UserError(
+        f"{doing}: the newest checkpoint in {directory}, {step}, cannot be restored ({why}); "
+        f"{intact} is intact",
+        hint=f"move {files} out of {directory} (tpuctl leaves it as it is), and {again} from "
+             f"{intact}; or start again with --overwrite")
 
 
 def check_flags(*, resume: bool, overwrite: bool) -> None:

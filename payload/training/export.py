@@ -72,21 +72,32 @@ def run_export(config) -> None:
     storage.claim_output_dir(config.output_dir)
     family = config.model.family
     target = layout.model_dir(config.output_dir)
+    source = checkpoint_name(config.output_dir, path)
     # Built beside model/ and swapped in whole: a crash or a full disk leaves the old model/
     # or the new one, and on gs:// readers go by the completeness marker.
-    with storage.replacing_folder(target, {"stage": "export", "checkpoint": path}) as staging:
+    with storage.replacing_folder(target, {"stage": "export", "checkpoint": source}) as staging:
         weights.write(staging)  # the engine's: model.safetensors and tf_model.h5
         hf_config = weights.hf_config
         hf_config.architectures = [ARCHITECTURES[family]]
         hf_config.save_pretrained(staging)
         copy_tokenizer_files(config, staging)
         set_model_inputs(staging, FAMILIES[family])
-        _add_export_note(staging, path)
+        _add_export_note(staging, source)
     logging.getLogger(__name__).info("exported %s to %s", path, target)
 
 
+def checkpoint_name(output_dir: str, checkpoint: str) -> str:
+    """A checkpoint's path relative to output_dir ("checkpoints/30", "checkpoints/ckpt-6"): what
+    model/ says it came from. model/ is published and downloaded; the machine's folders and the
+    bucket it ran in are not the model's business."""
+    prefix = output_dir.rstrip("/") + "/"
+    if checkpoint.startswith(prefix):
+        return checkpoint[len(prefix):]
+    return storage.join(layout.CHECKPOINTS_DIR, checkpoint.rstrip("/").rsplit("/", 1)[-1])
+
+
 def _add_export_note(folder: str, checkpoint: str) -> None:
-    # Which checkpoint the folder came from, for the user and for `tpuctl status`.
+    # Which checkpoint the folder came from (relative to output_dir), for the user.
     with open(os.path.join(folder, layout.EXPORT_NOTE), "w", encoding="utf-8") as f:
         json.dump({"checkpoint": checkpoint}, f, indent=1)
         f.write("\n")

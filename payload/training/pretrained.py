@@ -11,6 +11,10 @@ and renamed to the TensorFlow model's weights by the rule the export uses the ot
 transformers' own TF loader. The JAX engine reads the same file into its models
 (payload/engines/jax/pretrained.py). Before a job starts, the file's header is checked against
 the folder's config.json (family, embeddings, layer count). No torch needed.
+
+Only those files are read (config.json, the weights, the tokenizer's files by name), and none
+of them may be a symbolic link out of the folder: nothing from outside it reaches output_dir,
+model/ or the Hub.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from payload.core.errors import UserError
 CONFIG = "config.json"
 PT_WEIGHTS = "model.safetensors"
 TF_WEIGHTS = "tf_model.h5"
+# What tpuctl reads of a model folder, beside the tokenizer's files (payload.data.tokenizer).
+MODEL_FILES = (CONFIG, PT_WEIGHTS, TF_WEIGHTS)
 
 
 def init_from_label(folder: str) -> str:
@@ -36,13 +42,13 @@ def check_folder(config) -> None:
     from payload.engines import engine_for
 
     folder, family = config.model.init_from, config.model.family
+    label = init_from_label(folder)
+    check_inside(folder)
     if not storage.exists(storage.join(folder, CONFIG)):
-        raise UserError(f"{init_from_label(folder)} has no {CONFIG}",
+        raise UserError(f"{label} has no {CONFIG}",
                         hint="point it at a Hugging Face model folder (save_pretrained output)")
-    found = read_config_json(folder).get("model_type")
-    if found != family:
-        raise UserError(f"{init_from_label(folder)} is a {found} model but model.family is {family}",
-                        hint="make them agree")
+    settings = read_config_json(folder, source=label)
+    _check_family(folder, settings, family)
     present = [name for name in (PT_WEIGHTS, TF_WEIGHTS)
                if storage.exists(storage.join(folder, name))]
     if not present:
@@ -60,7 +66,28 @@ def check_folder(config) -> None:
         )
     if PT_WEIGHTS in present:  # the header alone: family and shape, before anything starts
         header = read_header(storage.join(folder, PT_WEIGHTS))
-        check_fits(header, family, read_config_json(folder), source=init_from_label(folder))
+        check_fits(header, family, settings, source=label)
+
+
+def check_inside(folder: str) -> None:
+    """None of the files tpuctl reads from the folder (MODEL_FILES and the tokenizer's) is a
+    symbolic link out of it; nothing else in the folder is ever read."""
+    from payload.data.tokenizer import TOKENIZER_FILES
+
+    for name in (*MODEL_FILES, *TOKENIZER_FILES):
+        storage.inside_path(folder, name, source=init_from_label(folder))
+
+
+def weights_path(folder: str, name: str) -> str:
+    """The path of one of the folder's weight files, refused when it is a link out of it."""
+    return storage.inside_path(folder, name, source=init_from_label(folder))
+
+
+def _check_family(folder: str, settings: dict, family: str) -> None:
+    found = settings["model_type"]  # read_config_json made sure there is one
+    if found != family:
+        raise UserError(f"{init_from_label(folder)} is a {found} model but model.family is "
+                        f"{family}", hint="make them agree")
 
 
 def pretrained_config(folder: str, *, family: str, vocab_size: int):
@@ -70,11 +97,9 @@ def pretrained_config(folder: str, *, family: str, vocab_size: int):
 
     from payload.core.sizes import read_config_json
 
-    settings = read_config_json(folder)
-    found = settings.pop("model_type", None)
-    if found != family:
-        raise UserError(f"{init_from_label(folder)} is a {found} model but model.family is {family}",
-                        hint="make them agree")
+    settings = read_config_json(folder, source=init_from_label(folder))
+    _check_family(folder, settings, family)
+    found = settings.pop("model_type")
     hf = transformers.AutoConfig.for_model(found, **settings)
     if vocab_size > hf.vocab_size:
         raise UserError(

@@ -210,8 +210,6 @@ class TrainingLoop:
     metrics.json, TensorBoard). The engine's trainer (payload.engines.Trainer) does the work."""
 
     def __init__(self, config, inputs: RunInputs, trainer, plan, meter=None):
-        import tensorflow as tf  # TensorBoard's writer; the CPU input library on either engine
-
         self.config, self.inputs, self.trainer, self.plan = config, inputs, trainer, plan
         self.meter = meter  # payload.training.utilisation: tokens/s per device and MFU in every report
         self.family = config.model.family
@@ -220,9 +218,15 @@ class TrainingLoop:
         self.stopped: str | None = None  # why training ended before train.steps
         out = config.output_dir
         self.metrics_path = layout.metrics_path(out)
-        self.writer = (
+        self.writer = None  # opened once training has started (the events file is a write)
+
+    def _open_writer(self):
+        import tensorflow as tf  # TensorBoard's writer; the CPU input library on either engine
+
+        out = self.config.output_dir
+        return (
             tf.summary.create_file_writer(storage.join(out, layout.LOGS_DIR, layout.TENSORBOARD_DIR))
-            if plan.is_chief
+            if self.plan.is_chief
             else tf.summary.create_noop_writer()
         )
 
@@ -232,7 +236,10 @@ class TrainingLoop:
         if self.plan.is_chief and not resume:
             checkpoints.start_fresh(out, self.inputs.identity)
         try:
+            # A checkpoint or model folder that cannot be read ends here, before anything of
+            # this attempt is written.
             start = trainer.start(resume=resume)
+            self.writer = self._open_writer()
             if trainer.init_source:
                 log(f"starting from the weights in {trainer.init_source}")
             history = self._load_history(start) if resume else {"evals": [], "train": []}
@@ -251,7 +258,8 @@ class TrainingLoop:
             self._loop(start, history)
         finally:
             trainer.close()
-            self.writer.flush()
+            if self.writer is not None:
+                self.writer.flush()
 
     def _loop(self, start: int, history: dict) -> None:
         config, trainer = self.config, self.trainer

@@ -196,7 +196,7 @@ def test_exported_model_loads_from_a_copy(runs, gcs_sandbox, tmp_path):
     for name in ("config.json", "tokenizer.json"):
         assert (copy / name).read_bytes() == (local_model / name).read_bytes(), name
     note = json.loads((copy / "tpuctl_export.json").read_text())
-    assert note["checkpoint"] == f"{GS_OUT}/checkpoints/ckpt-6"
+    assert note["checkpoint"] == "checkpoints/ckpt-6"  # relative: no bucket in model/
     # The copy holds the weights the resumed training on gs:// finished with.
     from payload.engines.tensorflow.trainer import weights_digest
 
@@ -317,6 +317,6 @@ def test_the_jax_engine_trains_resumes_and_exports_on_gs(gcs_sandbox, tmp_path):
     assert [e["step"] for e in evals] == [0, 10, 20, 30]
     assert evals[-1]["loss"] < 0.85 * evals[0]["loss"], evals
     note = json.loads(gcs_sandbox.read_bytes(f"{out}/model/tpuctl_export.json"))
-    assert note["checkpoint"] == f"{out}/checkpoints/30"
+    assert note["checkpoint"] == "checkpoints/30"  # relative: no bucket in model/
     model = {n.rsplit("/", 1)[1] for n in gcs_sandbox.list(f"{out}/model/")}
     assert {"config.json", "model.safetensors", "tokenizer.json", ".tpuctl-complete"} <= model

@@ -101,14 +101,14 @@ def assert_export_gives_the_checkpoints_logits_in_pytorch(config: Path, out: Pat
     from tests.support.jax import model_inputs
 
     note = json.loads((out / "model" / "tpuctl_export.json").read_text())
-    assert note["checkpoint"] == str(out / "checkpoints" / str(STEPS))
+    assert note["checkpoint"] == f"checkpoints/{STEPS}"  # relative: model/ is published
     if not TORCH_READY.exists():
         pytest.skip("no transformers 5.x environment (.venv-torch; `make setup-torch`)")
     run = load_config(config)
     hf_config = trained_weights(run).hf_config  # the one export wrote config.json from
     program = jax_step.TrainProgram(hf_config.to_dict(), family=run.model.family,
                                     train_cfg=run.train, mesh=jax_export.one_cpu_mesh())
-    params = jax_export._restore_params(note["checkpoint"], program)
+    params = jax_export._restore_params(str(out / note["checkpoint"]), program)
     model = nnx.merge(program.graphdef, params)
     raw = json.loads((out / "model" / "config.json").read_text())
     inputs = model_inputs({**raw, "pad_token_id": raw.get("pad_token_id") or 0},

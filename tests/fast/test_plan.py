@@ -200,10 +200,13 @@ def test_environment_modes_and_keys():
 
 
 def _installed(setup: str) -> list[str]:
-    """The packages of every `pip install` in a set-up script, and pip's options."""
+    """The packages of every `pip install` in a set-up script, and pip's options; those of a
+    hash-checked install are the pins of the requirements file the script writes first."""
     found = []
     for part in setup.split(" && "):
         words = shlex.split(part)
+        if words[:1] == ["printf"]:  # printf '%s\n' 'PIN --hash=sha256:HEX' ... > FILE
+            found += [line.split()[0] for line in words[2:words.index(">")]]
         if "install" in words[:5] and words[words.index("install") - 1] == "pip":
             found += [w for w in words[words.index("install") + 1:]
                       if not w.startswith("-") and "://" not in w]
@@ -311,12 +314,13 @@ def test_each_engine_has_its_own_tpu_environment():
     assert set(_installed(jax.setup[2])) == {*tpu_lock("jax"), f"uv=={UV_VERSION}"}
     steps = jax.setup[2].split(" && ")
     build = f"cpython-{JAX_TPU_PYTHON}-linux-x86_64-gnu"
-    # uv first, then the interpreter under the environment, then the venv made with it, then
-    # the lock without dependencies.
+    # uv first (its requirements file, then its hash-checked install), then the interpreter
+    # under the environment, then the venv made with it, then the lock without dependencies.
     assert steps[0] == f"rm -rf {jax.dir}"
     assert steps[1] == f"python3 -m venv {jax.dir}/.uv"
-    assert f"python install --no-config --no-bin {build}" in steps[3]
-    assert steps[4].startswith('"$(') and steps[4].endswith(f")\" -m venv {jax.dir}")
+    assert steps[2].startswith("printf") and "--require-hashes" in steps[3]
+    assert f"python install --no-config --no-bin {build}" in steps[4]
+    assert steps[5].startswith('"$(') and steps[5].endswith(f")\" -m venv {jax.dir}")
     assert "--no-deps" in steps[-1] and jax.python == f"{jax.dir}/bin/python"
     # The same lock from a wheelhouse: uv comes from it too, nothing from the index.
     house = plan_environment(python=None, wheelhouse_digest="w1", requirements=reqs, tpu=True,
@@ -346,7 +350,7 @@ def test_the_lock_file_is_what_the_script_writes(monkeypatch):
     text = (REPO / "launcher" / "tpu_lock.py").read_text()
     locks = script.read(text)
     assert set(locks) == {"tensorflow", "jax"}
-    assert script.render(locks) == text
+    assert script.render(locks, script.read_uv(text)) == text
     assert locks["tensorflow"].pins == module.TPU_LOCK and locks["jax"].pins == module.JAX_TPU_LOCK
     assert (locks["tensorflow"].python, locks["jax"].python) == ("3.10", "3.11")
     made = {"tensorflow": script.Lock(engine="tensorflow", python="3.10", libtpu_source="x",

@@ -14,13 +14,72 @@ checkpoint the latest. On `gs://` the arrays go through tensorstore's own GCS dr
 folders (listing, creating, the commit file) through etils.epath, which picks TensorFlow's
 tf.io.gfile whenever TensorFlow is installed (etils 1.x `gpath._backend`), else fsspec's gcsfs
 (not installed here); EPATH_USE_TF=false turns that off.
+
+A step that cannot be restored (truncated files, another model's arrays) is one line naming it
+and the newest intact step (payload.training.checkpoints.restore_newest); Orbax's own error and
+the noise its unfinished reads make are dropped (`read_step`).
 """
 
 from __future__ import annotations
 
+import gc
+import logging
+import re
+import sys
+from collections.abc import Callable
+from typing import TypeVar
+
 import orbax.checkpoint as ocp
 
+from payload.core import storage
 from payload.core.errors import UserError
+from payload.training.checkpoints import restore_newest
+
+T = TypeVar("T")
+_SHAPES = re.compile(r"Requested shape: (\(.*?\)) is not compatible with the stored shape: "
+                     r"(\(.*?\))")
+
+
+def describe_failure(exc: BaseException) -> str:
+    """Why Orbax could not restore a step, in words (its own messages run to pages)."""
+    text = str(exc)
+    shapes = _SHAPES.search(text)
+    if shapes:
+        return (f"it holds arrays of another shape than this run's model: {shapes.group(2)} "
+                f"where the model has {shapes.group(1)}")
+    if "tree structures do not match" in text:
+        return "it holds another model's arrays (their names and nesting differ)"
+    if text.startswith("Encountered error while reading array"):
+        return "its array data are truncated or unreadable"
+    first = (text.strip().splitlines() or [type(exc).__name__])[0]
+    return f"its files are truncated or unreadable: {first[:120]}"
+
+
+class UnreadableStep(Exception):
+    """A step Orbax could not restore, and why in words."""
+
+
+def read_step(restore: Callable[[], T]) -> T:
+    """`restore()`, with Orbax's failure turned into UnreadableStep. A failed restore leaves
+    Orbax's other reads unfinished, and Python reports each one ("Task exception was never
+    retrieved", "Event loop is closed", with tracebacks) when the error that holds them is
+    dropped: pages of noise after the one line that says what is wrong. The error is dropped
+    here, with those reports silenced, and only its description goes on."""
+    hook, asyncio_log = sys.unraisablehook, logging.getLogger("asyncio")
+    level = asyncio_log.level
+    sys.unraisablehook, asyncio_log.level = (lambda _: None), logging.CRITICAL
+    try:
+        try:
+            return restore()
+        except MemoryError:
+            raise
+        except Exception as exc:  # Orbax and tensorstore raise bare Exceptions too
+            why = describe_failure(exc)
+        gc.collect()  # the dropped error's unfinished reads, reported to no one
+    finally:
+        sys.unraisablehook = hook
+        asyncio_log.setLevel(level)
+    raise UnreadableStep(why)
 
 
 class Checkpoints:
@@ -50,20 +109,28 @@ class Checkpoints:
         self.manager.wait_until_finished()
         return step
 
-    def restore_latest(self, abstract_state):
+    def restore_latest(self, abstract_state, *, doing: str = "--resume"):
         """The newest complete checkpoint, placed as `abstract_state` (the program's
-        `abstract_state()`: shapes, dtypes and shardings) says."""
-        step = self.latest
-        if step is None:
+        `abstract_state()`: shapes, dtypes and shardings) says. One that cannot be restored
+        (truncated, another model's) is one line naming it and the newest intact one
+        (payload.training.checkpoints.restore_newest)."""
+        steps = self.steps()
+        if not steps:
             raise UserError(f"there is no checkpoint to resume from in {self.directory}",
                             hint="start without --resume")
-        state = self.manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
+        _, state = restore_newest(
+            steps[::-1], lambda step: self._restore(step, abstract_state),
+            directory=self.directory, doing=doing, describe=str,
+            files=lambda step: storage.join(self.directory, str(step)),
+            label=lambda step: f"step {step}")
+        return state
+
+    def _restore(self, step: int, abstract_state):
+        state = read_step(lambda: self.manager.restore(
+            step, args=ocp.args.StandardRestore(abstract_state)))
         if int(state.step) != step:
-            raise UserError(
-                f"the checkpoint {self.directory}/{step} holds the state after "
-                f"{int(state.step)} updates, not {step}",
-                hint="it was not written by tpuctl's JAX engine: move it away and resume again",
-            )
+            raise UnreadableStep(f"it holds the state after {int(state.step)} updates, not "
+                                 f"{step}: not a checkpoint of tpuctl's JAX engine")
         return state
 
     def close(self) -> None:

@@ -4,12 +4,19 @@
 
 On a TPU slice each host is one process over its own chips; in the local CPU mode each worker
 process is one host over its CPU, and the processes reduce over gloo (JAX's CPU collectives),
-so the multi-host path is the one that runs in tests.
+so the multi-host path is the one that runs in tests. Process 0's coordination service has no
+authentication, so it listens only on the address the other processes are given
+(`bind_address`), not on every interface as JAX would by default.
 """
 
 from __future__ import annotations
 
+import logging
+import socket
+
 import jax
+
+log = logging.getLogger(__name__)
 
 
 def join(*, coordinator: str, num_processes: int, process_id: int) -> None:
@@ -20,4 +27,29 @@ def join(*, coordinator: str, num_processes: int, process_id: int) -> None:
     # CPU arrays that span processes need a collectives library to reduce; the setting only
     # concerns the CPU backend, so it is harmless where TPUs compute.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(coordinator, num_processes=num_processes, process_id=process_id)
+    bind = bind_address(coordinator) if process_id == 0 else None
+    if process_id == 0 and bind is None:
+        log.warning("the JAX coordinator listens on every interface: %s is not an address of "
+                    "this host (a NAT address?), so it cannot listen there alone", coordinator)
+    jax.distributed.initialize(coordinator, num_processes=num_processes, process_id=process_id,
+                               coordinator_bind_address=bind)
+
+
+def bind_address(coordinator: str) -> str | None:
+    """`coordinator` ("HOST:PORT", "[V6]:PORT") when this host can listen on that address,
+    else None (JAX's default then: every interface). A worker addressed through NAT (an
+    external address that no interface of the host holds) keeps working that way; every
+    address a provider gives as a worker's own internal one is bound alone."""
+    host = coordinator.rsplit(":", 1)[0].strip("[]")
+    try:
+        found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError):
+        return None
+    for family, _, _, _, address in found:
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as probe:
+                probe.bind((address[0], 0))  # a free port of that address: is it ours?
+        except OSError:
+            continue
+        return coordinator
+    return None

@@ -23,7 +23,7 @@ from payload.core import layout, storage
 from payload.core.errors import UserError
 from payload.core.pytorch_weights import with_tied_copies
 from payload.engines.jax import step as jax_step
-from payload.engines.jax.checkpoints import Checkpoints
+from payload.engines.jax.checkpoints import Checkpoints, read_step
 from payload.engines.jax.models import state_dict
 from payload.training import checkpoints
 
@@ -88,18 +88,22 @@ def trained_weights(config, hf_config) -> TrainedWeights:
         raise nothing
     ckpts = Checkpoints(directory)
     try:
-        if ckpts.latest is None:
+        steps = ckpts.steps()
+        if not steps:
             raise nothing
         if not storage.is_complete(directory):
             raise checkpoints.incomplete(directory, "nothing to export")
-        step = ckpts.latest
     finally:
         ckpts.close()
     program = jax_step.TrainProgram(hf_config.to_dict(), family=config.model.family,
                                     train_cfg=config.train, mesh=one_cpu_mesh())
-    path = storage.join(directory, str(step))
-    return TrainedWeights(state=state_dict(_restore_params(path, program)), hf_config=hf_config,
-                          checkpoint=path)
+    # The newest step; one that cannot be restored is one line naming the newest intact one.
+    step, params = checkpoints.restore_newest(
+        steps[::-1], lambda step: _restore_params(storage.join(directory, str(step)), program),
+        directory=directory, doing="export", describe=str,
+        files=lambda step: storage.join(directory, str(step)), label=lambda step: f"step {step}")
+    return TrainedWeights(state=state_dict(params), hf_config=hf_config,
+                          checkpoint=storage.join(directory, str(step)))
 
 
 def _restore_params(step_dir: str, program: jax_step.TrainProgram):
@@ -110,7 +114,8 @@ def _restore_params(step_dir: str, program: jax_step.TrainProgram):
     target = {"params": program.abstract_state().params}
     # Checkpoints saves the state as the manager's single item, under Orbax's default name.
     item = storage.join(step_dir, ocp.checkpoint_manager.DEFAULT_ITEM_NAME)
-    restored = ocp.PyTreeCheckpointer().restore(item, args=ocp.args.PyTreeRestore(
+    args = ocp.args.PyTreeRestore(
         item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
-        partial_restore=True))
+        partial_restore=True)
+    restored = read_step(lambda: ocp.PyTreeCheckpointer().restore(item, args=args))
     return restored["params"]

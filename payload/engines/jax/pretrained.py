@@ -25,16 +25,14 @@ from payload.core import storage
 from payload.core.errors import UserError
 from payload.core.pytorch_weights import check_fits, load_tensors, spellings
 from payload.engines.jax import models
-
-PT_WEIGHTS = "model.safetensors"
-TF_WEIGHTS = "tf_model.h5"
+from payload.training.pretrained import PT_WEIGHTS, TF_WEIGHTS, weights_path
 
 
 def read_pretrained(folder: str, hf_config) -> dict[str, np.ndarray]:
     """Every parameter of the model `hf_config` describes, float32, under its PyTorch name, from
     the folder's model.safetensors."""
     family, source = hf_config.model_type, f"model.init_from {folder}"
-    path = storage.join(folder, PT_WEIGHTS)
+    path = weights_path(folder, PT_WEIGHTS)
     if not storage.exists(path):
         has_h5 = storage.exists(storage.join(folder, TF_WEIGHTS))
         raise UserError(

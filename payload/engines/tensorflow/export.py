@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from payload.core import storage
 from payload.core.errors import UserError
 from payload.core.pytorch_weights import spellings, with_tied_copies
-from payload.engines.tensorflow.checkpoints import INDEX, latest_checkpoint
+from payload.engines.tensorflow.checkpoints import INDEX, latest_checkpoint, restore_newest
 from payload.training import checkpoints
 
 WEIGHTS = "model.safetensors"
@@ -129,10 +129,11 @@ def latest_weights(model, output_dir: str) -> str:
             f"nothing to export: no checkpoint in {checkpoints.checkpoint_dir(output_dir)}",
             hint="run the train stage first",
         )
-    tf.train.Checkpoint(model=model).restore(
-        path
-    ).expect_partial().assert_existing_objects_matched()
-    return path
+    checkpoint = tf.train.Checkpoint(model=model)
+    return restore_newest(
+        output_dir,
+        lambda path: checkpoint.restore(path).expect_partial().assert_existing_objects_matched(),
+        doing="export")
 
 
 @dataclass(frozen=True)

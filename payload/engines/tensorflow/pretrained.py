@@ -16,7 +16,7 @@ import tempfile
 
 from payload.core import storage
 from payload.core.errors import UserError
-from payload.training.pretrained import PT_WEIGHTS, TF_WEIGHTS, init_from_label
+from payload.training.pretrained import PT_WEIGHTS, TF_WEIGHTS, init_from_label, weights_path
 
 
 def load_weights(model, folder: str) -> str:
@@ -24,11 +24,11 @@ def load_weights(model, folder: str) -> str:
     from payload.core.pytorch_weights import load_tensors
     from payload.engines.tensorflow.export import assign_pytorch_state
 
-    path = storage.join(folder, PT_WEIGHTS)
+    path = weights_path(folder, PT_WEIGHTS)
     if storage.exists(path):
         assign_pytorch_state(model, load_tensors(path), source=init_from_label(folder))
         return path
-    path = storage.join(folder, TF_WEIGHTS)
+    path = weights_path(folder, TF_WEIGHTS)
     if not storage.exists(path):
         raise UserError(f"{init_from_label(folder)} has neither {PT_WEIGHTS} nor {TF_WEIGHTS}")
     local = tempfile.mkdtemp(prefix="tpuctl-init-") if storage.is_gcs(folder) else None
@@ -47,7 +47,12 @@ def load_weights(model, folder: str) -> str:
 def _assign_from_h5(model, path: str, folder: str) -> None:
     from transformers.modeling_tf_utils import load_tf_weights
 
-    missing, _, mismatched = load_tf_weights(model, path)
+    try:
+        missing, _, mismatched = load_tf_weights(model, path)
+    except (OSError, KeyError, ValueError) as exc:  # not HDF5, truncated, or laid out otherwise
+        raise UserError(f"{init_from_label(folder)}: {TF_WEIGHTS} cannot be read "
+                        f"({str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__})",
+                        hint="save the model again with save_pretrained") from exc
     if missing or mismatched:
         raise UserError(f"{init_from_label(folder)}: {TF_WEIGHTS} does not hold every weight of the "
                         f"model its config.json describes ({(missing + mismatched)[0]})")

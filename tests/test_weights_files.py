@@ -1,0 +1,237 @@
+"""A broken weights file or config.json in a model folder (issue 27, item 5) is one line naming
+the file and what is wrong, before anything starts and nothing written: every entry of a
+model.safetensors header is checked as the safetensors reader checks it (the launcher's
+pre-flight and the train stage's readers alike), and config.json must be a JSON object whose
+sizes are whole numbers. A well-formed file still loads, to the byte."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from payload.config import parse_config
+from payload.core.errors import UserError
+from payload.core.stages import Stage
+from payload.training.preflight import check_before_start
+from tests.conftest import base_config
+
+EMBEDDINGS = "roberta.embeddings.word_embeddings.weight"
+LAYER = "roberta.encoder.layer.0.output.dense.weight"
+CONFIG = {"model_type": "roberta", "vocab_size": 600, "hidden_size": 32, "num_hidden_layers": 1,
+          "num_attention_heads": 2, "intermediate_size": 64, "max_position_embeddings": 40}
+
+
+def header_and_data() -> tuple[dict, bytes]:
+    """The header entries and data of a well-formed file of the model CONFIG describes."""
+    tensors = {EMBEDDINGS: np.arange(600 * 32, dtype=np.float32).reshape(600, 32),
+               LAYER: np.ones((32, 32), np.float32)}
+    header, data, at = {"__metadata__": {"format": "pt"}}, b"", 0
+    for name, array in tensors.items():
+        raw = array.tobytes()
+        header[name] = {"dtype": "F32", "shape": list(array.shape),
+                        "data_offsets": [at, at + len(raw)]}
+        data, at = data + raw, at + len(raw)
+    return header, data
+
+
+def safetensors_bytes(header, data: bytes, *, length: int | None = None) -> bytes:
+    raw = header if isinstance(header, bytes) else json.dumps(header).encode()
+    return struct.pack("<Q", len(raw) if length is None else length) + raw + data
+
+
+def with_entry(name: str, **changes):
+    def change(header: dict, data: bytes):
+        entry = {k: v for k, v in {**header[name], **changes}.items() if v is not None}
+        return safetensors_bytes({**header, name: entry}, data)
+    return change
+
+
+# (id, the file from the well-formed header and data, what the line says)
+BROKEN = [
+    ("entry-not-an-object", lambda h, d: safetensors_bytes({"w": 1}, b""),
+     ["entry 'w' is 1, not an object"]),
+    ("entry-without-dtype", with_entry(EMBEDDINGS, dtype=None), [f"{EMBEDDINGS}' has no dtype"]),
+    ("shape-a-number", with_entry(EMBEDDINGS, shape=5), ["has shape 5, not a list of sizes"]),
+    ("shape-negative", with_entry(EMBEDDINGS, shape=[-600, 32]), ["not a list of sizes"]),
+    ("offsets-out-of-range", with_entry(LAYER, data_offsets=[76800, 10 ** 9]),
+     ["data_offsets [76800, 1000000000]", "outside the file's 80896 bytes of data"]),
+    ("offsets-not-numbers", with_entry(LAYER, data_offsets=["0", "4"]), ["data_offsets"]),
+    ("offsets-short-of-the-shape", with_entry(LAYER, shape=[32, 64]),
+     ["spans 4096 bytes but its shape [32, 64] of F32 needs 8192"]),
+    ("entries-overlap", lambda h, d: safetensors_bytes(
+        {**h, LAYER: {**h[LAYER], "data_offsets": [0, 4096]}}, d),
+     ["starts at byte 0 of the data, not at 4096"]),
+    ("bytes-after-the-entries", lambda h, d: safetensors_bytes(h, d + b"\0" * 8),
+     ["its entries hold 80896 bytes but the file has 80904"]),
+    ("header-length-past-the-file", lambda h, d: safetensors_bytes(h, d, length=10 ** 7),
+     ["its header length 10000000 runs past the end of the file"]),
+    ("header-length-zero", lambda h, d: safetensors_bytes(b"", d, length=0),
+     ["a header length of 0"]),
+    ("header-not-json", lambda h, d: safetensors_bytes(b"{not json", d),
+     ["its header is not JSON"]),
+    ("header-an-array", lambda h, d: safetensors_bytes(b"[1, 2]", b""),
+     ["its header is not a JSON object"]),
+    ("metadata-not-strings", lambda h, d: safetensors_bytes({**h, "__metadata__": {"a": 1}}, d),
+     ["__metadata__ is not an object of strings"]),
+    ("shorter-than-a-length", lambda h, d: b"\x01\x02", ["no header (the file is 2 bytes)"]),
+    ("bfloat16", with_entry(LAYER, dtype="BF16", data_offsets=[76800, 78848]),
+     ["holds BF16 values, which tpuctl does not read", "float32"]),
+]
+
+
+def model_folder(root: Path, weights: bytes | None = None, config: str | None = None) -> Path:
+    from payload.core.families import FAMILIES
+    from payload.data.tokenizer import train_tokenizer
+
+    folder = root / "pretrained"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(CONFIG) if config is None else config)
+    header, data = header_and_data()
+    (folder / "model.safetensors").write_bytes(
+        safetensors_bytes(header, data) if weights is None else weights)
+    tok = train_tokenizer("bpe", [f"text number {i}" for i in range(50)], vocab_size=300,
+                          family=FAMILIES["roberta"])
+    (folder / "tokenizer.json").write_text(tok.to_str())
+    return folder
+
+
+def run_config(root: Path, folder: Path):
+    corpus = root / "a.txt"
+    corpus.write_text("".join(f"line {i} of a small corpus\n" for i in range(100)))
+    raw = base_config(root / "out", corpus)
+    raw["model"] = {"family": "roberta", "init_from": str(folder)}
+    del raw["tokenizer"]
+    return parse_config(raw)
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+def refused_before_start(root: Path, config) -> str:
+    before = tree(root)
+    with pytest.raises(UserError) as info:
+        check_before_start(config, stages={Stage.TOKENIZER, Stage.PREPARE, Stage.TRAIN},
+                           resume=False, overwrite=False)
+    assert tree(root) == before, "something was written"
+    line = str(info.value)
+    assert "\n" not in line
+    return line
+
+
+def test_the_well_formed_file_is_accepted_and_loads_to_the_byte(tmp_path):
+    from safetensors.numpy import load_file
+
+    from payload.core.pytorch_weights import load_tensors, read_header
+
+    folder = model_folder(tmp_path)
+    path = str(folder / "model.safetensors")
+    check_before_start(run_config(tmp_path, folder), stages={Stage.TRAIN}, resume=False,
+                       overwrite=False)
+    assert read_header(path) == {EMBEDDINGS: ("F32", (600, 32)), LAYER: ("F32", (32, 32))}
+    ours, theirs = load_tensors(path), load_file(path)  # safetensors' reader agrees it is whole
+    assert ours.keys() == theirs.keys()
+    for name in ours:
+        np.testing.assert_array_equal(ours[name], theirs[name])
+
+
+def test_a_file_the_safetensors_writer_made_is_accepted(tmp_path):
+    from safetensors.numpy import save_file
+
+    from payload.core.pytorch_weights import read_header
+
+    path = tmp_path / "model.safetensors"
+    save_file({"a": np.zeros((3, 5), np.float16), "b": np.zeros((0,), np.int64),
+               "c": np.ones((7,), np.float32)}, str(path), metadata={"format": "pt"})
+    assert read_header(str(path)) == {"a": ("F16", (3, 5)), "b": ("I64", (0,)),
+                                      "c": ("F32", (7,))}
+
+
+@pytest.mark.parametrize(("build", "needles"), [c[1:] for c in BROKEN], ids=[c[0] for c in BROKEN])
+def test_a_broken_safetensors_file_is_one_line_before_anything_starts(tmp_path, build, needles):
+    from payload.core.pytorch_weights import load_tensors
+
+    folder = model_folder(tmp_path, weights=build(*header_and_data()))
+    line = refused_before_start(tmp_path, run_config(tmp_path, folder))
+    for needle in [str(folder / "model.safetensors"), *needles]:
+        assert needle in line, f"{needle!r} not in {line!r}"
+    # The train stage's reader (either engine's) says the same, without the pre-flight.
+    with pytest.raises(UserError) as info:
+        load_tensors(str(folder / "model.safetensors"))
+    assert str(info.value) == line
+
+
+CONFIGS = [
+    ("not-json", "hidden_size = 32\n", ["config.json is not JSON"]),
+    ("an-array", "[1, 2]", ["config.json is not a JSON object"]),
+    ("a-string", '"roberta"', ["config.json is not a JSON object"]),
+    ("not-utf8", b"\xff\xfe{}".decode("latin-1"), ["config.json is not JSON"]),
+    ("no-model-type", json.dumps({k: v for k, v in CONFIG.items() if k != "model_type"}),
+     ["config.json has no model_type"]),
+    ("size-a-string", json.dumps({**CONFIG, "vocab_size": "600"}),
+     ["config.json's vocab_size is \"600\", not a whole number above 0"]),
+    ("size-negative", json.dumps({**CONFIG, "num_hidden_layers": -1}),
+     ["num_hidden_layers is -1"]),
+]
+
+
+@pytest.mark.parametrize(("text", "needles"), [c[1:] for c in CONFIGS], ids=[c[0] for c in CONFIGS])
+def test_a_broken_config_json_is_one_line_for_every_reader(tmp_path, text, needles):
+    from payload.core.sizes import architecture
+    from payload.training.pretrained import pretrained_config
+
+    folder = model_folder(tmp_path, config=None)
+    (folder / "config.json").write_bytes(text.encode("latin-1"))
+    config = run_config(tmp_path, folder)
+    line = refused_before_start(tmp_path, config)
+    for needle in [f"model.init_from {folder}", *needles]:
+        assert needle in line, f"{needle!r} not in {line!r}"
+    for reader in (  # the train stage's, and the launcher's estimate of the model's size
+            lambda: pretrained_config(str(folder), family="roberta", vocab_size=300),
+            lambda: architecture(config, vocab_size=300)):
+        with pytest.raises(UserError) as info:
+            reader()
+        assert needles[0] in str(info.value)
+
+
+@pytest.mark.parametrize("text", ["garbage", "[1]", '{"model": {}}', '{"model": {"vocab": 5}}'])
+def test_a_broken_tokenizer_json_is_one_line_for_the_size_estimate(tmp_path, text):
+    """The launcher's plan counts the model's parameters from the reused tokenizer's size
+    before the pre-flight reads the tokenizer itself."""
+    from payload.data.tokenizer import planned_vocab_size
+
+    folder = model_folder(tmp_path)
+    (folder / "tokenizer.json").write_text(text)
+    with pytest.raises(UserError, match=r"model\.init_from .*: tokenizer\.json is not a "
+                                        r"tokenizer"):
+        planned_vocab_size(run_config(tmp_path, folder))
+
+
+def test_a_missing_model_config_file_is_one_line(tmp_path):
+    from payload.core.sizes import read_config_json
+
+    with pytest.raises(UserError, match=r"model\.config .*nothere\.json does not exist"):
+        read_config_json(str(tmp_path / "nothere.json"),
+                         source=f"model.config {tmp_path / 'nothere.json'}")
+
+
+def test_a_broken_tf_model_h5_is_one_line(tmp_path):
+    """The TF engine's other weights file: not HDF5 at all (integration: builds the TF
+    model)."""
+    pytest.importorskip("tensorflow")
+    from payload.engines.tensorflow.pretrained import load_weights
+    from payload.training.model import TokenIds, build_model, model_config
+
+    folder = model_folder(tmp_path)
+    (folder / "model.safetensors").unlink()
+    (folder / "tf_model.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 64)
+    settings = run_config(tmp_path, folder)
+    vocab = TokenIds(vocab_size=600, special=(0, 1, 2, 3, 4), pad=1, unk=3, mask=4, bos=0, eos=2)
+    model = build_model(model_config(settings.model, vocab=vocab, seq_len=32))
+    with pytest.raises(UserError, match=r"tf_model\.h5 cannot be read"):
+        load_weights(model, str(folder))

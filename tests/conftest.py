@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.support import corpora, runs
-from tests.support.paths import REPO
 from tests.support.guard import FastGuard
+from tests.support.paths import REPO
 from tests.support.summary import skipped_groups
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")

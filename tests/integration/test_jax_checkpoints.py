@@ -6,7 +6,6 @@ import signal
 import subprocess
 import sys
 import time
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -16,21 +15,10 @@ pytest.importorskip("orbax.checkpoint")
 import jax
 
 from payload.core.errors import UserError
-from payload.engines.jax import step as jax_step
 from payload.engines.jax.checkpoints import Checkpoints
-from tests.support.jax import JAX_WORKER, worker_env
+from tests.support.jax import JAX_WORKER, tiny_program, worker_env
 
 STEPS = 6
-
-
-def tiny_program():
-    raw = {"model_type": "gpt2", "vocab_size": 32, "n_embd": 16, "n_layer": 1, "n_head": 2,
-           "n_positions": 8}
-    cfg = SimpleNamespace(learning_rate=1e-2, warmup_steps=1, steps=4, weight_decay=0.01,
-                          max_grad_norm=1.0, optimizer="adamw", bf16=False, seed=0)
-    plan = jax_step.plan_sharding(1, num_devices=len(jax.devices()), hbm_bytes_per_chip=1 << 30)
-    return jax_step.TrainProgram(raw, family="gpt2", train_cfg=cfg,
-                                 mesh=jax_step.make_mesh(plan))
 
 
 def test_save_and_restore_keep_the_step_and_every_array(tmp_path):

@@ -31,7 +31,7 @@ def truncate(path: Path) -> None:
 def jax_parts():
     pytest.importorskip("orbax.checkpoint")
     from payload.engines.jax.checkpoints import Checkpoints
-    from tests.test_jax_checkpoints import tiny_program
+    from tests.support.jax import tiny_program
 
     return Checkpoints, tiny_program
 
@@ -222,13 +222,14 @@ def test_the_stages_meet_a_truncated_step_with_one_line_and_write_nothing(tmp_pa
     pytest.importorskip("optax")
     pytest.importorskip("tensorflow")
     import yaml
-    from train_helpers import config_dict, make_run_dir, run_stage
 
-    from tests.conftest import assert_user_error
+    from tests.support.configs import training_config
+    from tests.support.runners import assert_user_error
+    from tests.support.runs import prepared_run, run_stage
 
-    out = make_run_dir(tmp_path, "gpt2")
+    out = prepared_run(tmp_path, "gpt2")
     config = tmp_path / "run.yaml"
-    config.write_text(yaml.safe_dump(config_dict(out, "gpt2", engine="jax", steps=4,
+    config.write_text(yaml.safe_dump(training_config(out, "gpt2", engine="jax", steps=4,
                                                  checkpoint_every=2, eval_every=2)))
     trained_run = run_stage("train", config)
     assert trained_run.returncode == 0, trained_run.stderr[-3000:]

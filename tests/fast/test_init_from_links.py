@@ -19,7 +19,7 @@ from payload.config import parse_config
 from payload.core.errors import UserError
 from payload.core.stages import Stage
 from payload.training.preflight import check_before_start
-from tests.conftest import base_config
+from tests.support.configs import base_config
 
 SECRET = "the user's private notes: nothing of this may leave the machine\n"
 

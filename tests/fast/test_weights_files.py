@@ -17,7 +17,7 @@ from payload.config import parse_config
 from payload.core.errors import UserError
 from payload.core.stages import Stage
 from payload.training.preflight import check_before_start
-from tests.conftest import base_config
+from tests.support.configs import base_config
 
 EMBEDDINGS = "roberta.embeddings.word_embeddings.weight"
 LAYER = "roberta.encoder.layer.0.output.dense.weight"
@@ -220,18 +220,3 @@ def test_a_missing_model_config_file_is_one_line(tmp_path):
                          source=f"model.config {tmp_path / 'nothere.json'}")
 
 
-def test_a_broken_tf_model_h5_is_one_line(tmp_path):
-    """The TF engine's other weights file: not HDF5 at all (integration: builds the TF
-    model)."""
-    pytest.importorskip("tensorflow")
-    from payload.engines.tensorflow.pretrained import load_weights
-    from payload.training.model import TokenIds, build_model, model_config
-
-    folder = model_folder(tmp_path)
-    (folder / "model.safetensors").unlink()
-    (folder / "tf_model.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 64)
-    settings = run_config(tmp_path, folder)
-    vocab = TokenIds(vocab_size=600, special=(0, 1, 2, 3, 4), pad=1, unk=3, mask=4, bos=0, eos=2)
-    model = build_model(model_config(settings.model, vocab=vocab, seq_len=32))
-    with pytest.raises(UserError, match=r"tf_model\.h5 cannot be read"):
-        load_weights(model, str(folder))

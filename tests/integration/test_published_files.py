@@ -13,17 +13,17 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from train_helpers import config_dict, make_run_dir
-
 from payload.config import parse_config
 from payload.core import layout
 from payload.training.export import checkpoint_name, run_export
 from payload.training.publish import _local_copy
 from payload.training.train import run_train
+from tests.support.configs import training_config
+from tests.support.runs import prepared_run
 
 
 def test_nothing_publish_uploads_names_a_local_path_or_the_host(tmp_path):
-    out = make_run_dir(tmp_path, "gpt2")
+    out = prepared_run(tmp_path, "gpt2")
     # The run reuses its tokenizer from a folder of the user's, whose tokenizer_config.json
     # an older transformers wrote with the paths it was loaded from.
     private = tmp_path / "alice-private" / "tok"
@@ -32,7 +32,7 @@ def test_nothing_publish_uploads_names_a_local_path_or_the_host(tmp_path):
     settings.update(name_or_path=str(private), tokenizer_file=str(private / "tokenizer.json"),
                     special_tokens_map_file=str(private / "special_tokens_map.json"))
     (private / "tokenizer_config.json").write_text(json.dumps(settings))
-    raw = config_dict(out, "gpt2", steps=2, warmup_steps=1, checkpoint_every=2, eval_every=2)
+    raw = training_config(out, "gpt2", steps=2, warmup_steps=1, checkpoint_every=2, eval_every=2)
     raw["tokenizer"] = {"path": str(private)}
     config = parse_config(raw)
     run_train(config)

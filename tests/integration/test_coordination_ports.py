@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from payload.jobs.agent import port_in_use
-from tests.conftest import payload_env
+from tests.support.runners import payload_env
 
 LISTEN = "0A"  # /proc/net/tcp's state for a listening socket
 
@@ -87,14 +86,3 @@ def listening(family: int, address: str) -> socket.socket:
     return sock
 
 
-@pytest.mark.parametrize(("family", "address"), [
-    (socket.AF_INET, "127.0.0.1"), (socket.AF_INET, "0.0.0.0"),
-    (socket.AF_INET6, "::1"), (socket.AF_INET6, "::"),
-], ids=["ipv4-loopback", "ipv4-any", "ipv6-only-loopback", "ipv6-only-any"])
-def test_the_port_check_sees_a_listener_of_either_family(family, address):
-    if family == socket.AF_INET6 and not socket.has_ipv6:
-        pytest.skip("no IPv6 on this host")
-    with listening(family, address) as sock:
-        port = sock.getsockname()[1]
-        assert port_in_use(port)
-    assert not port_in_use(port)  # closed: free again

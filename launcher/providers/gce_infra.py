@@ -80,9 +80,12 @@ def up_plan(config: RunConfig, site: Site) -> list[str]:
         f"managed instance group {names.group} in {requests.region}: {acc.hosts} VM"
         f"{'s' if acc.hosts > 1 else ''} in one zone, a failed VM kept for inspection",
         chosen.describe(acc.hosts),
-        f"slice bring-up: libtpu on each VM is told the slice ({facts}), its worker id "
-        f"(TPU_WORKER_ID 0..{acc.hosts - 1}, the VMs by name) and every VM's internal address "
-        f"in that order (TPU_WORKER_HOSTNAMES); JAX then sees {acc.jax_devices} TPU devices",
+        (f"slice bring-up: libtpu on each VM is told the slice ({facts}), its worker id "
+         f"(TPU_WORKER_ID 0..{acc.hosts - 1}, the VMs by name) and every VM's internal address "
+         f"in that order (TPU_WORKER_HOSTNAMES)" if acc.is_multi_host else
+         f"slice bring-up: libtpu on the VM is told the slice ({facts}), TPU_WORKER_ID 0 and "
+         "TPU_WORKER_HOSTNAMES localhost, as GKE tells a one-host slice")
+        + f"; JAX then sees {acc.jax_devices} TPU devices",
         f"SSH as {site.user} with {site.identity_file}; engine {config.train.engine}; the "
         "VMs run as the project's default service account (provider gce makes no bucket or "
         "service account yet)",

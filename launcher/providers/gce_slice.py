@@ -74,9 +74,9 @@ class Provisioning:
         vms = f"{hosts} VM{'s' if hosts > 1 else ''}"
         wait = f"{self.wait_s / 3600:g} h"
         if self.mode == BULK:
-            return (f"provisioning {self.model}: the MIG in bulk mode makes all {vms} at once or "
-                    f"none, and nothing bills while it waits for capacity (up to {wait}, "
-                    "cluster.queue_hours)")
+            what = f"all {vms} at once or none" if hosts > 1 else "its VM once it can"
+            return (f"provisioning {self.model}: the MIG in bulk mode makes {what}, and nothing "
+                    f"bills while it waits for capacity (up to {wait}, cluster.queue_hours)")
         return (f"provisioning {self.model}: the MIG in individual mode (Compute Engine takes "
                 "bulk mode only with flex-start or reservation-bound templates) makes each of "
                 f"its {vms} as capacity allows, and those bill while the others wait; `up` "

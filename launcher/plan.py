@@ -50,6 +50,10 @@ class Worker:
     ssh_port: int = 22
     # A local worker's own working directory; None for SSH workers (they start in $HOME).
     base_dir: str | None = None
+    # What the TPU runtime on this worker is told about the slice it is part of, for the train
+    # stage: set where the machine has no metadata saying it (a Compute Engine VM of a gce
+    # slice: payload.cloud.accelerators.slice_env); empty where it has (a Cloud TPU VM).
+    slice_env: tuple[tuple[str, str], ...] = ()
 
     @property
     def label(self) -> str:
@@ -354,7 +358,8 @@ def build_plan(
             elif len(trainers) > 1:  # several trainers: MultiWorkerMirroredStrategy
                 extra = (("TF_CONFIG", strategy.tf_config(addresses, index)),)
             # Always the full count: on a pod slice worker 0 drives all n hosts.
-            commands.append(stage(Stage.TRAIN, index, (index, n), extra))
+            commands.append(stage(Stage.TRAIN, index, (index, n),
+                                  (*extra, *workers[index].slice_env)))
         services = tuple(
             Command(worker=w.index, argv=(environment.python, "-m", "payload.cloud.tpu_server"),
                     env=base_env)

@@ -417,10 +417,11 @@ _COMPUTE_RESERVATION = re.compile(rf"^(projects/[a-z][-a-z0-9]*[a-z0-9]/reservat
 # (global/images/...). Project ids may be domain-scoped (example.com:my-project).
 _IMAGE = re.compile(rf"(projects/([a-z][-a-z0-9.]*[a-z0-9]:)?[a-z][-a-z0-9]{{4,28}}[a-z0-9]/)?"
                     rf"global/images/(family/)?{_NETWORK_NAME}\Z")
-# The run's name names what `up` makes (NAME, NAME-template, NAME-topology, NAME-ssh,
-# NAME-internal, the tag tpuctl-NAME: launcher.providers.gce_slice), whole: the longest
-# suffix, -template, keeps every name within Compute Engine's 63 characters.
-GCE_MAX_NAME = 63 - len("-template")
+# The run's name names what `up` makes (NAME, NAME-topology, NAME-ssh, NAME-internal, the tag
+# tpuctl-NAME, and the template's name_prefix NAME-: launcher.providers.gce_slice), whole. The
+# google provider takes a name_prefix of at most 54 characters (63 with its shortest unique
+# suffix), which leaves the run's name 53; the fixed suffixes (-topology, the longest) fit too.
+GCE_MAX_NAME = 54 - len("-")
 
 
 def gce_name_problems(name: str) -> list[str]:
@@ -431,14 +432,16 @@ def gce_name_problems(name: str) -> list[str]:
                 "Engine names start with a letter; rename the run"]
     if len(name) > GCE_MAX_NAME:
         return [f"name: '{name}' is {len(name)} characters; on provider gce it also names the "
-                f"run's instance template ({name}-template) and the rest of its slice, which "
-                f"Compute Engine allows 63: use at most {GCE_MAX_NAME}"]
+                f"run's instance template (name prefix {name}-, at most 54 characters for "
+                "Terraform's google provider) and the rest of its slice: use at most "
+                f"{GCE_MAX_NAME}"]
     return []
 
 
 class GceCluster(_GoogleCloud):
-    """Compute Engine TPU VMs (TPU7x, v6e, v5p): a machine type and a topology; a multi-host
-    slice is a regional managed instance group in bulk mode (launcher/providers/gce.py)."""
+    """Compute Engine TPU VMs (TPU7x, v6e, v5p): a machine type and a topology; a slice is a
+    regional managed instance group, in the mode its provisioning model takes
+    (launcher.providers.gce_slice.provisioning)."""
 
     provider: Literal["gce"]
     machine_type: str  # e.g. tpu7x-standard-4t, ct6e-standard-4t, ct5p-hightpu-4t
@@ -448,7 +451,11 @@ class GceCluster(_GoogleCloud):
     # flex-start requires it. A number: `true` is not one hour.
     max_run_hours: float | None = Field(None, gt=0, le=MAX_RUN_HOURS, strict=True)
     reservation: str | None = None
-    image: str | None = None  # default: payload.cloud.accelerators.DEFAULT_IMAGE
+    # Default: Google's TPU OS image of the generation (payload.cloud.accelerators.COMPUTE_BOOT).
+    image: str | None = None
+    # How long `up` waits for every VM of the slice (capacity, quota) before it removes the
+    # request; default by provisioning model (launcher.providers.gce_slice.provisioning).
+    queue_hours: float | None = Field(None, gt=0, le=MAX_QUEUE_HOURS, strict=True)
 
     @field_validator("machine_type")
     @classmethod
@@ -476,7 +483,8 @@ class GceCluster(_GoogleCloud):
     def _image(cls, value: str | None) -> str | None:
         if value is None or _IMAGE.match(value):
             return value
-        example = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts"
+        example = ("projects/ubuntu-os-accelerator-images/global/images/family/"
+                   "ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e")
         if "://" in value:
             raise ValueError(f"'{value}' is a URL; Compute Engine takes an image by its path, "
                              f"such as {example}")
@@ -524,9 +532,17 @@ class GceCluster(_GoogleCloud):
 
     @property
     def boot_image(self) -> str:
+        """cluster.image, or Google's TPU OS image of the slice's generation."""
         from payload.cloud import accelerators
 
-        return self.image or accelerators.DEFAULT_IMAGE
+        return self.image or accelerators.default_image(self.slice.generation)
+
+    @property
+    def image_note(self) -> str | None:
+        """Why the boot image may not see the TPU (a warning for the dry run), or None."""
+        from payload.cloud import accelerators
+
+        return accelerators.image_note(self.boot_image, self.slice.generation)
 
     @property
     def max_run_seconds(self) -> int | None:

@@ -10,7 +10,7 @@
 - ssh: the hosts in `cluster.hosts`, reached with the configured user, key and known_hosts.
 - gcp: a TPU VM or pod slice that `tpuctl up` creates (Terraform) and whose workers the TPU API
   names (gcp.py, with gcp_site.py and gcp_infra.py).
-- gce: Compute Engine TPU VMs (TPU7x, v6e, v5p), a machine type and topology as a bulk managed
+- gce: Compute Engine TPU VMs (TPU7x, v6e, v5p), a machine type and topology as a managed
   instance group (gce.py, with gce_infra.py, gce_owned.py, gce_slice.py and gce_api.py).
 
 This module is the one place that reads `cluster.provider`; everything else asks the provider

@@ -1,4 +1,4 @@
-"""Compute Engine TPU VMs: `provider: gce` (TPU7x, v6e, v5p as machine types and bulk MIGs).
+"""Compute Engine TPU VMs: `provider: gce` (TPU7x, v6e, v5p as machine types in MIGs).
 
     provider = GceProvider.from_config(config, num_workers=None)
     print("\\n".join(provider.up_plan()))   # the policy, template and MIG, and the price: no calls
@@ -32,7 +32,7 @@ from launcher.providers import gce_api, gce_infra, gce_owned, gce_slice
 from launcher.providers.base import Check, Fleet
 from launcher.providers.gcp_site import Site
 from launcher.records import state_dir
-from payload.cloud import budget
+from payload.cloud import accelerators, budget
 from payload.core import layout
 from payload.core.errors import UserError
 from payload.training.strategy import Hardware
@@ -113,9 +113,10 @@ class GceProvider:
                        delete_bucket=delete_bucket)
 
     def recover(self, on_event: Callable[[str], None]) -> None:
-        """A spot or flex-start VM that was taken back cannot be restarted, and a bulk MIG with
-        defaultActionOnFailure DO_NOTHING does not replace it: delete the run's own MIG (its
-        VMs with it), then `up` again from the same template and policy."""
+        """A spot or flex-start VM that was taken back is deleted (its termination action) and
+        cannot be restarted, and a VM the MIG might make again would not be part of the job:
+        delete the run's own MIG (its VMs with it), then `up` again from the same template and
+        policy."""
         config = self._config()
         name = self.names.group
         group = self.api.group(name)
@@ -136,11 +137,28 @@ class GceProvider:
     # -- without credentials -------------------------------------------------------------------
     def planned_fleet(self) -> Fleet:
         acc = self._config().cluster.slice
+        addresses = tuple(f"<VM {i} internal address>" for i in range(acc.hosts))
         workers = tuple(Worker(index=i, host=f"<{self.site.tpu_name} VM {i}>",
-                               address=f"<VM {i} internal address>",
-                               coordination_port=COORDINATOR_PORT)
+                               address=addresses[i], coordination_port=COORDINATOR_PORT,
+                               slice_env=self._slice_env(i, addresses))
                         for i in range(acc.hosts))
         return Fleet(workers=workers, hardware=Hardware.tpu(acc.name, self.site.tpu_name))
+
+    def _slice_env(self, worker: int, addresses: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+        """What libtpu on one VM is told about the slice (payload.cloud.accelerators.slice_env):
+        its worker id, every VM's internal address in worker order (`localhost` on a one-VM
+        slice, as GKE has it) and the slice's shape; () when reopened from a job record."""
+        if self.config is None:
+            return ()
+        cluster = self.config.cluster
+        if len(addresses) != cluster.slice.hosts:
+            raise UserError(f"slice {self.names.group} has {len(addresses)} VMs; "
+                            f"{cluster.topology} on {cluster.machine_type} is "
+                            f"{cluster.slice.hosts}", hint="see `tpuctl status`; `tpuctl down` "
+                            "then `tpuctl up` makes it again")
+        hostnames = addresses if len(addresses) > 1 else ("localhost",)
+        return tuple(accelerators.slice_env(cluster.machine_type, cluster.topology,
+                                            worker=worker, hostnames=hostnames).items())
 
     def price(self) -> str | None:
         return self._config().cluster.hourly_price().describe()
@@ -196,8 +214,11 @@ class GceProvider:
                             "`tpuctl down` then `tpuctl up`")
         gce_infra.write_known_hosts(self.site, self.api, vms)
         self.site = dataclasses.replace(self.site, uid=group.uid)
+        addresses = tuple(vm.internal_ip for vm in vms)
         workers = tuple(Worker(index=i, host=vm.ssh_address, address=vm.internal_ip,
-                               coordination_port=COORDINATOR_PORT) for i, vm in enumerate(vms))
+                               coordination_port=COORDINATOR_PORT,
+                               slice_env=self._slice_env(i, addresses))
+                        for i, vm in enumerate(vms))
         return Fleet(workers=workers, hardware=Hardware.tpu(self.accelerator, group.name))
 
     def describe(self) -> list[str]:
@@ -208,12 +229,12 @@ class GceProvider:
         if not self.owned.is_ours("groups", name, group.uid):
             return [f"slice {name}: none of this run's in {self.region}",
                     f"  {self.owned.foreign_note('groups', name, group.uid)}"]
-        vms = self.api.managed_instances(name) if not group.bulk_in_progress else []
+        vms, waiting = (self.api.managed(name) if not group.bulk_in_progress else ([], None))
         config = self._config()
         acc = config.cluster.slice
         lines = [f"slice {name} ({acc.name} = {config.cluster.topology} on "
                  f"{config.cluster.machine_type} in {config.cluster.zone}): "
-                 f"{gce_infra.group_state(group, vms)}"]
+                 f"{gce_infra.group_state(group, vms, waiting)}"]
         lines += [f"  worker-{i}: {vm.name} {vm.status} {vm.ssh_address} (internal "
                   f"{vm.internal_ip})" for i, vm in enumerate(vms)]
         left = gce_infra.time_left(vms)
@@ -241,10 +262,13 @@ class GceProvider:
             return f"slice {name} was recreated (id {self.site.uid}, now {group.uid})"
         vms = self.api.managed_instances(name)
         gone = [vm for vm in vms if vm.status != "RUNNING"]
-        if gone or len(vms) < group.target_size:
-            first = gone[0] if gone else None
-            return (f"VM {first.name} of slice {name} is {first.status}" if first
-                    else f"slice {name} has {len(vms)} of its {group.target_size} VMs")
+        if gone:
+            return f"VM {gone[0].name} of slice {name} is {gone[0].status}"
+        if len(vms) < group.target_size:
+            # A spot or flex-start VM taken back (or one at its run limit) is deleted, not
+            # stopped (instanceTerminationAction DELETE): it is simply no longer there.
+            return (f"slice {name} lost a VM: {len(vms)} of its {group.target_size} left "
+                    "(Compute Engine deletes a VM it takes back)")
         return None
 
     def record_billing(self, output_dir: str) -> None:

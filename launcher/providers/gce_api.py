@@ -62,12 +62,29 @@ def clients(endpoint: str | None = None) -> Clients:
         except DefaultCredentialsError:
             raise UserError("no Google Cloud credentials", hint=CREDENTIALS_HINT) from None
         options = {"credentials": credentials}
-    return Clients(firewalls=compute_v1.FirewallsClient(**options),
+    made = Clients(firewalls=compute_v1.FirewallsClient(**options),
                    policies=compute_v1.ResourcePoliciesClient(**options),
                    templates=compute_v1.RegionInstanceTemplatesClient(**options),
                    groups=compute_v1.RegionInstanceGroupManagersClient(**options),
                    instances=compute_v1.InstancesClient(**options),
                    machine_types=compute_v1.MachineTypesClient(**options))
+    if endpoint:
+        _poll_at_the_stand_in(made, options)
+    return made
+
+
+def _poll_at_the_stand_in(made: Clients, options: dict) -> None:
+    """google-cloud-compute 1.57 follows an operation with an operations client it builds
+    itself, from the credentials alone (transports/base.py, `_region_operations_client` and
+    its global and zonal kin): it would poll Google, not the stand-in, for any operation not
+    DONE when the call answers. Hand each client the operations clients of the stand-in."""
+    from google.cloud import compute_v1
+
+    polling = {"region_operations": compute_v1.RegionOperationsClient(**options),
+               "global_operations": compute_v1.GlobalOperationsClient(**options),
+               "zone_operations": compute_v1.ZoneOperationsClient(**options)}
+    for client in (made.firewalls, made.policies, made.templates, made.groups, made.instances):
+        client._transport._extended_operations_services.update(polling)
 
 
 @dataclass(frozen=True)
@@ -85,6 +102,8 @@ class Group:
     creating: int
     topology_state: str | None  # appliedAcceleratorTopologies[0].state
     created: float | None
+    mode: str = "INDIVIDUAL"  # targetSizePolicy.mode (unset: the API's default, individual)
+    topology_error: str | None = None  # appliedAcceleratorTopologies[0].stateDetails.error
 
 
 @dataclass(frozen=True)
@@ -115,6 +134,15 @@ def _path_of(link: str) -> str:
     return link.split("/compute/v1/", 1)[-1]
 
 
+def _first_error(error) -> str | None:
+    """`CODE: message` of the first entry of a compute#error (an operation's, a progress
+    check's, an instance's last attempt), or None."""
+    if not error or not error.errors:
+        return None
+    first = error.errors[0]
+    return f"{first.code}: {' '.join(first.message.split())}"
+
+
 def _vm(raw) -> Vm:
     nic = raw.network_interfaces[0] if raw.network_interfaces else None
     external = (nic.access_configs[0].nat_i_p or None) if nic and nic.access_configs else None
@@ -132,21 +160,25 @@ def _group(raw) -> Group:
     status = raw.status
     bulk = status.bulk_instance_operation if status else None
     check = bulk.last_progress_check if bulk else None
-    error = None
-    if check and check.error and check.error.errors:
-        first = check.error.errors[0]
-        error = f"{first.code}: {' '.join(first.message.split())}"
     applied = list(status.applied_accelerator_topologies) if status else []
+    details = applied[0].state_details if applied else None
+    # The google provider sends the template as the group's one version; the API shows it as
+    # instanceTemplate too.
+    template = raw.versions[0].instance_template if raw.versions else raw.instance_template
     return Group(
         name=raw.name, uid=str(raw.id), target_size=int(raw.target_size),
-        template=_path_of(raw.instance_template),
+        template=_path_of(template),
         policy=(_path_of(raw.resource_policies.workload_policy)
                 if raw.resource_policies and raw.resource_policies.workload_policy else None),
-        bulk_in_progress=bool(bulk and bulk.in_progress), last_error=error,
+        bulk_in_progress=bool(bulk and bulk.in_progress),
+        last_error=_first_error(check.error if check else None),
         is_stable=bool(status and status.is_stable),
         creating=int(raw.current_actions.creating) if raw.current_actions else 0,
         topology_state=applied[0].state if applied else None,
-        created=_seconds(raw.creation_timestamp))
+        created=_seconds(raw.creation_timestamp),
+        mode=(raw.target_size_policy.mode if raw.target_size_policy
+              and raw.target_size_policy.mode else "INDIVIDUAL"),
+        topology_error=_first_error(details.error if details else None))
 
 
 # kind -> the name argument of its get and delete; firewalls are global, the rest regional.
@@ -204,12 +236,25 @@ class ComputeApi:
 
     def managed_instances(self, group: str) -> list[Vm]:
         """The MIG's VMs, each read with instances.get, in a stable order (by name)."""
+        return self.managed(group)[0]
+
+    def managed(self, group: str) -> tuple[list[Vm], str | None]:
+        """The MIG's VMs that exist (as managed_instances), and why it has not made the others
+        yet: the first of its instances' last creation attempt errors (an individual MIG says
+        quota and capacity there; a bulk one in its progress check, Group.last_error)."""
         with api_errors(self.project, f"listing the VMs of {group}"):
-            managed = self.clients.groups.list_managed_instances(
-                project=self.project, region=self.region, instance_group_manager=group)
-            links = [m.instance for m in managed]
-        found = [self.instance_at(link) for link in links]
-        return sorted((vm for vm in found if vm is not None), key=lambda vm: vm.name)
+            managed = list(self.clients.groups.list_managed_instances(
+                project=self.project, region=self.region, instance_group_manager=group))
+        waiting = next((error for m in managed if (error := _first_error(
+            m.last_attempt.errors if m.last_attempt else None))), None)
+        found = [self.instance_at(m.instance) for m in managed]
+        return sorted((vm for vm in found if vm is not None), key=lambda vm: vm.name), waiting
+
+    def names(self, kind: str, matching) -> list[str]:
+        """The names of every resource of that kind (in the region) for which `matching(name)`."""
+        with api_errors(self.project, f"listing {kind}"):
+            return [r.name for r in self._client(kind).list(**self._where(kind))
+                    if matching(r.name)]
 
     def instance_at(self, link: str) -> Vm | None:
         parts = _path_of(link).split("/")  # projects/P/zones/Z/instances/N

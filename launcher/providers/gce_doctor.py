@@ -83,6 +83,51 @@ def checks(provider: CheckedProvider) -> Iterator[Check]:
     else:
         yield from gcp_doctor._remote_policy_checks(cluster)
     yield gcp_doctor._unless(needs_api, gcp_doctor.SSH_CHECK, lambda: _reach(provider))
+    yield gcp_doctor._unless(needs_api, BRING_UP_CHECK, lambda: _bring_up(provider))
+
+
+# What the last check asks: whether the slice is what libtpu will be told it is.
+BRING_UP_CHECK = "the slice forms (VMs, topology, what libtpu is told)"
+
+
+def _bring_up(provider: CheckedProvider) -> str:
+    """The run's slice as libtpu on its VMs will be told it is (the launcher sets it: the
+    fleet's slice_env, payload.cloud.accelerators.slice_env): as many RUNNING VMs as the
+    topology has hosts, each with its own internal address, and on a multi-host slice the
+    workload policy's topology applied to the MIG and ACTIVE."""
+    from payload.cloud import accelerators
+
+    config = provider._config()
+    cluster = config.cluster
+    acc = cluster.slice
+    name = provider.names.group
+    group = provider.api.group(name)
+    if group is None or not provider.owned.is_ours("groups", name, group.uid):
+        return "no slice yet; checked after `tpuctl up`"
+    vms = provider.api.managed_instances(name)
+    running = [vm for vm in vms if vm.status == "RUNNING"]
+    if len(running) != acc.hosts:
+        raise UserError(f"slice {name} has {len(running)} RUNNING VMs of the {acc.hosts} that "
+                        f"{cluster.topology} on {cluster.machine_type} needs",
+                        hint="see `tpuctl status`; `tpuctl down` then `tpuctl up` makes it "
+                             "again")
+    addresses = [vm.internal_ip for vm in running]
+    if len(set(addresses)) != len(addresses) or not all(addresses):
+        raise UserError(f"the VMs of slice {name} do not each have an internal address of "
+                        f"their own ({', '.join(addresses)})", hint="see `tpuctl status`")
+    if acc.is_multi_host and group.topology_state != "ACTIVE":
+        raise UserError(f"slice {name}'s accelerator topology {cluster.topology} is "
+                        f"{group.topology_state or 'not applied'}"
+                        + (f" ({group.topology_error})" if group.topology_error else ""),
+                        hint="`tpuctl up` waits for ACTIVE; `tpuctl down` then `tpuctl up` "
+                             "makes the slice again")
+    env = accelerators.slice_env(cluster.machine_type, cluster.topology, worker=0,
+                                 hostnames=tuple(addresses) if acc.is_multi_host
+                                 else ("localhost",))
+    return (f"{acc.hosts} VM(s) RUNNING"
+            + (f", topology {cluster.topology} ACTIVE" if acc.is_multi_host else "")
+            + f"; TPU_WORKER_HOSTNAMES={env['TPU_WORKER_HOSTNAMES']}, TPU_HOST_BOUNDS="
+            f"{env['TPU_HOST_BOUNDS']}; JAX should see {acc.jax_devices} devices")
 
 
 def _reach(provider: CheckedProvider) -> str:

@@ -48,10 +48,15 @@ def up_plan(config: RunConfig, site: Site) -> list[str]:
     cluster = config.cluster
     acc = cluster.slice
     requests = gce_slice.slice_requests(config, user=site.user, public_key="(the run's key)")
-    names = requests.names
+    names, chosen = requests.names, requests.provisioning
     sched = requests.template["properties"]["scheduling"]
-    run_limit = (f", stopped and deleted after {cluster.max_run_hours:g} h"
+    disk = requests.template["properties"]["disks"][0]["initializeParams"]
+    run_limit = (f", deleted after {cluster.max_run_hours:g} h (maxRunDuration)"
                  if cluster.max_run_hours is not None else "")
+    ending = (f", {sched['instanceTerminationAction']} when Compute Engine ends one"
+              if "instanceTerminationAction" in sched else "")
+    facts = ", ".join(name for name in accelerators.SLICE_ENV_NAMES
+                      if name not in ("TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES"))
     lines = [
         f"project {cluster.project}, zone {cluster.zone} (region {requests.region})",
         f"firewall rules {names.ssh_rule}: tcp/22 from "
@@ -63,15 +68,24 @@ def up_plan(config: RunConfig, site: Site) -> list[str]:
     ]
     if requests.policy is not None:
         lines.append(f"workload policy {names.policy}: HIGH_THROUGHPUT, accelerator "
-                     f"topology {cluster.topology}")
+                     f"topology {cluster.topology} (AUTO_CONNECT), named by the MIG")
     lines += [
-        f"instance template {names.template}: {cluster.machine_type}, image "
-        f"{cluster.boot_image}, {sched['provisioningModel']}"
+        f"instance template {names.template_prefix}<unique id>: {cluster.machine_type}, "
+        f"{sched['provisioningModel']}"
         + (f" from reservation {cluster.reservation}" if cluster.reservation else "")
-        + f"{run_limit}, guest attributes on (host keys)",
+        + f"{run_limit}{ending}, guest attributes on (host keys)",
+        f"image {disk['sourceImage']}"
+        + ("" if cluster.image_note else f" (Google's TPU image for TPU {acc.generation})")
+        + f"; boot disk {disk['diskSizeGb']} GB {disk['diskType']}",
         f"managed instance group {names.group} in {requests.region}: {acc.hosts} VM"
-        f"{'s' if acc.hosts > 1 else ''} in bulk mode (all at once or none), one zone, "
-        "a failed VM kept for inspection",
+        f"{'s' if acc.hosts > 1 else ''} in one zone, a failed VM kept for inspection",
+        chosen.describe(acc.hosts),
+        (f"slice bring-up: libtpu on each VM is told the slice ({facts}), its worker id "
+         f"(TPU_WORKER_ID 0..{acc.hosts - 1}, the VMs by name) and every VM's internal address "
+         f"in that order (TPU_WORKER_HOSTNAMES)" if acc.is_multi_host else
+         f"slice bring-up: libtpu on the VM is told the slice ({facts}), TPU_WORKER_ID 0 and "
+         "TPU_WORKER_HOSTNAMES localhost, as GKE tells a one-host slice")
+        + f"; JAX then sees {acc.jax_devices} TPU devices",
         f"SSH as {site.user} with {site.identity_file}; engine {config.train.engine}; the "
         "VMs run as the project's default service account (provider gce makes no bucket or "
         "service account yet)",
@@ -79,10 +93,8 @@ def up_plan(config: RunConfig, site: Site) -> list[str]:
     ]
     if not cluster.ssh_source_ranges:
         lines.append("missing: cluster.ssh_source_ranges (`up` refuses without it)")
-    if sched["provisioningModel"] in ("STANDARD", "SPOT"):
-        lines.append("note: Compute Engine documents bulk mode for flex-start and "
-                     "reservation-bound templates; a first real run must confirm it takes "
-                     f"{sched['provisioningModel']} TPU VMs")
+    if cluster.image_note:
+        lines.append(f"warning: {cluster.image_note}")
     return lines
 
 
@@ -101,38 +113,41 @@ def up(config: RunConfig, site: Site, tf: terraform.Terraform,
     owned.take_over(tf, on_event)  # an `up` cut short: what its Terraform made is the run's
     public_key = gcp_site.ensure_key(Path(site.identity_file))
     requests = gce_slice.slice_requests(config, user=site.user, public_key=public_key)
-    existing = set()
+    missing = []
     for kind, body in requests.in_order():  # a name taken by someone else stops `up`
-        found = api.get(kind, body["name"])  # before anything is made
-        if found is not None and not owned.is_ours(kind, found.name, str(found.id)):
-            raise UserError(owned.foreign_note(kind, found.name, str(found.id)),
-                            hint="rename the run (its name names the slice)")
-        if found is not None:
-            changed = _drift(kind, body, found)
+        # before anything is made; the template's name is the one Terraform's state holds.
+        names = owned.in_state(tf, kind) if kind == "templates" else [body["name"]]
+        found = [made for name in names if (made := api.get(kind, name)) is not None]
+        for made in found:
+            if not owned.is_ours(kind, made.name, str(made.id)):
+                raise UserError(owned.foreign_note(kind, made.name, str(made.id)),
+                                hint="rename the run (its name names the slice)")
+            changed = _drift(kind, body, made)
             if changed:
-                raise UserError(f"the run's {gce_owned.WHAT[kind]} {body['name']} was made "
+                raise UserError(f"the run's {gce_owned.WHAT[kind]} {made.name} was made "
                                 f"with {changed}", hint="`tpuctl down`, then `tpuctl up` "
                                 "makes it as the config now says (tpuctl never changes a "
                                 "slice under a job)")
-            existing.add((kind, body["name"]))
+        if not found:
+            missing.append(body.get("name") or f"{requests.names.template_prefix}<unique id>")
     applied = False
     try:
         storage.write_text(str(tf.folder / terraform.VARS_FILE), json.dumps(
             gce_slice.terraform_variables(config, user=site.user, public_key=public_key),
             indent=2) + "\n")
-        missing = [body["name"] for kind, body in requests.in_order()
-                   if (kind, body["name"]) not in existing]
         if missing:
             on_event(f"terraform: {', '.join(missing)}")
         tf.init(on_event)
         applied = True
         apply(tf, owned, on_event)
-        vms = wait_running(config, api, on_event)
+        vms = wait_ready(config, api, on_event)
         write_known_hosts(site, api, vms, on_event)
     except BaseException as exc:
         end = "nothing of the slice is left billing"
         if applied:
-            on_event("up failed: removing the slice so that nothing bills")
+            on_event("cancelled (Ctrl-C): removing the request and whatever it made, so that "
+                     "nothing bills" if isinstance(exc, KeyboardInterrupt)
+                     else "up failed: removing the slice so that nothing bills")
             try:
                 destroy(tf, owned, on_event)
             except UserError as undo:
@@ -142,6 +157,8 @@ def up(config: RunConfig, site: Site, tf: terraform.Terraform,
             except UserError as unread:
                 left = f"what is left could not be read back ({unread.message})"
             end = f"still there: {left}" if left else end
+            if isinstance(exc, KeyboardInterrupt):
+                on_event(end)
         if isinstance(exc, UserError):
             raise UserError(f"{exc.message}; {end}",
                             hint=exc.hint or "fix it, then `tpuctl up` again") from None
@@ -194,34 +211,67 @@ def destroy(tf: terraform.Terraform, owned: gce_owned.Ownership,
     tf.destroy(on_event)
 
 
-def wait_running(config: RunConfig, api: gce_api.ComputeApi,
-                 on_event: Callable[[str], None]) -> list[gce_api.Vm]:
-    """Poll the MIG until all its VMs are RUNNING; say each change of state once."""
+def wait_ready(config: RunConfig, api: gce_api.ComputeApi,
+               on_event: Callable[[str], None]) -> list[gce_api.Vm]:
+    """Poll the MIG until every VM is RUNNING and, on a multi-host slice, its applied
+    accelerator topology is ACTIVE; say each change of state once, with what Compute Engine
+    says it waits for (quota, capacity). A FAILED topology ends the wait at once; otherwise it
+    lasts as long as the provisioning allows (cluster.queue_hours, or its model's default)."""
+    cluster = config.cluster
     name = gce_slice.SliceNames.of(config.name).group
-    deadline = time.monotonic() + gcp_site.READY_TIMEOUT_S
+    chosen = gce_slice.provisioning(cluster)
+    topology = cluster.slice.is_multi_host
+    deadline = time.monotonic() + chosen.wait_s
     last = ""
     while True:
         group = api.group(name)
         if group is None:
             raise UserError(f"instance group {name} disappeared while waiting",
                             hint="`tpuctl up` again")
-        vms = api.managed_instances(name) if not group.bulk_in_progress else []
+        vms, waiting = api.managed(name) if not group.bulk_in_progress else ([], None)
         running = [vm for vm in vms if vm.status == "RUNNING"]
-        if vms and len(running) == group.target_size:
+        ready = vms and len(running) == group.target_size
+        if ready and (not topology or group.topology_state == "ACTIVE"):
             return running
-        state = group_state(group, vms)
+        state = group_state(group, vms, waiting)
         if state != last:
             on_event(f"slice {name}: {state}")
+            if _is_quota(group.last_error or waiting) and not _is_quota(last):
+                on_event(f"slice {name}: Compute Engine keeps the request until the quota "
+                         "allows it: ask for more TPU quota in the region (IAM & Admin > "
+                         "Quotas), or Ctrl-C to cancel it"
+                         + (" (the VMs made meanwhile bill)" if chosen.partial_bills else
+                            " (nothing bills meanwhile)"))
             last = state
+        if topology and group.topology_state == "FAILED":
+            raise UserError(f"the accelerator topology {cluster.topology} of slice {name} "
+                            f"FAILED" + (f" ({group.topology_error})" if group.topology_error
+                                         else ""),
+                            hint="`tpuctl up` again makes a new slice; if it fails again, see "
+                                 "`gcloud compute instance-groups managed describe "
+                                 f"{name} --region {api.region}`")
         dead = [vm for vm in vms if vm.status in ("TERMINATED", "STOPPED", "SUSPENDED")]
         if dead:
             raise UserError(f"VM {dead[0].name} of slice {name} is {dead[0].status} "
                             "instead of RUNNING", hint="`tpuctl down` removes the slice")
         if time.monotonic() > deadline:
-            raise UserError(f"slice {name} was not RUNNING after "
-                            f"{gcp_site.READY_TIMEOUT_S / 60:.0f} minutes ({state})",
-                            hint="`tpuctl status` shows it; `tpuctl down` removes it")
-        time.sleep(gcp_site.POLL_S)
+            raise UserError(f"slice {name} was not ready after {_hours(chosen.wait_s)} "
+                            f"({state})", hint="set cluster.queue_hours to wait longer; "
+                            "`tpuctl status` shows the slice, `tpuctl down` removes it")
+        pause()
+
+
+def pause() -> None:
+    """The wait between two looks at the slice (where a test steps in)."""
+    time.sleep(gcp_site.POLL_S)
+
+
+def _is_quota(error: str | None) -> bool:
+    return bool(error) and "QUOTA_EXCEEDED" in error
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 60:.0f} minutes" if seconds < 3600 else f"{seconds / 3600:g} h"
 
 
 def write_known_hosts(site: Site, api: gce_api.ComputeApi, vms: list[gce_api.Vm],
@@ -304,17 +354,27 @@ def _drift(kind: str, body: dict, found) -> str | None:
     return f"{', '.join(map(str, had))}; the config now asks for {', '.join(map(str, wanted))}"
 
 
-def group_state(group: gce_api.Group, vms: list[gce_api.Vm]) -> str:
-    """The MIG's state in words: waiting for capacity, creating, or RUNNING."""
+def group_state(group: gce_api.Group, vms: list[gce_api.Vm],
+                waiting: str | None = None) -> str:
+    """The MIG's state in words: waiting (for quota or capacity, as Compute Engine says),
+    creating, or RUNNING, with its applied topology."""
     if group.bulk_in_progress:
-        why = f" ({group.last_error})" if group.last_error else ""
-        return f"waiting for capacity for all {group.target_size} VMs at once{why}"
+        return (f"waiting for {_waited_for(group.last_error)} for all {group.target_size} "
+                f"VMs at once" + (f" ({group.last_error})" if group.last_error else ""))
     running = sum(vm.status == "RUNNING" for vm in vms)
     topology = f", topology {group.topology_state}" if group.topology_state else ""
+    if group.topology_error:
+        topology += f" ({group.topology_error})"
     if vms and running == group.target_size:
         return f"RUNNING, {running} of {group.target_size} VMs{topology}"
     states = ", ".join(sorted({vm.status for vm in vms})) or "no VMs yet"
-    return f"creating: {running} of {group.target_size} VMs RUNNING ({states}){topology}"
+    why = (f"; waiting for {_waited_for(waiting)} for the rest ({waiting})" if waiting else "")
+    return (f"creating: {running} of {group.target_size} VMs RUNNING ({states}){topology}"
+            f"{why}")
+
+
+def _waited_for(error: str | None) -> str:
+    return "quota" if _is_quota(error) else "capacity"
 
 
 def time_left(vms: list[gce_api.Vm]) -> float | None:

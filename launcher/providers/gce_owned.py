@@ -115,19 +115,31 @@ class Ownership:
     def resource_of(self, entry: terraform.StateResource) -> tuple[str, str] | None:
         """(kind, name) of a state entry of the slice module (infra/modules/tpu_slice, or its
         twin's terraform_data stand-ins, whose addresses carry the same type names), or None.
-        The name is the one the google provider recorded, where it did (a name Terraform
-        derives, such as a template's name_prefix, is only known there); else the run's."""
+        The name is the one the google provider recorded, where it did (a template's, which the
+        provider derives from its name_prefix, is known only there); else the run's."""
         address = entry.address
         kind = next((k for t, k in STATE_TYPES.items() if t in address), None)
         if kind is None:
             return None
-        recorded = entry.attributes.get("name")
-        if isinstance(recorded, str) and recorded:
+        recorded = _recorded_name(entry.attributes)
+        if recorded:
             return kind, recorded
+        if kind == "templates":  # not made yet: no name to go by
+            return None
         if kind == "firewalls":  # two rules: the rest of the address names which
             which = address.rsplit("google_compute_firewall", 1)[1]
             return kind, (self.names.ssh_rule if "ssh" in which else self.names.internal_rule)
-        return kind, dict((k, n) for k, n in self.names.owned())[kind]
+        return kind, dict(self.names.owned())[kind]
+
+    def in_state(self, tf: terraform.Terraform, kind: str) -> list[str]:
+        """The names of the resources of that kind Terraform's state holds for the run (a
+        template's name is only known there)."""
+        names = []
+        for entry in tf.resources() or []:
+            resource = self.resource_of(entry)
+            if resource is not None and resource[0] == kind and not entry.tainted:
+                names.append(resource[1])
+        return names
 
     def applying(self) -> bool:
         """Whether an apply of the run has not been seen to end (an `up` cut short)."""
@@ -221,17 +233,21 @@ class Ownership:
         tf.forget(doomed)
 
     def run_names(self) -> list[tuple[str, str]]:
-        """(kind, name) of the run's names: those its `up` makes, in that order, then any other
-        it recorded making (a config changed since)."""
+        """(kind, name) of the run's names: those its `up` makes under fixed names, in that
+        order, then any other it recorded making (its templates, a config changed since)."""
         recorded = [(kind, name) for kind, names in self._read().get("gce", {}).items()
                     for name in names]
         return list(dict.fromkeys([*self.made, *recorded]))
 
     def left(self) -> tuple[list[str], list[tuple[str, str, str]]]:
         """What of the run's names is still there: the run's own ones (in words), and the
-        others as (kind, name, id)."""
+        others as (kind, name, id). Templates are found by their name too: the run's prefix and
+        a unique id such as the google provider adds (SliceNames.is_template), so that one an
+        `up` cut short made and nobody recorded is named as well."""
         own, foreign = [], []
-        for kind, name in self.run_names():
+        named = [("templates", name) for name in self.api.names("templates",
+                                                                 self.names.is_template)]
+        for kind, name in dict.fromkeys([*self.run_names(), *named]):
             found = self.api.get(kind, name)
             if found is None:
                 continue
@@ -248,6 +264,17 @@ class Ownership:
                   f"making: inspect it with `{self.command(kind, 'describe', name)}`"
                   for kind, name, uid in foreign]
         return "; ".join(parts)
+
+
+def _recorded_name(attributes: dict) -> str | None:
+    """The name a state entry says its resource has: the google provider's `name`, or (the
+    twin's terraform_data stand-ins) the `name` in its output."""
+    name = attributes.get("name")
+    if not name:
+        output = attributes.get("output")
+        value = output.get("value", output) if isinstance(output, dict) else None
+        name = value.get("name") if isinstance(value, dict) else None
+    return name if isinstance(name, str) and name else None
 
 
 def _is_the_one(attributes: dict, found) -> bool:

@@ -52,6 +52,9 @@ class Generation:
     # and JAX" (cloud.google.com/tpu/docs/runtimes; /work/shared/CLOUD-FACTS.md §1).
     jax_runtimes: tuple[str, ...]
     tf_refusal: str = ""  # why there is no TensorFlow route, when there is none
+    # Devices JAX shows per chip: one for every generation here but TPU7x, whose two
+    # TensorCores are two devices (v4 and v5p join theirs as one megacore device).
+    jax_devices_per_chip: int = 1
 
     def chips(self, size: int) -> int:
         return size // self.cores_per_chip
@@ -159,6 +162,12 @@ class Accelerator:
     tf_supported: bool
     tf_runtime_single_host: str | None  # base image for a one-host slice on the TF route
     tf_runtime_pod: str | None  # base image for a multi-host slice (servers started by tpuctl)
+    jax_devices_per_chip: int = 1
+
+    @property
+    def jax_devices(self) -> int:
+        """What `jax.device_count()` is on the whole slice once it has formed."""
+        return self.chips * self.jax_devices_per_chip
 
     @property
     def chips_per_host(self) -> int:
@@ -188,6 +197,7 @@ def _build(gen: Generation, size: int) -> Accelerator:
         # One base image serves both shapes: the pod difference is what tpuctl starts on it.
         tf_runtime_single_host=runtime,
         tf_runtime_pod=runtime,
+        jax_devices_per_chip=gen.jax_devices_per_chip,
     )
 
 
@@ -411,9 +421,10 @@ TPU7X = Generation(
     sizes=(),  # not a TPU API type: its slices are machine type + topology (MACHINE_TYPES)
     zones=("us-central1-c", "us-central1-ai1a"),
     tf_runtimes=(),
-    # No Cloud TPU API runtime: a Compute Engine VM boots an ordinary image (DEFAULT_IMAGE).
+    # No Cloud TPU API runtime: a Compute Engine VM boots Google's TPU OS image (COMPUTE_BOOT).
     jax_runtimes=(),
     tf_refusal="TensorFlow is not supported on TPU7x (Google documents JAX and PyTorch only)",
+    jax_devices_per_chip=2,
 )
 
 
@@ -439,10 +450,66 @@ class MachineType:
     topologies: tuple[str, ...]
 
 
-# A TPU VM on Compute Engine is an ordinary instance: the image brings the OS, JAX and libtpu
-# come from pip. Ubuntu 22.04 LTS is a family that exists; that it boots every TPU machine type
-# with its chips visible is what a first real run must confirm (README, gce rows).
-DEFAULT_IMAGE = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComputeBoot:
+    """A generation's boot disk on Compute Engine: Google's TPU OS image and the disk type."""
+
+    image_family: str  # in TPU_IMAGE_PROJECT; `sourceImage` takes it as .../images/family/NAME
+    disk_type: str  # what the generation's machine types take as a boot disk
+
+    @property
+    def image(self) -> str:
+        return f"projects/{TPU_IMAGE_PROJECT}/global/images/family/{self.image_family}"
+
+
+# A TPU VM on Compute Engine must boot an image that binds its TPU devices to vfio-pci and runs
+# the TPU's boot-time tasks: Google builds and validates only its TPU-optimised Ubuntu images
+# ("Use a custom OS image", cloud.google.com/tpu/docs/custom-os-image: every other image is the
+# user's to make and test). Their families, in project ubuntu-os-accelerator-images, as Google's
+# Compute Engine TPU pages create VMs from them: one Ubuntu 22.04 family for v5e, v5p and v6e, a
+# 24.04 family for TPU7x. A family, not a dated image: each new build deprecates the older ones.
+# Disk types: "TPU generation and supported disk types" (cloud.google.com/tpu/docs/storage-
+# options): TPU7x and v6e take Hyperdisk Balanced (and Hyperdisk ML) only, v5p Balanced
+# Persistent Disk. The default boot disk is 10 GB, too small for the JAX environment tpuctl
+# installs (Python, jax[tpu], libtpu, TensorFlow for the input pipeline): BOOT_DISK_GB, as the
+# Cloud TPU API gives its VMs.
+TPU_IMAGE_PROJECT = "ubuntu-os-accelerator-images"
+BOOT_DISK_GB = 100
+_V5_V6_IMAGES = "ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e"
+COMPUTE_BOOT: dict[str, ComputeBoot] = {
+    "tpu7x": ComputeBoot(image_family="ubuntu-accel-2404-amd64-tpu-tpu7x",
+                         disk_type="hyperdisk-balanced"),
+    "v6e": ComputeBoot(image_family=_V5_V6_IMAGES, disk_type="hyperdisk-balanced"),
+    "v5p": ComputeBoot(image_family=_V5_V6_IMAGES, disk_type="pd-balanced"),
+}
+
+
+def default_image(generation: str) -> str:
+    """The boot image a Compute Engine TPU VM of this generation gets when cluster.image is
+    left out: Google's TPU OS image family for it."""
+    return COMPUTE_BOOT[generation].image
+
+
+def image_note(image: str, generation: str) -> str | None:
+    """Why `image` may boot a VM of this generation without its chips visible, in words; None
+    for Google's TPU image of the generation (its family, or a dated image of that family)."""
+    boot = COMPUTE_BOOT[generation]
+    project, _, rest = image.removeprefix("projects/").partition("/global/images/")
+    name = rest.removeprefix("family/")
+    ours = image.startswith("projects/") and project == TPU_IMAGE_PROJECT
+    if ours and (name == boot.image_family or name.startswith(f"{boot.image_family}-v")):
+        return None
+    others = sorted({b.image_family for g, b in COMPUTE_BOOT.items() if g != generation}
+                    - {boot.image_family})
+    if ours and any(name == f or name.startswith(f"{f}-v") for f in others):
+        why = "is Google's TPU image for another generation"
+    else:
+        why = "is not one of Google's TPU images"
+    return (f"cluster.image {image} {why}: a TPU {generation} VM sees its chips only where the "
+            "image binds them to vfio-pci and runs the TPU's boot-time tasks (Google's custom "
+            f"TPU image page); the default is {boot.image}")
 _V6E_2D = ("4x4", "4x8", "8x8", "8x16", "16x16")
 MACHINE_TYPES: dict[str, MachineType] = {
     m.name: m
@@ -521,6 +588,7 @@ def compute_slice(machine_type_name: str, topology: str) -> Accelerator:
         tf_supported=False,  # the gce route is JAX only
         tf_runtime_single_host=None,
         tf_runtime_pod=None,
+        jax_devices_per_chip=gen.jax_devices_per_chip,
     )
 
 
@@ -543,3 +611,61 @@ def check_tpu_api(acc: Accelerator) -> None:
             "the Cloud TPU API",
             hint="use provider: gce with machine_type and topology (e.g. tpu7x-standard-4t, 2x2x1)",
         )
+
+
+# -- a slice's bring-up on Compute Engine VMs --------------------------------------------------
+# libtpu forms a multi-host slice from facts a TPU-API VM reads in its `tpu-env` metadata
+# (ACCELERATOR_TYPE, TOPOLOGY, HOST_BOUNDS, CHIPS_PER_HOST_BOUNDS, WRAP, WORKER_ID, and the
+# workers in `worker-network-endpoints`); nothing shows Compute Engine publishing those for the
+# VMs of a MIG. Where no metadata server carries them, libtpu takes them from its environment
+# with TPU_SKIP_MDS_QUERY set: GKE's TPU device plugin sets exactly these variables on every TPU
+# node (its InitEnvs table: TPU_ACCELERATOR_TYPE, TPU_TOPOLOGY, TPU_HOST_BOUNDS,
+# TPU_CHIPS_PER_HOST_BOUNDS, TPU_TOPOLOGY_WRAP, TPU_TOPOLOGY_ALT, TPU_SKIP_MDS_QUERY), and GKE
+# adds TPU_WORKER_ID and TPU_WORKER_HOSTNAMES per pod; torch_xla reads the same names when
+# TPU_SKIP_MDS_QUERY is set (torch_xla/_internal/tpu.py, build_tpu_env_from_vars); JAX's own
+# cluster detection takes TPU_WORKER_ID and TPU_WORKER_HOSTNAMES (jax/_src/clusters/
+# cloud_tpu_cluster.py, GkeTpuCluster), though tpuctl names the coordinator, process count and
+# index to jax.distributed itself. Worker ids are the launcher's worker order (the VMs by name):
+# Compute Engine publishes no VM's place in the slice, GKE numbers its pods by index, and torch_xla
+# notes that TPU device ids are independent of worker ids, so the order only has to be the same
+# on every VM and equal JAX's process ids.
+SLICE_ENV_NAMES = ("TPU_SKIP_MDS_QUERY", "TPU_ACCELERATOR_TYPE", "TPU_TOPOLOGY",
+                   "TPU_HOST_BOUNDS", "TPU_CHIPS_PER_HOST_BOUNDS", "TPU_TOPOLOGY_WRAP",
+                   "TPU_TOPOLOGY_ALT", "TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES")
+# Chips per VM as libtpu's per-host bounds (GKE's table: 1 chip 1,1,1; 4 chips 2,2,1; 8 chips
+# 2,4,1).
+_CHIPS_PER_HOST_BOUNDS = {1: (1, 1, 1), 4: (2, 2, 1), 8: (2, 4, 1)}
+
+
+def _wraps(dims: tuple[int, ...]) -> tuple[bool, bool, bool]:
+    """Which axes of the slice close into a torus, as GKE's table has it: a 2-D slice (v5e,
+    v6e) along each axis of 16 chips; a 3-D slice (v4, v5p, TPU7x) along every axis once each is
+    a multiple of 4 (whole 4x4x4 cubes), along none before."""
+    if len(dims) == 2:
+        return (dims[0] == 16, dims[1] == 16, False)
+    whole_cubes = all(d % 4 == 0 for d in dims)
+    return (whole_cubes, whole_cubes, whole_cubes)
+
+
+def slice_env(machine_type_name: str, topology: str, *, worker: int,
+              hostnames: tuple[str, ...]) -> dict[str, str]:
+    """What libtpu on one VM of a Compute Engine slice is told about the slice (see above):
+    its type and topology, host and per-host bounds, wraparound, this VM's worker id and every
+    VM's address in worker order."""
+    machine = machine_type(machine_type_name)
+    acc = compute_slice(machine_type_name, topology)
+    if len(hostnames) != acc.hosts or not 0 <= worker < acc.hosts:
+        raise ValueError(f"{acc.name} has {acc.hosts} hosts: worker {worker} of {hostnames}")
+    dims = tuple(int(d) for d in topology.split("x"))
+    padded = (*dims, 1) if len(dims) == 2 else dims
+    per_host = _CHIPS_PER_HOST_BOUNDS[machine.chips_per_vm]
+    hosts = tuple(d // p for d, p in zip(padded, per_host, strict=True))
+
+    def words(values) -> str:
+        return ",".join(str(v).lower() for v in values)
+
+    return {"TPU_SKIP_MDS_QUERY": "true", "TPU_ACCELERATOR_TYPE": acc.name,
+            "TPU_TOPOLOGY": topology, "TPU_HOST_BOUNDS": words(hosts),
+            "TPU_CHIPS_PER_HOST_BOUNDS": words(per_host),
+            "TPU_TOPOLOGY_WRAP": words(_wraps(dims)), "TPU_TOPOLOGY_ALT": "false",
+            "TPU_WORKER_ID": str(worker), "TPU_WORKER_HOSTNAMES": ",".join(hostnames)}

@@ -6,23 +6,37 @@ google-cloud-compute client: the slice's policy, template, bulk MIG and its TPU 
         clients = api.clients()                       # compute_v1 clients: REST, anonymous
         clients.groups.insert(project="p", region="us-east5",
                               instance_group_manager_resource={...}).result()
-        api.set_capacity("us-east5-b", after_polls=3) # bulk creation waits, then gets it all
-        api.fail("regionInstanceGroupManagers.insert", quota_exceeded("TPU_V6E", "us-east5"))
+        api.set_capacity("us-east5-b", after_polls=3) # creation waits, then gets it all
+        api.set_quota(quota_exceeded("TPU_V6E", "us-east5"))  # waits on quota until cleared
+        api.fail("regionInstanceGroupManagers.insert", error)  # any call ends with an error
         api.on_request("regionInstanceGroupManagers.insert", lambda: api.add_group(...))
         [r.body for r in api.requests("regionInstanceTemplates.insert")]
 
 Paths, verbs, camelCase fields and enum names are google-cloud-compute 1.57's (compute_v1
 services/*/transports/rest_base.py, types/compute.py). What it does as the real service does:
 - every mutation answers a compute#operation (regional; global for a firewall rule; zonal for
-  an instance) that is DONE
-  when the change is; an operation that failed carries `error.errors[]` and
-  `httpErrorStatusCode` (the client's ExtendedOperation raises from those);
-- a MIG in bulk mode (targetSizePolicy.mode BULK) makes all of its VMs at once or none: while its
-  zone lacks capacity, `status.bulkInstanceOperation.inProgress` stays true and
-  `lastProgressCheck.error` says ZONE_RESOURCE_POOL_EXHAUSTED; no VM exists meanwhile;
+  an instance) that goes PENDING, then RUNNING, then DONE as it is read (`set_timing(op_polls=)`);
+  an operation that failed carries `error.errors[]` and `httpErrorStatusCode` once DONE (the
+  client's ExtendedOperation raises from those);
+- a MIG's insert is DONE once the group exists, before any VM; its targetSizePolicy.mode decides
+  how it makes them. BULK ("all at once or none"), which Compute Engine takes only with a
+  FLEX_START or RESERVATION_BOUND template (any other is refused at insert, 400 invalid): while
+  its zone lacks capacity or the region quota, `status.bulkInstanceOperation.inProgress` stays
+  true and `lastProgressCheck.error` says why (ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS,
+  QUOTA_EXCEEDED), and no VM exists. INDIVIDUAL (the default): each managed instance waits
+  CREATING with the reason in `lastAttempt.errors` until it can be made (`set_capacity(vms=)`
+  lets some be made while the others wait);
+- with a workload policy, `status.appliedAcceleratorTopologies[0].state` is INCOMPLETE while
+  fewer VMs run than the group's size, then ACTIVATING, then ACTIVE (`fail_topology` makes it
+  FAILED with `stateDetails.error`);
+- PATCH updates a MIG's versions and policies (or a firewall's rules) in place, `resize` its
+  target size, as the google provider's updates do;
 - a VM goes PROVISIONING -> STAGING -> RUNNING over observations (a GET, a listing), and its
   guest agent publishes `hostkeys/<type>` some seconds later (`set_timing`): before that,
-  getGuestAttributes answers 404, as for a path that holds nothing;
+  getGuestAttributes answers 404 notFound for the query path, as for a path that holds nothing;
+- a VM taken back (`preempt`) whose scheduling says instanceTerminationAction DELETE (spot,
+  flex-start, a run limit) is deleted; its MIG lists it CREATING without an instance (the fake
+  never makes it again); any other is TERMINATED;
 - errors are `{"error": {code, message, errors: [{message, domain, reason}]}}` under their HTTP
   status (404 notFound, 409 alreadyExists, 400 invalid, 403 quotaExceeded...).
 State lives in memory, behind one lock; credentials are not checked. Its VMs are the test
@@ -92,10 +106,18 @@ def quota_exceeded(metric: str = "TPU_V6E", region: str = "us-east5",
 
 
 def no_capacity(zone: str = "us-east5-b") -> ComputeError:
+    """What a MIG waiting for capacity reports (the code Compute Engine gives TPU MIGs)."""
     return ComputeError(503, f"The zone 'projects/p/zones/{zone}' does not have enough "
-                        "resources available to fulfill the request.  Try a different zone, "
-                        "or try again later.", "resourcePoolExhausted",
-                        code="ZONE_RESOURCE_POOL_EXHAUSTED")
+                        "resources available to fulfill the request.  '(resource type:compute)'.",
+                        "resourcePoolExhausted", code="ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS")
+
+
+def bulk_refused(model: str) -> ComputeError:
+    """A MIG in bulk mode from a template of another provisioning model (Compute Engine takes
+    bulk mode only with flex-start or reservation-bound templates)."""
+    return ComputeError(400, "Invalid value for field 'resource.targetSizePolicy.mode': 'BULK'. "
+                        "Bulk mode is supported only with instance templates that specify the "
+                        f"FLEX_START or RESERVATION_BOUND provisioning model, not {model}.")
 
 
 @dataclass(frozen=True)
@@ -117,10 +139,21 @@ class _Instance:
 
 
 @dataclass
+class _Operation:
+    body: dict
+    error: ComputeError | None  # what it ends with, once DONE
+    reads: int = 0
+
+
+@dataclass
 class _Group:
     body: dict
-    instances: list[str] = field(default_factory=list)  # instance names, in creation order
+    instances: list[str] = field(default_factory=list)  # instance paths, in creation order
     waits: int = 0  # observations while waiting for capacity
+    names: list[str] = field(default_factory=list)  # the VMs' names, given before they exist
+    waiting: ComputeError | None = None  # why the VMs it lacks are not made yet
+    active_polls: int = 0  # observations with every VM running (ACTIVATING, then ACTIVE)
+    topology_error: ComputeError | None = None  # fail_topology: the topology is FAILED
 
 
 _RUN_STATES = ("PROVISIONING", "STAGING", "RUNNING")
@@ -148,6 +181,10 @@ _ROUTES = [(verb, re.compile(PREFIX + pattern + "$"), rpc) for verb, pattern, rp
      "regionInstanceGroupManagers.get"),
     ("DELETE", r"projects/(?P<p>[^/]+)/regions/(?P<r>[^/]+)/instanceGroupManagers/(?P<n>[^/]+)",
      "regionInstanceGroupManagers.delete"),
+    ("PATCH", r"projects/(?P<p>[^/]+)/regions/(?P<r>[^/]+)/instanceGroupManagers/(?P<n>[^/]+)",
+     "regionInstanceGroupManagers.patch"),
+    ("POST", r"projects/(?P<p>[^/]+)/regions/(?P<r>[^/]+)/instanceGroupManagers/(?P<n>[^/]+)"
+     r"/resize", "regionInstanceGroupManagers.resize"),
     ("POST", r"projects/(?P<p>[^/]+)/regions/(?P<r>[^/]+)/instanceGroupManagers/(?P<n>[^/]+)"
      r"/listManagedInstances", "regionInstanceGroupManagers.listManagedInstances"),
     ("GET", r"projects/(?P<p>[^/]+)/regions/(?P<r>[^/]+)/operations/(?P<n>[^/]+)",
@@ -155,6 +192,7 @@ _ROUTES = [(verb, re.compile(PREFIX + pattern + "$"), rpc) for verb, pattern, rp
     ("POST", r"projects/(?P<p>[^/]+)/global/firewalls", "firewalls.insert"),
     ("GET", r"projects/(?P<p>[^/]+)/global/firewalls/(?P<n>[^/]+)", "firewalls.get"),
     ("DELETE", r"projects/(?P<p>[^/]+)/global/firewalls/(?P<n>[^/]+)", "firewalls.delete"),
+    ("PATCH", r"projects/(?P<p>[^/]+)/global/firewalls/(?P<n>[^/]+)", "firewalls.patch"),
     ("GET", r"projects/(?P<p>[^/]+)/global/operations/(?P<n>[^/]+)", "globalOperations.get"),
     ("GET", r"projects/(?P<p>[^/]+)/zones/(?P<z>[^/]+)/instances", "instances.list"),
     ("GET", r"projects/(?P<p>[^/]+)/zones/(?P<z>[^/]+)/instances/(?P<n>[^/]+)", "instances.get"),
@@ -169,6 +207,23 @@ _ROUTES = [(verb, re.compile(PREFIX + pattern + "$"), rpc) for verb, pattern, rp
 ]]
 
 
+def _with_template(body: dict) -> dict:
+    """A MIG body as the API keeps it: the google provider sends its template as versions[]
+    (one version), and the API shows it as instanceTemplate too."""
+    versions = body.get("versions") or []
+    if versions and versions[0].get("instanceTemplate"):
+        body["instanceTemplate"] = versions[0]["instanceTemplate"]
+    return body
+
+
+def _template_of(body: dict) -> str:
+    return body.get("instanceTemplate", "")
+
+
+def _bulk(body: dict) -> bool:
+    return body.get("targetSizePolicy", {}).get("mode") == "BULK"
+
+
 class FakeCompute(FakeServer):
     """The fake server and its test controls (thread-safe)."""
 
@@ -179,11 +234,15 @@ class FakeCompute(FakeServer):
         self._templates: dict[str, dict] = {}
         self._groups: dict[str, _Group] = {}
         self._instances: dict[str, _Instance] = {}  # projects/P/zones/Z/instances/N -> VM
-        self._ops: dict[str, dict] = {}
+        self._ops: dict[str, _Operation] = {}
         self._failures: list[list] = []  # [rpc, error, times left or None]
         self._actions: list[list] = []  # [rpc, what to do first, times left]
         self._capacity: dict[str | None, int | None] = {None: 0}  # zone -> polls to wait
+        self._partial: dict[str | None, int] = {None: 0}  # zone -> VMs made while others wait
+        self._quota: ComputeError | None = None  # set_quota: every MIG waits on it
         self._boot_polls = 2  # observations from PROVISIONING to RUNNING
+        self._op_polls = 2  # reads of an operation from PENDING to DONE
+        self._topology_polls = 1  # observations of a full slice from ACTIVATING to ACTIVE
         self._host_key_delay_s = 0.0  # after RUNNING, before hostkeys/ are published
         self._workers: list[Worker] = []
         # zone -> the machine types it offers (None: every zone without its own list)
@@ -198,20 +257,37 @@ class FakeCompute(FakeServer):
             self._workers = [_as_worker(w) for w in workers]
             self._next_worker = 0
 
-    def set_capacity(self, zone: str | None = None, *, after_polls: int | None = 0) -> None:
-        """A bulk MIG in `zone` (None: every zone without its own setting) waits `after_polls`
-        observations for capacity, then gets all of it; None: never."""
+    def set_capacity(self, zone: str | None = None, *, after_polls: int | None = 0,
+                     vms: int = 0) -> None:
+        """A MIG in `zone` (None: every zone without its own setting) waits `after_polls`
+        observations for capacity, then gets all of it; None: never. `vms`: how many VMs a MIG
+        in individual mode makes at once while the others wait (a bulk MIG makes none)."""
         with self._lock:
             self._capacity[zone] = after_polls
+            self._partial[zone] = vms
+
+    def set_quota(self, exceeded: ComputeError | None) -> None:
+        """Every MIG waits on this quota error (quota_exceeded) until it is set to None: a bulk
+        MIG in its last progress check, an individual one in its instances' last attempts."""
+        with self._lock:
+            self._quota = exceeded
+
+    def fail_topology(self, group: str, error: ComputeError) -> None:
+        """The MIG's applied accelerator topology turns FAILED, with this error."""
+        with self._lock:
+            found = next(g for p, g in self._groups.items() if p.rsplit("/", 1)[1] == group)
+            found.topology_error = error
 
     def set_machine_types(self, types: list[str], zone: str | None = None) -> None:
         """The machine types a zone offers (None: every zone without a list of its own)."""
         with self._lock:
             self._machine_types[zone] = list(types)
 
-    def set_timing(self, *, boot_polls: int = 2, host_key_delay_s: float = 0.0) -> None:
+    def set_timing(self, *, boot_polls: int = 2, host_key_delay_s: float = 0.0,
+                   op_polls: int = 2, topology_polls: int = 1) -> None:
         with self._lock:
             self._boot_polls, self._host_key_delay_s = boot_polls, host_key_delay_s
+            self._op_polls, self._topology_polls = op_polls, topology_polls
 
     def fail(self, rpc: str, error: ComputeError, times: int | None = 1) -> None:
         """The next `times` calls of `rpc` end with `error`: an insert's operation carries it
@@ -240,6 +316,7 @@ class FakeCompute(FakeServer):
                 path, "compute#instanceGroupManager",
                 {"targetSize": 0, **(body or {}), "name": name, "region": self._url(
                     f"projects/{project}/regions/{region}")}))
+            self._name_instances(group)
             return copy.deepcopy(group.body)
 
     def add_policy(self, project: str, region: str, name: str, body: dict | None = None) -> dict:
@@ -253,9 +330,14 @@ class FakeCompute(FakeServer):
             return copy.deepcopy(self._policies[path])
 
     def preempt(self, instance: str) -> None:
-        """A spot VM taken back: TERMINATED, its guest agent gone."""
+        """A VM taken back (spot preemption, a flex-start VM's end): deleted when its scheduling
+        says instanceTerminationAction DELETE, else TERMINATED; its guest agent gone."""
         with self._lock:
-            vm = self._instances[self._find(instance)]
+            path = self._find(instance)
+            vm = self._instances[path]
+            if vm.body.get("scheduling", {}).get("instanceTerminationAction") == "DELETE":
+                del self._instances[path]  # the MIG's entry stays, without its instance
+                return
             vm.body["status"] = "TERMINATED"
             vm.guest.clear()
 
@@ -355,6 +437,14 @@ class FakeCompute(FakeServer):
         return copy.deepcopy(self._get(self._firewalls,
                                        f"projects/{a['p']}/global/firewalls/{a['n']}"))
 
+    def _firewalls_patch(self, a, query, body, error):
+        path = f"projects/{a['p']}/global/firewalls/{a['n']}"
+        rule = self._get(self._firewalls, path)
+        if error is not None:
+            return self._operation(a, "patch", path, error=error)
+        rule.update({k: v for k, v in copy.deepcopy(body).items() if k not in ("name", "id")})
+        return self._operation(a, "patch", path, target_id=rule["id"])
+
     def _firewalls_delete(self, a, query, body, error):
         path = f"projects/{a['p']}/global/firewalls/{a['n']}"
         self._get(self._firewalls, path)
@@ -375,8 +465,7 @@ class FakeCompute(FakeServer):
     def _regionInstanceTemplates_delete(self, a, query, body, error):
         path = self._path(a, "instanceTemplates")
         self._get(self._templates, path)
-        users = [g for g in self._groups.values()
-                 if g.body.get("instanceTemplate", "").endswith(path)]
+        users = [g for g in self._groups.values() if _template_of(g.body).endswith(path)]
         if users:
             raise ComputeError(400, f"The instance_template resource '{path}' is already being "
                                f"used by '{users[0].body['selfLink']}'", "resourceInUseByAnotherResource")
@@ -384,24 +473,37 @@ class FakeCompute(FakeServer):
         return self._operation(a, "delete", path)
 
     # -- managed instance groups ---------------------------------------------------------------
-    def _regionInstanceGroupManagers_insert(self, a, query, body, error):
-        path = f"projects/{a['p']}/regions/{a['r']}/instanceGroupManagers/{body.get('name', '')}"
-        self._check_new(self._groups, path, body)
-        template = body.get("instanceTemplate", "")
-        if not any(template.endswith(t) for t in self._templates):
+    def _template_for(self, link: str) -> dict:
+        found = next((t for p, t in self._templates.items() if link and link.endswith(p)), None)
+        if found is None:
             raise ComputeError(400, f"Invalid value for field 'resource.instanceTemplate': "
-                               f"'{template}'. The referenced instanceTemplate resource cannot "
+                               f"'{link}'. The referenced instanceTemplate resource cannot "
                                "be found.", "invalid")
+        return found
+
+    def _check_policy(self, body: dict) -> None:
         policy = body.get("resourcePolicies", {}).get("workloadPolicy")
         if policy and not any(policy.endswith(p) for p in self._policies):
             raise ComputeError(400, f"Invalid value for field 'resource.resourcePolicies."
                                f"workloadPolicy': '{policy}'. The resource does not exist.")
+
+    def _regionInstanceGroupManagers_insert(self, a, query, body, error):
+        path = f"projects/{a['p']}/regions/{a['r']}/instanceGroupManagers/{body.get('name', '')}"
+        self._check_new(self._groups, path, body)
+        body = _with_template(copy.deepcopy(body))
+        template = self._template_for(body.get("instanceTemplate", ""))
+        model = template["properties"].get("scheduling", {}).get("provisioningModel", "STANDARD")
+        if (body.get("targetSizePolicy", {}).get("mode") == "BULK"
+                and model not in ("FLEX_START", "RESERVATION_BOUND")):
+            raise bulk_refused(model)
+        self._check_policy(body)
         if error is not None:
             return self._operation(a, "insert", path, error=error)
-        self._groups[path] = _Group(self._resource(path, "compute#instanceGroupManager", {
-            **copy.deepcopy(body), "region": self._url(f"projects/{a['p']}/regions/{a['r']}"),
+        group = self._groups[path] = _Group(self._resource(path, "compute#instanceGroupManager", {
+            **body, "region": self._url(f"projects/{a['p']}/regions/{a['r']}"),
             "fingerprint": secrets.token_urlsafe(8)}))
-        return self._operation(a, "insert", path, target_id=self._groups[path].body["id"])
+        self._name_instances(group)
+        return self._operation(a, "insert", path, target_id=group.body["id"])
 
     def _regionInstanceGroupManagers_get(self, a, query, body, error):
         group = self._get(self._groups, self._path(a, "instanceGroupManagers"))
@@ -424,65 +526,147 @@ class FakeCompute(FakeServer):
         del self._groups[path]
         return self._operation(a, "delete", path)
 
+    def _regionInstanceGroupManagers_patch(self, a, query, body, error):
+        """What the google provider's update sends: versions, policies, target size."""
+        path = self._path(a, "instanceGroupManagers")
+        group = self._get(self._groups, path)
+        body = _with_template(copy.deepcopy(body))
+        if "instanceTemplate" in body:
+            self._template_for(body["instanceTemplate"])
+        self._check_policy(body)
+        wanted = body.get("resourcePolicies", {}).get("workloadPolicy")
+        had = group.body.get("resourcePolicies", {}).get("workloadPolicy")
+        if "resourcePolicies" in body and wanted != had and group.instances:
+            raise ComputeError(400, "The workload policy of a managed instance group that has "
+                               "instances cannot be changed: resize it to 0 first.")
+        if error is not None:
+            return self._operation(a, "patch", path, error=error)
+        group.body.update(body)
+        self._name_instances(group)
+        return self._operation(a, "patch", path, target_id=group.body["id"])
+
+    def _regionInstanceGroupManagers_resize(self, a, query, body, error):
+        path = self._path(a, "instanceGroupManagers")
+        group = self._get(self._groups, path)
+        if error is not None:
+            return self._operation(a, "resize", path, error=error)
+        size = int(query["size"])
+        for gone in group.instances[size:]:
+            self._instances.pop(gone, None)
+        del group.instances[size:]
+        group.body["targetSize"] = size
+        self._name_instances(group)
+        return self._operation(a, "resize", path, target_id=group.body["id"])
+
+    def _name_instances(self, group: _Group) -> None:
+        """The names the MIG gives the VMs it is to make (BASE-xxxx), kept until it makes them."""
+        wanted = int(group.body.get("targetSize", 0))
+        base = group.body.get("baseInstanceName", group.body["name"])
+        while len(group.names) < wanted:
+            group.names.append(f"{base}-{secrets.token_hex(2)}")
+        del group.names[wanted:]
+
+    def _zone_of(self, group: _Group) -> str:
+        return group.body.get("distributionPolicy", {}).get("zones", [{}])[0].get(
+            "zone", "").rsplit("/", 1)[-1]
+
+    def _instance_link(self, group: _Group, name: str) -> str:
+        project = group.body["selfLink"].split("/projects/")[1].split("/")[0]
+        return self._url(f"projects/{project}/zones/{self._zone_of(group)}/instances/{name}")
+
     def _regionInstanceGroupManagers_listManagedInstances(self, a, query, body, error):
         group = self._get(self._groups, self._path(a, "instanceGroupManagers"))
         self._observe_group(group)
         managed = []
         for path in group.instances:
             vm = self._instances.get(path)
-            if vm is None:
+            if vm is None:  # taken back and deleted: the MIG would make it again
+                managed.append({"instance": self._url(path), "currentAction": "CREATING"})
                 continue
             self._observe_instance(vm)
             managed.append({"instance": vm.body["selfLink"], "id": vm.body["id"],
                             "name": vm.body["name"], "instanceStatus": vm.body["status"],
                             "currentAction": "NONE" if vm.body["status"] == "RUNNING"
                             else "CREATING"})
+        waiting = group.waiting
+        for name in group.names[len(group.instances):]:
+            entry = {"instance": self._instance_link(group, name), "currentAction": "CREATING"}
+            if waiting is not None and not _bulk(group.body):
+                entry["lastAttempt"] = {"errors": {"errors": waiting.operation_errors()}}
+            managed.append(entry)
         return {"managedInstances": managed}
 
     def _observe_group(self, group: _Group) -> None:
-        """One observation: a bulk MIG without its VMs waits for capacity, then makes them all."""
+        """One observation: a MIG makes the VMs it lacks once the region's quota and the zone's
+        capacity allow (a bulk one all at once, an individual one each it can), and says why it
+        waits (the bulk operation's last progress check; each instance's last attempt)."""
         wanted = int(group.body.get("targetSize", 0))
-        if group.instances or wanted == 0:
+        status = group.body["status"]
+        if len(group.instances) >= wanted:
+            group.waiting = None
+            running = [self._instances.get(p) for p in group.instances]
+            if wanted and all(vm is not None and vm.body["status"] == "RUNNING"
+                              for vm in running):
+                group.active_polls += 1
             return
-        zone = group.body.get("distributionPolicy", {}).get("zones", [{}])[0].get(
-            "zone", "").rsplit("/", 1)[-1]
+        zone = self._zone_of(group)
         needed = self._capacity.get(zone, self._capacity[None])
-        if needed is None or group.waits < needed:
+        reason = self._quota
+        if reason is None and (needed is None or group.waits < needed):
             group.waits += 1
-            error = no_capacity(zone)
-            group.body["status"]["bulkInstanceOperation"] = {
+            reason = no_capacity(zone)
+        bulk = _bulk(group.body)
+        if reason is not None and bulk:
+            status["bulkInstanceOperation"] = {
                 "inProgress": True, "lastProgressCheck": {
                     "timestamp": _timestamp(self._now()),
-                    "error": {"errors": error.operation_errors()}}}
-            return
-        template = next(t for p, t in self._templates.items()
-                        if group.body["instanceTemplate"].endswith(p))
+                    "error": {"errors": reason.operation_errors()}}}
+        group.waiting = reason
+        if reason is None:
+            self._make_vms(group, wanted)
+        elif not bulk:
+            self._make_vms(group, min(wanted, self._partial.get(zone, self._partial[None])))
+        if bulk and reason is None:
+            status["bulkInstanceOperation"] = {
+                "inProgress": False, "lastProgressCheck": {"timestamp": _timestamp(self._now())}}
+
+    def _make_vms(self, group: _Group, upto: int) -> None:
+        template = self._template_for(_template_of(group.body))
         project = group.body["selfLink"].split("/projects/")[1].split("/")[0]
-        for _ in range(wanted):
-            name = f"{group.body['baseInstanceName']}-{secrets.token_hex(2)}"
-            vm = self._new_instance(project, zone, name, template["properties"], None)
+        while len(group.instances) < upto:
+            name = group.names[len(group.instances)]
+            vm = self._new_instance(project, self._zone_of(group), name, template["properties"],
+                                    None)
             vm.body["metadata"] = copy.deepcopy(template["properties"].get("metadata", {}))
             vm.body["metadata"]["items"] = [*vm.body["metadata"].get("items", []), {
                 "key": "created-by", "value": group.body["selfLink"].split("/compute/v1/")[1]}]
             group.instances.append(self._instance_path(vm))
-        group.body["status"]["bulkInstanceOperation"] = {
-            "inProgress": False, "lastProgressCheck": {"timestamp": _timestamp(self._now())}}
 
     def _group_view(self, group: _Group) -> dict:
         view = copy.deepcopy(group.body)
         vms = [self._instances[p] for p in group.instances if p in self._instances]
+        wanted = int(view.get("targetSize", 0))
         running = sum(vm.body["status"] == "RUNNING" for vm in vms)
-        creating = len(vms) - running if vms else int(view.get("targetSize", 0))
-        view["currentActions"] = {"none": running, "creating": creating,
+        view["currentActions"] = {"none": running, "creating": wanted - running,
                                   "creatingWithoutRetries": 0, "deleting": 0, "recreating": 0}
-        view["status"]["isStable"] = creating == 0
+        view["status"]["isStable"] = running == wanted
         policy = view.get("resourcePolicies", {}).get("workloadPolicy")
-        if policy and vms:
+        if policy and group.instances:
             topology = next(p["workloadPolicy"]["acceleratorTopology"]
                             for path, p in self._policies.items() if policy.endswith(path))
-            view["status"]["appliedAcceleratorTopologies"] = [{
-                "acceleratorTopology": topology,
-                "state": "ACTIVATED" if creating == 0 else "ACTIVATING"}]
+            applied = {"acceleratorTopology": topology}
+            if group.topology_error is not None:
+                applied["state"] = "FAILED"
+                applied["stateDetails"] = {
+                    "timestamp": _timestamp(self._now()),
+                    "error": {"errors": group.topology_error.operation_errors()}}
+            elif running < wanted:
+                applied["state"] = "INCOMPLETE"  # too few running VMs to activate it
+            elif group.active_polls <= self._topology_polls:
+                applied["state"] = "ACTIVATING"
+            else:
+                applied["state"] = "ACTIVE"
+            view["status"]["appliedAcceleratorTopologies"] = [applied]
         return view
 
     # -- instances -----------------------------------------------------------------------------
@@ -597,37 +781,51 @@ class FakeCompute(FakeServer):
 
     def _operation(self, a: dict, verb: str, target: str, *, target_id: str | None = None,
                    error: ComputeError | None = None, zonal: bool = False) -> dict:
+        """A new operation, PENDING as the call answers (DONE at once with op_polls 0); the
+        change it stands for is already made (or, with an error, never will be)."""
         self._next_id += 1
         name = f"operation-{int(self._now() * 1000)}-{secrets.token_hex(6)}"
         where = (f"projects/{a['p']}/zones/{a['z']}" if zonal
                  else f"projects/{a['p']}/regions/{a['r']}" if "r" in a
                  else f"projects/{a['p']}/global")
         op = {"kind": "compute#operation", "id": str(self._next_id), "name": name,
-              "operationType": verb, "targetLink": self._url(target), "status": "DONE",
-              "progress": 100, "insertTime": _timestamp(self._now()),
-              "endTime": _timestamp(self._now()), "selfLink": self._url(
+              "operationType": verb, "targetLink": self._url(target), "status": "PENDING",
+              "progress": 0, "insertTime": _timestamp(self._now()), "selfLink": self._url(
                   f"{where}/operations/{name}")}
         if "/global" not in where:
             op["zone" if zonal else "region"] = self._url(where)
         if target_id is not None:
             op["targetId"] = target_id
-        if error is not None:
-            op.update(error={"errors": error.operation_errors()},
-                      httpErrorStatusCode=error.http_code,
-                      httpErrorMessage=HTTPStatus(error.http_code).phrase.upper())
-        self._ops[f"{where}/operations/{name}"] = op
+        self._ops[f"{where}/operations/{name}"] = _Operation(op, error)
+        return self._read_operation(self._ops[f"{where}/operations/{name}"], advance=False)
+
+    def _read_operation(self, held: _Operation, *, advance: bool = True) -> dict:
+        """The operation as read now: each read moves it on, PENDING, RUNNING, then DONE."""
+        if advance:
+            held.reads += 1
+        op = held.body
+        if op["status"] != "DONE":
+            if held.reads >= self._op_polls:
+                op.update(status="DONE", progress=100, endTime=_timestamp(self._now()))
+                if held.error is not None:
+                    op.update(error={"errors": held.error.operation_errors()},
+                              httpErrorStatusCode=held.error.http_code,
+                              httpErrorMessage=HTTPStatus(held.error.http_code).phrase.upper())
+            elif held.reads > 0:
+                op.update(status="RUNNING", startTime=op.get("startTime")
+                          or _timestamp(self._now()))
         return copy.deepcopy(op)
 
     def _regionOperations_get(self, a, query, body, error):
-        return copy.deepcopy(self._get(
+        return self._read_operation(self._get(
             self._ops, f"projects/{a['p']}/regions/{a['r']}/operations/{a['n']}"))
 
     def _globalOperations_get(self, a, query, body, error):
-        return copy.deepcopy(self._get(
+        return self._read_operation(self._get(
             self._ops, f"projects/{a['p']}/global/operations/{a['n']}"))
 
     def _zoneOperations_get(self, a, query, body, error):
-        return copy.deepcopy(self._get(
+        return self._read_operation(self._get(
             self._ops, f"projects/{a['p']}/zones/{a['z']}/operations/{a['n']}"))
 
     def _list(self, table: dict, prefix: str, kind: str, query: dict) -> dict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -200,7 +201,8 @@ def test_down_after_a_crash_that_took_terraform_too_names_what_it_cannot_own(
             f"--project {PROJECT}") in said
     assert cloud.group_names() == ["trillium"]  # not shown to be the run's: left alone
     assert cloud.firewall_names() == []  # the run's own: gone
-    assert "instance template trillium-template (the run's own" in said  # in use by the MIG
+    # In use by the MIG; named as the provider names it (name_prefix trillium-).
+    assert re.search(r"instance template trillium-[0-9a-f]{26} \(the run's own", said)
     # Once the user has deleted the MIG (it was theirs), `down` removes the rest.
     gce_api.ComputeApi(project=PROJECT, region=REGION).delete("groups", "trillium")
     again = invoke("down", "-c", config)

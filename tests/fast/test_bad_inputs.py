@@ -295,7 +295,7 @@ ROWS = [
     ("gce-name-ends-in-a-newline", lambda b: ["up", "--dry-run", "-c", _gce(b, name="t\n")],
      {}, ["name: 't ' must be 1-63 lowercase letters"]),
     ("gce-name-too-long-for-its-slice", lambda b: ["up", "--dry-run", "-c", _gce(
-        b, name="a" * 55)], {}, ["name:", "is 55 characters", "use at most 54"]),
+        b, name="a" * 55)], {}, ["name:", "is 55 characters", "use at most 53"]),
     ("gcp-tpu-name-ends-in-a-newline", lambda b: ["train", "-c", _gcp(b, tpu_name="tpu\n")],
      {}, ["cluster.tpu_name", "is not a TPU name"]),
     ("gcp-bucket-ends-in-a-newline", lambda b: ["train", "-c", _gcp(b, bucket="my-bucket\n")],

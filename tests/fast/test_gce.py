@@ -143,13 +143,12 @@ def test_up_dry_run_shows_the_slice_and_its_price_without_credentials(tmp_path, 
     assert "slice iron: tpu7x-8 = 2x2x1 on 1 x tpu7x-standard-4t (4 chips of TPU tpu7x" in (
         out.output)
     assert "workload policy" not in out.output  # one VM needs no placement
-    assert "1 VM in bulk mode (all at once or none)" in out.output
+    assert "1 VM in one zone" in out.output
     # The catalog has no TPU7x price yet: it says so rather than make one up.
     assert "cost: no on-demand price for TPU tpu7x in us-central1" in out.output
     assert "prices change" in out.output
     assert "missing: cluster.ssh_source_ranges" in out.output
     assert "firewall rules iron-ssh: tcp/22 from (not set); iron-internal" in out.output
-    assert "a first real run must confirm it takes STANDARD TPU VMs" in out.output
 
     v6e = _write(tmp_path / "v6e", _raw("trillium", zone="us-east5-b",
                                         machine_type="ct6e-standard-4t", topology="4x4",
@@ -159,7 +158,7 @@ def test_up_dry_run_shows_the_slice_and_its_price_without_credentials(tmp_path, 
     assert "slice trillium: v6e-16 = 4x4 on 4 x ct6e-standard-4t" in out.output
     assert "workload policy trillium-topology: HIGH_THROUGHPUT, accelerator topology 4x4" in (
         out.output)
-    assert "4 VMs in bulk mode" in out.output and "SPOT" in out.output
+    assert "4 VMs in one zone" in out.output and "provisioning SPOT" in out.output
     assert "cost: $17.28/h for v6e-16 (16 chips x $1.0800, spot, us-east5" in out.output
     # The training plan too: the table's hosts, JAX's coordinator port, the same price.
     plan = runner.invoke(app, ["train", "-c", str(v6e), "--dry-run"])
@@ -188,7 +187,7 @@ def test_what_up_asks_for_a_multi_host_slice():
     assert props["scheduling"]["provisioningModel"] == "STANDARD"
     assert "maxRunDuration" not in props["scheduling"]
     assert props["reservationAffinity"] == {"consumeReservationType": "NO_RESERVATION"}
-    assert props["resourcePolicies"] == ["trillium-topology"]
+    assert "resourcePolicies" not in props  # the workload policy is the MIG's
     assert props["networkInterfaces"][0]["subnetwork"] == (
         "projects/my-project/regions/us-east5/subnetworks/my-subnet")
     assert props["tags"] == {"items": ["tpuctl-trillium"]}
@@ -204,14 +203,13 @@ def test_what_up_asks_for_a_multi_host_slice():
         "firewalls", "firewalls", "policies", "templates", "groups"]
     group = sent.group
     assert group["targetSize"] == 4
-    assert group["targetSizePolicy"] == {"mode": "BULK"}
+    assert group["targetSizePolicy"] == {"mode": "INDIVIDUAL"}  # on-demand: no bulk mode
     assert group["distributionPolicy"] == {"targetShape": "ANY_SINGLE_ZONE",
                                            "zones": [{"zone": "zones/us-east5-b"}]}
     assert group["instanceLifecyclePolicy"] == {"defaultActionOnFailure": "DO_NOTHING"}
     assert group["resourcePolicies"]["workloadPolicy"].endswith(
         "/regions/us-east5/resourcePolicies/trillium-topology")
-    assert group["instanceTemplate"] == (
-        "projects/my-project/regions/us-east5/instanceTemplates/trillium-template")
+    assert "name" not in sent.template and "instanceTemplate" not in group  # Terraform's
 
 
 @pytest.mark.parametrize(("cluster", "scheduling", "affinity"), [

@@ -1,9 +1,14 @@
 """The twin's stand-in for what the google providers send Compute Engine for one resource of
-infra/modules/tpu_slice: insert it (and follow its operation to the end) or delete it, at
-TPUCTL_COMPUTE_API_ENDPOINT (nothing when that is not set). Standard library only.
+infra/modules/tpu_slice: insert it, update it in place, or delete it (and follow each operation to
+the end), at TPUCTL_COMPUTE_API_ENDPOINT (nothing when that is not set). Standard library only.
 
-    python3 compute_call.py create '{"kind": "groups", "project": "p", "region": "r", "body": {...}}'
-    python3 compute_call.py delete '{"kind": "groups", "project": "p", "region": "r", "body": {...}}'
+    python3 compute_call.py create '{"kind": "groups", "project": "p", "region": "r", "name": "n", "body": {...}}'
+    python3 compute_call.py update '{...}'   # what differs: PATCH, and a MIG's size as resize
+    python3 compute_call.py delete '{...}'
+
+`update` sends what the provider's Update sends when Terraform finds the fields changed: it
+reads the resource and sends only what differs (the provider sends only changed fields), a new
+target size through regionInstanceGroupManagers.resize, the rest as one PATCH.
 """
 
 import json
@@ -19,6 +24,12 @@ COLLECTIONS = {"firewalls": "projects/{project}/global/firewalls",
                "groups": "projects/{project}/regions/{region}/instanceGroupManagers"}
 WHAT = {"firewalls": "Firewall", "policies": "ResourcePolicy",
         "templates": "RegionInstanceTemplate", "groups": "RegionInstanceGroupManager"}
+# What each kind's update may change (the provider's updatable fields), as the REST body names
+# them; a MIG's targetSize goes through resize.
+PATCHED = {"firewalls": ("network", "description", "sourceRanges", "sourceTags", "targetTags",
+                         "allowed"),
+           "groups": ("versions", "instanceLifecyclePolicy", "updatePolicy",
+                      "resourcePolicies")}
 
 
 def call(method, url, body=None):
@@ -45,6 +56,25 @@ def follow(endpoint, operation, verb, kind):
         sys.exit(f"Error waiting for {verb} {WHAT[kind]}: {errors[0].get('message', '')}")
 
 
+def update(endpoint, url, spec):
+    kind, body = spec["kind"], spec["body"]
+    found = call("GET", url)
+    if kind == "groups" and int(found.get("targetSize", 0)) != int(body["targetSize"]):
+        follow(endpoint, call("POST", f"{url}/resize?size={int(body['targetSize'])}"),
+               "Resizing", kind)
+    changed = {k: body[k] for k in PATCHED.get(kind, ()) if k in body and found.get(k) != body[k]}
+    if changed:
+        follow(endpoint, call("PATCH", url, changed), "Updating", kind)
+    if kind == "groups" and "versions" in changed:
+        # The template the MIG used until now was replaced create_before_destroy: Terraform
+        # deletes it now that the MIG, which depends on it, has taken the new one.
+        old = (found.get("versions") or [{}])[0].get("instanceTemplate", "")
+        name = old.rsplit("/", 1)[-1]
+        if name.startswith(spec["template_prefix"]):
+            old_url = url.split("/instanceGroupManagers/")[0] + f"/instanceTemplates/{name}"
+            follow(endpoint, call("DELETE", old_url), "Deleting", "templates")
+
+
 def main():
     endpoint = os.environ.get("TPUCTL_COMPUTE_API_ENDPOINT")
     verb, spec = sys.argv[1], json.loads(sys.argv[2])
@@ -54,9 +84,10 @@ def main():
     base = f"{endpoint}/compute/v1/{collection}"
     if verb == "create":
         follow(endpoint, call("POST", base, spec["body"]), "Creating", spec["kind"])
+    elif verb == "update":
+        update(endpoint, f"{base}/{spec['name']}", spec)
     else:
-        follow(endpoint, call("DELETE", f"{base}/{spec['body']['name']}"), "Deleting",
-               spec["kind"])
+        follow(endpoint, call("DELETE", f"{base}/{spec['name']}"), "Deleting", spec["kind"])
 
 
 if __name__ == "__main__":

@@ -1,14 +1,20 @@
 # A TPU slice on Compute Engine: its firewall rules, a workload policy that places the VMs in
-# the slice's ICI topology (multi-host only), a regional instance template and a regional MIG
-# in bulk mode that makes every VM at once or none, in one zone.
+# the slice's ICI topology (multi-host only), a regional instance template and a regional MIG in
+# one zone, in the mode its provisioning model takes (bulk: every VM at once or none, for
+# flex-start and reservation-bound; individual for on-demand and spot). The launcher decides the
+# model, mode and termination action (launcher/providers/gce_slice.py, provisioning); this
+# module writes them down.
+#
+# A second apply with the same inputs changes nothing: every field the API reads back with a
+# default is written (accelerator_topology_mode AUTO_CONNECT, the MIG's target_size_policy). A
+# changed template (every field of one forces a new one) is made under a new name before the
+# old one is deleted, while the MIG still uses the old one: name_prefix and
+# create_before_destroy; the MIG then takes the new one in place, as it does a new target size.
 
 locals {
   multi_host = var.hosts > 1
   network    = startswith(var.network, "projects/") ? var.network : "projects/${var.project}/global/networks/${var.network}"
   subnetwork = var.subnetwork == null ? null : (startswith(var.subnetwork, "projects/") ? var.subnetwork : "projects/${var.project}/regions/${var.region}/subnetworks/${var.subnetwork}")
-  # A spot VM taken back, or a VM at its run limit, is deleted rather than stopped: it cannot
-  # be restarted, and a stopped VM would keep its disk billing.
-  deleted_at_end = var.provisioning_model == "SPOT" || var.max_run_seconds != null
 }
 
 resource "google_compute_firewall" "ssh" {
@@ -60,6 +66,9 @@ resource "google_compute_resource_policy" "main" {
   workload_policy {
     type                 = "HIGH_THROUGHPUT"
     accelerator_topology = var.topology
+    # Optional and forcing a new policy: left out, the API's default (AUTO_CONNECT) read back
+    # would replace the policy the MIG uses at the next apply.
+    accelerator_topology_mode = "AUTO_CONNECT"
   }
 }
 
@@ -73,7 +82,7 @@ resource "google_compute_region_instance_template" "main" {
 
   project      = var.project
   region       = var.region
-  name         = var.names.template
+  name_prefix  = var.names.template_prefix
   description  = "tpuctl run ${var.run_name}"
   machine_type = var.machine_type
   labels       = { "tpuctl-run" = var.run_name }
@@ -81,6 +90,8 @@ resource "google_compute_region_instance_template" "main" {
 
   disk {
     source_image = var.image
+    disk_type    = var.boot_disk_type
+    disk_size_gb = var.boot_disk_gb
     boot         = true
     auto_delete  = true
   }
@@ -104,7 +115,7 @@ resource "google_compute_region_instance_template" "main" {
     preemptible                 = var.provisioning_model == "SPOT"
     automatic_restart           = false
     on_host_maintenance         = "TERMINATE"
-    instance_termination_action = local.deleted_at_end ? "DELETE" : null
+    instance_termination_action = var.termination_action
 
     dynamic "max_run_duration" {
       for_each = var.max_run_seconds == null ? [] : [var.max_run_seconds]
@@ -126,11 +137,15 @@ resource "google_compute_region_instance_template" "main" {
     }
   }
 
-  resource_policies = local.multi_host ? [google_compute_resource_policy.main[0].name] : []
-
   service_account {
     email  = var.service_account
     scopes = ["https://www.googleapis.com/auth/cloud-platform"]
+  }
+
+  # Every field forces a new template: the new one is made (under a new name) before the old
+  # one, which the MIG uses until it takes the new one, is deleted.
+  lifecycle {
+    create_before_destroy = true
   }
 }
 
@@ -153,9 +168,10 @@ resource "google_compute_region_instance_group_manager" "main" {
   distribution_policy_zones        = [var.zone]
   distribution_policy_target_shape = "ANY_SINGLE_ZONE"
 
-  # All VMs at once or none; a VM that fails is kept for inspection, not recreated.
+  # BULK: all VMs at once or none (flex-start, reservation-bound); INDIVIDUAL otherwise. A VM
+  # that fails is kept for inspection, not recreated.
   target_size_policy {
-    mode = "BULK"
+    mode = var.size_mode
   }
 
   instance_lifecycle_policy {

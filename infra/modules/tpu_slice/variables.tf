@@ -44,18 +44,23 @@ variable "run_name" {
 
 variable "names" {
   type = object({
-    group         = string
-    template      = string
-    policy        = string
-    ssh_rule      = string
-    internal_rule = string
-    tag           = string
+    group           = string
+    template_prefix = string
+    policy          = string
+    ssh_rule        = string
+    internal_rule   = string
+    tag             = string
   })
-  description = "Names of the MIG (also its VMs' base name), template, workload policy, the two firewall rules and the network tag they target."
+  description = "Names of the MIG (also its VMs' base name), workload policy, the two firewall rules and the network tag they target, and the template's name_prefix (the google provider adds a unique suffix)."
 
   validation {
-    condition     = alltrue([for n in values(var.names) : can(regex("^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$", n))])
+    condition     = alltrue([for k, n in var.names : k == "template_prefix" || can(regex("^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$", n))])
     error_message = "every name must be 1 to 63 lowercase letters, digits or dashes, starting with a letter."
+  }
+
+  validation {
+    condition     = can(regex("^[a-z][-a-z0-9]{0,53}$", var.names.template_prefix))
+    error_message = "names.template_prefix must be 1 to 54 lowercase letters, digits or dashes, starting with a letter (the google provider's limit for name_prefix)."
   }
 }
 
@@ -91,7 +96,27 @@ variable "hosts" {
 
 variable "image" {
   type        = string
-  description = "Boot image or image family of the VMs, e.g. projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts."
+  description = "Boot image or image family of the VMs: Google's TPU OS image of the generation, e.g. projects/ubuntu-os-accelerator-images/global/images/family/ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e."
+}
+
+variable "boot_disk_type" {
+  type        = string
+  description = "Boot disk type the machine type takes: hyperdisk-balanced (TPU7x, v6e) or pd-balanced (v5p)."
+
+  validation {
+    condition     = contains(["hyperdisk-balanced", "pd-balanced"], var.boot_disk_type)
+    error_message = "boot_disk_type must be hyperdisk-balanced or pd-balanced."
+  }
+}
+
+variable "boot_disk_gb" {
+  type        = number
+  description = "Boot disk size in GB; it holds the OS, the job's Python environment and its files."
+
+  validation {
+    condition     = var.boot_disk_gb >= 10 && floor(var.boot_disk_gb) == var.boot_disk_gb
+    error_message = "boot_disk_gb must be a whole number of at least 10."
+  }
 }
 
 variable "provisioning_model" {
@@ -101,6 +126,27 @@ variable "provisioning_model" {
   validation {
     condition     = contains(["STANDARD", "SPOT", "FLEX_START", "RESERVATION_BOUND"], var.provisioning_model)
     error_message = "provisioning_model must be one of STANDARD, SPOT, FLEX_START, RESERVATION_BOUND."
+  }
+}
+
+variable "size_mode" {
+  type        = string
+  description = "The MIG's target size mode: BULK (every VM at once or none; flex-start and reservation-bound only) or INDIVIDUAL."
+
+  validation {
+    condition     = contains(["BULK", "INDIVIDUAL"], var.size_mode) && (var.size_mode == "INDIVIDUAL" || contains(["FLEX_START", "RESERVATION_BOUND"], var.provisioning_model))
+    error_message = "size_mode must be INDIVIDUAL, or BULK with a FLEX_START or RESERVATION_BOUND provisioning_model (Compute Engine takes bulk mode with those only)."
+  }
+}
+
+variable "termination_action" {
+  type        = string
+  description = "What Compute Engine does to a VM it ends (preemption, run limit, reservation end): DELETE, or null for a STANDARD VM without a run limit."
+  default     = null
+
+  validation {
+    condition     = var.termination_action == null ? true : var.termination_action == "DELETE"
+    error_message = "termination_action must be DELETE or null."
   }
 }
 

@@ -6,13 +6,13 @@ terraform {
       source  = "hashicorp/google"
       version = ">= 7.0.0, < 8.0.0"
     }
-    # The slice's template, MIG and workload policy: bulk mode (target_size_policy), the
-    # workload policy's accelerator topology and the MIG's resource_policies are recent fields;
-    # google-beta carries them first. Which 7.x release is the first with all of them is for
-    # a first real `terraform init` to confirm (README, gce rows).
+    # The slice's template, MIG and workload policy use recent fields, read in the provider's
+    # own sources (services/compute): the workload policy's accelerator_topology_mode since
+    # 7.24, the regional MIG's target_size_policy since 7.28 and its
+    # resource_policies.workload_policy since 7.31.
     google-beta = {
       source  = "hashicorp/google-beta"
-      version = ">= 7.0.0, < 8.0.0"
+      version = ">= 7.31.0, < 8.0.0"
     }
   }
 }

@@ -30,7 +30,7 @@ from launcher.environment import ENGINE_EXTRAS, plan_environment
 from launcher.plan import ALL_STAGES, Plan, Stage, Worker, build_plan
 from launcher.providers import Fleet, Provider, provider_for, reopen
 from payload.cloud import stand_ins
-from payload.core import layout, storage
+from payload.core import folders, layout, storage
 from payload.core.errors import UserError, UserErrors, error_lines
 
 if TYPE_CHECKING:
@@ -481,15 +481,15 @@ def check_download_target(target: Path) -> None:
 
 def download_model(output_dir: str, target: Path) -> str:
     """Copy output_dir/model/ (only once it is complete) into `target`, replacing an earlier
-    download there whole (payload.core.storage.replacing_folder): a crash leaves the old copy or the
+    download there whole (payload.core.folders.replacing_folder): a crash leaves the old copy or the
     new one."""
     check_download_target(target)
     source = layout.model_dir(output_dir)
-    if not storage.is_complete(source):
+    if not folders.is_complete(source):
         raise UserError(f"{source} is not complete (no export finished there)",
                         hint="run the export stage: `tpuctl train --stages export`")
     prefix = source.rstrip("/") + "/"
-    with storage.replacing_folder(str(target), {"stage": "download", "source": source}) as new:
+    with folders.replacing_folder(str(target), {"stage": "download", "source": source}) as new:
         for path in storage.walk_files(source):
             local = Path(new) / path[len(prefix):]
             local.parent.mkdir(parents=True, exist_ok=True)

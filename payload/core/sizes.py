@@ -181,14 +181,14 @@ def read_config_json(path: str, *, source: str | None = None) -> dict:
     local or gs://: a JSON object with a model_type whose sizes (CONFIG_SIZES) are whole
     numbers, else one line saying what is wrong. `source` names the file or folder in that
     line (default: its path)."""
-    from payload.core import storage
+    from payload.core import ownership, storage
     from payload.core.errors import UserError
 
     if path.endswith(".json"):
         what = source or path
     else:
         what = f"{source or path}: config.json"
-        path = storage.inside_path(path, "config.json", source=source)
+        path = ownership.inside_path(path, "config.json", source=source)
     hint = "point it at a Hugging Face model's config.json (save_pretrained writes one)"
     if not storage.exists(path):
         raise UserError(f"{what} does not exist", hint=hint)

@@ -14,7 +14,7 @@ import sys
 
 
 def main(argv: list[str]) -> int:
-    from payload.core import storage
+    from payload.core import ownership, storage
     from payload.core.errors import UserError
 
     command, path, *rest = argv
@@ -22,7 +22,7 @@ def main(argv: list[str]) -> int:
         text, output_dir = rest
         # The check comes first, so a folder of the user's gets nothing, not even the marker.
         try:
-            storage.check_output_dir(output_dir)
+            ownership.check_output_dir(output_dir)
         except UserError as exc:
             print("error: " + str(exc))
             return 2

@@ -7,8 +7,8 @@
 
 Each engine writes its own checkpoint format there (payload.engines: TensorFlow's
 CheckpointManager files, Orbax step folders); the rules around them are these, written once.
-The folder is complete (storage's `.tpuctl-complete` marker) once a fresh run has cleared an
-earlier run's files and recorded what its checkpoints are made from (`run.json`: model,
+The folder is complete (its `.tpuctl-complete` marker, payload.core.folders) once a fresh run
+has cleared an earlier run's files and recorded what its checkpoints are made from (`run.json`: model,
 tokenizer, family and engine); resume and export require the marker, so a clearing cut short is
 never mistaken for a run. A fresh start removes only checkpoint files of tpuctl's engines and
 tpuctl's own files, and names them first. A resume continues only the engine that wrote the
@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable
 from typing import TypeVar
 
-from payload.core import layout, storage
+from payload.core import folders, layout, ownership, storage
 from payload.core.errors import UserError
 from payload.engines import DEFAULT, all_engines, engine_for
 
@@ -57,7 +57,7 @@ def _nothing_to_resume(directory: str) -> UserError:
 
 def incomplete(directory: str, doing: str) -> UserError:
     return UserError(
-        f"{doing}: the checkpoints in {directory} are incomplete (no {storage.COMPLETE}: a "
+        f"{doing}: the checkpoints in {directory} are incomplete (no {layout.COMPLETE}: a "
         "start that cleared an earlier run's files was cut short)",
         hint="start again with --overwrite",
     )
@@ -146,13 +146,13 @@ def check_start(output_dir: str, *, resume: bool, overwrite: bool,
     fresh start must not silently bury an earlier run's checkpoints."""
     check_flags(resume=resume, overwrite=overwrite)
     directory = checkpoint_dir(output_dir)
-    storage.check_no_link(output_dir, directory)  # training writes and deletes in it
+    ownership.check_no_link(output_dir, directory)  # training writes and deletes in it
     present = newest_step(output_dir) is not None
     if not resume and present and not overwrite:
         raise _earlier_run(directory)
     if resume and not present:
         raise _nothing_to_resume(directory)
-    if resume and not storage.is_complete(directory):
+    if resume and not folders.is_complete(directory):
         raise incomplete(directory, "--resume")
     if resume:
         written_by = recorded_engine(output_dir)
@@ -186,14 +186,14 @@ def start_fresh(output_dir: str, identity: dict) -> None:
     touched) and record what this run's are made from; the folder is then complete. Every
     engine's files go, not only this run's engine's: they would be an earlier run's too."""
     directory = checkpoint_dir(output_dir)
-    storage.check_no_link(output_dir, directory)
+    ownership.check_no_link(output_dir, directory)
     present = storage.list_tree(directory)
     names = [n for engine in all_engines() for n in engine.checkpoint_files(present)]
     names += [n for n in present if _OWN.match(n.replace("\\", "/"))]
-    storage.clear_complete(directory)  # first: readers stop trusting the folder
+    folders.clear_complete(directory)  # first: readers stop trusting the folder
     if names:
         log.info("removing an earlier run's checkpoint files from %s: %s", directory,
                  ", ".join(names))
-        storage.remove_owned(output_dir, [storage.join(directory, n) for n in names])
+        ownership.remove_owned(output_dir, [storage.join(directory, n) for n in names])
     storage.write_text(storage.join(directory, IDENTITY), json.dumps(identity, indent=1) + "\n")
-    storage.mark_complete(directory, {"identity": identity})
+    folders.mark_complete(directory, {"identity": identity})

@@ -22,7 +22,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 import json
 import logging
 
-from payload.core import layout, storage
+from payload.core import folders, layout, ownership, storage
 from payload.core.errors import UserError
 from payload.training import checkpoints
 
@@ -66,16 +66,16 @@ def run_export(config) -> None:
     from payload.core.families import FAMILIES
     from payload.data.tokenizer import copy_tokenizer_files, set_model_inputs
 
-    storage.check_output_dir(config.output_dir)
+    ownership.check_output_dir(config.output_dir)
     weights = trained_weights(config)
     path = weights.checkpoint
-    storage.claim_output_dir(config.output_dir)
+    ownership.claim_output_dir(config.output_dir)
     family = config.model.family
     target = layout.model_dir(config.output_dir)
     source = checkpoint_name(config.output_dir, path)
     # Built beside model/ and swapped in whole: a crash or a full disk leaves the old model/
     # or the new one, and on gs:// readers go by the completeness marker.
-    with storage.replacing_folder(target, {"stage": "export", "checkpoint": source}) as staging:
+    with folders.replacing_folder(target, {"stage": "export", "checkpoint": source}) as staging:
         weights.write(staging)  # the engine's: model.safetensors and tf_model.h5
         hf_config = weights.hf_config
         hf_config.architectures = [ARCHITECTURES[family]]

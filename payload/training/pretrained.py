@@ -19,7 +19,7 @@ model/ or the Hub.
 
 from __future__ import annotations
 
-from payload.core import storage
+from payload.core import ownership, storage
 from payload.core.errors import UserError
 
 CONFIG = "config.json"
@@ -75,12 +75,12 @@ def check_inside(folder: str) -> None:
     from payload.data.tokenizer import TOKENIZER_FILES
 
     for name in (*MODEL_FILES, *TOKENIZER_FILES):
-        storage.inside_path(folder, name, source=init_from_label(folder))
+        ownership.inside_path(folder, name, source=init_from_label(folder))
 
 
 def weights_path(folder: str, name: str) -> str:
     """The path of one of the folder's weight files, refused when it is a link out of it."""
-    return storage.inside_path(folder, name, source=init_from_label(folder))
+    return ownership.inside_path(folder, name, source=init_from_label(folder))
 
 
 def _check_family(folder: str, settings: dict, family: str) -> None:

@@ -21,7 +21,7 @@ import tempfile
 
 import yaml
 
-from payload.core import layout, storage
+from payload.core import folders, layout, storage
 from payload.core.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ AUTO_CLASSES = {"bert": "AutoModelForMaskedLM", "roberta": "AutoModelForMaskedLM
 def model_is_complete(folder: str) -> bool:
     """Whether export finished writing `folder` (its completeness marker, written last);
     publishing never reads a folder that fails this."""
-    return storage.is_complete(folder)
+    return folders.is_complete(folder)
 
 
 def run_publish(config) -> None:

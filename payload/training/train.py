@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 
 from payload.cloud.budget import Budget
-from payload.core import layout, storage
+from payload.core import layout, ownership, storage
 from payload.core.errors import UserError
 from payload.core.families import FAMILIES
 from payload.data import shards as records
@@ -178,14 +178,14 @@ def run_train(
         log(f"worker {worker_index}: this host serves the TPU runtime; worker 0 drives training",
             own=True)
         return
-    storage.check_output_dir(config.output_dir)
+    ownership.check_output_dir(config.output_dir)
     inputs = check_inputs(config)
     checkpoints.check_start(config.output_dir, resume=resume, overwrite=overwrite,
                             engine=engine.name)
     if resume:
         checkpoints.check_resume(config.output_dir, inputs.identity)
     if plan.is_chief:
-        storage.claim_output_dir(config.output_dir)
+        ownership.claim_output_dir(config.output_dir)
     trainer = engine.trainer(config, inputs, plan)
     from payload.training.utilisation import meter_for
 

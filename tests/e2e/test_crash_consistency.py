@@ -287,23 +287,23 @@ def test_jax_train_killed_at_seeded_points_reruns_to_the_final_step(world):
 
 
 def test_export_killed_at_seeded_points_leaves_a_model_and_reruns_to_the_same(world):
-    from payload.core import storage
+    from payload.core import folders, layout
 
     new = world.out("exported") / "model"
     old = world.out("exported-old") / "model"
     assert (new / "model.safetensors").read_bytes() != (old / "model.safetensors").read_bytes()
-    wanted = {k: v for k, v in tree(new, new.parent).items() if k != storage.COMPLETE}
+    wanted = {k: v for k, v in tree(new, new.parent).items() if k != layout.COMPLETE}
     chosen = points("export", world.changes["export"])
     for point in chosen:
         out = world.copy("exported-old", "victim")
         before = world.outside("victim")
         kill(world, "export", "victim", point)
         model = out / "model"
-        assert storage.is_complete(str(model)), point  # the old or the new, never neither
+        assert folders.is_complete(str(model)), point  # the old or the new, never neither
         assert (model / "model.safetensors").read_bytes() in (
             (old / "model.safetensors").read_bytes(), (new / "model.safetensors").read_bytes())
         world.ok("export", "victim")
-        assert {k: v for k, v in tree(model, out).items() if k != storage.COMPLETE} == wanted, \
+        assert {k: v for k, v in tree(model, out).items() if k != layout.COMPLETE} == wanted, \
             point
         assert sorted(p.name for p in out.iterdir() if "model" in p.name) == ["model"], point
         assert world.outside("victim") == before, point

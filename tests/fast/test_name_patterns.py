@@ -10,7 +10,7 @@ import ast
 import pytest
 
 from payload import config
-from payload.core import storage
+from payload.core import ownership
 from payload.data import shards
 from payload.engines.jax import engine as jax_engine
 from payload.engines.tensorflow import checkpoints as tf_checkpoints
@@ -27,7 +27,7 @@ PATTERNS = [
     (config._HOST, "10.0.0.2"), (config.HUB_REPO, "me/model"),
     (config._COMPUTE_RESERVATION, "mine"), (config._IMAGE, "global/images/family/mine"),
     (config._RESERVATION, "projects/my-project/locations/us-east5-b/reservations/r"),
-    (storage._WORKER_LOG, "worker-0.log"), (shards._PREPARED, "parts/worker-00000of00002.json"),
+    (ownership._WORKER_LOG, "worker-0.log"), (shards._PREPARED, "parts/worker-00000of00002.json"),
     (jax_engine._STEP, "12"), (jax_engine._WRITTEN, "12/default/manifest.ocdbt"),
     (tf_checkpoints._WRITTEN, "ckpt-1.index"), (checkpoints._OWN, "run.json"),
 ]

@@ -130,14 +130,14 @@ def test_the_model_card_shows_the_model_not_the_infrastructure(tmp_path):
 
 
 def test_publish_reads_only_a_complete_export(tmp_path, hub, monkeypatch):
-    from payload.core import storage
+    from payload.core import folders
     from payload.training import publish
 
     config = _config(tmp_path, repo="lab/model")
     (tmp_path / "out" / "model").mkdir(parents=True)
     (tmp_path / "out" / "model" / "config.json").write_text("{}")
     monkeypatch.setenv("HF_TOKEN", TOKEN)
-    monkeypatch.setattr(storage, "is_complete", lambda folder: False, raising=False)
+    monkeypatch.setattr(folders, "is_complete", lambda folder: False)
     with pytest.raises(UserError, match="is not a complete export"):
         publish.run_publish(config)
     assert hub.requests == []

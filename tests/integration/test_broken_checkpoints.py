@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from payload.core import storage
+from payload.core import folders
 from payload.core.errors import UserError
 
 
@@ -153,7 +153,7 @@ def tf_run(tf, output_dir: Path, shapes: list[tuple[int, int]]) -> None:
         ckpts.checkpoint.optimizer.iterations = tf.Variable(2 * i, dtype=tf.int64)
         ckpts.save(2 * i)
         ckpts.close()
-    storage.mark_complete(str(output_dir / "checkpoints"), {})
+    folders.mark_complete(str(output_dir / "checkpoints"), {})
 
 
 def tf_resume(tf, output_dir: Path, shape=(4, 4)):

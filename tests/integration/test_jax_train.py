@@ -12,7 +12,7 @@ pytest.importorskip("tensorflow")
 
 import yaml
 
-from payload.core import layout, storage
+from payload.core import folders, layout, ownership, storage
 from payload.core.errors import UserError
 from payload.engines import engine_for
 from payload.training import checkpoints
@@ -80,7 +80,7 @@ def test_each_other_objective_learns_on_jax(tmp_path, family):
 
 
 def fake_checkpoints(out, files: dict[str, str]) -> None:
-    storage.claim_output_dir(str(out))
+    ownership.claim_output_dir(str(out))
     for name, text in files.items():
         path = out / "checkpoints" / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -109,7 +109,7 @@ def test_a_fresh_start_removes_checkpoint_files_of_either_engine_and_nothing_els
 def jax_checkpoint_folder(out) -> None:
     """checkpoints/ as a JAX run leaves it: a committed step, run.json, the marker."""
     fake_checkpoints(out, {"20/commit_success.txt": "", "run.json": '{"engine": "jax"}'})
-    storage.mark_complete(str(out / "checkpoints"), {})
+    folders.mark_complete(str(out / "checkpoints"), {})
 
 
 def test_a_resume_across_engines_is_one_line_naming_both(tmp_path):

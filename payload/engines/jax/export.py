@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import jax
 
-from payload.core import layout, storage
+from payload.core import folders, layout, storage
 from payload.core.errors import UserError
 from payload.core.pytorch_weights import with_tied_copies
 from payload.engines.jax import step as jax_step
@@ -91,7 +91,7 @@ def trained_weights(config, hf_config) -> TrainedWeights:
         steps = ckpts.steps()
         if not steps:
             raise nothing
-        if not storage.is_complete(directory):
+        if not folders.is_complete(directory):
             raise checkpoints.incomplete(directory, "nothing to export")
     finally:
         ckpts.close()

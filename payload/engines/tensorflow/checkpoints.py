@@ -24,7 +24,7 @@ import re
 import shutil
 import tempfile
 
-from payload.core import layout, storage
+from payload.core import folders, layout, storage
 
 INDEX = "checkpoint"
 
@@ -89,7 +89,7 @@ def latest_checkpoint(output_dir: str) -> str | None:
     """The newest checkpoint's path (its prefix: DIR/ckpt-N) in a complete folder (None
     without one)."""
     directory = layout.checkpoints_dir(output_dir)
-    if not (storage.exists(_index_file(directory)) and storage.is_complete(directory)):
+    if not (storage.exists(_index_file(directory)) and folders.is_complete(directory)):
         return None
     step = newest_step(output_dir)
     return None if step is None else storage.join(directory, f"ckpt-{step}")

@@ -27,7 +27,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 from dataclasses import dataclass
 
-from payload.core import storage
+from payload.core import folders, storage
 from payload.core.errors import UserError
 from payload.core.pytorch_weights import spellings, with_tied_copies
 from payload.engines.tensorflow.checkpoints import INDEX, latest_checkpoint, restore_newest
@@ -120,7 +120,7 @@ def latest_weights(model, output_dir: str) -> str:
     import tensorflow as tf
 
     directory = checkpoints.checkpoint_dir(output_dir)
-    if storage.exists(storage.join(directory, INDEX)) and not storage.is_complete(
+    if storage.exists(storage.join(directory, INDEX)) and not folders.is_complete(
             directory):
         raise checkpoints.incomplete(directory, "nothing to export")
     path = latest_checkpoint(output_dir)

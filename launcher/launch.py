@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from launcher import estimate, hub, records, run, ship, view
-from launcher.environment import ENGINE_EXTRAS, plan_environment
+from launcher.environment import plan_environment
 from launcher.plan import ALL_STAGES, Plan, Stage, Worker, build_plan
 from launcher.providers import Fleet, Provider, provider_for, reopen
 from payload.cloud import stand_ins
@@ -173,12 +173,13 @@ def plan_train(config_path: Path, options: TrainOptions) -> Launch:
     wheelhouse = ((cluster.wheelhouse, ship.wheelhouse_digest(cluster.wheelhouse))
                   if cluster.wheelhouse else None)
     wheel = ship.wheel_bytes()
+    from payload.core.engines import engine_spec
     from payload.training.strategy import uses_tpu
 
     engine = config.train.engine
     environment = plan_environment(
         python=python, wheelhouse_digest=wheelhouse[1] if wheelhouse else None,
-        requirements=ship.worker_requirements(extras=ENGINE_EXTRAS[engine]),
+        requirements=ship.worker_requirements(extras=engine_spec(engine).extras),
         tpu=uses_tpu(fleet.hardware), engine=engine)
     entry = os.environ.get(STAGE_ENTRY_ENV)
     the_plan = build_plan(

@@ -350,13 +350,7 @@ def build_plan(
         servers = strategy.serves_tpu_runtime(hardware, n, engine)
         commands = []
         for index in trainers:
-            extra: tuple[tuple[str, str], ...] = ()
-            if servers:  # the driver reaches every host's TPU server, no TPU API needed
-                extra = ((strategy.TPU_WORKERS_ENV, strategy.tpu_workers(addresses)),)
-            elif len(trainers) > 1 and engine == strategy.JAX:  # one program, worker 0 joins them
-                extra = ((strategy.JAX_COORDINATOR_ENV, strategy.jax_coordinator(addresses)),)
-            elif len(trainers) > 1:  # several trainers: MultiWorkerMirroredStrategy
-                extra = (("TF_CONFIG", strategy.tf_config(addresses, index)),)
+            extra = strategy.trainer_env(hardware, n, engine, addresses=addresses, index=index)
             # Always the full count: on a pod slice worker 0 drives all n hosts.
             commands.append(stage(Stage.TRAIN, index, (index, n),
                                   (*extra, *workers[index].slice_env)))

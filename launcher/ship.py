@@ -109,7 +109,7 @@ def build_wheel(out_dir: Path, root: Path = REPO_ROOT) -> tuple[Path, str]:
 def worker_requirements(root: Path = REPO_ROOT, extras: tuple[str, ...] = ("worker",),
                         ) -> tuple[str, ...]:
     """The worker's pinned dependencies: pyproject's `extras` (the engine's:
-    launcher.environment.ENGINE_EXTRAS), plus the base set."""
+    payload.core.engines' `spec.extras`), plus the base set."""
     pyproject = root / "pyproject.toml"
     if pyproject.is_file():
         import tomllib

@@ -31,6 +31,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticUndefined
 
+from payload.core.engines import DEFAULT as DEFAULT_ENGINE
+from payload.core.engines import JAX
 from payload.core.errors import UserError, UserErrors
 from payload.core.families import FAMILIES, positions_needed, t5_expanded_length
 from payload.core.sizes import SHAPE_DEFAULTS, SIZES
@@ -46,9 +48,8 @@ MIN_LEARNED_PIECES = 64
 # learning rate over 1 sends AdamW and Adafactor to NaN within steps).
 MAX_STEPS = 1_000_000_000
 MAX_LEARNING_RATE = 1.0
-# train.engine (payload.engines holds each one behind the seam).
+# train.engine: payload.core.engines' names (a test holds this Literal to them).
 EngineName = Literal["tensorflow", "jax"]
-ENGINE_DEFAULT = "tensorflow"
 
 
 class _Section(BaseModel):
@@ -160,7 +161,7 @@ def _engine_of(info: ValidationInfo) -> str:
     """The train.engine a section is validated for (parse_config's context); an engine that is
     not one is reported by the train section, and the default stands in for it here."""
     engine = (info.context or {}).get("engine")
-    return engine if engine in get_args(EngineName) else ENGINE_DEFAULT
+    return engine if engine in get_args(EngineName) else DEFAULT_ENGINE
 
 
 def _problems_of(key: str, check, *args) -> list[str]:
@@ -307,7 +308,7 @@ class GcpCluster(_GoogleCloud):
     tpu_name: str | None = None  # default: the run's name
     # train.engine, which decides the route (image, packages) on the TPU: handed over by
     # parse_config as validation context, since the section cannot see train itself.
-    _engine: str = PrivateAttr(default=ENGINE_DEFAULT)
+    _engine: str = PrivateAttr(default=DEFAULT_ENGINE)
 
     @field_validator("accelerator_type")
     @classmethod
@@ -670,7 +671,7 @@ class ModelConfig(_Section):
 class TrainConfig(_Section):
     # Which framework trains (payload.engines): the same shards, checkpoint rules and model/
     # folder either way. TPU v6e and later have JAX only.
-    engine: EngineName = ENGINE_DEFAULT
+    engine: EngineName = DEFAULT_ENGINE
     steps: int = Field(gt=0, le=MAX_STEPS)
     batch_size: int = Field(gt=0)
     learning_rate: float = Field(gt=0.0, le=MAX_LEARNING_RATE)
@@ -822,7 +823,7 @@ def _cross_problems(*, name: str | None, cluster, data, tokenizer, model, train)
                         "letter; rename the run or set cluster.tpu_name")
     if name is not None and isinstance(cluster, GceCluster):
         problems += gce_name_problems(name)
-    if train is not None and isinstance(cluster, GceCluster) and train.engine != "jax":
+    if train is not None and isinstance(cluster, GceCluster) and train.engine != JAX:
         # Google documents JAX and PyTorch on TPU7x, and no TensorFlow route reaches v6e.
         problems.append(f"train.engine: {train.engine} does not run on provider gce (Compute "
                         "Engine TPU VMs run JAX only); set train.engine: jax")

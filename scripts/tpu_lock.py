@@ -10,7 +10,7 @@ x86_64 (the TPU VMs' platform).
   tensorflow-tpu was built with, for the images' own CPython 3.10.
 - jax (JAX_TPU_LOCK): the `worker` and `jax` sets with jax as jax[tpu] (which names its libtpu
   release itself) and TensorFlow as tensorflow-cpu, for the CPython the route brings with uv
-  (launcher.environment.JAX_TPU_PYTHON).
+  (payload.core.engines.JAX_TPU_PYTHON).
 
 Each pin comes with the sha256 of the wheel the package index serves for it (from the same
 report: pip's `download_info`), and so does the uv that brings the JAX route's Python
@@ -65,8 +65,9 @@ class Lock:
 def _route(engine: str):
     sys.path.insert(0, str(REPO))
     from launcher import environment
+    from payload.core.engines import engine_spec
 
-    return environment, environment.TPU_ROUTES[engine]
+    return environment, engine_spec(engine).tpu_route
 
 
 def python_of(engine: str) -> str:
@@ -78,9 +79,11 @@ def python_of(engine: str) -> str:
 def requirements_of(engine: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(resolved, installed without dependencies) requirements of a route, from pyproject."""
     environment, _ = _route(engine)
+    from payload.core.engines import engine_spec
+
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     wanted = list(project["dependencies"])
-    for extra in environment.ENGINE_EXTRAS[engine]:
+    for extra in engine_spec(engine).extras:
         wanted += project["optional-dependencies"][extra]
     return environment.tpu_requirements(tuple(wanted), engine)
 
@@ -144,7 +147,7 @@ def _dist(name: str) -> str:
     return name.lower().replace("_", "-")
 
 
-# The lock's name in the file for each route (launcher.environment.TPU_ROUTES names the same).
+# The lock's name in the file for each route (payload.core.engines: TpuRoute.lock names the same).
 NAMES = {"tensorflow": "TPU_LOCK", "jax": "JAX_TPU_LOCK"}
 # The uv the JAX route's set-up installs, with its wheel's hash (launcher.environment.UV_VERSION).
 UV = "UV_LOCK_SHA256"

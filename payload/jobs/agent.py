@@ -402,19 +402,15 @@ def stop_words(job_dir: Path, plan: dict, stage: str) -> str:
         pass
     words += f" at step {step}" if step is not None else " during train"
     try:
-        # TensorFlow's checkpoints by the name its index gives them (ckpt-N); the other
-        # engines' (the JAX engine's Orbax step folders) by their step.
-        from payload.engines.tensorflow import checkpoints as tf_checkpoints
-        from payload.training.checkpoints import newest_step
+        from payload.core.engines import newest_checkpoint
 
-        tf_step = tf_checkpoints.newest_step(plan["output_dir"])
-        if tf_step is not None:
-            return words + f" (checkpoint ckpt-{tf_step})"
-        newest = newest_step(plan["output_dir"])
+        newest = newest_checkpoint(plan["output_dir"])
     except Exception:  # a stop must not fail over a checkpoint it cannot read
         newest = None
-    return words + (f" (checkpoint of step {newest})" if newest is not None
-                    else " (no checkpoint yet)")
+    if newest is None:
+        return words + " (no checkpoint yet)"
+    spec, saved = newest
+    return words + f" ({spec.checkpoint_words(saved)})"
 
 
 def run(plan_path: str) -> int:

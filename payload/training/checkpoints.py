@@ -5,8 +5,9 @@
     start_fresh(output_dir, identity)       # clears an earlier run's files, records run.json
     step, state = restore_newest([4, 2], restore, directory=d, doing="--resume", ...)
 
-Each engine writes its own checkpoint format there (payload.engines: TensorFlow's
-CheckpointManager files, Orbax step folders); the rules around them are these, written once.
+Each engine writes its own checkpoint format there (TensorFlow's CheckpointManager files,
+Orbax step folders; payload.core.engines knows them without the framework); the rules around
+them are these, written once.
 The folder is complete (its `.tpuctl-complete` marker, payload.core.folders) once a fresh run
 has cleared an earlier run's files and recorded what its checkpoints are made from (`run.json`: model,
 tokenizer, family and engine); resume and export require the marker, so a clearing cut short is
@@ -26,8 +27,8 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from payload.core import folders, layout, ownership, storage
+from payload.core.engines import DEFAULT, ENGINES, engine_spec, newest_checkpoint
 from payload.core.errors import UserError
-from payload.engines import DEFAULT, all_engines, engine_for
 
 IDENTITY = layout.RUN_IDENTITY
 log = logging.getLogger(__name__)
@@ -134,8 +135,8 @@ def recorded_engine(output_dir: str) -> str | None:
 
 def newest_step(output_dir: str) -> int | None:
     """The step of the newest checkpoint, whichever engine wrote it (no framework)."""
-    steps = [s for s in (e.newest_step(output_dir) for e in all_engines()) if s is not None]
-    return max(steps) if steps else None
+    newest = newest_checkpoint(output_dir)
+    return None if newest is None else newest[1]
 
 
 def check_start(output_dir: str, *, resume: bool, overwrite: bool,
@@ -162,7 +163,7 @@ def check_start(output_dir: str, *, resume: bool, overwrite: bool,
                 f"engine, but train.engine is {engine}",
                 hint=f"set train.engine: {written_by} to continue them, or start again with "
                 "--overwrite")
-        if engine_for(engine).newest_step(output_dir) is None:
+        if engine_spec(engine).newest_step(output_dir) is None:
             raise _nothing_to_resume(directory)
 
 
@@ -188,7 +189,7 @@ def start_fresh(output_dir: str, identity: dict) -> None:
     directory = checkpoint_dir(output_dir)
     ownership.check_no_link(output_dir, directory)
     present = storage.list_tree(directory)
-    names = [n for engine in all_engines() for n in engine.checkpoint_files(present)]
+    names = [n for engine in ENGINES.values() for n in engine.checkpoint_files(present)]
     names += [n for n in present if _OWN.match(n.replace("\\", "/"))]
     folders.clear_complete(directory)  # first: readers stop trusting the folder
     if names:

@@ -38,7 +38,7 @@ def trained_weights(config):
     """The weights of the newest checkpoint, restored by the engine that wrote it (run.json's
     `engine`; none recorded: TensorFlow, as runs before the JAX engine were), after checking
     they were made with this config's tokenizer and model settings. Nothing is written."""
-    from payload.engines import engine_for
+    from payload.engines import trained_weights as engine_weights
     from payload.training import model as model_lib
 
     tokenizer, tokenizer_fp = model_lib.load_tokenizer(config)
@@ -58,8 +58,7 @@ def trained_weights(config):
             "the model settings changed since the checkpoints were written",
             hint="export with the config the run was trained with",
         )
-    engine = engine_for((identity or {}).get("engine"))
-    return engine.trained_weights(config, hf_config)
+    return engine_weights((identity or {}).get("engine"), config, hf_config)
 
 
 def run_export(config) -> None:

@@ -37,9 +37,9 @@ def check_folder(config) -> None:
     """The folder holds a config of the run's family and weights the run's engine reads, whose
     family and shape agree with that config (no framework: what the launcher checks before
     starting anything)."""
+    from payload.core.engines import engine_spec
     from payload.core.pytorch_weights import check_fits, read_header
     from payload.core.sizes import read_config_json
-    from payload.engines import engine_for
 
     folder, family = config.model.init_from, config.model.family
     label = init_from_label(folder)
@@ -56,7 +56,7 @@ def check_folder(config) -> None:
             f"{init_from_label(folder)} has neither {PT_WEIGHTS} nor {TF_WEIGHTS}",
             hint="save the model with safe_serialization=True (pytorch_model.bin needs torch)",
         )
-    engine = engine_for(config.train.engine)
+    engine = engine_spec(config.train.engine)
     if not set(present) & set(engine.init_from_files):
         raise UserError(
             f"{init_from_label(folder)} has only {present[0]}, which the {engine.name} engine does "

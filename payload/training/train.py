@@ -25,10 +25,11 @@ from dataclasses import dataclass
 
 from payload.cloud.budget import Budget
 from payload.core import layout, ownership, storage
+from payload.core.engines import engine_spec
 from payload.core.errors import UserError
 from payload.core.families import FAMILIES
 from payload.data import shards as records
-from payload.engines import engine_for
+from payload.engines import build_trainer
 from payload.training import checkpoints, progress
 from payload.training.strategy import CPU, Hardware, cluster_facts, plan_strategy
 
@@ -160,7 +161,7 @@ def run_train(
     hardware: Hardware = CPU,
 ) -> None:
     checkpoints.check_flags(resume=resume, overwrite=overwrite)
-    engine = engine_for(config.train.engine)
+    engine = engine_spec(config.train.engine)
     plan = plan_strategy(cluster_facts(hardware, worker_index=worker_index,
                                        num_workers=num_workers, engine=engine.name))
     # Before anything imports a framework: TPU_LOAD_LIBRARY is read when TensorFlow loads.
@@ -186,7 +187,7 @@ def run_train(
         checkpoints.check_resume(config.output_dir, inputs.identity)
     if plan.is_chief:
         ownership.claim_output_dir(config.output_dir)
-    trainer = engine.trainer(config, inputs, plan)
+    trainer = build_trainer(config, inputs, plan)
     from payload.training.utilisation import meter_for
 
     meter = meter_for(config, inputs.hf_config, hardware, devices=trainer.devices,

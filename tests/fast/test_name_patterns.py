@@ -11,9 +11,8 @@ import pytest
 
 from payload import config
 from payload.core import ownership
+from payload.core.engines import JaxSpec, TensorFlowSpec
 from payload.data import shards
-from payload.engines.jax import engine as jax_engine
-from payload.engines.tensorflow import checkpoints as tf_checkpoints
 from payload.training import checkpoints
 from tests.support.paths import REPO
 
@@ -28,8 +27,8 @@ PATTERNS = [
     (config._COMPUTE_RESERVATION, "mine"), (config._IMAGE, "global/images/family/mine"),
     (config._RESERVATION, "projects/my-project/locations/us-east5-b/reservations/r"),
     (ownership._WORKER_LOG, "worker-0.log"), (shards._PREPARED, "parts/worker-00000of00002.json"),
-    (jax_engine._STEP, "12"), (jax_engine._WRITTEN, "12/default/manifest.ocdbt"),
-    (tf_checkpoints._WRITTEN, "ckpt-1.index"), (checkpoints._OWN, "run.json"),
+    (JaxSpec._STEP, "12"), (JaxSpec._WRITTEN, "12/default/manifest.ocdbt"),
+    (TensorFlowSpec._WRITTEN, "ckpt-1.index"), (checkpoints._OWN, "run.json"),
 ]
 
 

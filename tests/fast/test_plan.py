@@ -237,15 +237,9 @@ def test_the_tpu_environment_pins_everything_it_installs_for_every_accelerator(t
     from packaging.requirements import Requirement
 
     from launcher import launch, ship
-    from launcher.environment import (
-        ENGINE_EXTRAS,
-        JAX_TPU_PYTHON,
-        TPU_WHEELS_INDEX,
-        UV_VERSION,
-        tpu_lock,
-        tpu_requirements,
-    )
+    from launcher.environment import UV_VERSION, tpu_lock, tpu_requirements
     from payload.cloud import accelerators
+    from payload.core.engines import JAX_TPU_PYTHON, TPU_WHEELS_INDEX, engine_spec
 
     lock = {Requirement(r).name: Requirement(r) for r in tpu_lock(engine)}
     libtpu = next(iter(lock["libtpu"].specifier)).version
@@ -256,7 +250,7 @@ def test_the_tpu_environment_pins_everything_it_installs_for_every_accelerator(t
         assert str(lock["jax"].specifier) == f"=={metadata.version('jax')}"
         assert "tensorflow-cpu" in lock and "tensorflow-tpu" not in lock
     # The lock holds what pyproject asks for the engine (TensorFlow as the route's build).
-    normal, nodeps = tpu_requirements(ship.worker_requirements(extras=ENGINE_EXTRAS[engine]),
+    normal, nodeps = tpu_requirements(ship.worker_requirements(extras=engine_spec(engine).extras),
                                       engine)
     for req in map(Requirement, normal + nodeps):
         pinned = next(iter(lock[req.name.lower()].specifier)).version
@@ -303,7 +297,8 @@ def lock_pins(lock: dict) -> list[str]:
 def test_each_engine_has_its_own_tpu_environment():
     """The engine picks the lock (and, for JAX, the Python brought onto the image); the key
     changes with it, and a CPU run installs the engine's pyproject set as it is."""
-    from launcher.environment import JAX_TPU_PYTHON, UV_VERSION, tpu_lock
+    from launcher.environment import UV_VERSION, tpu_lock
+    from payload.core.engines import JAX_TPU_PYTHON
 
     reqs = ("tensorflow==2.20.0", "tf-keras==2.20.1", "jax==0.10.2")
     tf = plan_environment(python=None, wheelhouse_digest=None, requirements=reqs, tpu=True)

@@ -204,7 +204,7 @@ def test_jax_workers_without_their_coordinator_are_refused():
 
 def test_jax_keeps_tensorflow_off_the_tpu_and_runs_on_the_cpu_with_the_stand_in():
     real = plan_strategy(jax_facts(tpu(), workers=1))
-    # No pluggable-device library for TensorFlow either (accelerators.tensorflow_env_on_tpu).
+    # No pluggable-device library for TensorFlow either (payload.core.engines: tensorflow_env_on_tpu).
     no_plugin = {"NEXT_PLUGGABLE_DEVICE_USE_C_API": "", "TF_PLUGGABLE_DEVICE_LIBRARY_PATH": ""}
     assert real.env == {"TPU_LOAD_LIBRARY": "0", **no_plugin}
     assert real.steps_per_execution == TPU_STEPS_PER_EXECUTION

@@ -405,13 +405,13 @@ def test_a_jax_run_exported_without_jax_installed_is_one_line(monkeypatch):
     install, not an ImportError."""
     import importlib.util
 
+    from payload.core import engines as specs
     from payload.core.errors import UserError
-    from payload.engines import engine_for
-    from payload.engines.jax import engine as jax_engine
+    from payload.engines import trained_weights
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(jax_engine.importlib.util, "find_spec",
+    monkeypatch.setattr(specs.importlib.util, "find_spec",
                         lambda name, *a: None if name in ("jax", "orbax") else real(name, *a))
     with pytest.raises(UserError, match=r"needs jax, orbax") as caught:
-        engine_for("jax").trained_weights(config=None, hf_config=None)
+        trained_weights("jax", config=None, hf_config=None)
     assert "tpuctl[jax]" in caught.value.hint

@@ -13,8 +13,8 @@ pytest.importorskip("tensorflow")
 import yaml
 
 from payload.core import folders, layout, ownership, storage
+from payload.core.engines import engine_spec
 from payload.core.errors import UserError
-from payload.engines import engine_for
 from payload.training import checkpoints
 from tests.support.configs import training_config
 from tests.support.jax import checkpoint_variables
@@ -60,8 +60,8 @@ def test_gpt2_learns_on_jax_and_leaves_what_the_tf_engine_leaves(tmp_path):
     assert {"100", "200", "run.json", "schedule.json", layout.COMPLETE} <= names, names
     assert not any(n.startswith("ckpt-") or n == "checkpoint" for n in names)
     assert json.loads((folder / "run.json").read_text())["engine"] == "jax"
-    assert engine_for("jax").newest_step(str(out)) == 200
-    assert engine_for("tensorflow").newest_step(str(out)) is None
+    assert engine_spec("jax").newest_step(str(out)) == 200
+    assert engine_spec("tensorflow").newest_step(str(out)) is None
     assert list((out / "logs" / "tensorboard").iterdir())
 
 
@@ -96,7 +96,7 @@ def test_a_fresh_start_removes_checkpoint_files_of_either_engine_and_nothing_els
         "checkpoint": 'model_checkpoint_path: "ckpt-5"', "ckpt-5.index": "x",
         "run.json": "{}", "notes.txt": "mine", "300/notes.txt.bak/keep": "mine too?",
     })
-    jax_files = engine_for("jax").checkpoint_files(storage.list_tree(str(out / "checkpoints")))
+    jax_files = engine_spec("jax").checkpoint_files(storage.list_tree(str(out / "checkpoints")))
     assert jax_files[0] == "200/commit_success.txt"  # the step stops counting first
     assert "300/notes.txt.bak/keep" in jax_files  # inside a step folder: Orbax's
     with caplog.at_level("INFO"):
@@ -175,7 +175,7 @@ def test_killed_after_a_checkpoint_a_resume_ends_where_an_uninterrupted_run_ends
             if run.poll() is None:
                 run.kill()
                 run.wait()
-    assert engine_for("jax").newest_step(str(cut)) in (10, 20)
+    assert engine_spec("jax").newest_step(str(cut)) in (10, 20)
     resumed = train(jax_config(cut, "gpt2", **settings), "--resume")
     assert "resuming from" in resumed.stdout
     folders = {p.name for p in (cut / "checkpoints").iterdir()}

@@ -191,7 +191,8 @@ def test_the_python_set_up_runs_as_planned(tmp_path):
     environment, and a path with a space in it changes nothing."""
     import sys
 
-    from launcher.environment import JAX_TPU_PYTHON, python_install_script
+    from launcher.environment import python_install_script
+    from payload.core.engines import JAX_TPU_PYTHON
 
     env_dir = str(tmp_path / "work dir" / "env")
     build = f"cpython-{JAX_TPU_PYTHON}-linux-x86_64-gnu"

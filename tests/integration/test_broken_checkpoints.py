@@ -221,18 +221,13 @@ def test_the_stages_meet_a_truncated_step_with_one_line_and_write_nothing(tmp_pa
     output_dir as it was (no TensorBoard file of the failed attempt either)."""
     pytest.importorskip("optax")
     pytest.importorskip("tensorflow")
-    import yaml
 
-    from tests.support.configs import training_config
     from tests.support.runners import assert_user_error
-    from tests.support.runs import prepared_run, run_stage
+    from tests.support.runs import config_beside, run_stage, trained_run
 
-    out = prepared_run(tmp_path, "gpt2")
-    config = tmp_path / "run.yaml"
-    config.write_text(yaml.safe_dump(training_config(out, "gpt2", engine="jax", steps=4,
-                                                 checkpoint_every=2, eval_every=2)))
-    trained_run = run_stage("train", config)
-    assert trained_run.returncode == 0, trained_run.stderr[-3000:]
+    out = trained_run(tmp_path, "gpt2", engine="jax", steps=4, checkpoint_every=2,
+                      eval_every=2)
+    config = config_beside(out)
     step = out / "checkpoints" / "4"
     truncate(biggest_array_file(step))
     before = tree(tmp_path)

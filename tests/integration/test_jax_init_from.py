@@ -18,7 +18,7 @@ import yaml
 
 from tests.support.configs import training_config
 from tests.support.jax import checkpoint_variables
-from tests.support.runs import prepared_run, run_stage
+from tests.support.runs import prepared_run, run_stage, trained_run
 
 pytestmark = pytest.mark.slow  # two source runs, four JAX runs: ~3 minutes here
 SOURCE_STEPS = 60
@@ -40,19 +40,12 @@ def evals(out) -> list[dict]:
     return json.loads((out / "metrics.json").read_text())["evals"]
 
 
-_SOURCES: dict = {}  # engine -> output_dir: each source trained once for the module
-
-
 def trained_source(engine: str, tmp_path_factory):
-    """A GPT-2 trained by `engine` on the shared shards, then exported: its output_dir."""
-    if engine not in _SOURCES:
-        out = prepared_run(tmp_path_factory.mktemp(f"source-{engine}"), "gpt2")
-        config = write(out, training_config(out, "gpt2", engine=engine, steps=SOURCE_STEPS,
-                                        eval_every=SOURCE_STEPS, checkpoint_every=SOURCE_STEPS))
-        stage("train", config)
-        stage("export", config)
-        _SOURCES[engine] = out
-    return _SOURCES[engine]
+    """A GPT-2 trained by `engine` on the shared shards, then exported (made once per session:
+    tests.support.runs.trained_run): a copy of its output_dir."""
+    return trained_run(tmp_path_factory.mktemp(f"source-{engine}"), "gpt2", export=True,
+                       engine=engine, steps=SOURCE_STEPS, eval_every=SOURCE_STEPS,
+                       checkpoint_every=SOURCE_STEPS)
 
 
 @pytest.fixture(scope="module", params=["tensorflow", "jax"])

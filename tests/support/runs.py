@@ -6,6 +6,7 @@ with its tokenizer and shards (`prepared_run`), and one trained (and exported) b
     config = training_run_config(out, "roberta", steps=40)      # then train it yourself
     out = trained_run(tmp_path, "gpt2", engine="jax", steps=6)   # + checkpoints/, metrics.json
     out = trained_run(tmp_path, "bert", export=True)            # + model/
+    config = config_beside(out)                                 # the run's own config file
 
 Under pytest-xdist the workers share one cache (a folder named after the test run, each entry
 made under a file lock by whichever worker asks first); the controller removes it at the end.
@@ -68,6 +69,11 @@ def _copy(source: Path, root: Path, name: str) -> Path:
     return out
 
 
+def config_beside(out: Path) -> Path:
+    """The config file a prepared or trained run's copy was given (out.parent/OUT.yaml)."""
+    return out.parent / f"{out.name}.yaml"
+
+
 def _stage(stage: str, out: Path, family: str, *args: str, **train) -> None:
     config = write_training_config(out, family, **train)
     result = run_payload(stage, "--config", str(config), *args, check=False,
@@ -100,7 +106,9 @@ def trained_run(root: Path, family: str, *, export: bool = False, **train) -> Pa
         if export:
             _stage("export", out, family, **train)
 
-    return _copy(_made_once(name, make), root, f"run-{family}")
+    out = _copy(_made_once(name, make), root, f"run-{family}")
+    write_training_config(out, family, **train)
+    return out
 
 
 def stage_command(stage: str, config: Path, *args: str) -> list[str]:

@@ -90,8 +90,8 @@ def _tokenizer_object(config):
 
 
 def ours_dataset(config, manifest, files, vocab):
+    from payload.data.objectives import objective_for
     from payload.data.pipeline import input_pipeline
-    from payload.training.train import objective_for
 
     return input_pipeline(
         files,

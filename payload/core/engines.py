@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from payload.core import folders, layout, storage
 from payload.core.errors import UserError
+from payload.core.pytorch_weights import TF_WEIGHTS, WEIGHTS
 
 TENSORFLOW, JAX = "tensorflow", "jax"
 DEFAULT = TENSORFLOW
@@ -125,7 +126,7 @@ class TensorFlowSpec(EngineSpec):
     extra = "worker"  # the stages' own set holds TensorFlow (the input library of either)
     # transformers' own TF loader reads tf_model.h5; model.safetensors goes through the
     # PyTorch-name rule.
-    init_from_files = ("model.safetensors", "tf_model.h5")
+    init_from_files = (WEIGHTS, TF_WEIGHTS)
     one_program = False
     tpu_route = TpuRoute(lock="TPU_LOCK", python=None,
                          renames=(("tensorflow", "tensorflow-tpu"),), find_links=(TPU_WHEELS_INDEX,))
@@ -215,7 +216,7 @@ class JaxSpec(EngineSpec):
     framework = ("jax", "flax", "optax", "orbax")
     extra = "jax"
     # PyTorch names only: see payload/engines/jax/pretrained.py for why not tf_model.h5.
-    init_from_files = ("model.safetensors",)
+    init_from_files = (WEIGHTS,)
     one_program = True
     # tensorflow-cpu has no TPU support at all: the input pipeline cannot take the chips that
     # JAX's libtpu holds (tensorflow_env_on_tpu: the variables that would make it load libtpu

@@ -232,7 +232,8 @@ def replacing_folder(target: str, info: dict) -> Iterator[str]:
         raise_disk_error(exc, target)
     except BaseException as exc:
         _abandon(staging, target)
-        if isinstance(exc, RuntimeError) and storage.disk_full(exc):
+        # h5py raises RuntimeError, safetensors its own error: their text says the disk is full.
+        if isinstance(exc, Exception) and storage.disk_full(exc):
             raise_disk_error(OSError(errno.ENOSPC, str(exc)), target)
         raise
 

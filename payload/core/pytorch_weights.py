@@ -21,6 +21,11 @@ import struct
 from payload.core import storage
 from payload.core.errors import UserError
 
+# The weights file of a model folder under PyTorch's names (what the export writes, what
+# model.init_from reads), and transformers' TF classes' own file beside it.
+WEIGHTS = "model.safetensors"
+TF_WEIGHTS = "tf_model.h5"
+
 # PyTorch keys that share the tensor of another key (tied weights), per family; a key the
 # state already holds (an untied head of its own) is left as it is.
 TIED = {
@@ -184,14 +189,14 @@ def check_fits(header: dict, family: str, settings: dict, *, source: str) -> Non
     key = next((k for k in spellings(anchor, family) if k in header), None)
     if key is None:
         sample = ", ".join(sorted(header)[:2]) or "nothing"
-        raise UserError(f"{source}: model.safetensors holds no {family} weights (no {anchor}; "
+        raise UserError(f"{source}: {WEIGHTS} holds no {family} weights (no {anchor}; "
                         f"it has {sample}, ...)",
                         hint="point model.init_from at a model of model.family")
     hidden = _HIDDEN[family]
     expected = (settings.get("vocab_size"), settings.get(hidden))
     found = header[key][1]
     if found != expected:
-        raise UserError(f"{source}: model.safetensors's {key} is {list(found)} but config.json "
+        raise UserError(f"{source}: {WEIGHTS}'s {key} is {list(found)} but config.json "
                         f"says [vocab_size, {hidden}] = {list(expected)}",
                         hint="its config.json must describe the weights beside it")
     task = re.escape(BASE_PREFIX[family])
@@ -203,6 +208,6 @@ def check_fits(header: dict, family: str, settings: dict, *, source: str) -> Non
         layers = {int(m.group(1)) for k in header if (m := pattern.match(k))}
         count = max(layers) + 1 if layers else 0
         if wanted is not None and count != wanted:
-            raise UserError(f"{source}: model.safetensors has {count} layers ({numbered}N) but "
+            raise UserError(f"{source}: {WEIGHTS} has {count} layers ({numbered}N) but "
                             f"config.json says {setting} {wanted}",
                             hint="its config.json must describe the weights beside it")

@@ -42,10 +42,6 @@ _OWN = re.compile(
 )
 
 
-def checkpoint_dir(output_dir: str) -> str:
-    return layout.checkpoints_dir(output_dir)
-
-
 def _earlier_run(directory: str) -> UserError:
     return UserError(f"{directory} already holds checkpoints of an earlier run",
                      hint="pass --resume to continue it, or --overwrite to start again")
@@ -115,6 +111,19 @@ def broken_checkpoint(directory: str, *, doing: str, step: str, why: str, files:
              f"{intact}; or start again with --overwrite")
 
 
+def check_exportable(output_dir: str, engine: str) -> int:
+    """The step of the newest checkpoint `engine` wrote in a complete folder, or one line: there
+    is none (train first), or the clearing before it was cut short."""
+    directory = layout.checkpoints_dir(output_dir)
+    step = engine_spec(engine).newest_step(output_dir)
+    if step is None:
+        raise UserError(f"nothing to export: no checkpoint in {directory}",
+                        hint="run the train stage first")
+    if not folders.is_complete(directory):
+        raise incomplete(directory, "nothing to export")
+    return step
+
+
 def check_flags(*, resume: bool, overwrite: bool) -> None:
     if resume and overwrite:
         raise UserError("--resume and --overwrite contradict each other (--resume continues the "
@@ -146,7 +155,7 @@ def check_start(output_dir: str, *, resume: bool, overwrite: bool,
     writes anything): a resume needs a complete checkpoint of the same engine, and a
     fresh start must not silently bury an earlier run's checkpoints."""
     check_flags(resume=resume, overwrite=overwrite)
-    directory = checkpoint_dir(output_dir)
+    directory = layout.checkpoints_dir(output_dir)
     ownership.check_no_link(output_dir, directory)  # training writes and deletes in it
     present = newest_step(output_dir) is not None
     if not resume and present and not overwrite:
@@ -177,7 +186,7 @@ def check_resume(output_dir: str, identity: dict) -> None:
         if changed:
             raise UserError(
                 f"--resume: the {' and '.join(changed)} changed since the checkpoints in "
-                f"{checkpoint_dir(output_dir)} were written",
+                f"{layout.checkpoints_dir(output_dir)} were written",
                 hint="restore the original settings, or start again with --overwrite",
             )
 
@@ -186,7 +195,7 @@ def start_fresh(output_dir: str, identity: dict) -> None:
     """Clear an earlier run's checkpoint files (named first; nothing else in the folder is
     touched) and record what this run's are made from; the folder is then complete. Every
     engine's files go, not only this run's engine's: they would be an earlier run's too."""
-    directory = checkpoint_dir(output_dir)
+    directory = layout.checkpoints_dir(output_dir)
     ownership.check_no_link(output_dir, directory)
     present = storage.list_tree(directory)
     names = [n for engine in ENGINES.values() for n in engine.checkpoint_files(present)]

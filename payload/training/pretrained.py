@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from payload.core import ownership, storage
 from payload.core.errors import UserError
+from payload.core.pytorch_weights import TF_WEIGHTS
+from payload.core.pytorch_weights import WEIGHTS as PT_WEIGHTS
 
 CONFIG = "config.json"
-PT_WEIGHTS = "model.safetensors"
-TF_WEIGHTS = "tf_model.h5"
 # What tpuctl reads of a model folder, beside the tokenizer's files (payload.data.tokenizer).
 MODEL_FILES = (CONFIG, PT_WEIGHTS, TF_WEIGHTS)
 

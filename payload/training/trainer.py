@@ -2,31 +2,47 @@
 
     trainer.start(resume=False); trainer.open_train(0)      # a Trainer, from payload.engines
     loss_sum, first_bad = trainer.train_chunk(10)
+    weights_digest(trainer.weights())                       # the same on every process
 
-The loop (payload.training.loop), the leaving together and the export's writer are written once
-against these; each engine (payload.engines.NAME) implements them with its framework.
+The loop (payload.training.loop), leaving together (payload.training.leaving), the weights
+digest and the export's one writer of model/ (payload.stages.export) are written once against
+these; each engine (payload.engines.NAME) implements them with its framework. Weights cross
+this seam under PyTorch transformers' names and layouts (payload.core.pytorch_weights), as
+numpy arrays: the common currency of both engines.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
 
-class TrainedWeights(Protocol):
-    """A checkpoint's weights, restored on the exporting host."""
 
-    checkpoint: str  # the path they came from
+@dataclass(frozen=True)
+class TrainedWeights:
+    """A checkpoint's weights, restored on the exporting host: every parameter under its
+    PyTorch name (no tied copies), float32 numpy."""
+
+    state: dict
     hf_config: object  # the transformers config of the model
+    checkpoint: str  # the path they came from
 
-    def write(self, folder: str) -> None:
-        """`model.safetensors` in PyTorch names and layouts (tied copies, metadata format "pt")
-        and, where transformers' TF classes import, `tf_model.h5`."""
+
+def weights_digest(state: dict) -> str:
+    """A short hash of every weight, by name: the same on every process of a run in sync."""
+    digest = hashlib.sha256()
+    for _, value in sorted(state.items()):
+        digest.update(np.ascontiguousarray(value, np.float32).tobytes())
+    return digest.hexdigest()[:16]
 
 
 class Trainer(Protocol):
     """One engine's side of the train stage: the model, its optimizer, the compiled steps over
-    the shared input pipeline, and its checkpoints. The shared loop decides when to train,
-    evaluate, report, save and stop; a trainer only does it."""
+    the shared input pipeline (RunInputs.pipeline), and its checkpoints. The shared loop
+    decides when to train, evaluate, report, save and stop; a trainer only does it."""
 
     replicas: int  # data-parallel replicas (metrics.json's "replicas")
     devices: int  # what the meter divides throughput by: TPU chips, or CPU training processes
@@ -52,17 +68,20 @@ class Trainer(Protocol):
     def save(self, step: int) -> None:
         """Write a checkpoint of step `step` (every training process takes part)."""
 
-    def learning_rate(self, step: int) -> float:
-        """The rate the optimizer applied at step `step` (1-based)."""
-
     def anyone(self, flag: bool) -> bool:
         """Whether any training process says `flag` (all of them call it at the same step)."""
 
-    def weights_digest(self) -> str:
-        """A short hash of every weight: the same on every process of a run in sync."""
+    def weights(self) -> dict:
+        """Every parameter under its PyTorch name (no tied copies), whole, as numpy: on every
+        process (a collective where the state is split over processes)."""
+
+    def summary_writer(self, folder: str):
+        """A writer of TensorBoard scalars into `folder` (payload.data.events.EventWriter):
+        writing events to gs:// takes TensorFlow's file system, which the core never imports."""
 
     def close(self) -> None:
         """Release the checkpoint writer and scratch files."""
 
-    def leave(self) -> None:
-        """End a multi-process run together (a barrier, then exit); returns at once otherwise."""
+    def leave_barrier(self) -> Callable[[], None] | None:
+        """The barrier every training process meets before they leave together
+        (payload.training.leaving); None when this process trains alone."""

@@ -104,7 +104,7 @@ def test_the_plan_publishes_on_worker_0_after_export_with_the_token_by_name(tmp_
 def test_the_model_card_shows_the_model_not_the_infrastructure(tmp_path):
     from markdown_it import MarkdownIt
 
-    from payload.training.publish import model_card
+    from payload.stages.publish import model_card
 
     corpus = "/home/alice/data/we`ird *name* <b>.txt"
     raw = yaml.safe_load(tiny_config(tmp_path, output_dir="gs://alice-private-bucket/run",
@@ -131,7 +131,7 @@ def test_the_model_card_shows_the_model_not_the_infrastructure(tmp_path):
 
 def test_publish_reads_only_a_complete_export(tmp_path, hub, monkeypatch):
     from payload.core import folders
-    from payload.training import publish
+    from payload.stages import publish
 
     config = _config(tmp_path, repo="lab/model")
     (tmp_path / "out" / "model").mkdir(parents=True)

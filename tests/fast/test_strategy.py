@@ -141,7 +141,7 @@ def test_worker_index_out_of_range_is_refused():
 def test_pod_hosts_other_than_worker_zero_do_not_train(caplog):
     import logging
 
-    from payload.training.train import run_train
+    from payload.stages.train import run_train
 
     caplog.set_level(logging.INFO)
     run_train(gcp_config("v4-32"), worker_index=2, num_workers=4,

@@ -174,7 +174,7 @@ def tf_resume(tf, output_dir: Path, shape=(4, 4)):
 @pytest.mark.parametrize("damage", ["truncated", "other-shape"])
 def test_a_resume_onto_a_broken_tensorflow_checkpoint_names_it_and_the_intact_one(
         tf, tmp_path, damage):
-    from payload.engines.tensorflow.checkpoints import newest_step
+    from payload.core.engines import engine_spec
 
     out = tmp_path / "out"
     tf_run(tf, out, [(4, 4), (8, 4) if damage == "other-shape" else (4, 4)])
@@ -196,7 +196,7 @@ def test_a_resume_onto_a_broken_tensorflow_checkpoint_names_it_and_the_intact_on
     aside.mkdir()
     for path in ckpt.glob("ckpt-4.*"):
         shutil.move(path, aside / path.name)
-    assert newest_step(str(out)) == 2
+    assert engine_spec("tensorflow").newest_step(str(out)) == 2
     assert tf_resume(tf, out) == (True, 2)
 
 

@@ -27,8 +27,8 @@ from payload.core import layout
 from payload.core.errors import UserError
 from payload.engines.jax import step as jax_step
 from payload.engines.jax.checkpoints import Checkpoints
+from payload.stages.export import run_export
 from payload.training import checkpoints
-from payload.training.export import run_export
 from tests.support.configs import training_config
 from tests.support.jax import pipeline_batches
 from tests.support.paths import SCRIPTS, TORCH_PYTHON, TORCH_READY
@@ -48,7 +48,7 @@ def train_with_jax(out: Path, raw: dict):
     """What the JAX train stage does, in brief: run.json with engine jax, the train program over
     the TF engine's input pipeline, an Orbax checkpoint in checkpoints/. Returns (config, the
     trained model)."""
-    from payload.training.train import check_inputs
+    from payload.training.inputs import check_inputs
 
     raw["train"]["engine"] = "jax"
     config = parse_config(raw)
@@ -246,7 +246,7 @@ def test_without_a_checkpoint_there_is_nothing_to_export(tmp_path):
     raw = training_config(out, "gpt2")
     raw["train"]["engine"] = "jax"
     config = parse_config(raw)
-    from payload.training.train import check_inputs
+    from payload.training.inputs import check_inputs
 
     checkpoints.start_fresh(str(out), {**check_inputs(config).identity, "engine": "jax"})
     with pytest.raises(UserError, match="nothing to export: no checkpoint in"):
@@ -260,7 +260,7 @@ def test_without_a_checkpoint_there_is_nothing_to_export(tmp_path):
 @pytest.fixture(scope="module")
 def tf_export(tmp_path_factory):
     """A tiny GPT-2 trained a few steps by the TF engine, exported."""
-    from payload.training.train import run_train
+    from payload.stages.train import run_train
 
     out = prepared_run(tmp_path_factory.mktemp("tf-export"), "gpt2")
     config = parse_config(training_config(out, "gpt2", steps=6, checkpoint_every=6, eval_every=6))

@@ -78,7 +78,7 @@ def eval_loss(program, params, batches) -> float:
 @pytest.mark.parametrize("family", ["roberta", "gpt2", "t5"])  # MLM, causal LM, span corruption
 def test_each_objective_learns_from_the_tf_data_pipeline(tmp_path, family):
     from payload.config import parse_config
-    from payload.training.train import check_inputs
+    from payload.training.inputs import check_inputs
 
     out = prepared_run(tmp_path, family)
     raw = training_config(out, family, steps=300, learning_rate=5e-3)

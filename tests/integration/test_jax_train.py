@@ -127,7 +127,7 @@ def test_a_resume_across_engines_is_one_line_naming_both(tmp_path):
 
 def test_the_stage_refuses_a_resume_across_engines_and_writes_nothing(tmp_path):
     from payload.config import parse_config
-    from payload.training.train import check_inputs
+    from payload.training.inputs import check_inputs
 
     out = prepared_run(tmp_path, "gpt2")
     jax_checkpoint_folder(out)

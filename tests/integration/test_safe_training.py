@@ -15,8 +15,8 @@ pytest.importorskip("tensorflow")
 
 from payload.core import folders, layout
 from payload.core.errors import UserError
-from payload.training.export import run_export
-from payload.training.train import run_train
+from payload.stages.export import run_export
+from payload.stages.train import run_train
 from tests.support.configs import training_run_config, write_training_config
 from tests.support.runners import assert_user_error, payload_env
 from tests.support.runs import prepared_run, run_stage, stage_command

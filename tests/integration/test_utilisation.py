@@ -39,8 +39,8 @@ def test_cpu_probe_measures_a_plausible_peak():
 def test_tpu_hardware_without_a_tpu_strategy_is_measured_as_cpu(tmp_path):
     out = prepared_run(tmp_path, "gpt2")
     config = training_run_config(out, "gpt2")
+    from payload.training.inputs import check_inputs
     from payload.training.model import model_config
-    from payload.training.train import check_inputs
 
     inputs = check_inputs(config)
     # A TPU fleet whose engine fell back to the CPU (the TPU API stand-in) measures the CPU.
@@ -56,10 +56,10 @@ def test_tpu_hardware_without_a_tpu_strategy_is_measured_as_cpu(tmp_path):
 
 
 def test_a_cpu_run_reports_utilisation_everywhere(tmp_path, caplog, capsys):
-    from payload.training.train import run_train
+    from payload.stages.train import run_train
 
     out = prepared_run(tmp_path, "roberta")
-    with caplog.at_level(logging.INFO, logger="payload.training.train"):
+    with caplog.at_level(logging.INFO, logger="payload.training"):
         run_train(training_run_config(out, "roberta", steps=40))
     metrics = json.loads((out / "metrics.json").read_text())
     header = metrics["utilisation"]

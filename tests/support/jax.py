@@ -69,15 +69,9 @@ def checkpoint_variables(folder) -> dict:
 
 
 def pipeline_batches(config, inputs, files, *, shuffle: bool):
-    """Numpy batches of the TF engine's own input pipeline and objective."""
-    from payload.data.pipeline import input_pipeline
-    from payload.training.train import objective_for
-
-    ds = input_pipeline(files, record_len=config.record_len, dtype=inputs.manifest.dtype,
-                        batch_size=config.train.batch_size,
-                        objective=objective_for(config, inputs.vocab),
-                        seed=config.train.seed, shuffle=shuffle)
-    return ds.as_numpy_iterator()
+    """Numpy batches of the shared input pipeline and objective, as one process reads them."""
+    return inputs.pipeline(config, files, shuffle=shuffle, start_batch=0,
+                           batch_size=config.train.batch_size).as_numpy_iterator()
 
 
 def worker_env(devices: int) -> dict:

@@ -1,6 +1,6 @@
 """The JAX engine's trainer: the project's Flax models, jitted steps over a device mesh, Orbax.
 
-    trainer = JaxTrainer(config, inputs, plan)   # payload.engines.Trainer
+    trainer = JaxTrainer(config, inputs, plan)   # payload.training.trainer.Trainer
     step = trainer.start(resume=False); trainer.open_train(step)
     loss_sum, first_bad = trainer.train_chunk(10)
 
@@ -16,20 +16,14 @@ output_dir/checkpoints/ (payload.engines.jax.checkpoints), written by every proc
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import logging
 import os
-import sys
-import time
 
 import numpy as np
 
 from payload.core import layout, storage
 from payload.core.errors import UserError
-
-# The chief hosts the coordination service: it stays this long after the last barrier so the
-# others hear that the barrier passed before it goes.
-CHIEF_LINGER_S = 1.0
+from payload.training.inputs import check_batch_size
+from payload.training.voice import log
 
 
 def keep_tensorflow_on_the_cpu() -> None:
@@ -53,11 +47,9 @@ class JaxTrainer:
 
         from payload.engines.jax import step as jax_step
         from payload.engines.jax.models import parameter_shapes
-        from payload.training.train import check_batch_size, objective_for
 
         self.config, self.inputs, self.plan = config, inputs, plan
         self.family = config.model.family
-        self.objective = objective_for(config, inputs.vocab)
         num_devices = jax.device_count()
         check_batch_size(config.train.batch_size, num_devices)
         self.process, self.processes = jax.process_index(), jax.process_count()
@@ -78,9 +70,8 @@ class JaxTrainer:
         self.init_source = None
         self.iterator = None
         self._eval_batches: list | None = None
-        logging.getLogger("payload.training.train").info(
-            "JAX on %d %s device(s) in %d process(es): %s", num_devices, jax.default_backend(),
-            self.processes, sharding.kind)
+        log(f"JAX on {num_devices} {jax.default_backend()} device(s) in {self.processes} "
+            f"process(es): {sharding.kind}")
 
     @property
     def latest(self) -> str | None:
@@ -127,23 +118,11 @@ class JaxTrainer:
     # --- data --------------------------------------------------------------------------
 
     def _host_batches(self, files, *, shuffle: bool, start_batch: int):
-        """This host's rows of each global batch: its own input pipeline's share."""
-        return self.pipeline(files, shuffle=shuffle, start_batch=start_batch,
-                             pipeline_id=self.process, num_pipelines=self.processes)
-
-    def pipeline(self, files, *, shuffle: bool, start_batch: int, pipeline_id: int,
-                 num_pipelines: int):
-        """Input pipeline `pipeline_id` of `num_pipelines` (each a 1/num_pipelines share of the
-        global batch), as numpy batches."""
-        from payload.data.pipeline import input_pipeline
-
-        config = self.config
-        return input_pipeline(
-            files, record_len=config.record_len, dtype=self.inputs.manifest.dtype,
-            batch_size=config.train.batch_size // num_pipelines, objective=self.objective,
-            seed=config.train.seed, shuffle=shuffle, pipeline_id=pipeline_id,
-            num_pipelines=num_pipelines, start_batch=start_batch,
-        ).as_numpy_iterator()
+        """This host's rows of each global batch, as numpy: its own input pipeline's share."""
+        return self.inputs.pipeline(
+            self.config, files, shuffle=shuffle, start_batch=start_batch,
+            batch_size=self.config.train.batch_size // self.processes,
+            pipeline_id=self.process, num_pipelines=self.processes).as_numpy_iterator()
 
     def open_train(self, start_batch: int) -> None:
         self.iterator = self._host_batches(self.inputs.train_files, shuffle=True,
@@ -184,11 +163,6 @@ class JaxTrainer:
         if saved != step:  # the loop counts what the optimizer counts
             raise RuntimeError(f"saved step {saved}, expected {step}")
 
-    def learning_rate(self, step: int) -> float:
-        from payload.engines.jax.optimizer import learning_rate
-
-        return float(learning_rate(self.config.train)(step - 1))
-
     def anyone(self, flag: bool) -> bool:
         if self.processes == 1:
             return flag
@@ -209,11 +183,10 @@ class JaxTrainer:
             params = multihost_utils.process_allgather(params, tiled=True)
         return state_dict(jax.device_get(params))
 
-    def weights_digest(self) -> str:
-        digest = hashlib.sha256()
-        for _, value in sorted(self.weights().items()):
-            digest.update(np.ascontiguousarray(value, np.float32).tobytes())
-        return digest.hexdigest()[:16]
+    def summary_writer(self, folder: str):
+        from payload.data.events import EventWriter
+
+        return EventWriter(folder)
 
     def close(self) -> None:
         if self.ckpts:
@@ -225,19 +198,11 @@ class JaxTrainer:
 
             multihost_utils.sync_global_devices(name)
 
-    def leave(self) -> None:
-        """A multi-process run meets once more (every checkpoint, metric and log written by
-        then), then every process leaves at once, the chief a moment after the others, without
-        the distributed runtime's teardown (which waits on peers that may be gone)."""
+    def leave_barrier(self):
+        """The processes of one program meet through JAX's coordination service."""
         if self.processes == 1:
-            return
-        self._barrier("tpuctl-train-end")
-        if self.plan.is_chief:
-            time.sleep(CHIEF_LINGER_S)
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+            return None
+        return lambda: self._barrier("tpuctl-train-end")
 
 
 def _memory_per_device() -> int:

@@ -2,29 +2,38 @@
 
     python -m payload export --config run.yaml
     run_export(config)
+    write_weights(staging, weights)        # model.safetensors (+ tf_model.h5): the one writer
 
 The one place for the folder, whichever engine trained: `config.json` (with its
 `architectures`), the tokenizer files, the model inputs, the export note, and the swap that
 replaces model/ whole. The weights come from the engine that wrote the checkpoints
-(payload.engines: `trained_weights(...).write(folder)`), twice, in the same form from either:
+(payload.engines.trained_weights: every parameter under its PyTorch name), and are written
+here, twice, the same from either engine:
 - `model.safetensors` under PyTorch's names and layouts (tied weights present, metadata format
-  "pt"), for PyTorch transformers 5.x;
-- `tf_model.h5` for the TF classes of transformers 4.x (load with `use_safetensors=False`; see
-  payload/engines/tensorflow/export.py), where those classes import.
+  "pt"), for PyTorch transformers 5.x, which has no TensorFlow models: TensorFlow's own names
+  load there without an error but with every weight freshly initialised;
+- `tf_model.h5` for the TF classes of transformers 4.x, where those classes import (the
+  TensorFlow engine builds the TF model and sets its weights by the same name rule that
+  model.init_from uses): load them with `use_safetensors=False`, since their loader of "pt"
+  safetensors fails on every safetensors release ('safe_open' object is not iterable,
+  huggingface/transformers#40028, left unfixed since the TF code is deprecated). Where they do
+  not import (a JAX-only environment), the folder holds model.safetensors alone and says so.
+Written with numpy and `safetensors` only: no torch here.
 """
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-
+import importlib.util
 import json
 import logging
+import os
 
 from payload.core import folders, layout, ownership, storage
 from payload.core.errors import UserError
+from payload.core.pytorch_weights import WEIGHTS, with_tied_copies
 from payload.training import checkpoints
+
+log = logging.getLogger(__name__)
 
 ARCHITECTURES = {
     "bert": "BertForMaskedLM",
@@ -75,14 +84,40 @@ def run_export(config) -> None:
     # Built beside model/ and swapped in whole: a crash or a full disk leaves the old model/
     # or the new one, and on gs:// readers go by the completeness marker.
     with folders.replacing_folder(target, {"stage": "export", "checkpoint": source}) as staging:
-        weights.write(staging)  # the engine's: model.safetensors and tf_model.h5
+        write_weights(staging, weights)
         hf_config = weights.hf_config
         hf_config.architectures = [ARCHITECTURES[family]]
         hf_config.save_pretrained(staging)
         copy_tokenizer_files(config, staging)
         set_model_inputs(staging, FAMILIES[family])
         _add_export_note(staging, source)
-    logging.getLogger(__name__).info("exported %s to %s", path, target)
+    log.info("exported %s to %s", path, target)
+
+
+def write_weights(folder: str, weights) -> None:
+    """`model.safetensors` from the engine's PyTorch-named state, the tied copies added, and
+    `tf_model.h5` from the same arrays wherever transformers' TF classes import."""
+    from safetensors.numpy import save_file
+
+    hf_config = weights.hf_config
+    tensors = with_tied_copies(weights.state, hf_config.model_type)
+    save_file(tensors, os.path.join(folder, WEIGHTS), metadata={"format": "pt"})
+    if tf_classes_import():
+        from payload.engines.tensorflow.export import write_tf_model
+
+        write_tf_model(hf_config, tensors, folder)
+    else:
+        log.info("transformers' TensorFlow classes do not import here: the model folder "
+                 "holds %s only (PyTorch)", WEIGHTS)
+
+
+def tf_classes_import() -> bool:
+    """Whether transformers' TF model classes can be built in this environment."""
+    if not all(importlib.util.find_spec(name) for name in ("tensorflow", "tf_keras")):
+        return False
+    from transformers.utils import is_tf_available
+
+    return is_tf_available()
 
 
 def checkpoint_name(output_dir: str, checkpoint: str) -> str:

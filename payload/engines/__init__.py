@@ -61,6 +61,12 @@ class Trainer(Protocol):
     def open_train(self, start_batch: int) -> None:
         """Start the training input at global batch `start_batch` (exact resume)."""
 
+    def compile_step(self) -> dict | None:
+        """Compile the training step before the first one runs, so the loop can say when
+        compiling ends: {"compile_s": seconds, "cache": "hit" | "miss" | "off"} (from a
+        persistent compilation cache or not); None for an engine that compiles in its first
+        step."""
+
     def train_chunk(self, num_steps: int) -> tuple[float, int]:
         """Train `num_steps` steps: (the sum of their finite losses, the index in the chunk of
         the first step whose loss was not finite, or -1)."""

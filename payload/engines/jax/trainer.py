@@ -52,6 +52,10 @@ class JaxTrainer:
         import jax
 
         from payload.engines.jax import step as jax_step
+        from payload.engines.jax.cache import use_compilation_cache
+
+        # Before anything compiles: a resumed or preempted run loads its step from here.
+        use_compilation_cache(layout.own_path(config.output_dir, layout.JAX_CACHE))
         from payload.engines.jax.models import parameter_shapes
         from payload.training.train import check_batch_size, objective_for
 
@@ -77,6 +81,8 @@ class JaxTrainer:
         self.state = None
         self.init_source = None
         self.iterator = None
+        self._step = self.program.train_step  # compile_step puts the compiled one here
+        self._first_batch = None  # the batch compile_step compiled for, trained on first
         self._eval_batches: list | None = None
         logging.getLogger("payload.training.train").info(
             "JAX on %d %s device(s) in %d process(es): %s", num_devices, jax.default_backend(),
@@ -151,13 +157,26 @@ class JaxTrainer:
 
     # --- steps -------------------------------------------------------------------------
 
+    def compile_step(self) -> dict:
+        """Compile the training step for the first batch before training on it, through the
+        persistent compilation cache: {"compile_s", "cache": hit | miss | off}."""
+        from payload.engines.jax.cache import compile_ahead
+
+        self._first_batch = self.program.global_batch(next(self.iterator))
+        self._step, report = compile_ahead(self.program.train_step, self.state,
+                                           self._first_batch)
+        return report
+
+    def _next_batch(self):
+        batch, self._first_batch = self._first_batch, None
+        return batch if batch is not None else self.program.global_batch(next(self.iterator))
+
     def train_chunk(self, num_steps: int) -> tuple[float, int]:
         import jax
 
         losses = []
         for _ in range(num_steps):  # dispatched asynchronously: the host reads ahead
-            batch = self.program.global_batch(next(self.iterator))
-            self.state, metrics = self.program.train_step(self.state, batch)
+            self.state, metrics = self._step(self.state, self._next_batch())
             losses.append(metrics["loss"])
         losses = np.asarray(jax.device_get(losses), dtype=np.float64)
         finite = np.isfinite(losses)

@@ -73,15 +73,16 @@ def test_the_plan_names_each_attention_of_a_family():
     gpt2 = {"model_type": "gpt2", "vocab_size": 100, "n_embd": 768, "n_head": 12,
             "attn_pdrop": 0.0}
     [line] = attention_plan(gpt2, platform="tpu", generation="v6e", seq_len=1024, bf16=True)
-    assert line.startswith("causal self-attention: splash (TPU v6e: Pallas splash attention, "
-                           "blocks of 1024 queries x 1024 keys, a causal block mask")
+    assert line.startswith("attention (causal self-attention): splash; TPU v6e: Pallas splash "
+                           "attention, blocks of 1024 queries x 1024 keys, a causal block mask")
     t5 = {"model_type": "t5", "vocab_size": 100, "d_kv": 64, "dropout_rate": 0.0}
     lines = attention_plan(t5, platform="tpu", generation="v5e", seq_len=512, target_len=128,
                            bf16=True)
     assert [line.split(":")[0] for line in lines] == [
-        "encoder self-attention", "decoder self-attention", "cross-attention"]
-    assert "reference (T5's learned relative-position bias" in lines[0]
-    assert lines[2].startswith("cross-attention: splash")
+        "attention (encoder self-attention)", "attention (decoder self-attention)",
+        "attention (cross-attention)"]
+    assert "reference; T5's learned relative-position bias" in lines[0]
+    assert lines[2].startswith("attention (cross-attention): splash")
 
 
 # --- the kernels against the reference -------------------------------------------------------

@@ -154,6 +154,7 @@ class Site:
     name: str
     q_len: int
     kv_len: int
+    heads: int
     head_dim: int
     mask: MaskKind
     dropout: float
@@ -167,20 +168,21 @@ def attention_sites(architecture: dict, *, seq_len: int, target_len: int | None 
         hidden = architecture.get("hidden_size", 768)
         heads = architecture.get("num_attention_heads", 12)
         dropout = architecture.get("attention_probs_dropout_prob", 0.1)
-        return [Site("self-attention", seq_len, seq_len, hidden // heads, MaskKind.PADDING,
-                     dropout)]
+        return [Site("self-attention", seq_len, seq_len, heads, hidden // heads,
+                     MaskKind.PADDING, dropout)]
     if kind == "gpt2":
         hidden, heads = architecture.get("n_embd", 768), architecture.get("n_head", 12)
-        return [Site("causal self-attention", seq_len, seq_len, hidden // heads,
+        return [Site("causal self-attention", seq_len, seq_len, heads, hidden // heads,
                      MaskKind.CAUSAL, architecture.get("attn_pdrop", 0.1))]
-    head_dim = architecture.get("d_kv", 64)
+    heads, head_dim = architecture.get("num_heads", 8), architecture.get("d_kv", 64)
     dropout = architecture.get("dropout_rate", 0.1)
     target = target_len or seq_len
-    return [Site("encoder self-attention", seq_len, seq_len, head_dim, MaskKind.RELATIVE_BIAS,
-                 dropout),
-            Site("decoder self-attention", target, target, head_dim, MaskKind.RELATIVE_BIAS,
-                 dropout),
-            Site("cross-attention", target, seq_len, head_dim, MaskKind.PADDING, dropout)]
+    return [Site("encoder self-attention", seq_len, seq_len, heads, head_dim,
+                 MaskKind.RELATIVE_BIAS, dropout),
+            Site("decoder self-attention", target, target, heads, head_dim,
+                 MaskKind.RELATIVE_BIAS, dropout),
+            Site("cross-attention", target, seq_len, heads, head_dim, MaskKind.PADDING,
+                 dropout)]
 
 
 def attention_plan(architecture: dict, *, platform: str, seq_len: int, bf16: bool,
@@ -192,5 +194,5 @@ def attention_plan(architecture: dict, *, platform: str, seq_len: int, bf16: boo
         choice = choose_attention(platform=platform, generation=generation, q_len=site.q_len,
                                   kv_len=site.kv_len, head_dim=site.head_dim, mask=site.mask,
                                   dropout=site.dropout, dtype=dtype)
-        lines.append(f"{site.name}: {choice.kernel} ({choice.reason})")
+        lines.append(f"attention ({site.name}): {choice.kernel}; {choice.reason}")
     return lines

@@ -20,15 +20,9 @@ import math
 import jax
 import jax.numpy as jnp
 
+from payload.engines.jax.memory import LOGITS_CHUNK_BYTES, chunk_length  # noqa: F401
+
 IGNORE_INDEX = -100
-# Float32 logits of one chunk, over the whole global batch (each device holds its share).
-LOGITS_CHUNK_BYTES = 256 << 20
-
-
-def chunk_length(batch: int, length: int, vocab: int,
-                 budget_bytes: int = LOGITS_CHUNK_BYTES) -> int:
-    """Positions per chunk: as many as keep a chunk's float32 logits within the budget."""
-    return max(1, min(length, budget_bytes // (batch * vocab * 4)))
 
 
 def loss_sums(x: jax.Array, labels: jax.Array, projection, *, chunk: int | None = None):

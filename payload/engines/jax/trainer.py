@@ -51,8 +51,11 @@ class JaxTrainer:
              process_id=plan.process_id)
         import jax
 
+        from payload.engines import Workload
         from payload.engines.jax import step as jax_step
+        from payload.engines.jax.attention import generation_of
         from payload.engines.jax.cache import use_compilation_cache
+        from payload.engines.jax.engine import ENGINE
 
         # Before anything compiles: a resumed or preempted run loads its step from here.
         use_compilation_cache(layout.own_path(config.output_dir, layout.JAX_CACHE))
@@ -67,12 +70,16 @@ class JaxTrainer:
         self.process, self.processes = jax.process_index(), jax.process_count()
         architecture = inputs.hf_config.to_dict()
         num_params = sum(int(np.prod(s.shape)) for s in parameter_shapes(architecture).values())
+        workload = Workload.of(architecture, model=config.model, data=config.data,
+                               train=config.train, platform=jax.default_backend(),
+                               generation=generation_of(jax.devices()[0].device_kind))
         sharding = jax_step.plan_sharding(num_params, num_devices=num_devices,
                                           hbm_bytes_per_chip=_memory_per_device(),
-                                          optimizer=config.train.optimizer)
+                                          optimizer=config.train.optimizer, workload=workload)
         self.program = jax_step.TrainProgram(architecture, family=self.family,
                                              train_cfg=config.train,
-                                             mesh=jax_step.make_mesh(sharding))
+                                             mesh=jax_step.make_mesh(sharding),
+                                             remat=sharding.remat)
         self.sharding = sharding
         self.replicas = num_devices
         self.drives_tpu = jax.default_backend() == "tpu"
@@ -84,9 +91,11 @@ class JaxTrainer:
         self._step = self.program.train_step  # compile_step puts the compiled one here
         self._first_batch = None  # the batch compile_step compiled for, trained on first
         self._eval_batches: list | None = None
-        logging.getLogger("payload.training.train").info(
-            "JAX on %d %s device(s) in %d process(es): %s", num_devices, jax.default_backend(),
-            self.processes, sharding.kind)
+        say = logging.getLogger("payload.training.train").info
+        say("JAX on %d %s device(s) in %d process(es): %s, train.remat %s", num_devices,
+            jax.default_backend(), self.processes, sharding.kind, sharding.remat)
+        for line in ENGINE.plan_lines(workload):
+            say("%s", line)
 
     @property
     def latest(self) -> str | None:

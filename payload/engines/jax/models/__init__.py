@@ -4,7 +4,6 @@ the PyTorch transformers state-dict keys, in the same layouts.
     config = payload.core.sizes.transformers_config(model_cfg, vocab_size=32000, seq_len=512)
     model = build_model(config, seed=0)            # or any transformers config dict / object
     logits = model(input_ids, attention_mask)      # float32
-    hidden, projection = model.features(input_ids, attention_mask)   # projection(hidden) = logits
     tensors = state_dict(model)                    # {"bert.embeddings.word_embeddings.weight": ...}
     load_state_dict(model, tensors)                # and back, every parameter checked
     shapes = parameter_shapes(config)              # {name: ShapeDtypeStruct}, nothing allocated

@@ -94,35 +94,37 @@ def spec_peak(device: str, platform: str) -> float | None:
 
 
 def bench(names: list[str], *, tiny: bool, jax_python: str, torch_python: str | None,
-          compile_torch: bool, steps: int, warmup: int, dropout: float) -> dict:
+          compile_torch: bool, steps: int, warmup: int, dropout: float, say=print) -> dict:
+    """Every side of every case, each row said as soon as it is measured (a run stopped by its
+    time limit still shows what it had)."""
     folder = Path(tempfile.mkdtemp(prefix="tpuctl-accel-"))
     probe = (["matmul", "1024", "float32"] if tiny else ["matmul", "8192", "bfloat16"])
     matmul = measured(jax_python, ["-m", "bench.accel_jax", *probe])
     figures = {"tiny": tiny, "steps": steps, "warmup": warmup, "dropout": dropout,
                "matmul": matmul, "cases": {}}
+    say("\n".join(header(figures)))
     for name in names:
         path, case = case_file(name, (TINY if tiny else CASES)[name], folder=folder,
                                steps=steps, warmup=warmup, bf16=not tiny, dropout=dropout)
-        sides = {"jax cold": measured(jax_python, ["-m", "bench.accel_jax", "step", str(path)]),
-                 "jax cached": measured(jax_python,
-                                        ["-m", "bench.accel_jax", "step", str(path)])}
+        runs = [("jax cold", jax_python, ["-m", "bench.accel_jax", "step", str(path)]),
+                ("jax cached", jax_python, ["-m", "bench.accel_jax", "step", str(path)])]
         if torch_python:
-            modes = ("eager", "compile") if compile_torch else ("eager",)
-            for mode in modes:
-                sides[f"torch {mode}"] = measured(torch_python,
-                                                  ["-m", "bench.accel_torch", mode, str(path)])
-        tokens = case["batch"] * case["seq_len"]
-        for side in sides.values():
-            if "steps_per_s" not in side:
-                continue
-            side["tokens_per_s"] = side["steps_per_s"] * tokens
-            model_flops = side["steps_per_s"] * case["flops_per_step"]
-            peak = spec_peak(side.get("device", ""), side.get("platform", ""))
-            side["mfu_spec"] = model_flops / peak if peak else None
-            side["mfu_measured"] = (model_flops / matmul["flops_per_s"]
-                                    if matmul.get("flops_per_s") else None)
+            runs += [(f"torch {mode}", torch_python, ["-m", "bench.accel_torch", mode, str(path)])
+                     for mode in (("eager", "compile") if compile_torch else ("eager",))]
+        sides: dict[str, dict] = {}
         figures["cases"][name] = {"shape": {k: case[k] for k in ("seq_len", "batch")},
                                   "flops_per_step": case["flops_per_step"], "sides": sides}
+        for label, python, args in runs:
+            side = sides[label] = measured(python, args)
+            if "steps_per_s" in side:
+                side["tokens_per_s"] = side["steps_per_s"] * case["batch"] * case["seq_len"]
+                model_flops = side["steps_per_s"] * case["flops_per_step"]
+                peak = spec_peak(side.get("device", ""), side.get("platform", ""))
+                side["mfu_spec"] = model_flops / peak if peak else None
+                side["mfu_measured"] = (model_flops / matmul["flops_per_s"]
+                                        if matmul.get("flops_per_s") else None)
+            say(row(name, label, side))
+    say("\n".join(footer(figures)))
     return figures
 
 
@@ -130,37 +132,36 @@ def _cell(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def table(figures: dict) -> list[str]:
+def header(figures: dict) -> list[str]:
     matmul = figures["matmul"]
-    device = matmul.get("device", "?")
-    lines = [f"\naccelerator bench on {device} ({'tiny shapes: no speed figures' if figures['tiny'] else 'the issue shapes'}), "
-             f"{figures['steps']} timed steps after {figures['warmup']}, dropout "
-             f"{figures['dropout']:g}; measured {matmul.get('dtype', '?')} "
-             f"{matmul.get('size', '?')}^3 product: "
-             f"{_cell(matmul.get('flops_per_s') and matmul['flops_per_s'] / 1e12, '.1f')} "
-             "TFLOP/s",
-             f"{'case':8}{'side':14}{'tokens/s':>12}{'MFU spec':>10}{'MFU meas.':>10}"
-             f"{'first step s':>14}{'compile s':>11}  cache"]
-    for name, case in figures["cases"].items():
-        for side_name, side in case["sides"].items():
-            if "error" in side:
-                lines.append(f"{name:8}{side_name:14}  failed: {' '.join(side['error'])}")
-                continue
-            lines.append(
-                f"{name:8}{side_name:14}{side['tokens_per_s']:>12,.0f}"
-                f"{_cell(side['mfu_spec'], '.1%'):>10}{_cell(side['mfu_measured'], '.1%'):>10}"
-                f"{side['first_step_since_start_s']:>14.1f}"
-                f"{_cell(side.get('compile_s'), '.1f'):>11}  {side.get('cache', '')}")
+    size = "tiny shapes: no speed figures" if figures["tiny"] else "the issue's shapes"
+    peak = matmul.get("flops_per_s")
+    return [f"\naccelerator bench on {matmul.get('device', '?')} ({size}), "
+            f"{figures['steps']} timed steps after {figures['warmup']}, dropout "
+            f"{figures['dropout']:g}; measured {matmul.get('dtype', '?')} "
+            f"{matmul.get('size', '?')}^3 product: {_cell(peak and peak / 1e12, '.1f')} TFLOP/s",
+            f"{'case':8}{'side':14}{'tokens/s':>12}{'MFU spec':>10}{'MFU meas.':>10}"
+            f"{'first step s':>14}{'compile s':>11}  cache"]
+
+
+def row(name: str, label: str, side: dict) -> str:
+    if "error" in side:
+        return f"{name:8}{label:14}  failed: {' '.join(side['error'])}"
+    return (f"{name:8}{label:14}{side['tokens_per_s']:>12,.0f}"
+            f"{_cell(side['mfu_spec'], '.1%'):>10}{_cell(side['mfu_measured'], '.1%'):>10}"
+            f"{side['first_step_since_start_s']:>14.1f}"
+            f"{_cell(side.get('compile_s'), '.1f'):>11}  {side.get('cache', '')}")
+
+
+def footer(figures: dict) -> list[str]:
     versions = {}
     for case in figures["cases"].values():
         for side in case["sides"].values():
             versions.update(side.get("versions", {}))
-    lines.append("versions: " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())))
-    lines.append("first step: seconds from the process's start to the end of the first step "
-                 "(imports, weights, compile or cache, the step); MFU: the project's model "
-                 "FLOPs per step x steps/s over the spec's dense bf16 peak and over the "
-                 "measured product")
-    return lines
+    return ["versions: " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())),
+            "first step: seconds from the process's start to the end of the first step "
+            "(imports, weights, compile or cache, the step); MFU: the project's model FLOPs "
+            "per step x steps/s over the spec's dense bf16 peak and over the measured product"]
 
 
 def run(results: dict, quick: bool = False, torch_python: str | None = None,
@@ -175,11 +176,11 @@ def run(results: dict, quick: bool = False, torch_python: str | None = None,
         tiny = backend in ("cpu", "")
     steps, warmup = (3, 1) if tiny else ((10, 3) if quick else (30, 5))
     figures = bench(cases or list(CASES), tiny=tiny, jax_python=jax_python,
+                    say=lambda text: print(text, flush=True),
                     torch_python=torch_python or sys.executable,
                     compile_torch=not tiny if compile_torch is None else compile_torch,
                     steps=steps, warmup=warmup, dropout=0.0)
     results["accel"] = figures
-    print("\n".join(table(figures)))
     return figures
 
 

@@ -73,9 +73,8 @@ def transformers_config(model_cfg, *, vocab_size: int, seq_len: int) -> dict:
     from payload.core.families import ROBERTA_POSITION_PADDING
 
     family, s, dropout = model_cfg.family, shape_of(model_cfg), model_cfg.dropout
-    attention_dropout = getattr(model_cfg, "attention_dropout", None)
-    if attention_dropout is None:
-        attention_dropout = dropout
+    attention_dropout = dropout if model_cfg.attention_dropout is None else (
+        model_cfg.attention_dropout)
     if family in ("bert", "roberta"):
         encoder = {
             "model_type": family,

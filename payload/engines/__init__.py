@@ -67,7 +67,7 @@ class Workload:
             family, max_predictions(seq_len, model.mlm_probability))
         return cls(architecture=architecture, batch_size=train.batch_size, seq_len=seq_len,
                    target_len=target, predicted_len=predicted, bf16=train.bf16,
-                   remat=getattr(train, "remat", "auto"), platform=platform,
+                   remat=train.remat, platform=platform,
                    generation=generation)
 
 

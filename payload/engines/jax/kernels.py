@@ -34,13 +34,13 @@ from payload.engines.jax.attention import (
     choose_attention,
     generation_of,
 )
+from payload.engines.jax.memory import REMAT_ORDER
 
 # The most negative float32, as transformers masks with: finite, so a fully masked row stays
 # defined.
 NEG_INF = float(np.finfo(np.float32).min)
 # The mesh axes a batch is split over (payload.engines.jax.step.BATCH_AXES).
 BATCH_AXES = ("data", "fsdp")
-REMAT_POLICIES = ("none", "dots", "full")
 
 
 @dataclass(frozen=True)
@@ -224,7 +224,7 @@ def remat_policy(name: str):
         return jax.checkpoint_policies.dots_with_no_batch_dims_saveable
     if name == "full":
         return jax.checkpoint_policies.nothing_saveable
-    raise ValueError(f"no remat policy {name!r}; one of {', '.join(REMAT_POLICIES)}")
+    raise ValueError(f"no remat policy {name!r}; one of {', '.join(REMAT_ORDER)}")
 
 
 def run_layer(layer, x, *args, remat: str):

@@ -89,6 +89,15 @@ def test_compile_ahead_stores_the_step_and_a_fresh_process_loads_it(tmp_path):
     assert any(cache.iterdir())
 
 
+def test_the_environments_cache_wins_over_the_runs_own(monkeypatch):
+    from payload.engines.jax.cache import cache_folder
+
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+    assert cache_folder("gs://b/run") == "gs://b/run/.tpuctl/jax-cache"
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", "/shared/jax")
+    assert cache_folder("gs://b/run") == "/shared/jax"
+
+
 def test_a_resumed_local_jax_run_loads_its_step_from_the_cache(tmp_path):
     """Stopped after its first step (train.max_hours, a stand-in for a preemption), then
     resumed with the same settings: the step comes from the cache the first run filled. (A
@@ -97,16 +106,19 @@ def test_a_resumed_local_jax_run_loads_its_step_from_the_cache(tmp_path):
     from train_helpers import make_run_dir
 
     from payload.core import layout
+    from tests.conftest import payload_env
     from tests.test_jax_train import jax_config, train
 
     out = make_run_dir(tmp_path, "gpt2")
     settings = dict(steps=6, checkpoint_every=3, eval_every=3)
-    first = train(jax_config(out, "gpt2", max_hours=1e-9, **settings))
+    # The run's own cache, not one a test suite may name for all its processes.
+    env = {k: v for k, v in payload_env().items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    first = train(jax_config(out, "gpt2", max_hours=1e-9, **settings), env=env)
     assert "stopping at step 1 of 6" in first.stdout
     cache = out / layout.OWN_DIR / layout.JAX_CACHE
     stored = {p.name for p in cache.iterdir()}
     assert stored
-    resumed = train(jax_config(out, "gpt2", **settings), "--resume")
+    resumed = train(jax_config(out, "gpt2", **settings), "--resume", env=env)
     metrics = json.loads((out / "metrics.json").read_text())
     assert [(c["step"], c["cache"]) for c in metrics["compiles"]] == [(0, "miss"), (1, "hit")]
     assert all(c["compile_s"] >= 0 for c in metrics["compiles"])

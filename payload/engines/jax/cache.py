@@ -1,7 +1,7 @@
 """The JAX engine's persistent compilation cache: a resumed or preempted run loads the compiled
 training step instead of compiling it again.
 
-    use_compilation_cache(layout.own_path(output_dir, "jax-cache"))   # before anything compiles
+    use_compilation_cache(cache_folder(output_dir))      # before anything compiles
     compiled, report = compile_ahead(program.train_step, state, batch)
     report   # {"compile_s": 35.2, "cache": "hit"}  ("miss": compiled now and stored)
 
@@ -10,16 +10,22 @@ a preempted TPU VM comes back as a new VM with an empty disk, and on a multi-hos
 process 0 writes cache entries (JAX's rule, against write contention), so every host must read
 the same folder, as every host reads output_dir. Whoever can write there can also write the
 run's checkpoints: JAX's warning that a cache is trusted code holds for both alike.
-Whether the step came from the cache is JAX's own monitoring event
+A cache the environment names (JAX_COMPILATION_CACHE_DIR: a user's own, or a test suite's
+shared one) is used instead. Whether the step came from the cache is JAX's own monitoring event
 (/jax/compilation_cache/cache_hits), counted while it compiles.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
 import jax
+
+from payload.core import layout
+
+ENVIRONMENT = "JAX_COMPILATION_CACHE_DIR"
 
 CACHE_HITS = "/jax/compilation_cache/cache_hits"
 CACHE_MISSES = "/jax/compilation_cache/cache_misses"
@@ -32,6 +38,11 @@ def _count(event: str, **_) -> None:
     if event in _counts:
         with _lock:
             _counts[event] += 1
+
+
+def cache_folder(output_dir: str) -> str:
+    """The run's cache: the environment's if it names one, else output_dir/.tpuctl/jax-cache."""
+    return os.environ.get(ENVIRONMENT) or layout.own_path(output_dir, layout.JAX_CACHE)
 
 
 def use_compilation_cache(directory: str) -> None:

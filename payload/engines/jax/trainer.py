@@ -54,11 +54,11 @@ class JaxTrainer:
         from payload.engines import Workload
         from payload.engines.jax import step as jax_step
         from payload.engines.jax.attention import generation_of
-        from payload.engines.jax.cache import use_compilation_cache
+        from payload.engines.jax.cache import cache_folder, use_compilation_cache
         from payload.engines.jax.engine import ENGINE
 
         # Before anything compiles: a resumed or preempted run loads its step from here.
-        use_compilation_cache(layout.own_path(config.output_dir, layout.JAX_CACHE))
+        use_compilation_cache(cache_folder(config.output_dir))
         from payload.engines.jax.models import parameter_shapes
         from payload.training.train import check_batch_size, objective_for
 

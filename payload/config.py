@@ -619,6 +619,10 @@ class ModelConfig(_Section):
     config: str | None = None
     init_from: str | None = None
     dropout: float = Field(0.1, ge=0.0, lt=1.0)
+    # Dropout on the attention weights (transformers' attention_probs_dropout_prob / attn_pdrop),
+    # when it should differ from model.dropout: the JAX engine's fused attention kernels have
+    # none, so a rate above 0 keeps it on the reference attention (payload.engines.jax.attention).
+    attention_dropout: float | None = Field(None, ge=0.0, lt=1.0)
     mlm_probability: float = Field(0.15, gt=0.0, lt=1.0)
     noise_density: float = Field(0.15, gt=0.0, lt=1.0)
     mean_noise_span_length: float = Field(3.0, ge=1.0)
@@ -679,6 +683,11 @@ class TrainConfig(_Section):
     max_grad_norm: float = Field(1.0, gt=0.0)
     optimizer: Literal["adamw", "adafactor"] = "adamw"
     bf16: bool = False
+    # The JAX engine's rematerialisation of its layers' activations (recomputed in the backward
+    # pass instead of kept): none, dots (keep the products, recompute the rest), full (keep
+    # each layer's input only, about a third more compute), or auto: the least that fits the
+    # chip's memory by the run plan's estimate (payload.engines.jax.memory).
+    remat: Literal["auto", "none", "dots", "full"] = "auto"
     checkpoint_every: int = Field(500, gt=0)
     keep_checkpoints: int = Field(3, gt=0)
     eval_every: int = Field(500, gt=0)
@@ -846,6 +855,14 @@ def _cross_problems(*, name: str | None, cluster, data, tokenizer, model, train)
         problems.append("train.max_cost needs a price per hour, and tpuctl's price table has "
                         "none for this cluster (only cloud TPUs are priced, and not every "
                         "type or provisioning); use train.max_hours instead")
+    if train is not None and train.engine != "jax" and train.remat != "auto":
+        problems.append(f"train.remat: {train.remat} rematerialises the JAX engine's layers; "
+                        f"the {train.engine} engine has no such setting: remove it or set "
+                        "train.engine: jax")
+    if (model is not None and model.family == "t5" and model.attention_dropout is not None
+            and model.attention_dropout != model.dropout):
+        problems.append("model.attention_dropout: T5 has one dropout rate for all its layers "
+                        "(transformers' dropout_rate); set model.dropout instead")
     if train is not None and train.warmup_steps > train.steps:
         problems.append(f"train.warmup_steps={train.warmup_steps} is more than train.steps="
                         f"{train.steps}")
@@ -864,15 +881,18 @@ def _state_problems(*, cluster, data, tokenizer, model, train) -> list[str]:
     if model.init_from or model.config or tokenizer.path:
         return []
     from payload.core.sizes import parameter_count, transformers_config
-    from payload.engines import sharding_plan
+    from payload.engines import Workload, sharding_plan
 
     acc = cluster.tpu
-    params = parameter_count(transformers_config(model, vocab_size=tokenizer.vocab_size,
-                                                 seq_len=data.seq_len))
+    architecture = transformers_config(model, vocab_size=tokenizer.vocab_size,
+                                       seq_len=data.seq_len)
+    params = parameter_count(architecture)
+    workload = Workload.of(architecture, model=model, data=data, train=train, platform="tpu",
+                           generation=acc.generation)
     key = f"model.size {model.size}" if model.size else "model"
     return _problems_of(key, lambda: sharding_plan(
         train.engine, params, num_devices=acc.chips, hbm_bytes_per_chip=acc.hbm_gib_per_chip << 30,
-        optimizer=train.optimizer, where=acc.name))
+        optimizer=train.optimizer, where=acc.name, workload=workload))
 
 
 def _valid_sections(raw: dict) -> dict:

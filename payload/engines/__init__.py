@@ -17,6 +17,7 @@ framework.
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from typing import Protocol
 
 from payload.core.errors import UserError
@@ -30,6 +31,44 @@ DEFAULT = "tensorflow"
 # Engines that can split the training state over a slice's chips (FSDP), by the module of their
 # framework-free plan; any other engine keeps a whole copy on every replica.
 SHARDING_PLANS = {"jax": "payload.engines.jax.sharding"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workload:
+    """What one training step computes, for an engine's memory plan: the model (a transformers
+    config dict), the global batch, the lengths (T5's target, the positions the head predicts
+    per row), bf16, train.remat, and the platform and TPU generation it runs on."""
+
+    architecture: dict
+    batch_size: int
+    seq_len: int
+    target_len: int | None
+    predicted_len: int
+    bf16: bool
+    remat: str
+    platform: str
+    generation: str | None = None
+
+    @classmethod
+    def of(cls, architecture: dict, *, model, data, train, platform: str,
+           generation: str | None = None) -> Workload:
+        """From a run config's model, data and train sections."""
+        from payload.core.families import span_corruption_lengths, t5_expanded_length
+        from payload.data.objectives import max_predictions
+
+        seq_len, family = data.seq_len, model.family
+        target = None
+        if family == "t5":
+            expanded = t5_expanded_length(seq_len, model.noise_density,
+                                          model.mean_noise_span_length)
+            target = span_corruption_lengths(expanded, model.noise_density,
+                                             model.mean_noise_span_length)[1]
+        predicted = {"t5": target, "gpt2": seq_len - 1}.get(
+            family, max_predictions(seq_len, model.mlm_probability))
+        return cls(architecture=architecture, batch_size=train.batch_size, seq_len=seq_len,
+                   target_len=target, predicted_len=predicted, bf16=train.bf16,
+                   remat=train.remat, platform=platform,
+                   generation=generation)
 
 
 class TrainedWeights(Protocol):
@@ -60,6 +99,12 @@ class Trainer(Protocol):
 
     def open_train(self, start_batch: int) -> None:
         """Start the training input at global batch `start_batch` (exact resume)."""
+
+    def compile_step(self) -> dict | None:
+        """Compile the training step before the first one runs, so the loop can say when
+        compiling ends: {"compile_s": seconds, "cache": "hit" | "miss" | "off"} (from a
+        persistent compilation cache or not); None for an engine that compiles in its first
+        step."""
 
     def train_chunk(self, num_steps: int) -> tuple[float, int]:
         """Train `num_steps` steps: (the sum of their finite losses, the index in the chunk of
@@ -108,6 +153,10 @@ class Engine(Protocol):
         """The step of the newest complete checkpoint in output_dir/checkpoints/ (None without
         one), read without importing the framework: the launcher's pre-flight asks."""
 
+    def plan_lines(self, workload: Workload) -> list[str]:
+        """What the run plan says of how this engine runs the step (the JAX engine: which
+        attention kernel each attention call takes, and why); imports no framework."""
+
     def trainer(self, config, inputs, plan) -> Trainer:
         """This engine's trainer for a checked run (payload.training.train.RunInputs) under a
         strategy plan (payload.training.strategy.StrategyPlan). Imports the framework."""
@@ -123,17 +172,19 @@ def engine_for(name: str | None) -> Engine:
 
 
 def sharding_plan(name: str | None, num_params: int, *, num_devices: int,
-                  hbm_bytes_per_chip: int, optimizer: str, where: str = ""):
+                  hbm_bytes_per_chip: int, optimizer: str, where: str = "",
+                  workload: Workload | None = None):
     """How engine `name` lays a model's training state over `num_devices` chips (a
-    ShardingPlan: data parallel or FSDP over N), None for an engine that only replicates; a
-    state no arrangement fits is a UserError saying what it needs and has. Imports no
-    framework: the run plan and the config check call it before anything runs."""
+    ShardingPlan: data parallel or FSDP over N, and with a `workload`, its activations and
+    rematerialisation), None for an engine that only replicates; a state or step no
+    arrangement fits is a UserError saying what it needs and has, and what would fit. Imports
+    no framework: the run plan and the config check call it before anything runs."""
     module = SHARDING_PLANS.get(name or DEFAULT)
     if module is None:
         return None
     return importlib.import_module(module).plan_sharding(
         num_params, num_devices=num_devices, hbm_bytes_per_chip=hbm_bytes_per_chip,
-        optimizer=optimizer, where=where)
+        optimizer=optimizer, where=where, workload=workload)
 
 
 def all_engines() -> list[Engine]:

@@ -268,6 +268,10 @@ class TrainingLoop:
         trainer.open_train(start)
         evaluate = self._evaluator()
         self._emit("start", {"step": start, "steps": steps})
+        compiled = trainer.compile_step()  # None: the engine compiles in its first step
+        if compiled is not None:
+            history.setdefault("compiles", []).append({"step": start, **compiled})
+            self._emit("compiled", {"step": start, "steps": steps, **compiled})
         step, window_loss, window_steps = start, 0.0, 0
         # Rates count chunks after the first, whose time is mostly compiling: the window's, and
         # the steady rate of the whole run.
@@ -317,6 +321,7 @@ class TrainingLoop:
                     steady_steps_per_s=rate_steps / rate_time if rate_time else None,
                     elapsed_s=time.monotonic() - began_training,
                     first_step_s=first_step_s if step == start + 1 else None,
+                    compile_s=compiled["compile_s"] if compiled and step == start + 1 else None,
                 )
                 self._emit("train", record)
                 said_at = time.monotonic()
@@ -360,7 +365,7 @@ class TrainingLoop:
 
     def _progress(self, step: int, loss: float, *, steps_per_s: float | None,
                   steady_steps_per_s: float | None, elapsed_s: float,
-                  first_step_s: float | None = None) -> dict:
+                  first_step_s: float | None = None, compile_s: float | None = None) -> dict:
         """The training progress record for the steps since the last report: the one place its
         fields are made (the live view, `tpuctl status` and metrics.json's "train" read them)."""
         steps = self.config.train.steps
@@ -377,6 +382,8 @@ class TrainingLoop:
             record.update(self.meter.fields(steps_per_s))
         if first_step_s is not None:
             record["first_step_s"] = round(first_step_s, 3)
+        if compile_s is not None:
+            record["compile_s"] = compile_s
         return record
 
     def _summarize(self, record: dict) -> None:
@@ -422,9 +429,9 @@ class TrainingLoop:
         if not storage.exists(self.metrics_path):
             return {"evals": [], "train": []}
         old = json.loads(storage.read_text(self.metrics_path))
-        return {
-            key: [e for e in old.get(key, []) if e["step"] <= start] for key in ("evals", "train")
-        }
+        # "compiles": each start's compile of the step (engines that compile ahead).
+        keys = ("evals", "train", *(("compiles",) if "compiles" in old else ()))
+        return {key: [e for e in old.get(key, []) if e["step"] <= start] for key in keys}
 
     def _finish_metrics(self, history: dict, step: int) -> None:
         """A run cut short after its last checkpoint wrote no final figures: its last

@@ -52,6 +52,15 @@ class JaxEngine:
                                         for path in commits) if _STEP.match(step)]
         return max(steps) if steps else None
 
+    def plan_lines(self, workload) -> list[str]:
+        """Which attention kernel each kind of attention call takes on the workload's platform,
+        and why (payload.engines.jax.attention; no JAX imported)."""
+        from payload.engines.jax.attention import attention_plan
+
+        return attention_plan(workload.architecture, platform=workload.platform,
+                              generation=workload.generation, seq_len=workload.seq_len,
+                              target_len=workload.target_len, bf16=workload.bf16)
+
     def trainer(self, config, inputs, plan):
         check_installed()
         from payload.engines.jax.trainer import JaxTrainer

@@ -1,14 +1,16 @@
-"""How the JAX engine lays the training state over a slice's chips, worked out without JAX.
+"""How the JAX engine lays the training state over a slice's chips, and whether a step's
+activations fit beside it, worked out without JAX.
 
     plan = plan_sharding(1_557_611_200, num_devices=16, hbm_bytes_per_chip=16 << 30)
     plan.kind            # "FSDP over 4 chips": the smallest group whose share fits a chip
-    plan_sharding(1_557_611_200, num_devices=1, hbm_bytes_per_chip=16 << 30)
-    # UserError: "... need 23.2 GiB of training state ... but a chip has 16 GiB ..."
+    plan_sharding(1_557_611_200, num_devices=1, hbm_bytes_per_chip=16 << 30, where="v5litepod-1")
+    # UserError: "... need 23.2 GiB of training state ..." hint: "use v5litepod-4 or larger ..."
+    plan_sharding(..., workload=Workload.of(...))   # also activations and train.remat: auto
 
-Pure arithmetic on the parameter count and the accelerator table's memory per chip, so the run
-plan, the launcher's dry run and the pre-flight say what the step (payload.engines.jax.step,
-which builds the mesh from the same plan) will do, and refuse what cannot fit, before any JAX
-import or TPU hour.
+Pure arithmetic on the parameter count, the step's shapes (payload.engines.jax.memory) and the
+accelerator table's memory per chip, so the run plan, the launcher's dry run and the config
+check say what the step (payload.engines.jax.step, which builds the mesh from the same plan)
+will do, and refuse what cannot fit, naming what would, before any JAX import or TPU hour.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ STATE_BYTES_PER_PARAM = {"adamw": 16, "adafactor": 8}
 # The share of a chip's memory the weights, gradients and optimizer state may use; the rest is
 # for activations, the bfloat16 copies and XLA's buffers.
 STATE_SHARE_OF_HBM = 0.6
+# The share of a chip's memory a step may fill in all (state, activations, bfloat16 weight
+# copies); the runtime and XLA's own scratch keep the rest.
+USABLE_SHARE_OF_HBM = 0.9
 GIB = 1 << 30
 
 
@@ -35,6 +40,10 @@ class ShardingPlan:
     fsdp: int
     state_bytes_per_chip: int  # weights, gradients and optimizer state on one chip
     hbm_bytes_per_chip: int
+    # With a workload: the layers' rematerialisation (train.remat, or the least that fits)
+    # and what the step's activations and bfloat16 weight copies take per chip.
+    remat: str = "none"
+    activation_bytes_per_chip: int | None = None
 
     @property
     def num_devices(self) -> int:
@@ -51,10 +60,24 @@ class ShardingPlan:
                   if self.fsdp == 1 else
                   f"{self.data} replica group{'s' if self.data > 1 else ''} of {self.fsdp} "
                   "chips, each chip holding 1/" f"{self.fsdp} of the state")
-        return (f"{self.kind} ({layout}): {self.state_bytes_per_chip / GIB:.1f} GiB of "
+        said = (f"{self.kind} ({layout}): {self.state_bytes_per_chip / GIB:.1f} GiB of "
                 f"weights, gradients and optimizer state per chip, of the "
                 f"{share / GIB:.1f} GiB ({STATE_SHARE_OF_HBM:.0%} of "
                 f"{self.hbm_bytes_per_chip / GIB:.0f} GiB) a chip gives them")
+        if self.activation_bytes_per_chip is None:
+            return said
+        return (f"{said}; activations about {self.activation_bytes_per_chip / GIB:.1f} GiB per "
+                f"chip with train.remat {self.remat} ({_REMAT_WORDS[self.remat]}), "
+                f"{self.total_bytes_per_chip / GIB:.1f} GiB in all of the "
+                f"{self.hbm_bytes_per_chip * USABLE_SHARE_OF_HBM / GIB:.1f} GiB usable")
+
+    @property
+    def total_bytes_per_chip(self) -> int:
+        return self.state_bytes_per_chip + (self.activation_bytes_per_chip or 0)
+
+
+_REMAT_WORDS = {"none": "every activation kept", "dots": "products kept, the rest recomputed",
+                "full": "each layer recomputed in the backward pass"}
 
 
 def state_bytes(num_params: int, optimizer: str = "adamw") -> int:
@@ -63,27 +86,143 @@ def state_bytes(num_params: int, optimizer: str = "adamw") -> int:
 
 
 def plan_sharding(num_params: int, *, num_devices: int, hbm_bytes_per_chip: int,
-                  optimizer: str = "adamw", where: str = "") -> ShardingPlan:
+                  optimizer: str = "adamw", where: str = "", workload=None) -> ShardingPlan:
     """Replicated if the whole training state fits one chip's share, else the smallest FSDP
-    group (a divisor of the device count) that makes it fit. A state too large even spread
-    over every chip is a user error that says what it needs and what there is (`where` names
-    the slice in it, e.g. "v5litepod-1")."""
+    group (a divisor of the device count) that makes it fit. With a `workload`
+    (payload.engines.Workload) the step's activations must fit too: the least
+    rematerialisation that does (train.remat auto; none before dots before full, each tried
+    over the FSDP groups first) or the one train.remat names. What fits no arrangement is a
+    user error that says what it needs and has, and what would fit (`where` names the slice,
+    e.g. "v5litepod-1": other slices of its generation are named from the accelerator table)."""
     state = state_bytes(num_params, optimizer)
     budget = int(hbm_bytes_per_chip * STATE_SHARE_OF_HBM)
-    for fsdp in (d for d in range(1, num_devices + 1) if num_devices % d == 0):
-        per_chip = math.ceil(state / fsdp)
-        if per_chip <= budget:
-            return ShardingPlan(data=num_devices // fsdp, fsdp=fsdp, state_bytes_per_chip=per_chip,
-                                hbm_bytes_per_chip=hbm_bytes_per_chip)
+    groups = [d for d in range(1, num_devices + 1)
+              if num_devices % d == 0 and math.ceil(state / d) <= budget]
+    if not groups:
+        raise _no_room_for_state(num_params, state, num_devices=num_devices,
+                                 hbm_bytes_per_chip=hbm_bytes_per_chip, optimizer=optimizer,
+                                 where=where, workload=workload)
+    if workload is None:
+        fsdp = groups[0]
+        return ShardingPlan(data=num_devices // fsdp, fsdp=fsdp,
+                            state_bytes_per_chip=math.ceil(state / fsdp),
+                            hbm_bytes_per_chip=hbm_bytes_per_chip)
+    found = _fitting(num_params, state, groups, num_devices=num_devices,
+                     hbm_bytes_per_chip=hbm_bytes_per_chip, workload=workload)
+    if found is None:
+        raise _no_room_for_activations(num_params, state, groups, num_devices=num_devices,
+                                       hbm_bytes_per_chip=hbm_bytes_per_chip,
+                                       optimizer=optimizer, where=where, workload=workload)
+    return found
+
+
+def _policies(workload) -> tuple[str, ...]:
+    from payload.engines.jax.memory import REMAT_ORDER
+
+    return REMAT_ORDER if workload.remat == "auto" else (workload.remat,)
+
+
+def _working_bytes(num_params: int, fsdp: int, workload) -> int:
+    """bfloat16 copies of this chip's weights, which the products read."""
+    return num_params * 2 // fsdp if workload.bf16 and workload.platform != "cpu" else 0
+
+
+def _fitting(num_params, state, groups, *, num_devices, hbm_bytes_per_chip, workload,
+             policies=None) -> ShardingPlan | None:
+    from payload.engines.jax.memory import activation_bytes
+
+    usable = hbm_bytes_per_chip * USABLE_SHARE_OF_HBM
+    rows = max(1, workload.batch_size // num_devices)
+    for policy in policies or _policies(workload):
+        activations = activation_bytes(workload, policy, rows=rows)
+        for fsdp in groups:
+            held = activations + _working_bytes(num_params, fsdp, workload)
+            if math.ceil(state / fsdp) + held <= usable:
+                return ShardingPlan(data=num_devices // fsdp, fsdp=fsdp,
+                                    state_bytes_per_chip=math.ceil(state / fsdp),
+                                    hbm_bytes_per_chip=hbm_bytes_per_chip, remat=policy,
+                                    activation_bytes_per_chip=held)
+    return None
+
+
+def _larger_slice(num_params: int, *, optimizer: str, where: str, workload) -> str | None:
+    """The smallest slice of `where`'s generation with more chips on which this model (and
+    step, with a workload) fits, from the accelerator table; None if there is none."""
+    from payload.cloud import accelerators
+
+    if not where:
+        return None
+    try:
+        here = accelerators.accelerator(where)
+    except UserError:  # a name outside the table: nothing to compare it with
+        return None
+    generation = accelerators.GENERATIONS.get(here.generation)
+    if generation is None:
+        return None
+    for size in generation.sizes:
+        chips = generation.chips(size)
+        if chips <= here.chips or (workload is not None and workload.batch_size % chips):
+            continue
+        try:
+            plan_sharding(num_params, num_devices=chips,
+                          hbm_bytes_per_chip=here.hbm_gib_per_chip << 30,
+                          optimizer=optimizer, workload=workload)
+        except UserError:
+            continue
+        return f"{generation.prefix}-{size}"
+    return None
+
+
+def _no_room_for_state(num_params, state, *, num_devices, hbm_bytes_per_chip, optimizer,
+                       where, workload) -> UserError:
+    budget = int(hbm_bytes_per_chip * STATE_SHARE_OF_HBM)
     chips = (f"the {num_devices} chips" if num_devices > 1 else "the one chip") + (
         f" of {where}" if where else "")
     fits = math.ceil(state / budget)
     smaller = ", or train.optimizer: adafactor (half the state)" if optimizer == "adamw" else ""
-    raise UserError(
+    larger = _larger_slice(num_params, optimizer=optimizer, where=where, workload=workload)
+    slices = (f"use {larger} or larger" if larger else
+              f"use a slice of at least {fits} such chips")
+    return UserError(
         f"the model's {num_params / 1e6:,.0f}M parameters need {state / GIB:.1f} GiB of "
         f"training state ({optimizer}): {state / num_devices / GIB:.1f} GiB per chip even split "
         f"(FSDP) over {chips}, but a chip has {hbm_bytes_per_chip / GIB:.0f} GiB "
         f"({budget / GIB:.1f} GiB of it for the state)",
-        hint=f"use a slice of at least {fits} such chips, chips with more memory or a smaller "
-             f"model{smaller}",
+        hint=f"{slices}, chips with more memory or a smaller model{smaller}",
+    )
+
+
+def _no_room_for_activations(num_params, state, groups, *, num_devices, hbm_bytes_per_chip,
+                             optimizer, where, workload) -> UserError:
+    from dataclasses import replace
+
+    from payload.engines.jax.memory import activation_bytes
+
+    policy = _policies(workload)[-1]  # the least memory this run allows itself
+    rows = max(1, workload.batch_size // num_devices)
+    fsdp = groups[-1]
+    held = activation_bytes(workload, policy, rows=rows) + _working_bytes(num_params, fsdp,
+                                                                          workload)
+    usable = hbm_bytes_per_chip * USABLE_SHARE_OF_HBM
+    ways = []
+    fitting_rows = next((r for r in range(rows - 1, 0, -1) if _fitting(
+        num_params, state, groups, num_devices=num_devices,
+        hbm_bytes_per_chip=hbm_bytes_per_chip, policies=(policy,),
+        workload=replace(workload, batch_size=r * num_devices)) is not None), 0)
+    if fitting_rows:
+        ways.append(f"train.batch_size {fitting_rows * num_devices} or less")
+    if policy != "full":
+        ways.append("train.remat: full (each layer recomputed: about a third more compute)")
+    larger = _larger_slice(num_params, optimizer=optimizer, where=where, workload=workload)
+    if larger:
+        ways.append(f"{larger} (the same batch over more chips)")
+    ways.append("a shorter data.seq_len or a smaller model")
+    what = f"{where}'s chips" if where else "a chip"
+    return UserError(
+        f"a training step of {rows} rows per chip (train.batch_size {workload.batch_size} over "
+        f"{num_devices} chip{'s' if num_devices > 1 else ''}) at seq_len {workload.seq_len} "
+        f"needs about {held / GIB:.1f} GiB of activations per chip with train.remat {policy}, "
+        f"beside {math.ceil(state / fsdp) / GIB:.1f} GiB of training state, but {what} have "
+        f"{hbm_bytes_per_chip / GIB:.0f} GiB ({usable / GIB:.1f} GiB usable)",
+        hint="use " + "; or ".join(ways),
     )

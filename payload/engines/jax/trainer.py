@@ -51,7 +51,14 @@ class JaxTrainer:
              process_id=plan.process_id)
         import jax
 
+        from payload.engines import Workload
         from payload.engines.jax import step as jax_step
+        from payload.engines.jax.attention import generation_of
+        from payload.engines.jax.cache import cache_folder, use_compilation_cache
+        from payload.engines.jax.engine import ENGINE
+
+        # Before anything compiles: a resumed or preempted run loads its step from here.
+        use_compilation_cache(cache_folder(config.output_dir))
         from payload.engines.jax.models import parameter_shapes
         from payload.training.train import check_batch_size, objective_for
 
@@ -63,12 +70,16 @@ class JaxTrainer:
         self.process, self.processes = jax.process_index(), jax.process_count()
         architecture = inputs.hf_config.to_dict()
         num_params = sum(int(np.prod(s.shape)) for s in parameter_shapes(architecture).values())
+        workload = Workload.of(architecture, model=config.model, data=config.data,
+                               train=config.train, platform=jax.default_backend(),
+                               generation=generation_of(jax.devices()[0].device_kind))
         sharding = jax_step.plan_sharding(num_params, num_devices=num_devices,
                                           hbm_bytes_per_chip=_memory_per_device(),
-                                          optimizer=config.train.optimizer)
+                                          optimizer=config.train.optimizer, workload=workload)
         self.program = jax_step.TrainProgram(architecture, family=self.family,
                                              train_cfg=config.train,
-                                             mesh=jax_step.make_mesh(sharding))
+                                             mesh=jax_step.make_mesh(sharding),
+                                             remat=sharding.remat)
         self.sharding = sharding
         self.replicas = num_devices
         self.drives_tpu = jax.default_backend() == "tpu"
@@ -77,10 +88,14 @@ class JaxTrainer:
         self.state = None
         self.init_source = None
         self.iterator = None
+        self._step = self.program.train_step  # compile_step puts the compiled one here
+        self._first_batch = None  # the batch compile_step compiled for, trained on first
         self._eval_batches: list | None = None
-        logging.getLogger("payload.training.train").info(
-            "JAX on %d %s device(s) in %d process(es): %s", num_devices, jax.default_backend(),
-            self.processes, sharding.kind)
+        say = logging.getLogger("payload.training.train").info
+        say("JAX on %d %s device(s) in %d process(es): %s, train.remat %s", num_devices,
+            jax.default_backend(), self.processes, sharding.kind, sharding.remat)
+        for line in ENGINE.plan_lines(workload):
+            say("%s", line)
 
     @property
     def latest(self) -> str | None:
@@ -151,13 +166,26 @@ class JaxTrainer:
 
     # --- steps -------------------------------------------------------------------------
 
+    def compile_step(self) -> dict:
+        """Compile the training step for the first batch before training on it, through the
+        persistent compilation cache: {"compile_s", "cache": hit | miss | off}."""
+        from payload.engines.jax.cache import compile_ahead
+
+        self._first_batch = self.program.global_batch(next(self.iterator))
+        self._step, report = compile_ahead(self.program.train_step, self.state,
+                                           self._first_batch)
+        return report
+
+    def _next_batch(self):
+        batch, self._first_batch = self._first_batch, None
+        return batch if batch is not None else self.program.global_batch(next(self.iterator))
+
     def train_chunk(self, num_steps: int) -> tuple[float, int]:
         import jax
 
         losses = []
         for _ in range(num_steps):  # dispatched asynchronously: the host reads ahead
-            batch = self.program.global_batch(next(self.iterator))
-            self.state, metrics = self.program.train_step(self.state, batch)
+            self.state, metrics = self._step(self.state, self._next_batch())
             losses.append(metrics["loss"])
         losses = np.asarray(jax.device_get(losses), dtype=np.float64)
         finite = np.isfinite(losses)

@@ -19,6 +19,9 @@ class TensorFlowEngine:
     def newest_step(self, output_dir: str) -> int | None:
         return checkpoints.newest_step(output_dir)
 
+    def plan_lines(self, workload) -> list[str]:
+        return []  # tf.keras' attention and memory: nothing the plan chooses
+
     def trainer(self, config, inputs, plan):
         from payload.engines.tensorflow.trainer import TensorFlowTrainer
 

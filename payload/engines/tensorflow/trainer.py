@@ -98,6 +98,9 @@ class TensorFlowTrainer:
         self.iterator = iter(
             self._dataset(self.inputs.train_files, shuffle=True, start_batch=start_batch))
 
+    def compile_step(self) -> None:
+        return None  # tf.function traces and compiles in the first step
+
     # --- compiled steps ----------------------------------------------------------------
 
     def _build_steps(self):

@@ -17,23 +17,10 @@ from payload.core.errors import UserError
 from payload.engines import engine_for
 from payload.training import checkpoints
 from tests.support.configs import training_config
-from tests.support.jax import checkpoint_variables
+from tests.support.jax import checkpoint_variables, jax_config
+from tests.support.jax import train_stage as train
 from tests.support.runners import assert_user_error
 from tests.support.runs import prepared_run, run_stage
-
-
-def jax_config(out, family: str, *, model=None, **train):
-    raw = training_config(out, family, engine="jax", **train)
-    raw["model"].update(model or {})
-    path = out.parent / f"{out.name}.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
-
-
-def train(config, *args, **kwargs):
-    result = run_stage("train", config, *args, **kwargs)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result
 
 
 def assert_learned(out, *, every: int, steps: int) -> dict:

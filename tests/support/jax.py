@@ -105,3 +105,25 @@ def tiny_program():
     plan = jax_step.plan_sharding(1, num_devices=len(jax.devices()), hbm_bytes_per_chip=1 << 30)
     return jax_step.TrainProgram(raw, family="gpt2", train_cfg=cfg,
                                  mesh=jax_step.make_mesh(plan))
+
+
+def jax_config(out, family: str, *, model=None, **train):
+    """The training tests' run of `family` on the JAX engine, written beside output_dir."""
+    import yaml
+
+    from tests.support.configs import training_config
+
+    raw = training_config(out, family, engine="jax", **train)
+    raw["model"].update(model or {})
+    path = out.parent / f"{out.name}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def train_stage(config, *args, **kwargs):
+    """`python -m payload train` as a process; it must succeed."""
+    from tests.support.runs import run_stage
+
+    result = run_stage("train", config, *args, **kwargs)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result

@@ -98,13 +98,13 @@ def test_the_compiled_gradient_never_holds_the_whole_logits():
 def test_each_familys_step_loss_is_the_plain_loss_of_its_logits(family, tmp_path):
     """The train step's loss (chunked) against `predictions` + the plain `loss_sums`."""
     from flax import nnx
-    from train_helpers import run_config
 
-    from tests.test_jax_models import architecture
+    from tests.support.configs import training_run_config
+    from tests.support.jax import architecture
 
     raw = architecture(family, vocab_size=64, seq_len=16, hidden_size=32, num_layers=1,
                        num_heads=2, intermediate_size=64)
-    train_cfg = run_config(tmp_path / "unused", family, steps=4).train
+    train_cfg = training_run_config(tmp_path / "unused", family, steps=4).train
     plan = jax_step.plan_sharding(1, num_devices=len(jax.devices()), hbm_bytes_per_chip=1 << 30)
     program = jax_step.TrainProgram(raw, family=family, train_cfg=train_cfg,
                                     mesh=jax_step.make_mesh(plan))

@@ -17,12 +17,12 @@ from payload.training import progress
 
 
 def program(tmp_path, family="gpt2"):
-    from tests.test_jax_models import architecture
-    from tests.train_helpers import run_config
+    from tests.support.configs import training_run_config
+    from tests.support.jax import architecture
 
     raw = architecture(family, vocab_size=64, seq_len=16, hidden_size=32, num_layers=2,
                        num_heads=2, intermediate_size=64)
-    train_cfg = run_config(tmp_path / "unused", family, steps=4).train
+    train_cfg = training_run_config(tmp_path / "unused", family, steps=4).train
     plan = jax_step.plan_sharding(1, num_devices=len(jax.devices()), hbm_bytes_per_chip=1 << 30)
     return raw, jax_step.TrainProgram(raw, family=family, train_cfg=train_cfg,
                                       mesh=jax_step.make_mesh(plan))
@@ -62,7 +62,7 @@ def test_compile_ahead_stores_the_step_and_a_fresh_process_loads_it(tmp_path):
     import subprocess
     import sys
 
-    from tests.conftest import payload_env
+    from tests.support.runners import payload_env
 
     script = (
         "import json, sys, jax, numpy as np\n"
@@ -103,13 +103,13 @@ def test_a_resumed_local_jax_run_loads_its_step_from_the_cache(tmp_path):
     resumed with the same settings: the step comes from the cache the first run filled. (A
     resume that changes what the step computes, such as train.steps, which the schedule holds,
     compiles anew.)"""
-    from train_helpers import make_run_dir
-
     from payload.core import layout
-    from tests.conftest import payload_env
-    from tests.test_jax_train import jax_config, train
+    from tests.support.jax import jax_config
+    from tests.support.jax import train_stage as train
+    from tests.support.runners import payload_env
+    from tests.support.runs import prepared_run
 
-    out = make_run_dir(tmp_path, "gpt2")
+    out = prepared_run(tmp_path, "gpt2")
     settings = dict(steps=6, checkpoint_every=3, eval_every=3)
     # The run's own cache, not one a test suite may name for all its processes.
     env = {k: v for k, v in payload_env().items() if k != "JAX_COMPILATION_CACHE_DIR"}

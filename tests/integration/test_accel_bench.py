@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.helpers import REPO
+from tests.support.paths import REPO
 
 TORCH_PYTHON = REPO / ".venv-torch" / "bin" / "python"
 TORCH_READY = REPO / ".venv-torch" / ".installed"

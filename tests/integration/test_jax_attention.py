@@ -174,7 +174,7 @@ def test_splash_under_a_mesh_maps_over_the_batch():
 
 
 def tiny(family: str) -> dict:
-    from tests.test_jax_models import architecture
+    from tests.support.jax import architecture
 
     return architecture(family, vocab_size=64, seq_len=128, hidden_size=64, num_layers=2,
                         num_heads=2, intermediate_size=128, dropout=0.0)

@@ -101,8 +101,8 @@ lint: setup
 		terraform fmt -check -recursive tests/terraform_twin_slice; \
 	else echo "lint: no terraform on PATH, terraform fmt -check skipped (make setup-terraform)"; fi
 
-bench: setup
-	$(BIN)/python -m bench
+bench: setup setup-torch
+	$(BIN)/python -m bench --torch-python .venv-torch/bin/python
 
 # A run from a config: make up CONFIG=run.yaml; make train CONFIG=run.yaml; make down CONFIG=run.yaml
 up train down: setup

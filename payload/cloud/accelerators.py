@@ -342,6 +342,21 @@ def _refuse_base_image(acc: Accelerator, runtime_version: str, accepted: tuple[s
     raise UserError(f"unknown runtime_version '{runtime_version}' for {acc.name}", hint=fix)
 
 
+def larger_slices(name: str) -> tuple[tuple[str, int], ...]:
+    """The TPU API's slices of type `name`'s generation with more chips, smallest first, as
+    (type, chips): what a refusal that the model does not fit can name instead; () for a name
+    outside the table."""
+    try:
+        here = accelerator(name)
+    except UserError:  # a name outside the table: nothing to compare it with
+        return ()
+    generation = GENERATIONS.get(here.generation)
+    if generation is None:
+        return ()
+    return tuple((f"{generation.prefix}-{size}", generation.chips(size))
+                 for size in generation.sizes if generation.chips(size) > here.chips)
+
+
 def zones_offering(acc: Accelerator) -> tuple[str, ...]:
     return acc.zones
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from payload.config.base import BYTE_ALPHABET, MIN_LEARNED_PIECES, problems_of
 from payload.config.clusters import TPU_NAME, GceCluster, GcpCluster, GoogleCloud, gce_name_problems
-from payload.core.engines import JAX
+from payload.core.engines import JAX, engine_spec
 from payload.core.families import FAMILIES
 
 
@@ -46,6 +46,14 @@ def cross_problems(*, name: str | None, cluster, data, tokenizer, model, train) 
         problems.append("train.max_cost needs a price per hour, and tpuctl's price table has "
                         "none for this cluster (only cloud TPUs are priced, and not every "
                         "type or provisioning); use train.max_hours instead")
+    if train is not None and train.engine != JAX and train.remat != "auto":
+        problems.append(f"train.remat: {train.remat} rematerialises the JAX engine's layers; "
+                        f"the {train.engine} engine has no such setting: remove it or set "
+                        "train.engine: jax")
+    if (model is not None and model.family == "t5" and model.attention_dropout is not None
+            and model.attention_dropout != model.dropout):
+        problems.append("model.attention_dropout: T5 has one dropout rate for all its layers "
+                        "(transformers' dropout_rate); set model.dropout instead")
     if train is not None and train.warmup_steps > train.steps:
         problems.append(f"train.warmup_steps={train.warmup_steps} is more than train.steps="
                         f"{train.steps}")
@@ -56,20 +64,25 @@ def cross_problems(*, name: str | None, cluster, data, tokenizer, model, train) 
 
 def _state_problems(*, cluster, data, tokenizer, model, train) -> list[str]:
     """A model whose training state the TPU's chips cannot hold, as the engine would lay it
-    out (payload.engines.sharding_plan), refused with the engine and the type: here when the
+    out (payload.core.engines: its spec's plan_sharding), refused with the engine and the type: here when the
     config alone gives the shape and vocabulary; a model read from files is checked by the run
     plan (`train --dry-run`) and the train stage."""
     if not (isinstance(cluster, GoogleCloud) and None not in (data, tokenizer, model, train)):
         return []
     if model.init_from or model.config or tokenizer.path:
         return []
+    from payload.cloud.accelerators import larger_slices
+    from payload.core.fit.workload import Workload
     from payload.core.sizes import parameter_count, transformers_config
-    from payload.engines import sharding_plan
 
     acc = cluster.tpu
-    params = parameter_count(transformers_config(model, vocab_size=tokenizer.vocab_size,
-                                                 seq_len=data.seq_len))
+    architecture = transformers_config(model, vocab_size=tokenizer.vocab_size,
+                                       seq_len=data.seq_len)
+    params = parameter_count(architecture)
+    workload = Workload.of(architecture, model=model, data=data, train=train, platform="tpu",
+                           generation=acc.generation)
     key = f"model.size {model.size}" if model.size else "model"
-    return problems_of(key, lambda: sharding_plan(
-        train.engine, params, num_devices=acc.chips, hbm_bytes_per_chip=acc.hbm_gib_per_chip << 30,
-        optimizer=train.optimizer, where=acc.name))
+    return problems_of(key, lambda: engine_spec(train.engine).plan_sharding(
+        params, num_devices=acc.chips, hbm_bytes_per_chip=acc.hbm_gib_per_chip << 30,
+        optimizer=train.optimizer, where=acc.name, workload=workload,
+        larger=larger_slices(acc.name)))

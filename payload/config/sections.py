@@ -83,6 +83,10 @@ class ModelConfig(Section):
     config: str | None = None
     init_from: str | None = None
     dropout: float = Field(0.1, ge=0.0, lt=1.0)
+    # Dropout on the attention weights (transformers' attention_probs_dropout_prob / attn_pdrop),
+    # when it should differ from model.dropout: the JAX engine's fused attention kernels have
+    # none, so a rate above 0 keeps it on the reference attention (payload.core.fit.attention).
+    attention_dropout: float | None = Field(None, ge=0.0, lt=1.0)
     mlm_probability: float = Field(0.15, gt=0.0, lt=1.0)
     noise_density: float = Field(0.15, gt=0.0, lt=1.0)
     mean_noise_span_length: float = Field(3.0, ge=1.0)
@@ -143,6 +147,11 @@ class TrainConfig(Section):
     max_grad_norm: float = Field(1.0, gt=0.0)
     optimizer: Literal["adamw", "adafactor"] = "adamw"
     bf16: bool = False
+    # The JAX engine's rematerialisation of its layers' activations (recomputed in the backward
+    # pass instead of kept): none, dots (keep the products, recompute the rest), full (keep
+    # each layer's input only, about a third more compute), or auto: the least that fits the
+    # chip's memory by the run plan's estimate (payload.core.fit.memory).
+    remat: Literal["auto", "none", "dots", "full"] = "auto"
     checkpoint_every: int = Field(500, gt=0)
     keep_checkpoints: int = Field(3, gt=0)
     eval_every: int = Field(500, gt=0)

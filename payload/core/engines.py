@@ -97,6 +97,22 @@ class EngineSpec:
         """What a TPU host's training process tells TensorFlow before importing it."""
         raise NotImplementedError
 
+    def plan_sharding(self, num_params: int, *, num_devices: int, hbm_bytes_per_chip: int,
+                      optimizer: str, where: str = "", workload=None,
+                      larger: tuple[tuple[str, int], ...] = ()):
+        """How the engine lays a model's training state over `num_devices` chips (a
+        payload.core.fit.sharding.ShardingPlan: data parallel or FSDP over N, and with a
+        `workload`, its activations and rematerialisation), None for an engine that only
+        replicates it; a state or step no arrangement fits is a UserError saying what it needs
+        and has, and what would fit. The run plan and the config check ask before anything
+        runs."""
+        return None
+
+    def plan_lines(self, workload) -> list[str]:
+        """What the run plan says of how the engine runs the step (which attention kernel each
+        call takes, and why)."""
+        return []
+
     def check_installed(self) -> None:
         """The engine's packages are in this Python: else one line saying how to get them (a
         run whose checkpoints say jax, exported where only the TensorFlow set is installed)."""
@@ -228,6 +244,23 @@ class JaxSpec(EngineSpec):
     _STEP = re.compile(r"^\d+\Z")
     # A step folder or the temporary one a save builds it in, and anything inside.
     _WRITTEN = re.compile(r"^\d+(?:\.orbax-checkpoint-tmp[^/]*)?/.+\Z")
+
+    def plan_sharding(self, num_params: int, *, num_devices: int, hbm_bytes_per_chip: int,
+                      optimizer: str, where: str = "", workload=None,
+                      larger: tuple[tuple[str, int], ...] = ()):
+        from payload.core.fit.sharding import plan_sharding
+
+        return plan_sharding(num_params, num_devices=num_devices,
+                             hbm_bytes_per_chip=hbm_bytes_per_chip, optimizer=optimizer,
+                             where=where, workload=workload, larger=larger)
+
+    def plan_lines(self, workload) -> list[str]:
+        # Which attention kernel each kind of attention call takes on the workload's platform.
+        from payload.core.fit.attention import attention_plan
+
+        return attention_plan(workload.architecture, platform=workload.platform,
+                              generation=workload.generation, seq_len=workload.seq_len,
+                              target_len=workload.target_len, bf16=workload.bf16)
 
     def checkpoint_files(self, names: list[str]) -> list[str]:
         found = [n for n in names if self._WRITTEN.match(n.replace("\\", "/"))]

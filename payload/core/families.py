@@ -7,11 +7,18 @@ One table, read by the tokenizer trainer, prepare (separators, row layout) and t
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 NUM_T5_SENTINELS = 100
 # transformers' TF RoBERTa embeddings fix their padding index at 1 whatever the config says.
 ROBERTA_POSITION_PADDING = 1
+
+
+def max_predictions(seq_len: int, mlm_probability: float) -> int:
+    """Masked positions per row that a masked LM's head looks at (BERT's
+    max_predictions_per_seq)."""
+    return max(1, math.ceil(seq_len * mlm_probability))
 
 
 def positions_needed(family: str, seq_len: int) -> int:

@@ -73,6 +73,8 @@ def transformers_config(model_cfg, *, vocab_size: int, seq_len: int) -> dict:
     from payload.core.families import ROBERTA_POSITION_PADDING
 
     family, s, dropout = model_cfg.family, shape_of(model_cfg), model_cfg.dropout
+    attention_dropout = dropout if model_cfg.attention_dropout is None else (
+        model_cfg.attention_dropout)
     if family in ("bert", "roberta"):
         encoder = {
             "model_type": family,
@@ -82,7 +84,7 @@ def transformers_config(model_cfg, *, vocab_size: int, seq_len: int) -> dict:
             "num_attention_heads": s.num_heads,
             "intermediate_size": s.intermediate_size,
             "hidden_dropout_prob": dropout,
-            "attention_probs_dropout_prob": dropout,
+            "attention_probs_dropout_prob": attention_dropout,
             "max_position_embeddings": max(512, seq_len),
         }
         if family == "roberta":
@@ -100,7 +102,7 @@ def transformers_config(model_cfg, *, vocab_size: int, seq_len: int) -> dict:
             "n_positions": max(1024, seq_len),
             "resid_pdrop": dropout,
             "embd_pdrop": dropout,
-            "attn_pdrop": dropout,
+            "attn_pdrop": attention_dropout,
         }
     t5 = {
         "model_type": "t5",

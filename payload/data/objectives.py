@@ -13,20 +13,14 @@ tokenizer stage gives them ids 0..n-1, but a reused tokenizer may have them anyw
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from payload.core.errors import UserError
-from payload.core.families import FAMILIES, span_corruption_lengths, span_counts
+from payload.core.families import FAMILIES, max_predictions, span_corruption_lengths, span_counts
 
 IGNORE_INDEX = -100
-
-
-def max_predictions(seq_len: int, mlm_probability: float) -> int:
-    """Masked positions per row that the head looks at (BERT's max_predictions_per_seq)."""
-    return max(1, math.ceil(seq_len * mlm_probability))
 
 
 @dataclass(frozen=True, kw_only=True)

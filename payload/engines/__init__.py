@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 
-from payload.core.engines import JAX, engine_spec
+from payload.core.engines import engine_spec
 
 
 def implementation(name: str | None):
@@ -38,21 +38,3 @@ def trained_weights(name: str | None, config, hf_config):
     restored (a UserError when there is none); writes nothing."""
     return implementation(name).trained_weights(config, hf_config)
 
-
-# Engines that can split the training state over a slice's chips (FSDP), by the module of their
-# framework-free plan; any other engine keeps a whole copy on every replica.
-SHARDING_PLANS = {JAX: "payload.engines.jax.sharding"}
-
-
-def sharding_plan(name: str | None, num_params: int, *, num_devices: int,
-                  hbm_bytes_per_chip: int, optimizer: str, where: str = ""):
-    """How engine `name` lays a model's training state over `num_devices` chips (a
-    ShardingPlan: data parallel or FSDP over N), None for an engine that only replicates; a
-    state no arrangement fits is a UserError saying what it needs and has. Imports no
-    framework: the run plan and the config check call it before anything runs."""
-    module = SHARDING_PLANS.get(engine_spec(name).name)
-    if module is None:
-        return None
-    return importlib.import_module(module).plan_sharding(
-        num_params, num_devices=num_devices, hbm_bytes_per_chip=hbm_bytes_per_chip,
-        optimizer=optimizer, where=where)

@@ -59,7 +59,7 @@ def run_train(
     from payload.training.utilisation import meter_for
 
     meter = meter_for(config, inputs.hf_config, hardware, devices=trainer.devices,
-                      drives_tpu=trainer.drives_tpu)
+                      drives_tpu=trainer.drives_tpu, cpu_peak=trainer.cpu_peak_flops)
     log(f"model FLOPs per step {meter.flops_per_step:.3g}; peak: {meter.peak_source}")
     loop.train(config, inputs, trainer, plan, meter=meter, resume=resume)
     # With the trainer (and its input iterator) still alive.

@@ -115,8 +115,10 @@ class Reporter:
     and the last) are kept; between them the chief still says where training is, after the
     first step and at least every PROGRESS_EVERY_S."""
 
-    def __init__(self, config, sink: MetricsSink, *, every: int, meter=None):
+    def __init__(self, config, sink: MetricsSink, *, every: int, meter=None,
+                 compile_s: float | None = None):
         self.train_cfg, self.sink, self.every, self.meter = config.train, sink, every, meter
+        self.compile_s = compile_s  # the step's compile ahead of the first step, if it had one
         self.tokens_per_step = config.train.batch_size * config.data.seq_len
         self.window_loss, self.window_steps = 0.0, 0
         self.window_time, self.window_timed_steps = 0.0, 0
@@ -161,6 +163,8 @@ class Reporter:
             record.update(self.meter.fields(steps_per_s))
         if chunk.first:
             record["first_step_s"] = round(self.first_step_s, 3)
+            if self.compile_s is not None:
+                record["compile_s"] = self.compile_s
         return record
 
     @property
@@ -267,11 +271,15 @@ def _train(config, inputs, trainer, plan, sink: MetricsSink, *, meter, start: in
     trainer.open_train(start)
     evaluate = evaluator(config, inputs, trainer, sink)
     sink.say("start", {"step": start, "steps": every.steps})
+    compiled = trainer.compile_step()  # None: the engine compiles in its first step
+    if compiled is not None:
+        sink.compiled(start, every.steps, compiled)
     if evaluate and start == 0:
         evaluate(0)  # the untrained baseline to compare against
     loop = TrainingLoop(trainer, steps=every.steps,
                         steps_per_execution=plan.steps_per_execution)
-    reporter = Reporter(config, sink, every=log_every, meter=meter)
+    reporter = Reporter(config, sink, every=log_every, meter=meter,
+                        compile_s=compiled["compile_s"] if compiled else None)
     loop.add_hook(reporter)
     loop.end_chunks_at(log_every)
     if evaluate:

@@ -3,6 +3,7 @@
     sink = MetricsSink(config, trainer, plan, meter=meter)
     sink.open(resume=False, start=0)     # the history so far, and the events file
     sink.say("start", {"step": 0, "steps": 200})
+    sink.compiled(0, 200, {"compile_s": 31.5, "cache": "miss"})   # an engine that compiles ahead
     sink.report(record)                  # a progress record, its scalars, metrics.json's "train"
     sink.evaluation(result)              # the same for an evaluation
     sink.write(50)                       # metrics.json as it stands
@@ -53,8 +54,9 @@ class MetricsSink:
 
     def _history_until(self, start: int) -> dict:
         old = self.read()
-        return {key: [e for e in old.get(key, []) if e["step"] <= start]
-                for key in ("evals", "train")}
+        # "compiles": each start's compile of the step (engines that compile ahead).
+        keys = ("evals", "train", *(("compiles",) if "compiles" in old else ()))
+        return {key: [e for e in old.get(key, []) if e["step"] <= start] for key in keys}
 
     def read(self) -> dict:
         """metrics.json as written so far ({} without one)."""
@@ -70,6 +72,12 @@ class MetricsSink:
     def _scalars(self, step: int, values: dict) -> None:
         if self.writer is not None:
             self.writer.scalars(step, values)
+
+    def compiled(self, step: int, steps: int, compiled: dict) -> None:
+        """The training step compiled ahead of the first one (Trainer.compile_step): its time
+        and whether the compilation cache had it."""
+        self.history.setdefault("compiles", []).append({"step": step, **compiled})
+        self.say("compiled", {"step": step, "steps": steps, **compiled})
 
     def report(self, record: dict, *, kept: bool) -> None:
         """A training progress record; `kept`: a report, which also goes to TensorBoard and to

@@ -9,9 +9,13 @@ The training chief writes each record once (payload.training.metrics); the launc
 the same dicts for its reports ("train") and evaluations ("evals"). A record is a flat JSON
 object whose `kind` says what it is:
 - start: training begins at `step` of `steps` (before the first step is compiled);
+- compiled: the training step is compiled (an engine that compiles ahead, payload.engines.jax):
+  `step`, `steps`, `compile_s`, `cache` (hit: loaded from the persistent compilation cache,
+  miss: compiled now and stored, off);
 - train: `step`, `steps`, `loss` (mean since the last report), `learning_rate`, `tokens_per_s`
   (null until a step past the first, compiling, has been timed), `elapsed_s` (since this
-  process began training), `eta_s` (null until known); the first also has `first_step_s`;
+  process began training), `eta_s` (null until known); the first also has `first_step_s`
+  (and `compile_s` when the step was compiled ahead, which first_step_s then leaves out);
   with a rate, payload.training.utilisation's `tokens_per_s_per_device`, `model_flops_per_s`, `mfu`;
 - eval: `step`, `loss`, `accuracy`, and `perplexity` for the causal and span objectives;
 - final: metrics.json's `final` (`step`, `eval`, `stopped`, ...) and the model `family`.
@@ -24,7 +28,7 @@ import json
 import math
 
 PREFIX = "tpuctl-progress "
-KINDS = ("start", "train", "eval", "final")
+KINDS = ("start", "compiled", "train", "eval", "final")
 
 
 def line(kind: str, fields: dict) -> str:
@@ -79,6 +83,12 @@ def describe(record: dict) -> str:
     if kind == "start":
         return (f"training from step {record.get('step', 0)} of {record.get('steps', '?')}: "
                 "building and compiling the step")
+    if kind == "compiled":
+        cache = {"hit": "loaded from the compilation cache",
+                 "miss": "compiled and cached for a resume"}.get(record.get("cache"), "compiled")
+        return (f"training from step {record.get('step', 0)} of {record.get('steps', '?')}: "
+                f"the step is ready after {_number(record.get('compile_s'), '.1f')}s ({cache});"
+                " the first step runs")
     if kind == "eval":
         return f"eval at step {record.get('step', '?')}: {eval_figures(record)}"
     if kind == "final":
@@ -89,6 +99,9 @@ def describe(record: dict) -> str:
             f"loss {_number(record.get('loss'), '.4f')}  "
             f"lr {_number(record.get('learning_rate'), '.3g')}")
     if record.get("first_step_s") is not None:
+        if record.get("compile_s") is not None:
+            return (f"{text}  first step {record['first_step_s']:.1f}s after "
+                    f"{record['compile_s']:.1f}s of compiling")
         return f"{text}  first step {record['first_step_s']:.1f}s (compiling included)"
     rate = record.get("tokens_per_s")
     if rate is not None:

@@ -21,7 +21,7 @@ CPU workers it divides by a `CpuSpeed` the caller found (launcher.estimate: a me
 or a probe), said with its source.
 
 On a TPU the plan also says how the engine lays the training state over the chips, as the
-engine plans it (payload.engines.sharding_plan: the JAX engine replicates it, or splits it
+engine plans it (its spec's plan_sharding, payload.core.engines: the JAX engine replicates it, or splits it
 FSDP-wise over the fewest chips whose memory, from the accelerator table, holds it).
 """
 
@@ -118,6 +118,8 @@ class RunPlan:
     # How the engine lays the training state over the chips, in words ("" where the engine
     # keeps a whole copy on every replica, or on CPU workers).
     sharding: str = ""
+    # What the engine says of how it runs the step (the JAX engine: its attention kernels).
+    engine_lines: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -193,7 +195,7 @@ def step_flops(architecture: dict, *, seq_len: int, mlm_probability: float = 0.1
     model_type); `target_len` is T5's target length."""
     kind = architecture["model_type"]
     if kind in ("bert", "roberta"):
-        from payload.data.objectives import max_predictions
+        from payload.core.families import max_predictions
 
         return _encoder_flops(architecture, seq_len, max_predictions(seq_len, mlm_probability))
     if kind == "gpt2":
@@ -240,22 +242,39 @@ def replicas_of(hardware, num_workers: int) -> tuple[int, str]:
     return trainers, f"one per CPU worker process: {trainers} processes"
 
 
+def workload(config, hardware, architecture: dict | None = None):
+    """What a training step of the run computes where it runs (payload.core.fit.workload): the
+    engine's memory plan and its plan lines read it."""
+    from payload.core.fit.workload import Workload
+    from payload.training.strategy import tpu_accelerator
+
+    acc = tpu_accelerator(hardware)
+    arch = architecture if architecture is not None else run_architecture(config)
+    return Workload.of(arch, model=config.model, data=config.data, train=config.train,
+                       platform="tpu" if acc else "cpu",
+                       generation=acc.generation if acc else None)
+
+
 def state_sharding(config, hardware, architecture: dict | None = None):
     """How the run's engine lays the training state over a TPU slice's chips (a ShardingPlan),
-    from the model's parameter count and the accelerator table's memory per chip; None on CPU
-    workers and for an engine that replicates it. A model no arrangement of the slice's chips
-    can hold is a one-line UserError with what it needs and has."""
+    from the model's parameter count, the step's activations and the accelerator table's
+    memory per chip; None on CPU workers and for an engine that replicates it. A model or step
+    no arrangement of the slice's chips can hold is a one-line UserError with what it needs
+    and has, and what would fit."""
+    from payload.cloud.accelerators import larger_slices
+    from payload.core.engines import engine_spec
     from payload.core.sizes import count_parameters
-    from payload.engines import sharding_plan
     from payload.training.strategy import tpu_accelerator
 
     acc = tpu_accelerator(hardware)
     if acc is None:
         return None
     arch = architecture if architecture is not None else run_architecture(config)
-    return sharding_plan(config.train.engine, count_parameters(arch).total,
-                         num_devices=acc.chips, hbm_bytes_per_chip=acc.hbm_gib_per_chip << 30,
-                         optimizer=config.train.optimizer, where=acc.name)
+    return engine_spec(config.train.engine).plan_sharding(
+        count_parameters(arch).total, num_devices=acc.chips,
+        hbm_bytes_per_chip=acc.hbm_gib_per_chip << 30, optimizer=config.train.optimizer,
+        where=acc.name, workload=workload(config, hardware, arch),
+        larger=larger_slices(acc.name))
 
 
 def run_plan(config, *, hardware, num_workers: int, architecture: dict | None = None,
@@ -265,12 +284,14 @@ def run_plan(config, *, hardware, num_workers: int, architecture: dict | None = 
     comes from `config.cluster` (zone, provisioning) where the price table has one. On CPU
     workers the time comes from `cpu_speed` (launcher.estimate finds one), or a string saying
     why there is none."""
+    from payload.core.engines import engine_spec
     from payload.core.sizes import count_parameters
     from payload.training.strategy import tpu_accelerator
 
     train = config.train
     arch = architecture if architecture is not None else run_architecture(config)
     count = count_parameters(arch)
+    engine_lines = tuple(engine_spec(train.engine).plan_lines(workload(config, hardware, arch)))
     per_row = row_flops(config, arch)
     flops_per_step = per_row.total * train.batch_size
     replicas, replicas_are = replicas_of(hardware, num_workers)
@@ -285,7 +306,7 @@ def run_plan(config, *, hardware, num_workers: int, architecture: dict | None = 
         flops_per_step=flops_per_step, total_flops=flops_per_step * train.steps,
         flops_formula=per_row.formula, flops_shares=per_row.shares(), bf16=train.bf16,
         continues=bool(config.model.init_from), replicas=replicas,
-        replicas_are=replicas_are, utilisation=utilisation,
+        replicas_are=replicas_are, utilisation=utilisation, engine_lines=engine_lines,
     )
     acc = tpu_accelerator(hardware)
     if acc is None:
@@ -377,6 +398,7 @@ def render(plan: RunPlan) -> list[str]:
         " per replica",
     ]
     lines.append(_cost_drivers(plan))
+    lines += [f"  {line}" for line in plan.engine_lines]
     if plan.accelerator is None:
         if plan.wall_time_s is not None:
             lines.append(f"  time: about {_duration(plan.wall_time_s)} of training on CPU "

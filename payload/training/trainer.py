@@ -57,6 +57,12 @@ class Trainer(Protocol):
     def open_train(self, start_batch: int) -> None:
         """Start the training input at global batch `start_batch` (exact resume)."""
 
+    def compile_step(self) -> dict | None:
+        """Compile the training step before the first one runs, so the loop can say when
+        compiling ends: {"compile_s": seconds, "cache": "hit" | "miss" | "off"} (from a
+        persistent compilation cache or not); None for an engine that compiles in its first
+        step."""
+
     def train_chunk(self, num_steps: int) -> tuple[float, int]:
         """Train `num_steps` steps: (the sum of their finite losses, the index in the chunk of
         the first step whose loss was not finite, or -1)."""
@@ -74,6 +80,10 @@ class Trainer(Protocol):
     def weights(self) -> dict:
         """Every parameter under its PyTorch name (no tied copies), whole, as numpy: on every
         process (a collective where the state is split over processes)."""
+
+    def cpu_peak_flops(self) -> float:
+        """FLOP/s of float32 matrix products on this process's CPU, in the engine's framework
+        (payload.training.utilisation: the meter's peak when the engine drives no TPU)."""
 
     def summary_writer(self, folder: str):
         """A writer of TensorBoard scalars into `folder` (payload.data.events.EventWriter):

@@ -65,13 +65,14 @@ def wider_program():
 
     import jax
 
+    from payload.core.fit.sharding import plan_sharding
     from payload.engines.jax import step as jax_step
 
     raw = {"model_type": "gpt2", "vocab_size": 32, "n_embd": 32, "n_layer": 1, "n_head": 2,
            "n_positions": 8}
     cfg = SimpleNamespace(learning_rate=1e-2, warmup_steps=1, steps=4, weight_decay=0.01,
                           max_grad_norm=1.0, optimizer="adamw", bf16=False, seed=0)
-    plan = jax_step.plan_sharding(1, num_devices=len(jax.devices()), hbm_bytes_per_chip=1 << 30)
+    plan = plan_sharding(1, num_devices=len(jax.devices()), hbm_bytes_per_chip=1 << 30)
     return jax_step.TrainProgram(raw, family="gpt2", train_cfg=cfg,
                                  mesh=jax_step.make_mesh(plan))
 

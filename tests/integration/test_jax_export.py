@@ -25,6 +25,7 @@ from flax import nnx
 from payload.config import parse_config
 from payload.core import layout
 from payload.core.errors import UserError
+from payload.core.fit.sharding import plan_sharding
 from payload.engines.jax import step as jax_step
 from payload.engines.jax.checkpoints import Checkpoints
 from payload.stages.export import run_export
@@ -54,7 +55,7 @@ def train_with_jax(out: Path, raw: dict):
     config = parse_config(raw)
     inputs = check_inputs(config)
     checkpoints.start_fresh(str(out), {**inputs.identity, "engine": "jax"})
-    plan = jax_step.plan_sharding(1, num_devices=len(jax.devices()), hbm_bytes_per_chip=1 << 30)
+    plan = plan_sharding(1, num_devices=len(jax.devices()), hbm_bytes_per_chip=1 << 30)
     program = jax_step.TrainProgram(inputs.hf_config.to_dict(), family=config.model.family,
                                     train_cfg=config.train, mesh=jax_step.make_mesh(plan))
     state = program.init_state(seed=config.train.seed)

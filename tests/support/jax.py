@@ -90,12 +90,53 @@ def tiny_program():
 
     import jax
 
+    from payload.core.fit.sharding import plan_sharding
     from payload.engines.jax import step as jax_step
 
     raw = {"model_type": "gpt2", "vocab_size": 32, "n_embd": 16, "n_layer": 1, "n_head": 2,
            "n_positions": 8}
     cfg = SimpleNamespace(learning_rate=1e-2, warmup_steps=1, steps=4, weight_decay=0.01,
                           max_grad_norm=1.0, optimizer="adamw", bf16=False, seed=0)
-    plan = jax_step.plan_sharding(1, num_devices=len(jax.devices()), hbm_bytes_per_chip=1 << 30)
+    plan = plan_sharding(1, num_devices=len(jax.devices()), hbm_bytes_per_chip=1 << 30)
     return jax_step.TrainProgram(raw, family="gpt2", train_cfg=cfg,
                                  mesh=jax_step.make_mesh(plan))
+
+
+def jax_config(out, family: str, *, model=None, **train):
+    """The training tests' run of `family` on the JAX engine, written beside output_dir."""
+    import yaml
+
+    from tests.support.configs import training_config
+
+    raw = training_config(out, family, engine="jax", **train)
+    raw["model"].update(model or {})
+    path = out.parent / f"{out.name}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def train_stage(config, *args, **kwargs):
+    """`python -m payload train` as a process; it must succeed."""
+    from tests.support.runs import run_stage
+
+    result = run_stage("train", config, *args, **kwargs)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def startup_program(tmp_path, family="gpt2"):
+    """(architecture, a two-layer train program over this process's devices): the start-up
+    tests' model, in their processes and the ones they start."""
+    import jax
+
+    from payload.core.fit.sharding import plan_sharding
+    from payload.engines.jax import step as jax_step
+    from tests.support.configs import training_run_config
+    from tests.support.jax import architecture
+
+    raw = architecture(family, vocab_size=64, seq_len=16, hidden_size=32, num_layers=2,
+                       num_heads=2, intermediate_size=64)
+    train_cfg = training_run_config(tmp_path / "unused", family, steps=4).train
+    plan = plan_sharding(1, num_devices=len(jax.devices()), hbm_bytes_per_chip=1 << 30)
+    return raw, jax_step.TrainProgram(raw, family=family, train_cfg=train_cfg,
+                                      mesh=jax_step.make_mesh(plan))

@@ -15,6 +15,7 @@ import jax
 
 from payload.core import layout, storage
 from payload.core.engines import ENGINES, JAX
+from payload.core.fit.sharding import ShardingPlan
 from payload.engines.jax import step as jax_step
 from payload.engines.jax.checkpoints import Checkpoints, read_step
 from payload.engines.jax.models import state_dict
@@ -24,7 +25,7 @@ from payload.training.trainer import TrainedWeights
 
 def one_cpu_mesh() -> jax.sharding.Mesh:
     """A mesh of this host's first CPU device: a checkpoint of any sharding restores into it."""
-    plan = jax_step.ShardingPlan(data=1, fsdp=1, state_bytes_per_chip=0, hbm_bytes_per_chip=0)
+    plan = ShardingPlan(data=1, fsdp=1, state_bytes_per_chip=0, hbm_bytes_per_chip=0)
     return jax_step.make_mesh(plan, devices=jax.local_devices(backend="cpu")[:1])
 
 

@@ -84,8 +84,12 @@ def scale_by_tf_adam(b1: float = ADAM_BETA_1, b2: float = ADAM_BETA_2,
     v is small.)"""
 
     def init(params):
-        zeros = jax.tree.map(lambda p: jnp.zeros_like(p, jnp.float32), params)
-        return _TFAdamState(count=jnp.zeros([], jnp.int32), mu=zeros, nu=zeros)
+        # Two trees, not one twice: built eagerly, one tree would be one buffer per leaf for
+        # both moments, and donating the state would then give it twice.
+        def zeros():
+            return jax.tree.map(lambda p: jnp.zeros_like(p, jnp.float32), params)
+
+        return _TFAdamState(count=jnp.zeros([], jnp.int32), mu=zeros(), nu=zeros())
 
     def update(grads, state, params=None):
         del params

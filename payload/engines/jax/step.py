@@ -1,18 +1,21 @@
 """The JAX engine's training step: one jitted (state, batch) -> (state, metrics) per objective,
 sharding declared on a device mesh, host batches entering through one function.
 
-    plan = plan_sharding(num_params, num_devices=len(jax.devices()), hbm_bytes_per_chip=32 << 30)
-    mesh = make_mesh(plan)
+    mesh = make_mesh(plan)      # plan: payload.core.fit.sharding.plan_sharding's ShardingPlan
     program = TrainProgram(hf_config, family="gpt2", train_cfg=config.train, mesh=mesh)
     state = program.init_state(seed=0)                   # float32 weights, placed on the mesh
     batch = program.global_batch(numpy_rows_of_this_host)
     state, metrics = program.train_step(state, batch)    # metrics: loss, accuracy, ...
 
-Loss and accuracy are the TF engine's (payload.training.model.forward/loss_sums): summed cross-entropy
+Loss and accuracy are the TF engine's (payload.engines.tensorflow.model.forward/loss_sums): summed cross-entropy
 over the predicted tokens of the whole global batch, divided by their count; a masked LM projects
 onto the vocabulary only at its masked positions; GPT-2 predicts the next token; T5 the labels
-after the decoder inputs. Weights stay float32 (the optimizer's master copy); with bf16 on an
-accelerator the matmuls run in bfloat16, on CPU always in float32.
+after the decoder inputs. The step computes it a chunk of positions at a time
+(payload.engines.jax.loss), never holding the [B, T, V] float32 logits; `predictions` and
+`loss_sums` below are the plain form it is tested against. Weights stay float32 (the
+optimizer's master copy); with bf16 on an accelerator the matmuls run in bfloat16, on CPU
+always in float32. The attention kernel follows the platform (payload.core.fit.attention),
+the layers' rematerialisation `remat` (payload.engines.jax.kernels.remat_policy).
 """
 
 from __future__ import annotations
@@ -29,14 +32,12 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from payload.core.fit.sharding import ShardingPlan
 from payload.engines.jax import optimizer as jax_optimizer
+from payload.engines.jax.init import draw_params, place
+from payload.engines.jax.kernels import Runtime
+from payload.engines.jax.loss import loss_sums as chunked_loss_sums
 from payload.engines.jax.models import build_model, model_shapes
-from payload.engines.jax.sharding import (  # noqa: F401  (re-exported: pure, JAX-free)
-    STATE_BYTES_PER_PARAM,
-    STATE_SHARE_OF_HBM,
-    ShardingPlan,
-    plan_sharding,
-)
 
 DATA, FSDP = "data", "fsdp"
 BATCH_AXES = (DATA, FSDP)  # the batch is split over every device, whatever the mesh's shape
@@ -107,8 +108,27 @@ def predictions(model, batch: dict, *, family: str, dropout_rng=None):
     return logits, batch["labels"]
 
 
+def head_inputs(model, batch: dict, *, family: str, dropout_rng=None):
+    """`predictions` before the vocabulary projection: (what the projection takes [B, T, d],
+    labels [B, T], the projection), for the chunked loss."""
+    if family in ("bert", "roberta"):
+        x, projection = model.features(batch["input_ids"], batch["attention_mask"],
+                                       positions=batch["masked_positions"],
+                                       dropout_rng=dropout_rng)
+        labels = jnp.where(batch["masked_weights"] > 0, batch["masked_ids"], IGNORE_INDEX)
+        return x, labels, projection
+    if family == "gpt2":
+        x, projection = model.features(batch["input_ids"], batch["attention_mask"],
+                                       dropout_rng=dropout_rng)
+        return x[:, :-1], batch["labels"][:, 1:], projection
+    x, projection = model.features(batch["input_ids"], batch["attention_mask"],
+                                   batch["decoder_input_ids"], dropout_rng=dropout_rng)
+    return x, batch["labels"], projection
+
+
 def loss_sums(logits, labels):
-    """(summed cross-entropy, predicted tokens, correctly predicted tokens), float32."""
+    """(summed cross-entropy, predicted tokens, correctly predicted tokens), float32: the plain
+    form over whole logits, which payload.engines.jax.loss.loss_sums is held to."""
     valid = labels != IGNORE_INDEX
     safe = jnp.where(valid, labels, 0)
     xent = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), safe)
@@ -138,12 +158,15 @@ class TrainProgram:
     """The model's structure, the optimizer and the mesh, and the jitted steps over them."""
 
     def __init__(self, hf_config, *, family: str, train_cfg, mesh: Mesh, dtype=None,
-                 min_sharded_elements: int = MIN_SHARDED_ELEMENTS):
+                 min_sharded_elements: int = MIN_SHARDED_ELEMENTS, remat: str = "none",
+                 runtime: Runtime | None = None):
         self.family, self.train_cfg, self.mesh = family, train_cfg, mesh
         self.config = hf_config
         self.dtype = dtype if dtype is not None else compute_dtype(train_cfg.bf16)
+        self.runtime = runtime if runtime is not None else Runtime.here(mesh=mesh, remat=remat)
         self.fsdp = mesh.shape[FSDP]
-        self.graphdef, abstract = nnx.split(model_shapes(hf_config, dtype=self.dtype))
+        self.graphdef, abstract = nnx.split(model_shapes(hf_config, dtype=self.dtype,
+                                                         runtime=self.runtime))
         self.tx = jax_optimizer.build_optimizer(train_cfg)
         self.param_sharding = jax.tree.map(
             lambda leaf: NamedSharding(mesh, parameter_spec(tuple(leaf.shape), self.fsdp,
@@ -160,8 +183,9 @@ class TrainProgram:
         self.eval_step = jax.jit(self._eval_step, in_shardings=(self.param_sharding, None))
 
     def init_state(self, *, seed: int) -> TrainState:
-        """Fresh weights as the original implementations draw them, created already sharded."""
-        return jax.jit(self.init_state_fn(seed), out_shardings=self.state_sharding)()
+        """Fresh weights as the original implementations draw them and a fresh optimizer, made
+        on the host and placed into their shardings (payload.engines.jax.init): no compile."""
+        return self._placed_state(draw_params(self.config, seed=seed, dtype=self.dtype))
 
     def abstract_state(self) -> TrainState:
         """The state's shapes, dtypes and shardings, nothing allocated: what a restore fills."""
@@ -179,17 +203,24 @@ class TrainProgram:
 
     def state_from_params(self, params: nnx.State) -> TrainState:
         """A fresh optimizer over given weights (init_from), placed on the mesh."""
-        params = jax.device_put(params, self.param_sharding)
-        return jax.jit(lambda p: TrainState(params=p, opt_state=self.tx.init(p)),
-                       out_shardings=self.state_sharding)(params)
+        return self._placed_state(jax.tree.map(np.asarray, params))
+
+    def _placed_state(self, host_params: nnx.State) -> TrainState:
+        """Host weights and the optimizer's fresh state over them, each leaf placed as its own
+        buffer where the state's shardings say."""
+        with jax.default_device(jax.local_devices(backend="cpu")[0]):
+            opt_state = jax.tree.map(np.asarray, self.tx.init(host_params))
+        return TrainState(params=place(host_params, self.param_sharding),
+                          opt_state=place(opt_state, self.opt_sharding))
 
     def global_batch(self, local: dict[str, np.ndarray]) -> dict[str, jax.Array]:
         return global_batch(local, self.mesh)
 
     def _loss(self, params, batch, dropout_rng):
         model = nnx.merge(self.graphdef, params)
-        logits, labels = predictions(model, batch, family=self.family, dropout_rng=dropout_rng)
-        xent, count, correct = loss_sums(logits, labels)
+        x, labels, projection = head_inputs(model, batch, family=self.family,
+                                            dropout_rng=dropout_rng)
+        xent, count, correct = chunked_loss_sums(x, labels, projection)
         count = jnp.maximum(count, 1.0)
         return xent / count, (count, correct)
 
@@ -207,8 +238,8 @@ class TrainProgram:
 
     def _eval_step(self, params, batch: dict):
         model = nnx.merge(self.graphdef, params)
-        logits, labels = predictions(model, batch, family=self.family)
-        return jnp.stack(loss_sums(logits, labels))
+        x, labels, projection = head_inputs(model, batch, family=self.family)
+        return jnp.stack(chunked_loss_sums(x, labels, projection))
 
 
 def _like_params(opt_tree, params, param_sharding, mesh: Mesh):

@@ -15,29 +15,22 @@ output_dir/checkpoints/ (payload.engines.jax.checkpoints), written by every proc
 
 from __future__ import annotations
 
-import contextlib
 import os
 
 import numpy as np
 
 from payload.core import layout, storage
+from payload.core.engines import JAX, engine_spec
 from payload.core.errors import UserError
+from payload.data.pipeline import keep_tensorflow_on_the_cpu
 from payload.training.inputs import check_batch_size
+from payload.training.utilisation import PROBE_PRODUCTS, PROBE_ROUNDS, PROBE_SIZE, best_rate
 from payload.training.voice import log
-
-
-def keep_tensorflow_on_the_cpu() -> None:
-    """TensorFlow reads shards and writes TensorBoard events here; the GPUs are JAX's (the TPU is
-    kept from it by TPU_LOAD_LIBRARY=0 in the plan's environment)."""
-    import tensorflow as tf
-
-    # RuntimeError: TensorFlow placed something already (it found no GPU to claim then).
-    with contextlib.suppress(RuntimeError):
-        tf.config.set_visible_devices([], "GPU")
 
 
 class JaxTrainer:
     def __init__(self, config, inputs, plan):
+        # TensorFlow reads shards and writes TensorBoard events here; the accelerators are JAX's.
         keep_tensorflow_on_the_cpu()
         from payload.engines.jax.distributed import join
 
@@ -45,7 +38,14 @@ class JaxTrainer:
              process_id=plan.process_id)
         import jax
 
+        from payload.core.fit.attention import generation_of
+        from payload.core.fit.sharding import plan_sharding
+        from payload.core.fit.workload import Workload
         from payload.engines.jax import step as jax_step
+        from payload.engines.jax.cache import cache_folder, use_compilation_cache
+
+        # Before anything compiles: a resumed or preempted run loads its step from here.
+        use_compilation_cache(cache_folder(config.output_dir))
         from payload.engines.jax.models import parameter_shapes
 
         self.config, self.inputs, self.plan = config, inputs, plan
@@ -55,12 +55,16 @@ class JaxTrainer:
         self.process, self.processes = jax.process_index(), jax.process_count()
         architecture = inputs.hf_config.to_dict()
         num_params = sum(int(np.prod(s.shape)) for s in parameter_shapes(architecture).values())
-        sharding = jax_step.plan_sharding(num_params, num_devices=num_devices,
+        workload = Workload.of(architecture, model=config.model, data=config.data,
+                               train=config.train, platform=jax.default_backend(),
+                               generation=generation_of(jax.devices()[0].device_kind))
+        sharding = plan_sharding(num_params, num_devices=num_devices,
                                           hbm_bytes_per_chip=_memory_per_device(),
-                                          optimizer=config.train.optimizer)
+                                          optimizer=config.train.optimizer, workload=workload)
         self.program = jax_step.TrainProgram(architecture, family=self.family,
                                              train_cfg=config.train,
-                                             mesh=jax_step.make_mesh(sharding))
+                                             mesh=jax_step.make_mesh(sharding),
+                                             remat=sharding.remat)
         self.sharding = sharding
         self.replicas = num_devices
         self.drives_tpu = jax.default_backend() == "tpu"
@@ -69,9 +73,13 @@ class JaxTrainer:
         self.state = None
         self.init_source = None
         self.iterator = None
+        self._step = self.program.train_step  # compile_step puts the compiled one here
+        self._first_batch = None  # the batch compile_step compiled for, trained on first
         self._eval_batches: list | None = None
         log(f"JAX on {num_devices} {jax.default_backend()} device(s) in {self.processes} "
-            f"process(es): {sharding.kind}")
+            f"process(es): {sharding.kind}, train.remat {sharding.remat}")
+        for line in engine_spec(JAX).plan_lines(workload):
+            log(line)
 
     @property
     def latest(self) -> str | None:
@@ -130,13 +138,26 @@ class JaxTrainer:
 
     # --- steps -------------------------------------------------------------------------
 
+    def compile_step(self) -> dict:
+        """Compile the training step for the first batch before training on it, through the
+        persistent compilation cache: {"compile_s", "cache": hit | miss | off}."""
+        from payload.engines.jax.cache import compile_ahead
+
+        self._first_batch = self.program.global_batch(next(self.iterator))
+        self._step, report = compile_ahead(self.program.train_step, self.state,
+                                           self._first_batch)
+        return report
+
+    def _next_batch(self):
+        batch, self._first_batch = self._first_batch, None
+        return batch if batch is not None else self.program.global_batch(next(self.iterator))
+
     def train_chunk(self, num_steps: int) -> tuple[float, int]:
         import jax
 
         losses = []
         for _ in range(num_steps):  # dispatched asynchronously: the host reads ahead
-            batch = self.program.global_batch(next(self.iterator))
-            self.state, metrics = self.program.train_step(self.state, batch)
+            self.state, metrics = self._step(self.state, self._next_batch())
             losses.append(metrics["loss"])
         losses = np.asarray(jax.device_get(losses), dtype=np.float64)
         finite = np.isfinite(losses)
@@ -183,6 +204,9 @@ class JaxTrainer:
             params = multihost_utils.process_allgather(params, tiled=True)
         return state_dict(jax.device_get(params))
 
+    def cpu_peak_flops(self) -> float:
+        return cpu_peak_flops()
+
     def summary_writer(self, folder: str):
         from payload.data.events import EventWriter
 
@@ -216,3 +240,23 @@ def _memory_per_device() -> int:
         return int(stats["bytes_limit"])
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return total // max(1, jax.local_device_count())
+
+
+def cpu_peak_flops(size: int = PROBE_SIZE, rounds: int = PROBE_ROUNDS,
+                   products: int = PROBE_PRODUCTS) -> float:
+    """FLOP/s of float32 matrix products on this process's CPU, in JAX's CPU backend
+    (payload.training.utilisation.best_rate)."""
+    import jax
+    import jax.numpy as jnp
+
+    cpu = jax.local_devices(backend="cpu")[0]
+    a, b = (jax.device_put(jax.random.uniform(jax.random.key(seed), (size, size)), cpu)
+            for seed in (1, 2))
+
+    @jax.jit
+    def run(a, b, count):
+        # The input changes with i, so no optimiser can hoist the product out of the loop.
+        return jax.lax.fori_loop(0, count, lambda i, total: total + jnp.sum((a + i) @ b), 0.0)
+
+    return best_rate(lambda count: float(run(a, b, count)), size=size, rounds=rounds,
+                     products=products)

@@ -16,6 +16,7 @@ from payload.engines.tensorflow import checkpoints
 from payload.engines.tensorflow.distribute import END_BARRIER_S, build_strategy
 from payload.training.inputs import check_batch_size
 from payload.training.strategy import StrategyKind
+from payload.training.utilisation import PROBE_PRODUCTS, PROBE_ROUNDS, PROBE_SIZE, best_rate
 
 
 class TensorFlowTrainer:
@@ -85,6 +86,9 @@ class TensorFlowTrainer:
         # a worker here; a multi-worker process ends before that (distribute.exit_together).
         self.iterator = iter(
             self._dataset(self.inputs.train_files, shuffle=True, start_batch=start_batch))
+
+    def compile_step(self) -> None:
+        return None  # tf.function traces and compiles in the first step
 
     # --- compiled steps ----------------------------------------------------------------
 
@@ -183,6 +187,9 @@ class TensorFlowTrainer:
 
         return pytorch_state_dict(self.model)
 
+    def cpu_peak_flops(self) -> float:
+        return cpu_peak_flops()
+
     def summary_writer(self, folder: str):
         from payload.data.events import EventWriter
 
@@ -204,3 +211,24 @@ class TensorFlowTrainer:
             context.context().wait_at_barrier("tpuctl-train-end", int(END_BARRIER_S * 1000))
 
         return barrier
+
+
+def cpu_peak_flops(size: int = PROBE_SIZE, rounds: int = PROBE_ROUNDS,
+                   products: int = PROBE_PRODUCTS) -> float:
+    """FLOP/s of float32 matrix products on this process's CPU threads, in TensorFlow
+    (payload.training.utilisation.best_rate)."""
+    import tensorflow as tf
+
+    a = tf.random.stateless_uniform([size, size], seed=[1, 2])
+    b = tf.random.stateless_uniform([size, size], seed=[3, 4])
+
+    @tf.function
+    def run(count):
+        total = tf.constant(0.0)
+        for i in tf.range(count):
+            # The input changes with i, so no optimiser can hoist the product out of the loop.
+            total += tf.reduce_sum(tf.matmul(a + tf.cast(i, tf.float32), b))
+        return total
+
+    return best_rate(lambda count: float(run(tf.constant(count))), size=size, rounds=rounds,
+                     products=products)

@@ -14,6 +14,7 @@ goes into model.safetensors as it is.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import jax
@@ -22,6 +23,7 @@ import numpy as np
 from flax import nnx
 
 from payload.core.errors import UserError
+from payload.engines.jax.kernels import Runtime
 from payload.engines.jax.models.bert import BertForMaskedLM, RobertaForMaskedLM
 from payload.engines.jax.models.gpt2 import GPT2LMHeadModel
 from payload.engines.jax.models.t5 import T5ForConditionalGeneration
@@ -44,18 +46,23 @@ def _raw_config(config) -> dict:
     return raw
 
 
-def build_model(config, *, seed: int = 0, dtype=jnp.float32) -> nnx.Module:
+def build_model(config, *, seed: int = 0, dtype=jnp.float32, runtime: Runtime | None = None
+                ) -> nnx.Module:
     """The family's model for a transformers config (dict, or object with `to_dict`), its
     weights initialised as the original implementation does. Parameters are float32; `dtype`
-    is the compute type."""
+    is the compute type; `runtime` how it runs (payload.engines.jax.kernels.Runtime: the
+    platform its attention kernel is chosen for, the mesh, remat; default the CPU reference)."""
     raw = _raw_config(config)
     cls = MODEL_CLASSES[raw["model_type"]]
-    return cls(cls.Config.from_transformers(raw), rngs=nnx.Rngs(params=seed), dtype=dtype)
+    settings = cls.Config.from_transformers(raw)
+    if runtime is not None:
+        settings = dataclasses.replace(settings, runtime=runtime)
+    return cls(settings, rngs=nnx.Rngs(params=seed), dtype=dtype)
 
 
-def model_shapes(config, *, dtype=jnp.float32) -> nnx.Module:
+def model_shapes(config, *, dtype=jnp.float32, runtime: Runtime | None = None) -> nnx.Module:
     """`build_model` traced abstractly: every parameter a ShapeDtypeStruct, nothing allocated."""
-    return nnx.eval_shape(lambda: build_model(config, dtype=dtype))
+    return nnx.eval_shape(lambda: build_model(config, dtype=dtype, runtime=runtime))
 
 
 def parameter_shapes(config) -> dict[str, jax.ShapeDtypeStruct]:

@@ -17,15 +17,15 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from payload.engines.jax.kernels import CPU_REFERENCE, Mask, Runtime, attend, run_layer
 from payload.engines.jax.models.layers import (
     Embedding,
     LayerNorm,
     Linear,
     Noise,
+    Projection,
     activation,
-    attention,
     merge_heads,
-    padding_bias,
     split_heads,
 )
 
@@ -46,6 +46,7 @@ class EncoderConfig:
     attention_dropout: float
     initializer_range: float
     pad_token_id: int
+    runtime: Runtime = CPU_REFERENCE  # platform, kernels, remat: how it runs, not what it is
 
     @classmethod
     def from_transformers(cls, raw: dict) -> EncoderConfig:
@@ -112,11 +113,11 @@ class SelfAttention(nnx.Module):
         self.value = Linear(h, h, std=std, rngs=rngs, dtype=dtype)
         self.config = c
 
-    def __call__(self, x, bias, noise: Noise) -> jax.Array:
+    def __call__(self, x, mask: Mask, noise: Noise) -> jax.Array:
         c = self.config
         q, k, v = (split_heads(f(x), c.num_heads) for f in (self.query, self.key, self.value))
-        out = attention(q, k, v, bias, scale=(c.hidden_size // c.num_heads) ** -0.5,
-                        noise=noise, dropout=c.attention_dropout)
+        out = attend(q, k, v, mask, scale=(c.hidden_size // c.num_heads) ** -0.5,
+                     noise=noise, dropout=c.attention_dropout, runtime=c.runtime)
         return merge_heads(out)
 
 
@@ -138,8 +139,8 @@ class Attention(nnx.Module):
         self.self = SelfAttention(c, rngs=rngs, dtype=dtype)
         self.output = Output(c, c.hidden_size, rngs=rngs, dtype=dtype)
 
-    def __call__(self, x, bias, noise: Noise) -> jax.Array:
-        return self.output(self.self(x, bias, noise), x, noise)
+    def __call__(self, x, mask: Mask, noise: Noise) -> jax.Array:
+        return self.output(self.self(x, mask, noise), x, noise)
 
 
 class Intermediate(nnx.Module):
@@ -158,18 +159,19 @@ class Layer(nnx.Module):
         self.intermediate = Intermediate(c, rngs=rngs, dtype=dtype)
         self.output = Output(c, c.intermediate_size, rngs=rngs, dtype=dtype)
 
-    def __call__(self, x, bias, noise: Noise) -> jax.Array:
-        x = self.attention(x, bias, noise)
+    def __call__(self, x, mask: Mask, noise: Noise) -> jax.Array:
+        x = self.attention(x, mask, noise)
         return self.output(self.intermediate(x), x, noise)
 
 
 class LayerStack(nnx.Module):
     def __init__(self, c: EncoderConfig, *, rngs: nnx.Rngs, dtype):
         self.layer = nnx.List([Layer(c, rngs=rngs, dtype=dtype) for _ in range(c.num_layers)])
+        self.remat = c.runtime.remat
 
-    def __call__(self, x, bias, noise: Noise) -> jax.Array:
+    def __call__(self, x, mask: Mask, noise: Noise) -> jax.Array:
         for layer in self.layer:
-            x = layer(x, bias, noise)
+            x = run_layer(layer, x, mask, noise, remat=self.remat)
         return x
 
 
@@ -182,7 +184,7 @@ class EncoderModel(nnx.Module):
 
     def __call__(self, input_ids, attention_mask, token_type_ids, noise: Noise) -> jax.Array:
         x = self.embeddings(input_ids, token_type_ids, noise)
-        return self.encoder(x, padding_bias(attention_mask), noise)
+        return self.encoder(x, Mask(padding=attention_mask), noise)
 
 
 def _picked(hidden: jax.Array, positions: jax.Array | None) -> jax.Array:
@@ -211,16 +213,17 @@ class _Predictions(nnx.Module):
         self.transform = _Transform(c, rngs=rngs, dtype=dtype)
         self.bias = nnx.Param(jnp.zeros((c.vocab_size,), jnp.float32))
 
-    def __call__(self, x, embeddings: Embedding) -> jax.Array:
-        return embeddings.attend(self.transform(x)).astype(jnp.float32) + self.bias[...]
+    def features(self, x, embeddings: Embedding) -> tuple[jax.Array, Projection]:
+        return self.transform(x), Projection(embeddings.weight[...], self.bias[...],
+                                             embeddings.dtype)
 
 
 class _OnlyMLMHead(nnx.Module):
     def __init__(self, c: EncoderConfig, *, rngs: nnx.Rngs, dtype):
         self.predictions = _Predictions(c, rngs=rngs, dtype=dtype)
 
-    def __call__(self, x, embeddings: Embedding) -> jax.Array:
-        return self.predictions(x, embeddings)
+    def features(self, x, embeddings: Embedding) -> tuple[jax.Array, Projection]:
+        return self.predictions.features(x, embeddings)
 
 
 class BertForMaskedLM(nnx.Module):
@@ -235,11 +238,20 @@ class BertForMaskedLM(nnx.Module):
         self.cls = _OnlyMLMHead(c, rngs=rngs, dtype=dtype)
         self.config = c
 
+    def features(self, input_ids, attention_mask=None, token_type_ids=None, *,
+                 positions=None, dropout_rng=None) -> tuple[jax.Array, Projection]:
+        """What the vocabulary projection takes ([B, T, d], or [B, K, d] at `positions`
+        [B, K]) and the projection itself."""
+        hidden = self.bert(input_ids, attention_mask, token_type_ids, Noise(dropout_rng))
+        return self.cls.features(_picked(hidden, positions),
+                                 self.bert.embeddings.word_embeddings)
+
     def __call__(self, input_ids, attention_mask=None, token_type_ids=None, *,
                  positions=None, dropout_rng=None) -> jax.Array:
         """Float32 logits [B, T, V], or [B, K, V] at `positions` [B, K]."""
-        hidden = self.bert(input_ids, attention_mask, token_type_ids, Noise(dropout_rng))
-        return self.cls(_picked(hidden, positions), self.bert.embeddings.word_embeddings)
+        x, projection = self.features(input_ids, attention_mask, token_type_ids,
+                                      positions=positions, dropout_rng=dropout_rng)
+        return projection(x)
 
 
 class _RobertaLMHead(nnx.Module):
@@ -249,10 +261,10 @@ class _RobertaLMHead(nnx.Module):
         self.layer_norm = LayerNorm(c.hidden_size, eps=c.layer_norm_eps, dtype=dtype)
         self.bias = nnx.Param(jnp.zeros((c.vocab_size,), jnp.float32))
 
-    def __call__(self, x, embeddings: Embedding) -> jax.Array:
+    def features(self, x, embeddings: Embedding) -> tuple[jax.Array, Projection]:
         # RoBERTa's head uses exact GELU whatever the encoder's activation is.
         x = self.layer_norm(activation("gelu")(self.dense(x)))
-        return embeddings.attend(x).astype(jnp.float32) + self.bias[...]
+        return x, Projection(embeddings.weight[...], self.bias[...], embeddings.dtype)
 
 
 class RobertaForMaskedLM(nnx.Module):
@@ -265,8 +277,17 @@ class RobertaForMaskedLM(nnx.Module):
         self.lm_head = _RobertaLMHead(c, rngs=rngs, dtype=dtype)
         self.config = c
 
+    def features(self, input_ids, attention_mask=None, token_type_ids=None, *,
+                 positions=None, dropout_rng=None) -> tuple[jax.Array, Projection]:
+        """What the vocabulary projection takes ([B, T, d], or [B, K, d] at `positions`
+        [B, K]) and the projection itself."""
+        hidden = self.roberta(input_ids, attention_mask, token_type_ids, Noise(dropout_rng))
+        return self.lm_head.features(_picked(hidden, positions),
+                                     self.roberta.embeddings.word_embeddings)
+
     def __call__(self, input_ids, attention_mask=None, token_type_ids=None, *,
                  positions=None, dropout_rng=None) -> jax.Array:
         """Float32 logits [B, T, V], or [B, K, V] at `positions` [B, K]."""
-        hidden = self.roberta(input_ids, attention_mask, token_type_ids, Noise(dropout_rng))
-        return self.lm_head(_picked(hidden, positions), self.roberta.embeddings.word_embeddings)
+        x, projection = self.features(input_ids, attention_mask, token_type_ids,
+                                      positions=positions, dropout_rng=dropout_rng)
+        return projection(x)

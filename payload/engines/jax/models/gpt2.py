@@ -15,18 +15,16 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from payload.engines.jax.kernels import CPU_REFERENCE, Mask, Runtime, attend, run_layer
 from payload.engines.jax.models.layers import (
     Conv1D,
     Embedding,
     LayerNorm,
     Linear,
     Noise,
+    Projection,
     activation,
-    add_biases,
-    attention,
-    causal_bias,
     merge_heads,
-    padding_bias,
     split_heads,
 )
 
@@ -48,6 +46,7 @@ class GPT2Config:
     scale_attn_weights: bool
     scale_attn_by_inverse_layer_idx: bool
     tie_word_embeddings: bool
+    runtime: Runtime = CPU_REFERENCE  # platform, kernels, remat: how it runs, not what it is
 
     @classmethod
     def from_transformers(cls, raw: dict) -> GPT2Config:
@@ -88,10 +87,11 @@ class _Attention(nnx.Module):
             scale /= layer_idx + 1
         self.scale, self.config = scale, c
 
-    def __call__(self, x, bias, noise: Noise) -> jax.Array:
+    def __call__(self, x, mask: Mask, noise: Noise) -> jax.Array:
         c = self.config
         q, k, v = (split_heads(t, c.n_head) for t in jnp.split(self.c_attn(x), 3, axis=-1))
-        out = attention(q, k, v, bias, scale=self.scale, noise=noise, dropout=c.attn_pdrop)
+        out = attend(q, k, v, mask, scale=self.scale, noise=noise, dropout=c.attn_pdrop,
+                     runtime=c.runtime)
         return noise(self.c_proj(merge_heads(out)), c.resid_pdrop)
 
 
@@ -114,8 +114,8 @@ class _Block(nnx.Module):
         self.ln_2 = LayerNorm(c.n_embd, eps=c.layer_norm_epsilon, dtype=dtype)
         self.mlp = _MLP(c, rngs=rngs, dtype=dtype)
 
-    def __call__(self, x, bias, noise: Noise) -> jax.Array:
-        x = x + self.attn(self.ln_1(x), bias, noise)
+    def __call__(self, x, mask: Mask, noise: Noise) -> jax.Array:
+        x = x + self.attn(self.ln_1(x), mask, noise)
         return x + self.mlp(self.ln_2(x), noise)
 
 
@@ -133,9 +133,9 @@ class GPT2Model(nnx.Module):
         # position_ids are given: batches are right-padded.
         positions = jnp.arange(input_ids.shape[1])
         x = noise(self.wte(input_ids) + self.wpe(positions)[None], self.config.embd_pdrop)
-        bias = add_biases(causal_bias(input_ids.shape[1]), padding_bias(attention_mask))
+        mask = Mask(padding=attention_mask, causal=True)
         for block in self.h:
-            x = block(x, bias, noise)
+            x = run_layer(block, x, mask, noise, remat=self.config.runtime.remat)
         return self.ln_f(x)
 
 
@@ -153,8 +153,14 @@ class GPT2LMHeadModel(nnx.Module):
                         dtype=dtype))
         self.config = c
 
+    def features(self, input_ids, attention_mask=None, *, dropout_rng=None
+                 ) -> tuple[jax.Array, Projection]:
+        """The last hidden states [B, T, d] and the vocabulary projection."""
+        hidden = self.transformer(input_ids, attention_mask, Noise(dropout_rng))
+        head = self.lm_head if self.lm_head is not None else self.transformer.wte
+        return hidden, Projection(head.weight[...], None, head.dtype)
+
     def __call__(self, input_ids, attention_mask=None, *, dropout_rng=None) -> jax.Array:
         """Float32 logits [B, T, V]."""
-        hidden = self.transformer(input_ids, attention_mask, Noise(dropout_rng))
-        head = self.lm_head if self.lm_head is not None else self.transformer.wte.attend
-        return head(hidden).astype(jnp.float32)
+        hidden, projection = self.features(input_ids, attention_mask, dropout_rng=dropout_rng)
+        return projection(hidden)

@@ -10,11 +10,11 @@ softmax run in float32 whatever `dtype` is.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
 from payload.core.errors import UserError
@@ -121,6 +121,22 @@ class RMSNorm(nnx.Module):
         return (self.weight[...] * y).astype(self.dtype)
 
 
+@dataclass(frozen=True)
+class Projection:
+    """A model's output projection onto the vocabulary: float32 `weight` [V, d] (the tied
+    embeddings or its own head), float32 `bias` [V] or None, `dtype` the product's. Calling it
+    gives the float32 logits; payload.engines.jax.loss applies it a chunk at a time instead."""
+
+    weight: jax.Array
+    bias: jax.Array | None
+    dtype: object
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        logits = jnp.einsum("...d,vd->...v", x.astype(self.dtype), self.weight.astype(self.dtype))
+        logits = logits.astype(jnp.float32)
+        return logits if self.bias is None else logits + self.bias
+
+
 class Noise:
     """Dropout for one forward pass: a fresh key per call site, in call order, drawn from one
     key; no key means no dropout (evaluation). Keeps the modules free of RNG state, so a train
@@ -129,52 +145,16 @@ class Noise:
     def __init__(self, key: jax.Array | None):
         self.key, self.count = key, 0
 
+    @property
+    def active(self) -> bool:
+        return self.key is not None
+
     def __call__(self, x: jax.Array, rate: float) -> jax.Array:
         if self.key is None or rate == 0.0:
             return x
         self.count += 1
         keep = jax.random.bernoulli(jax.random.fold_in(self.key, self.count), 1.0 - rate, x.shape)
         return jnp.where(keep, x / (1.0 - rate), 0.0).astype(x.dtype)
-
-
-# The most negative float32, as transformers masks with: finite, so a fully masked row stays
-# defined.
-NEG_INF = float(np.finfo(np.float32).min)
-
-
-def padding_bias(mask: jax.Array | None) -> jax.Array | None:
-    """[B, T_key] 1 = token, 0 = padding -> an additive bias [B, 1, 1, T_key]."""
-    if mask is None:
-        return None
-    return jnp.where(mask[:, None, None, :] > 0, 0.0, NEG_INF).astype(jnp.float32)
-
-
-def causal_bias(length: int) -> jax.Array:
-    """[1, 1, T, T]: a position sees itself and what comes before it."""
-    allowed = jnp.tril(jnp.ones((length, length), bool))
-    return jnp.where(allowed, 0.0, NEG_INF)[None, None].astype(jnp.float32)
-
-
-def add_biases(*biases: jax.Array | None) -> jax.Array | None:
-    present = [b for b in biases if b is not None]
-    if not present:
-        return None
-    total = present[0]
-    for b in present[1:]:
-        total = total + b
-    # Two masks can both say "hidden": keep the sum finite so softmax stays defined.
-    return jnp.maximum(total, NEG_INF)
-
-
-def attention(q: jax.Array, k: jax.Array, v: jax.Array, bias: jax.Array | None, *,
-              scale: float, noise: Noise, dropout: float) -> jax.Array:
-    """Multi-head attention over [B, T, H, D] queries, keys and values -> [B, T_q, H, D].
-    Scores and softmax in float32."""
-    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * scale
-    if bias is not None:
-        scores = scores + bias
-    weights = noise(jax.nn.softmax(scores, axis=-1), dropout).astype(v.dtype)
-    return jnp.einsum("bhqk,bkhd->bqhd", weights, v)
 
 
 def split_heads(x: jax.Array, num_heads: int) -> jax.Array:

@@ -23,17 +23,15 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from payload.engines.jax.kernels import CPU_REFERENCE, Mask, Runtime, attend, run_layer
 from payload.engines.jax.models.layers import (
     Embedding,
     Linear,
     Noise,
+    Projection,
     RMSNorm,
     activation,
-    add_biases,
-    attention,
-    causal_bias,
     merge_heads,
-    padding_bias,
     split_heads,
 )
 
@@ -56,6 +54,7 @@ class T5Config:
     is_gated_act: bool
     tie_word_embeddings: bool
     scale_decoder_outputs: bool
+    runtime: Runtime = CPU_REFERENCE  # platform, kernels, remat: how it runs, not what it is
 
     @classmethod
     def from_transformers(cls, raw: dict) -> T5Config:
@@ -141,12 +140,13 @@ class _Attention(nnx.Module):
         values = jnp.take(self.relative_attention_bias.weight[...], jnp.asarray(bucket), axis=0)
         return jnp.transpose(values, (2, 0, 1))[None].astype(jnp.float32)
 
-    def __call__(self, x, memory, bias, noise: Noise) -> jax.Array:
-        heads = self.config.num_heads
-        q = split_heads(self.q(x), heads)
-        k, v = split_heads(self.k(memory), heads), split_heads(self.v(memory), heads)
+    def __call__(self, x, memory, mask: Mask, noise: Noise) -> jax.Array:
+        c = self.config
+        q = split_heads(self.q(x), c.num_heads)
+        k, v = split_heads(self.k(memory), c.num_heads), split_heads(self.v(memory), c.num_heads)
         # No 1/sqrt(d) on the scores: T5 folds it into the query's initialisation.
-        out = attention(q, k, v, bias, scale=1.0, noise=noise, dropout=self.config.dropout_rate)
+        out = attend(q, k, v, mask, scale=1.0, noise=noise, dropout=c.dropout_rate,
+                     runtime=c.runtime)
         return self.o(merge_heads(out))
 
 
@@ -158,9 +158,9 @@ class _SelfAttentionLayer(nnx.Module):
         self.layer_norm = RMSNorm(c.d_model, eps=c.layer_norm_epsilon, dtype=dtype)
         self.dropout = c.dropout_rate
 
-    def __call__(self, x, bias, noise: Noise) -> jax.Array:
+    def __call__(self, x, mask: Mask, noise: Noise) -> jax.Array:
         normed = self.layer_norm(x)
-        return x + noise(self.SelfAttention(normed, normed, bias, noise), self.dropout)
+        return x + noise(self.SelfAttention(normed, normed, mask, noise), self.dropout)
 
 
 class _CrossAttentionLayer(nnx.Module):
@@ -170,8 +170,8 @@ class _CrossAttentionLayer(nnx.Module):
         self.layer_norm = RMSNorm(c.d_model, eps=c.layer_norm_epsilon, dtype=dtype)
         self.dropout = c.dropout_rate
 
-    def __call__(self, x, memory, bias, noise: Noise) -> jax.Array:
-        out = self.EncDecAttention(self.layer_norm(x), memory, bias, noise)
+    def __call__(self, x, memory, mask: Mask, noise: Noise) -> jax.Array:
+        out = self.EncDecAttention(self.layer_norm(x), memory, mask, noise)
         return x + noise(out, self.dropout)
 
 
@@ -213,10 +213,11 @@ class _Block(nnx.Module):
         layers.append(_FeedForwardLayer(c, rngs=rngs, dtype=dtype))
         self.layer = nnx.List(layers)
 
-    def __call__(self, x, self_bias, memory, memory_bias, noise: Noise) -> jax.Array:
-        x = self.layer[0](x, self_bias, noise)
+    def __call__(self, x, self_mask: Mask, memory, memory_mask: Mask, noise: Noise
+                 ) -> jax.Array:
+        x = self.layer[0](x, self_mask, noise)
         if memory is not None:
-            x = self.layer[1](x, memory, memory_bias, noise)
+            x = self.layer[1](x, memory, memory_mask, noise)
         return self.layer[-1](x, noise)
 
 
@@ -229,18 +230,17 @@ class T5Stack(nnx.Module):
         self.block = nnx.List([_Block(c, first=i == 0, decoder=decoder, rngs=rngs, dtype=dtype)
                                for i in range(count)])
         self.final_layer_norm = RMSNorm(c.d_model, eps=c.layer_norm_epsilon, dtype=dtype)
-        self.decoder, self.dropout = decoder, c.dropout_rate
+        self.decoder, self.dropout, self.remat = decoder, c.dropout_rate, c.runtime.remat
 
     def __call__(self, embeddings: Embedding, ids, mask, noise: Noise, memory=None,
                  memory_mask=None) -> jax.Array:
         x = noise(embeddings(ids), self.dropout)
         length = ids.shape[1]
         relative = self.block[0].layer[0].SelfAttention.position_bias(length, length)
-        self_bias = add_biases(relative, padding_bias(mask),
-                               causal_bias(length) if self.decoder else None)
-        memory_bias = padding_bias(memory_mask)
+        self_mask = Mask(padding=mask, causal=self.decoder, bias=relative)
+        cross_mask = Mask(padding=memory_mask)
         for block in self.block:
-            x = block(x, self_bias, memory, memory_bias, noise)
+            x = run_layer(block, x, self_mask, memory, cross_mask, noise, remat=self.remat)
         return noise(self.final_layer_norm(x), self.dropout)
 
 
@@ -264,25 +264,43 @@ class T5ForConditionalGeneration(nnx.Module):
         """The encoder's output [B, T, d_model]."""
         return self.encoder(self.shared, input_ids, attention_mask, Noise(dropout_rng))
 
+    def decode_features(self, decoder_input_ids, encoded, attention_mask=None,
+                        decoder_attention_mask=None, *, dropout_rng=None
+                        ) -> tuple[jax.Array, Projection]:
+        """The decoder's output over `encoded` (masked by the encoder's `attention_mask`), as
+        the vocabulary projection takes it, and the projection."""
+        hidden = self.decoder(self.shared, decoder_input_ids, decoder_attention_mask,
+                              Noise(dropout_rng), encoded, attention_mask)
+        if self.lm_head is not None:
+            return hidden, Projection(self.lm_head.weight[...], None, self.lm_head.dtype)
+        if self.config.scale_decoder_outputs:
+            hidden = hidden * self.config.d_model**-0.5
+        return hidden, Projection(self.shared.weight[...], None, self.shared.dtype)
+
     def decode(self, decoder_input_ids, encoded, attention_mask=None,
                decoder_attention_mask=None, *, dropout_rng=None) -> jax.Array:
         """Float32 logits [B, T_dec, V] of the decoder over `encoded` (masked by the
         encoder's `attention_mask`)."""
-        hidden = self.decoder(self.shared, decoder_input_ids, decoder_attention_mask,
-                              Noise(dropout_rng), encoded, attention_mask)
-        if self.lm_head is not None:
-            return self.lm_head(hidden).astype(jnp.float32)
-        if self.config.scale_decoder_outputs:
-            hidden = hidden * self.config.d_model**-0.5
-        return self.shared.attend(hidden).astype(jnp.float32)
+        hidden, projection = self.decode_features(decoder_input_ids, encoded, attention_mask,
+                                                  decoder_attention_mask,
+                                                  dropout_rng=dropout_rng)
+        return projection(hidden)
 
-    def __call__(self, input_ids, attention_mask=None, decoder_input_ids=None,
-                 decoder_attention_mask=None, *, dropout_rng=None) -> jax.Array:
-        """Float32 logits [B, T_dec, V]."""
+    def features(self, input_ids, attention_mask=None, decoder_input_ids=None,
+                 decoder_attention_mask=None, *, dropout_rng=None
+                 ) -> tuple[jax.Array, Projection]:
+        """The decoder's output [B, T_dec, d] as the projection takes it, and the projection."""
         if dropout_rng is not None:
             enc_rng, dec_rng = jax.random.split(dropout_rng)
         else:
             enc_rng = dec_rng = None
         encoded = self.encode(input_ids, attention_mask, dropout_rng=enc_rng)
-        return self.decode(decoder_input_ids, encoded, attention_mask, decoder_attention_mask,
-                           dropout_rng=dec_rng)
+        return self.decode_features(decoder_input_ids, encoded, attention_mask,
+                                    decoder_attention_mask, dropout_rng=dec_rng)
+
+    def __call__(self, input_ids, attention_mask=None, decoder_input_ids=None,
+                 decoder_attention_mask=None, *, dropout_rng=None) -> jax.Array:
+        """Float32 logits [B, T_dec, V]."""
+        hidden, projection = self.features(input_ids, attention_mask, decoder_input_ids,
+                                           decoder_attention_mask, dropout_rng=dropout_rng)
+        return projection(hidden)

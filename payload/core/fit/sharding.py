@@ -1,0 +1,223 @@
+"""How the JAX engine lays the training state over a slice's chips, and whether a step's
+activations fit beside it, worked out without JAX.
+
+    plan = plan_sharding(1_557_611_200, num_devices=16, hbm_bytes_per_chip=16 << 30)
+    plan.kind            # "FSDP over 4 chips": the smallest group whose share fits a chip
+    plan_sharding(1_557_611_200, num_devices=1, hbm_bytes_per_chip=16 << 30, where="v5litepod-1",
+                  larger=accelerators.larger_slices("v5litepod-1"))
+    # UserError: "... need 23.2 GiB of training state ..." hint: "use v5litepod-4 or larger ..."
+    plan_sharding(..., workload=Workload.of(...))   # also activations and train.remat: auto
+
+Pure arithmetic on the parameter count, the step's shapes (payload.core.fit.memory) and the
+accelerator table's memory per chip, so the run plan, the launcher's dry run and the config
+check say what the step (payload.engines.jax.step, which builds the mesh from the same plan)
+will do, and refuse what cannot fit, naming what would (the caller names the larger slices of
+the same chips, from the accelerator table), before any JAX import or TPU hour.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from payload.core.errors import UserError
+
+# Bytes of training state per parameter: float32 weight and gradient, plus the optimizer's
+# moments (Adam: two float32; Adafactor: factored, a few per row and column: counted as none).
+STATE_BYTES_PER_PARAM = {"adamw": 16, "adafactor": 8}
+# The share of a chip's memory the weights, gradients and optimizer state may use; the rest is
+# for activations, the bfloat16 copies and XLA's buffers.
+STATE_SHARE_OF_HBM = 0.6
+# The share of a chip's memory a step may fill in all (state, activations, bfloat16 weight
+# copies); the runtime and XLA's own scratch keep the rest.
+USABLE_SHARE_OF_HBM = 0.9
+GIB = 1 << 30
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardingPlan:
+    """How the devices are arranged: `data` replicas, each holding 1/`fsdp` of the state."""
+
+    data: int
+    fsdp: int
+    state_bytes_per_chip: int  # weights, gradients and optimizer state on one chip
+    hbm_bytes_per_chip: int
+    # With a workload: the layers' rematerialisation (train.remat, or the least that fits)
+    # and what the step's activations and bfloat16 weight copies take per chip.
+    remat: str = "none"
+    activation_bytes_per_chip: int | None = None
+
+    @property
+    def num_devices(self) -> int:
+        return self.data * self.fsdp
+
+    @property
+    def kind(self) -> str:
+        return "data parallel" if self.fsdp == 1 else f"FSDP over {self.fsdp} chips"
+
+    def describe(self) -> str:
+        """The plan in words, with the memory figures it was chosen by."""
+        share = self.hbm_bytes_per_chip * STATE_SHARE_OF_HBM
+        layout = (f"every chip holds the whole state, the batch split over {self.data}"
+                  if self.fsdp == 1 else
+                  f"{self.data} replica group{'s' if self.data > 1 else ''} of {self.fsdp} "
+                  "chips, each chip holding 1/" f"{self.fsdp} of the state")
+        said = (f"{self.kind} ({layout}): {self.state_bytes_per_chip / GIB:.1f} GiB of "
+                f"weights, gradients and optimizer state per chip, of the "
+                f"{share / GIB:.1f} GiB ({STATE_SHARE_OF_HBM:.0%} of "
+                f"{self.hbm_bytes_per_chip / GIB:.0f} GiB) a chip gives them")
+        if self.activation_bytes_per_chip is None:
+            return said
+        return (f"{said}; activations about {self.activation_bytes_per_chip / GIB:.1f} GiB per "
+                f"chip with train.remat {self.remat} ({_REMAT_WORDS[self.remat]}), "
+                f"{self.total_bytes_per_chip / GIB:.1f} GiB in all of the "
+                f"{self.hbm_bytes_per_chip * USABLE_SHARE_OF_HBM / GIB:.1f} GiB usable")
+
+    @property
+    def total_bytes_per_chip(self) -> int:
+        return self.state_bytes_per_chip + (self.activation_bytes_per_chip or 0)
+
+
+_REMAT_WORDS = {"none": "every activation kept", "dots": "products kept, the rest recomputed",
+                "full": "each layer recomputed in the backward pass"}
+
+
+def state_bytes(num_params: int, optimizer: str = "adamw") -> int:
+    """The whole training state of a model, before any sharding."""
+    return num_params * STATE_BYTES_PER_PARAM[optimizer]
+
+
+def plan_sharding(num_params: int, *, num_devices: int, hbm_bytes_per_chip: int,
+                  optimizer: str = "adamw", where: str = "", workload=None,
+                  larger: tuple[tuple[str, int], ...] = ()) -> ShardingPlan:
+    """Replicated if the whole training state fits one chip's share, else the smallest FSDP
+    group (a divisor of the device count) that makes it fit. With a `workload`
+    (payload.core.fit.workload) the step's activations must fit too: the least
+    rematerialisation that does (train.remat auto; none before dots before full, each tried
+    over the FSDP groups first) or the one train.remat names. What fits no arrangement is a
+    user error that says what it needs and has, and what would fit (`where` names the slice,
+    e.g. "v5litepod-1"; `larger` the slices of the same chips with more of them, (name, chips)
+    smallest first, as payload.cloud.accelerators.larger_slices lists them)."""
+    state = state_bytes(num_params, optimizer)
+    budget = int(hbm_bytes_per_chip * STATE_SHARE_OF_HBM)
+    groups = [d for d in range(1, num_devices + 1)
+              if num_devices % d == 0 and math.ceil(state / d) <= budget]
+    if not groups:
+        raise _no_room_for_state(num_params, state, num_devices=num_devices,
+                                 hbm_bytes_per_chip=hbm_bytes_per_chip, optimizer=optimizer,
+                                 where=where, workload=workload, larger=larger)
+    if workload is None:
+        fsdp = groups[0]
+        return ShardingPlan(data=num_devices // fsdp, fsdp=fsdp,
+                            state_bytes_per_chip=math.ceil(state / fsdp),
+                            hbm_bytes_per_chip=hbm_bytes_per_chip)
+    found = _fitting(num_params, state, groups, num_devices=num_devices,
+                     hbm_bytes_per_chip=hbm_bytes_per_chip, workload=workload)
+    if found is None:
+        raise _no_room_for_activations(num_params, state, groups, num_devices=num_devices,
+                                       hbm_bytes_per_chip=hbm_bytes_per_chip,
+                                       optimizer=optimizer, where=where, workload=workload,
+                                       larger=larger)
+    return found
+
+
+def _policies(workload) -> tuple[str, ...]:
+    from payload.core.fit.memory import REMAT_ORDER
+
+    return REMAT_ORDER if workload.remat == "auto" else (workload.remat,)
+
+
+def _working_bytes(num_params: int, fsdp: int, workload) -> int:
+    """bfloat16 copies of this chip's weights, which the products read."""
+    return num_params * 2 // fsdp if workload.bf16 and workload.platform != "cpu" else 0
+
+
+def _fitting(num_params, state, groups, *, num_devices, hbm_bytes_per_chip, workload,
+             policies=None) -> ShardingPlan | None:
+    from payload.core.fit.memory import activation_bytes
+
+    usable = hbm_bytes_per_chip * USABLE_SHARE_OF_HBM
+    rows = max(1, workload.batch_size // num_devices)
+    for policy in policies or _policies(workload):
+        activations = activation_bytes(workload, policy, rows=rows)
+        for fsdp in groups:
+            held = activations + _working_bytes(num_params, fsdp, workload)
+            if math.ceil(state / fsdp) + held <= usable:
+                return ShardingPlan(data=num_devices // fsdp, fsdp=fsdp,
+                                    state_bytes_per_chip=math.ceil(state / fsdp),
+                                    hbm_bytes_per_chip=hbm_bytes_per_chip, remat=policy,
+                                    activation_bytes_per_chip=held)
+    return None
+
+
+def _larger_slice(num_params: int, *, optimizer: str, hbm_bytes_per_chip: int, workload,
+                  larger: tuple[tuple[str, int], ...]) -> str | None:
+    """The smallest of the `larger` slices (the same chips, more of them) on which this model
+    (and step, with a workload) fits; None if there is none."""
+    for name, chips in larger:
+        if workload is not None and workload.batch_size % chips:
+            continue
+        try:
+            plan_sharding(num_params, num_devices=chips, hbm_bytes_per_chip=hbm_bytes_per_chip,
+                          optimizer=optimizer, workload=workload)
+        except UserError:
+            continue
+        return name
+    return None
+
+
+def _no_room_for_state(num_params, state, *, num_devices, hbm_bytes_per_chip, optimizer,
+                       where, workload, larger) -> UserError:
+    budget = int(hbm_bytes_per_chip * STATE_SHARE_OF_HBM)
+    chips = (f"the {num_devices} chips" if num_devices > 1 else "the one chip") + (
+        f" of {where}" if where else "")
+    fits = math.ceil(state / budget)
+    smaller = ", or train.optimizer: adafactor (half the state)" if optimizer == "adamw" else ""
+    bigger = _larger_slice(num_params, optimizer=optimizer, hbm_bytes_per_chip=hbm_bytes_per_chip,
+                           workload=workload, larger=larger)
+    slices = (f"use {bigger} or larger" if bigger else
+              f"use a slice of at least {fits} such chips")
+    return UserError(
+        f"the model's {num_params / 1e6:,.0f}M parameters need {state / GIB:.1f} GiB of "
+        f"training state ({optimizer}): {state / num_devices / GIB:.1f} GiB per chip even split "
+        f"(FSDP) over {chips}, but a chip has {hbm_bytes_per_chip / GIB:.0f} GiB "
+        f"({budget / GIB:.1f} GiB of it for the state)",
+        hint=f"{slices}, chips with more memory or a smaller model{smaller}",
+    )
+
+
+def _no_room_for_activations(num_params, state, groups, *, num_devices, hbm_bytes_per_chip,
+                             optimizer, where, workload, larger) -> UserError:
+    from dataclasses import replace
+
+    from payload.core.fit.memory import activation_bytes
+
+    policy = _policies(workload)[-1]  # the least memory this run allows itself
+    rows = max(1, workload.batch_size // num_devices)
+    fsdp = groups[-1]
+    held = activation_bytes(workload, policy, rows=rows) + _working_bytes(num_params, fsdp,
+                                                                          workload)
+    usable = hbm_bytes_per_chip * USABLE_SHARE_OF_HBM
+    ways = []
+    fitting_rows = next((r for r in range(rows - 1, 0, -1) if _fitting(
+        num_params, state, groups, num_devices=num_devices,
+        hbm_bytes_per_chip=hbm_bytes_per_chip, policies=(policy,),
+        workload=replace(workload, batch_size=r * num_devices)) is not None), 0)
+    if fitting_rows:
+        ways.append(f"train.batch_size {fitting_rows * num_devices} or less")
+    if policy != "full":
+        ways.append("train.remat: full (each layer recomputed: about a third more compute)")
+    bigger = _larger_slice(num_params, optimizer=optimizer, hbm_bytes_per_chip=hbm_bytes_per_chip,
+                           workload=workload, larger=larger)
+    if bigger:
+        ways.append(f"{bigger} (the same batch over more chips)")
+    ways.append("a shorter data.seq_len or a smaller model")
+    what = f"{where}'s chips" if where else "a chip"
+    return UserError(
+        f"a training step of {rows} rows per chip (train.batch_size {workload.batch_size} over "
+        f"{num_devices} chip{'s' if num_devices > 1 else ''}) at seq_len {workload.seq_len} "
+        f"needs about {held / GIB:.1f} GiB of activations per chip with train.remat {policy}, "
+        f"beside {math.ceil(state / fsdp) / GIB:.1f} GiB of training state, but {what} have "
+        f"{hbm_bytes_per_chip / GIB:.0f} GiB ({usable / GIB:.1f} GiB usable)",
+        hint="use " + "; or ".join(ways),
+    )

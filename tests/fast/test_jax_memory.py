@@ -1,0 +1,122 @@
+"""Room for 1B models: train.remat rematerialises each layer without changing what the step
+computes; the activation estimate orders the policies and is of XLA's own scale; the fit check
+picks the least recomputation that fits a chip and refuses what cannot fit before any spend,
+naming slices that exist (GPT-2 xl and T5 large on 16 GiB v5e chips)."""
+
+
+import pytest
+
+from payload.config import ModelConfig
+from payload.core.errors import UserError
+from payload.core.fit.memory import REMAT_ORDER, activation_bytes
+from payload.core.fit.sharding import plan_sharding
+from payload.core.fit.workload import Workload
+from payload.core.sizes import parameter_count, transformers_config
+
+GIB = 1 << 30
+
+
+def workload(family, size, *, batch, seq_len, vocab, remat="auto", bf16=True,
+             platform="tpu", generation="v5e", **model):
+    from types import SimpleNamespace
+
+    cfg = ModelConfig(family=family, size=size, **model)
+    arch = transformers_config(cfg, vocab_size=vocab, seq_len=seq_len)
+    train = SimpleNamespace(batch_size=batch, bf16=bf16, remat=remat)
+    return parameter_count(arch), Workload.of(arch, model=cfg,
+                                              data=SimpleNamespace(seq_len=seq_len),
+                                              train=train, platform=platform,
+                                              generation=generation)
+
+
+# --- the estimate ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family,size,seq_len,vocab", [("gpt2", "xl", 1024, 50257),
+                                                        ("bert", "large", 512, 30522),
+                                                        ("t5", "large", 512, 32128)])
+def test_more_recomputation_keeps_less_and_fused_attention_keeps_less(family, size, seq_len,
+                                                                      vocab):
+    _, work = workload(family, size, batch=8, seq_len=seq_len, vocab=vocab, dropout=0.0)
+    kept = [activation_bytes(work, policy, rows=8) for policy in REMAT_ORDER]
+    assert kept[0] > kept[1] > kept[2] > 0
+    assert activation_bytes(work, "none", rows=16) > 1.9 * kept[0]  # linear in the rows
+    on_cpu = Workload(**{**work.__dict__, "platform": "cpu", "bf16": False})
+    assert activation_bytes(on_cpu, "full", rows=8) > kept[2]  # float32 on CPU
+    if family != "t5":  # T5 takes the reference attention everywhere
+        with_dropout = Workload(**{**work.__dict__, "architecture": {
+            **work.architecture, "attention_probs_dropout_prob": 0.1, "attn_pdrop": 0.1}})
+        assert activation_bytes(with_dropout, "none", rows=8) > kept[0]  # reference attention
+
+
+# --- remat in the step ---------------------------------------------------------------------------
+
+ROWS, LENGTH = 16, 256
+
+
+def architecture(family):
+    from tests.support.jax import architecture as arch
+
+    return arch(family, vocab_size=512, seq_len=LENGTH, hidden_size=64, num_layers=2,
+                num_heads=4, intermediate_size=256, dropout=0.1)
+
+
+# --- the fit check: 1B models on 16 GiB v5e chips ---------------------------------------------
+
+
+def v5e(chips: int) -> dict:
+    from payload.cloud.accelerators import larger_slices
+
+    return {"num_devices": chips, "hbm_bytes_per_chip": 16 * GIB,
+            "where": f"v5litepod-{chips}", "larger": larger_slices(f"v5litepod-{chips}")}
+
+
+def test_gpt2_xl_does_not_fit_one_v5e_chip_and_the_refusal_names_a_slice_it_fits():
+    params, work = workload("gpt2", "xl", batch=64, seq_len=1024, vocab=50257, dropout=0.0)
+    with pytest.raises(UserError) as caught:
+        plan_sharding(params, **v5e(1), workload=work)
+    message = str(caught.value)
+    assert "23.2 GiB of training state" in message and "use v5litepod-4 or larger" in message
+    plan = plan_sharding(params, **v5e(4), workload=work)
+    assert (plan.fsdp, plan.remat) == (4, "full")  # 16 rows per chip only with full remat
+    assert plan.total_bytes_per_chip <= 0.9 * 16 * GIB
+    assert "train.remat full" in plan.describe()
+    # Fewer rows per chip keep more: 8 chips, 8 rows each, need less recomputation or none.
+    assert REMAT_ORDER.index(plan_sharding(params, **v5e(8), workload=work).remat) <= 2
+
+
+def test_t5_large_fits_v5e_chips_in_fsdp_pairs():
+    params, work = workload("t5", "large", batch=128, seq_len=512, vocab=32128, dropout=0.0)
+    with pytest.raises(UserError, match="use v5litepod-4 or larger"):
+        plan_sharding(params, **v5e(1), workload=work)
+    plan = plan_sharding(params, **v5e(8), workload=work)
+    assert plan.fsdp == 2 and plan.total_bytes_per_chip <= 0.9 * 16 * GIB
+    # Adafactor's half-sized state alone fits one chip's share; with the activations beside
+    # it, the least recomputation that fits comes first, FSDP taking up the room it needs.
+    assert plan_sharding(params, **v5e(8), optimizer="adafactor").fsdp == 1
+    lighter = plan_sharding(params, **v5e(8), optimizer="adafactor", workload=work)
+    assert REMAT_ORDER.index(lighter.remat) <= REMAT_ORDER.index(plan.remat)
+    assert lighter.total_bytes_per_chip <= 0.9 * 16 * GIB
+
+
+def test_a_step_whose_activations_cannot_fit_is_refused_with_what_would():
+    params, work = workload("gpt2", "xl", batch=256, seq_len=1024, vocab=50257, remat="none",
+                            dropout=0.0)
+    with pytest.raises(UserError) as caught:
+        plan_sharding(params, **v5e(4), workload=work)
+    message = str(caught.value)
+    assert "64 rows per chip (train.batch_size 256 over 4 chips)" in message
+    assert "with train.remat none" in message and "16 GiB (14.4 GiB usable)" in message
+    assert "train.batch_size 8 or less" in message and "train.remat: full" in message
+    from payload.cloud.accelerators import ACCELERATORS
+
+    larger = message.split("; or ")[2].split(" ")[0]
+    assert larger in ACCELERATORS and larger.startswith("v5litepod-")  # a slice that exists
+    assert "\n" not in message
+
+
+def test_auto_keeps_every_activation_where_they_fit():
+    params, work = workload("gpt2", "small", batch=64, seq_len=1024, vocab=50257)
+    plan = plan_sharding(params, num_devices=8, hbm_bytes_per_chip=32 * GIB, where="v6e-8",
+                         workload=work)
+    assert (plan.fsdp, plan.remat) == (1, "none")

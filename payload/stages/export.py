@@ -30,17 +30,11 @@ import os
 
 from payload.core import folders, layout, ownership, storage
 from payload.core.errors import UserError
+from payload.core.families import FAMILIES
 from payload.core.pytorch_weights import WEIGHTS, with_tied_copies
 from payload.training import checkpoints
 
 log = logging.getLogger(__name__)
-
-ARCHITECTURES = {
-    "bert": "BertForMaskedLM",
-    "roberta": "RobertaForMaskedLM",
-    "gpt2": "GPT2LMHeadModel",
-    "t5": "T5ForConditionalGeneration",
-}
 
 
 def trained_weights(config):
@@ -71,7 +65,6 @@ def trained_weights(config):
 
 
 def run_export(config) -> None:
-    from payload.core.families import FAMILIES
     from payload.data.tokenizer import copy_tokenizer_files, set_model_inputs
 
     ownership.check_output_dir(config.output_dir)
@@ -86,7 +79,7 @@ def run_export(config) -> None:
     with folders.replacing_folder(target, {"stage": "export", "checkpoint": source}) as staging:
         write_weights(staging, weights)
         hf_config = weights.hf_config
-        hf_config.architectures = [ARCHITECTURES[family]]
+        hf_config.architectures = [FAMILIES[family].architecture]
         hf_config.save_pretrained(staging)
         copy_tokenizer_files(config, staging)
         set_model_inputs(staging, FAMILIES[family])

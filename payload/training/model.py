@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 from payload.config import check_model_config_file
 from payload.core.errors import UserError
-from payload.core.families import FAMILIES, ROBERTA_POSITION_PADDING, positions_needed
+from payload.core.families import FAMILIES, positions_needed
+from payload.core.sizes import ROBERTA_POSITION_PADDING
 
 
 @dataclass(frozen=True, kw_only=True)

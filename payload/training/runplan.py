@@ -31,6 +31,8 @@ import math
 from dataclasses import dataclass, field
 
 from payload.core.errors import UserError
+from payload.core.families import FAMILIES
+from payload.core.flops import StepFlops
 
 # Model FLOPs utilisation assumed for the time and cost estimate: what well-tuned transformer
 # pretraining reaches on TPUs (PaLM reported 46%, MaxText's published runs 40-60%); a first run
@@ -56,27 +58,6 @@ class CpuSpeed:
 
     model_flops_per_s: float
     source: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class StepFlops:
-    """Model FLOPs of one training step (forward and backward) for one row, by term."""
-
-    dense: float  # 6 x non-embedding parameters x tokens
-    attention: float  # scores and weighted values
-    vocabulary: float  # the output projection at the predicted positions
-    formula: str  # the estimate in words, with the figures it used
-
-    @property
-    def total(self) -> float:
-        return self.dense + self.attention + self.vocabulary
-
-    def shares(self) -> tuple[tuple[str, float], ...]:
-        terms = (("vocabulary projection", self.vocabulary), ("layers' matrices", self.dense),
-                 ("attention", self.attention))
-        total = self.total or 1.0
-        return tuple(sorted(((name, value / total) for name, value in terms),
-                            key=lambda term: -term[1]))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,82 +110,18 @@ class RunPlan:
         return self.chips * self.peak_flops_per_chip
 
 
-# --- FLOPs ---------------------------------------------------------------------------------
-
-
-def _encoder_flops(c: dict, seq_len: int, predicted: int) -> StepFlops:
-    from payload.core.sizes import count_parameters
-
-    h, layers, v = c.get("hidden_size", 768), c.get("num_hidden_layers", 12), c["vocab_size"]
-    count = count_parameters(c)
-    head_transform = h * h + 3 * h  # dense + LayerNorm of the MLM head: masked positions only
-    body = count.non_embedding - head_transform - v  # minus the decoder's bias
-    return StepFlops(
-        dense=6 * body * seq_len + 6 * head_transform * predicted,
-        attention=12 * layers * seq_len * h * seq_len,
-        vocabulary=6 * v * h * predicted,
-        formula=(f"6 x N per token (N = {_m(body)} non-embedding parameters) + attention 12 x "
-                 f"layers x seq_len x hidden per token + vocabulary projection 6 x vocab x hidden "
-                 f"at the {predicted} masked positions of each {seq_len}-token row"),
-    )
-
-
-def _gpt2_flops(c: dict, seq_len: int) -> StepFlops:
-    from payload.core.sizes import count_parameters
-
-    h, layers, v = c.get("n_embd", 768), c.get("n_layer", 12), c["vocab_size"]
-    body = count_parameters(c).non_embedding
-    return StepFlops(
-        dense=6 * body * seq_len,
-        attention=12 * layers * seq_len * h * seq_len,
-        vocabulary=6 * v * h * seq_len,
-        formula=(f"6 x N per token (N = {_m(body)} non-embedding parameters) + attention 12 x "
-                 "layers x seq_len x hidden per token + vocabulary projection 6 x vocab x "
-                 "hidden at every position"),
-    )
-
-
-def _t5_flops(c: dict, input_len: int, target_len: int) -> StepFlops:
-    d, v = c.get("d_model", 512), c["vocab_size"]
-    heads = c.get("num_heads", 8)
-    inner = heads * c.get("d_kv", 64)
-    layers = c.get("num_layers", 6)
-    decoder_layers = c.get("num_decoder_layers") or layers
-    gated = str(c.get("feed_forward_proj", "relu")).startswith("gated-")
-    ff = (3 if gated else 2) * d * c.get("d_ff", 2048)
-    encoder = layers * (4 * d * inner + ff)  # per input token
-    cross_kv = decoder_layers * 2 * d * inner  # the decoder's, applied to every input token
-    decoder = decoder_layers * (6 * d * inner + ff)  # self q,k,v,o; cross q,o; feed-forward
-    return StepFlops(
-        dense=6 * (encoder + cross_kv) * input_len + 6 * decoder * target_len,
-        attention=12 * inner * (layers * input_len * input_len
-                                + decoder_layers * target_len * (target_len + input_len)),
-        vocabulary=6 * v * d * target_len,
-        formula=(f"encoder and decoder apart: 6 x N_enc per input token (N_enc = {_m(encoder)}, "
-                 f"with the decoder's cross-attention keys and values {_m(cross_kv)}), 6 x N_dec "
-                 f"per target token (N_dec = {_m(decoder)}), attention 12 x layers x length x "
-                 f"heads x d_kv per token of each stack and over the {input_len} inputs per "
-                 f"target token, vocabulary projection 6 x vocab x d_model at the {target_len} "
-                 "target positions"),
-    )
-
-
 def step_flops(architecture: dict, *, seq_len: int, mlm_probability: float = 0.15,
                target_len: int | None = None) -> StepFlops:
     """Model FLOPs of training on one row: `architecture` is a transformers config dict (with
-    model_type); `target_len` is T5's target length."""
+    model_type); `target_len` is T5's target length (payload.core.families: the family's
+    formula, over the positions its head predicts)."""
     kind = architecture["model_type"]
-    if kind in ("bert", "roberta"):
-        from payload.core.families import max_predictions
-
-        return _encoder_flops(architecture, seq_len, max_predictions(seq_len, mlm_probability))
-    if kind == "gpt2":
-        return _gpt2_flops(architecture, seq_len)
-    if kind == "t5":
-        if target_len is None:
-            raise ValueError("T5 FLOPs need the target length")
-        return _t5_flops(architecture, seq_len, target_len)
-    raise ValueError(f"no FLOP estimate for model_type {kind!r}")
+    if kind not in FAMILIES:
+        raise ValueError(f"no FLOP estimate for model_type {kind!r}")
+    spec = FAMILIES[kind]
+    predicted = spec.predicted_len(seq_len, mlm_probability=mlm_probability,
+                                   target_len=target_len)
+    return spec.flops(architecture, seq_len, predicted)
 
 
 def row_flops(config, architecture: dict | None = None) -> StepFlops:
@@ -443,10 +360,6 @@ def _cost_drivers(plan: RunPlan) -> str:
     shares = ", ".join(f"{name} {share:.0%}" for name, share in plan.flops_shares)
     top = plan.flops_shares[0][0]
     return f"  FLOPs by term: {shares}; most goes to the {top}, which {_DRIVERS[top]}"
-
-
-def _m(n: float) -> str:
-    return f"{n / 1e6:,.1f}M"
 
 
 def _count(n: float) -> str:

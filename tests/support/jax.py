@@ -22,8 +22,7 @@ def architecture(family: str, *, vocab_size: int, seq_len: int = 64, **model) ->
     """The transformers config a run derives from its `model` section (payload.core.sizes), with
     the padding id payload.training.model.model_config gives it."""
     from payload.config import ModelConfig
-    from payload.core.families import ROBERTA_POSITION_PADDING
-    from payload.core.sizes import transformers_config
+    from payload.core.sizes import ROBERTA_POSITION_PADDING, transformers_config
 
     raw = transformers_config(ModelConfig(family=family, **model), vocab_size=vocab_size,
                               seq_len=seq_len)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from payload.core.families import max_predictions, span_corruption_lengths, t5_expanded_length
+from payload.core.families import FAMILIES, span_corruption_lengths, t5_expanded_length
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,8 +39,8 @@ class Workload:
                                           model.mean_noise_span_length)
             target = span_corruption_lengths(expanded, model.noise_density,
                                              model.mean_noise_span_length)[1]
-        predicted = {"t5": target, "gpt2": seq_len - 1}.get(
-            family, max_predictions(seq_len, model.mlm_probability))
+        predicted = FAMILIES[family].predicted_len(seq_len, mlm_probability=model.mlm_probability,
+                                                   target_len=target)
         return cls(architecture=architecture, batch_size=train.batch_size, seq_len=seq_len,
                    target_len=target, predicted_len=predicted, bf16=train.bf16,
                    remat=train.remat, platform=platform,

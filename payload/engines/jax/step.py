@@ -32,6 +32,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from payload.core.families import FAMILIES
 from payload.core.fit.sharding import ShardingPlan
 from payload.engines.jax import optimizer as jax_optimizer
 from payload.engines.jax.init import draw_params, place
@@ -94,13 +95,15 @@ def compute_dtype(bf16: bool, platform: str | None = None):
 
 def predictions(model, batch: dict, *, family: str, dropout_rng=None):
     """(float32 logits [B, T, V], labels [B, T] with -100 = nothing to predict), as the TF
-    engine's payload.training.model.forward gives them; a masked LM's T is its masked slots per row."""
-    if family in ("bert", "roberta"):
+    engine's payload.engines.tensorflow.model.forward gives them; a masked LM's T is its masked
+    slots per row. The family's objective (payload.core.families) decides what is predicted."""
+    objective = FAMILIES[family].objective
+    if objective == "mlm":
         logits = model(batch["input_ids"], batch["attention_mask"],
                        positions=batch["masked_positions"], dropout_rng=dropout_rng)
         labels = jnp.where(batch["masked_weights"] > 0, batch["masked_ids"], IGNORE_INDEX)
         return logits, labels
-    if family == "gpt2":
+    if objective == "clm":
         logits = model(batch["input_ids"], batch["attention_mask"], dropout_rng=dropout_rng)
         return logits[:, :-1], batch["labels"][:, 1:]
     logits = model(batch["input_ids"], batch["attention_mask"], batch["decoder_input_ids"],
@@ -111,13 +114,14 @@ def predictions(model, batch: dict, *, family: str, dropout_rng=None):
 def head_inputs(model, batch: dict, *, family: str, dropout_rng=None):
     """`predictions` before the vocabulary projection: (what the projection takes [B, T, d],
     labels [B, T], the projection), for the chunked loss."""
-    if family in ("bert", "roberta"):
+    objective = FAMILIES[family].objective
+    if objective == "mlm":
         x, projection = model.features(batch["input_ids"], batch["attention_mask"],
                                        positions=batch["masked_positions"],
                                        dropout_rng=dropout_rng)
         labels = jnp.where(batch["masked_weights"] > 0, batch["masked_ids"], IGNORE_INDEX)
         return x, labels, projection
-    if family == "gpt2":
+    if objective == "clm":
         x, projection = model.features(batch["input_ids"], batch["attention_mask"],
                                        dropout_rng=dropout_rng)
         return x[:, :-1], batch["labels"][:, 1:], projection

@@ -13,16 +13,14 @@ BERT code does): on a small model that projection is most of the step.
 
 from __future__ import annotations
 
+from payload.core.families import FAMILIES
+
 
 def model_class(family: str):
+    """transformers' TF class of the family's pretraining task (its spec's architecture)."""
     import transformers
 
-    return {
-        "bert": transformers.TFBertForMaskedLM,
-        "roberta": transformers.TFRobertaForMaskedLM,
-        "gpt2": transformers.TFGPT2LMHeadModel,
-        "t5": transformers.TFT5ForConditionalGeneration,
-    }[family]
+    return getattr(transformers, "TF" + FAMILIES[family].architecture)
 
 
 def build_model(hf_config):
@@ -60,9 +58,10 @@ def forward(model, batch, *, family: str, training: bool):
     Masked LMs return T = the number of masked slots per row, not the sequence length."""
     import tensorflow as tf
 
-    if family in ("bert", "roberta"):
-        encoder = model.bert if family == "bert" else model.roberta
-        head = model.mlm if family == "bert" else model.lm_head
+    objective = FAMILIES[family].objective
+    if objective == "mlm":
+        encoder = getattr(model, model.base_model_prefix)  # model.bert, model.roberta
+        head = model.mlm if hasattr(model, "mlm") else model.lm_head  # BERT: mlm; RoBERTa
         hidden = encoder(
             input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], training=training
         )[0]
@@ -70,7 +69,7 @@ def forward(model, batch, *, family: str, training: bool):
         logits = head(picked)
         labels = tf.where(batch["masked_weights"] > 0, batch["masked_ids"], -100)
         return tf.cast(logits, tf.float32), labels
-    if family == "gpt2":
+    if objective == "clm":
         logits = model(
             input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], training=training
         ).logits

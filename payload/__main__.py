@@ -141,4 +141,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    if status:  # the run has said why in its one line: what Orbax or tensorstore leave
+        sys.unraisablehook = lambda _: None  # unfinished at teardown is not news to the user
+    sys.exit(status)

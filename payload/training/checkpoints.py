@@ -3,7 +3,8 @@
     check_start(output_dir, resume=True, overwrite=False, engine="jax")  # no framework needed
     check_resume(output_dir, identity)      # then: refuses a changed model or tokenizer
     start_fresh(output_dir, identity)       # clears an earlier run's files, records run.json
-    step, state = restore_newest([4, 2], restore, directory=d, doing="--resume", ...)
+    step, state = restore_newest([4, 2], restore, directory=d, doing="--resume",
+                                 describe=why, files=step_files)   # newest restorable, or one line
 
 Each engine writes its own checkpoint format there (payload.engines: TensorFlow's
 CheckpointManager files, Orbax step folders); the rules around them are these, written once.

@@ -35,7 +35,7 @@ def test_the_plan_with_activations_imports_no_framework():
         "from payload.config import parse_config\n"
         "from payload.training import runplan\n"
         "from payload.training.strategy import Hardware\n"
-        "from tests.test_jax_plan import _config, V6E\n"
+        "from tests.integration.test_jax_plan import _config, V6E\n"
         "from pathlib import Path\n"
         "raw = _config(Path('/tmp/x'), cluster=V6E, train={'bf16': True})\n"
         "del raw['output_dir']\n"

@@ -66,7 +66,7 @@ def test_compile_ahead_stores_the_step_and_a_fresh_process_loads_it(tmp_path):
 
     script = (
         "import json, sys, jax, numpy as np\n"
-        "from tests.test_jax_startup import program\n"
+        "from tests.integration.test_jax_startup import program\n"
         "from payload.engines.jax.cache import compile_ahead, use_compilation_cache\n"
         "from pathlib import Path\n"
         "use_compilation_cache(sys.argv[1])\n"

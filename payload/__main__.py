@@ -27,6 +27,13 @@ from payload.core import layout
 from payload.core.errors import UserError, error_lines
 from payload.core.stages import STAGE_NAMES, Stage, check_share
 
+# Libraries whose Python loggers narrate their own work on every healthy run (Orbax's checkpoint
+# manager through absl: about 20 INFO lines per restore, one of 1,300 characters; JAX,
+# TensorFlow's Python side, tensorstore, etils): a stage's log keeps their warnings and errors
+# only. What libraries print past Python's logging (C++ logs, Gloo) is for the launcher's view
+# to leave out (launcher.view.NOISE).
+QUIET_LIBRARIES = ("absl", "jax", "orbax", "tensorflow", "tensorstore", "etils")
+
 
 class _Parser(argparse.ArgumentParser):
     """Usage mistakes end like every other user error: one `error:` line, exit status 2."""
@@ -133,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO, stream=sys.stdout,
         format=f"%(asctime)s w{args.worker_index} {args.stage} %(message)s", datefmt="%H:%M:%S",
     )
+    for library in QUIET_LIBRARIES:
+        logging.getLogger(library).setLevel(logging.WARNING)
     try:
         run_stage(args)
     except UserError as exc:

@@ -32,9 +32,10 @@ _TF_TIME = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: "  # TensorFlow's own C++ log 
 # absl/glog after the severity letter: MMDD, time, thread. Before absl is set up, the time is
 # "00:00:<epoch seconds>".
 _GLOG_TIME = r"\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ "
-# The payload's own log prefix (payload/__main__.py), which a library's message carries when its
-# logger propagates to the root one (transformers does when the environment says CI=true).
-_PAYLOAD_LOG = r"(\d\d:\d\d:\d\d w\d+ \w+ )?"
+# The payload's own log prefix (payload/__main__.py), which a library's message carries, with
+# the library's name, when its logger propagates to the root one (transformers does when the
+# environment says CI=true).
+_PAYLOAD_LOG = r"(\d\d:\d\d:\d\d w\d+ \w+ (\[\w+\] )?)?"
 _PEER_GONE = (r"(leader task was preempted/died|following tasks are unhealthy "
               r"\(stopped sending heartbeats\))")
 

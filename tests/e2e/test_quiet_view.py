@@ -60,8 +60,7 @@ def test_a_healthy_run_shows_tpuctls_lines_only(tmp_path, tpuctl_home, engine):
             assert shown, output
             long = [text for _, text in shown if len(text) > LONGEST]
             assert not long, long
-            noise = [text for _, text in shown if text in found or not is_tpuctls(text)
-                     and not _described(text)]
+            noise = [text for _, text in shown if not shown_as_tpuctls(text, found)]
             assert not noise, noise
         # `tpuctl status` shows a worker's last line the view would show: at every moment of
         # the run (each prefix of its log), tpuctl's own.
@@ -69,12 +68,13 @@ def test_a_healthy_run_shows_tpuctls_lines_only(tmp_path, tpuctl_home, engine):
             records = [r for r in map(progress.parse, lines) if r is not None]
             for end in range(1, len(lines) + 1):
                 _, last = view.step_and_last(records, lines[:end])
-                assert last == "" or last not in found and (is_tpuctls(last) or _described(last)), (
-                    last)
+                assert last == "" or shown_as_tpuctls(last, found), last
     if engine == "jax":  # the lines this route used to show, kept in the full log only
         assert any(line.startswith("[Gloo] ") for line in library_lines), library_lines
 
 
-def _described(text: str) -> bool:
-    """A progress record as the view words it ("step 4/4  loss ...", "eval at step 2: ...")."""
-    return text.startswith(("step ", "eval at step ", "training from step ", "resuming "))
+def shown_as_tpuctls(text: str, library_lines: set[str]) -> bool:
+    """Whether a line the view shows is tpuctl's: not a library's line of the full log, and
+    tpuctl's own or a progress record as the view words it ("step 4/4  loss ...")."""
+    described = text.startswith(("step ", "eval at step ", "training from step ", "resuming "))
+    return text not in library_lines and (is_tpuctls(text) or described)

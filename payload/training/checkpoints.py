@@ -230,5 +230,5 @@ def removal_summary(checkpoint_files: list[str], own_files: list[str]) -> str:
 
 
 def _step_of(key: str) -> int | None:
-    digits = re.search(r"(\d+)/?$", key)
+    digits = re.search(r"(\d+)/?\Z", key)
     return int(digits.group(1)) if digits else None

@@ -1249,6 +1249,26 @@ def with_hub_repo(config: RunConfig, repo: str) -> RunConfig:
     return config.model_copy(update={"hub": hub})
 
 
+# What only the tokenizer stage reads when it trains a tokenizer.
+_TRAINING_TOKENIZER_KEYS = ("kind", "vocab_size", "sample_mb", "min_frequency")
+
+
+def ignored_settings(config: RunConfig) -> list[str]:
+    """One line per setting the file gives that this run will not use (the run still goes):
+    the tokenizer training keys when tokenizer.path or model.init_from brings the tokenizer.
+    Only what the file itself set counts (a config loaded from a file, not a resolved dump)."""
+    lines = []
+    reused = (f"model.init_from {config.model.init_from}" if config.model.init_from
+              else f"tokenizer.path {config.tokenizer.path}" if config.tokenizer.path else None)
+    given = [f"tokenizer.{key}" for key in _TRAINING_TOKENIZER_KEYS
+             if key in config.tokenizer.model_fields_set]
+    if reused and given:
+        lines.append(f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} ignored: "
+                     f"{reused} brings its own tokenizer, vocabulary and all; remove "
+                     f"{'it' if len(given) == 1 else 'them'} from the config")
+    return lines
+
+
 def dump_config(config: RunConfig) -> str:
     """The resolved config as YAML, defaults included: what actually ran."""
     return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

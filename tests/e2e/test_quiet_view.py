@@ -49,6 +49,8 @@ def test_a_healthy_run_shows_tpuctls_lines_only(tmp_path, tpuctl_home, engine):
     for again in ((), ("--overwrite",)):
         trained = runner.invoke(app, ["train", "-c", str(config), "--local", *again])
         assert trained.exit_code == 0, trained.output
+        # The real run says its time estimate as a dry run would (not "not estimated").
+        assert "  time: about " in trained.output, trained.output
         logs = runner.invoke(app, ["logs", "-c", str(config)])
         assert logs.exit_code == 0, logs.output
         full = {w: (out / "logs" / f"worker-{w}.log").read_text().splitlines() for w in (0, 1)}

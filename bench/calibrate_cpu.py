@@ -172,9 +172,24 @@ def _median(values: list[float]) -> float:
     return ordered[len(ordered) // 2] if ordered else 0.0
 
 
+def estimated_s(config_path: Path) -> float | None:
+    """What the dry run estimates for every stage, in seconds (launcher.estimate, in-process)."""
+    from launcher import estimate
+    from launcher.launch import TrainOptions, plan_train
+    from payload.training import runplan
+
+    launch = plan_train(config_path, TrainOptions(local=True, num_workers=WORKERS, dry_run=True))
+    speed = estimate.cpu_speed(launch, read_remote=False)
+    plan = runplan.run_plan(launch.config, hardware=launch.fleet.hardware,
+                            num_workers=len(launch.fleet.workers), cpu_speed=speed)
+    return plan.cpu_total_s
+
+
 def check_run(folder: Path, corpus: Path, engine: str, family: str) -> str:
     """The dry run's estimate next to what the run took."""
     config_path = run_config(folder, corpus, engine, family)
+    os.environ["TPUCTL_HOME"] = str(folder / "home")
+    estimate = estimated_s(config_path)
     dry = subprocess.run([sys.executable, "-m", "launcher.cli", "train", "-c", str(config_path),
                           "--local", "--workers", str(WORKERS), "--dry-run"], capture_output=True,
                          text=True, env=_env(folder / "home"), cwd=REPO, timeout=600)
@@ -184,8 +199,9 @@ def check_run(folder: Path, corpus: Path, engine: str, family: str) -> str:
         line.strip() for line in lines[at + 1:] if line.startswith("    ")]
     run = measure_run(folder, corpus, engine, family)
     stages = ", ".join(f"{k} {v:.0f}s" for k, v in run["stages_s"].items())
-    return (f"{engine} {family}: took {run['wall_s']:.0f}s ({stages}); the dry run said:\n  "
-            + "\n  ".join(said))
+    ratio = f"{run['wall_s'] / estimate:.2f}x the estimate" if estimate else "no estimate"
+    return (f"{engine} {family}: took {run['wall_s']:.0f}s ({stages}), {ratio} of "
+            f"{estimate or 0:.0f}s; the dry run said:\n  " + "\n  ".join(said))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -128,6 +128,13 @@ class RunPlan:
     notes: tuple[str, ...] = field(default=())
 
     @property
+    def cpu_total_s(self) -> float | None:
+        """CPU workers: training and the other stages whose time is known, in seconds."""
+        if self.wall_time_s is None or self.accelerator is not None:
+            return None
+        return self.wall_time_s + sum(s for _, s, _ in self.stage_times if s is not None)
+
+    @property
     def peak_flops(self) -> float | None:
         if self.chips is None or self.peak_flops_per_chip is None:
             return None
@@ -437,9 +444,8 @@ def _cpu_time(plan: RunPlan) -> list[str]:
     if plan.wall_time_s is None:
         return [f"  time: not estimated ({plan.cpu_note}); the train stage shows its ETA from "
                 "the first steps"]
-    known = [seconds for _, seconds, _ in plan.stage_times if seconds is not None]
     unknown = [stage for stage, seconds, _ in plan.stage_times if seconds is None]
-    total = plan.wall_time_s + sum(known)
+    total = plan.cpu_total_s
     compute = plan.wall_time_s - plan.start_s
     lines = [f"  time: about {_duration(total)} on CPU for "
              + ("training" if not plan.stage_times else
@@ -546,6 +552,13 @@ STATE_BYTES_PER_PARAM = {"adamw": 16, "adafactor": 8}
 # The share of the machine's memory training processes may fill; the system, the launcher and
 # the page cache keep the rest.
 USABLE_SHARE_OF_MEMORY = 0.9
+# What a CPU training process of each engine holds beyond the counts above, as factors on the
+# training state and on the activations' floor: measured here as peak resident memory of the
+# train stage (GPT-2 small, vocabulary 8,000, rows of 128, two local processes of 4 and of 16
+# rows each: JAX 3.7 and 5.4 GiB, TensorFlow 5.2 and 7.6 GiB; the two shapes give each engine's
+# two factors). JAX's step makes the new state beside the old one; TensorFlow keeps gradient
+# and all-reduce buffers and a graph's intermediates besides.
+CPU_MEMORY_FACTORS = {"jax": (1.2, 1.9), "tensorflow": (2.2, 2.5)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -553,7 +566,7 @@ class CpuMemory:
     """What the training processes on one machine need, each and together, in bytes."""
 
     processes: int
-    state: int  # weights, gradients and optimizer moments of one process
+    state: int  # weights, gradients, optimizer moments and the engine's copies, one process
     activations: int  # what one process's share of a step keeps for its backward pass
     base: int = CPU_PROCESS_BASE_BYTES
     rows: int  # rows of the global batch one process computes
@@ -567,10 +580,10 @@ class CpuMemory:
         return self.per_process * self.processes
 
     def describe(self, optimizer: str) -> str:
-        return (f"{_gib(self.per_process)} per training process (weights, gradients and "
-                f"{optimizer} moments {_gib(self.state)}, activations of {self.rows} rows "
-                f"{_gib(self.activations)}, the process itself {_gib(self.base)}), "
-                f"{_gib(self.total)} for {self.processes}")
+        return (f"{_gib(self.per_process)} per training process (weights, gradients, "
+                f"{optimizer} moments and their working copies {_gib(self.state)}, activations "
+                f"of {self.rows} rows {_gib(self.activations)}, the process itself "
+                f"{_gib(self.base)}), {_gib(self.total)} for {self.processes}")
 
 
 def _dims(c: dict) -> tuple[int, int, int, int]:
@@ -588,10 +601,11 @@ def _dims(c: dict) -> tuple[int, int, int, int]:
 def cpu_memory(config, architecture: dict, *, processes: int,
                optimizer: str | None = None) -> CpuMemory:
     """What `processes` CPU training processes of this run need on one machine: each holds the
-    whole training state, its rows' activations and itself. Activations are a floor: per
-    layer and token the inputs of its products (6 x width), the feed-forward's inner values
-    (2 x its width) and attention's probabilities (heads x length), float32; plus the logits
-    and their gradient at the predicted positions."""
+    whole training state, its rows' activations and itself. The state counts
+    STATE_BYTES_PER_PARAM; the activations' floor per layer and token the inputs of its
+    products (6 x width), the feed-forward's inner values (2 x its width) and attention's
+    probabilities (heads x length), float32, plus the logits and their gradient at the
+    predicted positions; each then x the engine's measured CPU_MEMORY_FACTORS."""
     from payload.core.sizes import count_parameters
 
     optimizer = optimizer or config.train.optimizer
@@ -603,8 +617,10 @@ def cpu_memory(config, architecture: dict, *, processes: int,
     predicted = row_flops(config, architecture).vocabulary / (6 * architecture["vocab_size"]
                                                               * width)
     floats = rows * (seq * per_token + 2 * predicted * architecture["vocab_size"])
-    return CpuMemory(processes=processes, state=params * STATE_BYTES_PER_PARAM[optimizer],
-                     activations=int(4 * floats), rows=rows)
+    state_factor, activation_factor = CPU_MEMORY_FACTORS[config.train.engine]
+    return CpuMemory(processes=processes,
+                     state=int(params * STATE_BYTES_PER_PARAM[optimizer] * state_factor),
+                     activations=int(4 * floats * activation_factor), rows=rows)
 
 
 def _gib(n: float) -> str:

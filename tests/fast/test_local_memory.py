@@ -38,11 +38,12 @@ def test_gpt2_xl_on_two_local_workers_is_refused_naming_what_would_fit(tmp_path,
     result = dry_run(tmp_path, local_config(tmp_path, {"size": "xl"}), monkeypatch)
     assert result.returncode == 2, result.stdout + result.stderr
     [line] = result.stderr.splitlines()
-    # 1,557.6M parameters x 16 bytes of AdamW state: 23.2 GiB in each of the two processes.
+    # 1,557.6M parameters x 16 bytes of AdamW state (23.2 GiB) x 1.2, what the JAX engine's
+    # processes were measured to hold of it: 27.9 GiB in each of the two.
     assert line.startswith("error: gpt2 xl (1,557.6M parameters) needs about "), line
-    assert "weights, gradients and adamw moments 23.2 GiB" in line
+    assert "adamw moments and their working copies 27.9 GiB" in line
     assert "for 2 local training processes, but this machine has 23.5 GiB of memory" in line
-    assert "use model.size: medium (about " in line and "Traceback" not in result.stderr
+    assert "use model.size: small (about " in line and "Traceback" not in result.stderr
     assert not (tmp_path / "out").exists() and not (tmp_path / "home" / "jobs").exists()
 
 
@@ -70,5 +71,6 @@ def test_the_state_is_counted_per_optimizer(tmp_path, optimizer):
     config = parse_config(local_config(tmp_path, {"size": "small"}, optimizer=optimizer))
     memory = runplan.cpu_memory(config, runplan.run_architecture(config), processes=2)
     params = 124_439_808  # GPT-2 small with its 50,257-token vocabulary
-    assert memory.state == params * {"adamw": 16, "adafactor": 8}[optimizer]
+    factor = runplan.CPU_MEMORY_FACTORS["jax"][0]
+    assert memory.state == int(params * {"adamw": 16, "adafactor": 8}[optimizer] * factor)
     assert memory.rows == 16 and memory.base == runplan.CPU_PROCESS_BASE_BYTES

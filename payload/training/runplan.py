@@ -556,8 +556,8 @@ USABLE_SHARE_OF_MEMORY = 0.9
 # training state and on the activations' floor: measured here as peak resident memory of the
 # train stage (GPT-2 small, vocabulary 8,000, rows of 128, two local processes of 4 and of 16
 # rows each: JAX 3.7 and 5.4 GiB, TensorFlow 5.2 and 7.6 GiB; the two shapes give each engine's
-# two factors). JAX's step makes the new state beside the old one; TensorFlow keeps gradient
-# and all-reduce buffers and a graph's intermediates besides.
+# two factors): the copies and buffers each engine's step and runtime keep beside the counts
+# (not broken down further here).
 CPU_MEMORY_FACTORS = {"jax": (1.2, 1.9), "tensorflow": (2.2, 2.5)}
 
 

@@ -963,7 +963,12 @@ def _describe(error: dict, model: type[BaseModel]) -> str:
         section = _section_for(model, error["loc"][:-1])
         fields = list(section.model_fields) if section else []
         close = difflib.get_close_matches(str(error["loc"][-1]), fields, n=1, cutoff=0.75)
-        guess = f"did you mean '{close[0]}'? " if close else ""
+        home = None if close else _home_of(str(error["loc"][-1]), model)
+        key = error["loc"][-1]
+        belongs = (f"{key} belongs in {home.split('.')[0]}" if home and "." in home
+                   else f"{key} is a top-level key")
+        guess = (f"did you mean '{close[0]}'? " if close
+                 else f"{belongs}: did you mean '{home}'? " if home else "")
         allowed = f"allowed here: {', '.join(fields)}" if fields else ""
         return f"unknown key '{where}'" + (f" ({guess}{allowed})" if guess or allowed else "")
     if kind == "finite_number":
@@ -982,6 +987,19 @@ def _describe(error: dict, model: type[BaseModel]) -> str:
         joint = " " if message.startswith("must ") else ": "  # "train.steps must be ..."
         return f"{where}{joint}{message}{shown}"
     return message
+
+
+def _home_of(key: str, model: type[BaseModel]) -> str | None:
+    """Where a key written in the wrong section belongs ("engine" -> "train.engine"): the one
+    top-level key or section key of that name (any provider's, for cluster); None if none is."""
+    homes = [key] if key in model.model_fields else []
+    for name, info in model.model_fields.items():
+        sections = (CLUSTERS.values() if name == "cluster"
+                    else [a for a in getattr(info.annotation, "__args__", (info.annotation,))
+                          if isinstance(a, type) and issubclass(a, BaseModel)])
+        if any(key in section.model_fields for section in sections):
+            homes.append(f"{name}.{key}")
+    return homes[0] if len(homes) == 1 else None
 
 
 def _section_for(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
@@ -1112,6 +1130,8 @@ def _problems(errors: list[dict]) -> list[str]:
             close = difflib.get_close_matches(str(error["loc"][-1]), fields, n=1, cutoff=0.75)
             if close:
                 mistyped.add(_field_name((*error["loc"][:-1], close[0])))
+            elif _home_of(str(error["loc"][-1]), RunConfig):  # in the wrong section
+                mistyped.add(_home_of(str(error["loc"][-1]), RunConfig))
     lines = []
     for error in sorted(errors, key=_rank):
         if error["type"] == "missing" and _field_name(error["loc"]) in mistyped:
@@ -1247,6 +1267,26 @@ def with_hub_repo(config: RunConfig, repo: str) -> RunConfig:
     except ValidationError as exc:
         raise UserError(f"--push-to-hub: {_describe(exc.errors()[0], HubConfig)}") from None
     return config.model_copy(update={"hub": hub})
+
+
+# What only the tokenizer stage reads when it trains a tokenizer.
+_TRAINING_TOKENIZER_KEYS = ("kind", "vocab_size", "sample_mb", "min_frequency")
+
+
+def ignored_settings(config: RunConfig) -> list[str]:
+    """One line per setting the file gives that this run will not use (the run still goes):
+    the tokenizer training keys when tokenizer.path or model.init_from brings the tokenizer.
+    Only what the file itself set counts (a config loaded from a file, not a resolved dump)."""
+    lines = []
+    reused = (f"model.init_from {config.model.init_from}" if config.model.init_from
+              else f"tokenizer.path {config.tokenizer.path}" if config.tokenizer.path else None)
+    given = [f"tokenizer.{key}" for key in _TRAINING_TOKENIZER_KEYS
+             if key in config.tokenizer.model_fields_set]
+    if reused and given:
+        lines.append(f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} ignored: "
+                     f"{reused} brings its own tokenizer, vocabulary and all; remove "
+                     f"{'it' if len(given) == 1 else 'them'} from the config")
+    return lines
 
 
 def dump_config(config: RunConfig) -> str:

@@ -165,9 +165,6 @@ def run_train(
                                        num_workers=num_workers, engine=engine.name))
     # Before anything imports a framework: TPU_LOAD_LIBRARY is read when TensorFlow loads.
     os.environ.update(plan.env)
-    # TensorFlow's own INFO chatter (sharding callbacks, collectives) would drown the step lines.
-    for noisy in ("tensorflow", "absl", "jax", "orbax"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
     # The chief speaks for training; the others say only their own lines. (Set for every run:
     # the logger outlives it, and this process may have been another worker before.)
     if plan.is_chief:

@@ -224,7 +224,7 @@ AUTO_MODEL = {"mlm": "MaskedLM", "clm": "CausalLM", "span": "Seq2SeqLM"}
 
 def load_lines(family: str, model_dir: str) -> list[str]:
     """Two lines of Python that load an exported model: PyTorch, then TensorFlow (which needs
-    use_safetensors=False: README "Export")."""
+    use_safetensors=False: docs/pipeline.md, "Export")."""
     from payload.core.families import FAMILIES
 
     auto = AUTO_MODEL[FAMILIES[family].objective]

@@ -243,7 +243,7 @@ def replicas_of(hardware, num_workers: int) -> tuple[int, str]:
     chip. TensorFlow's TPUStrategy makes one replica per TPU device, and the TPU runtime shows
     one device per chip on every generation in the table: v5e and v6e chips have one TensorCore,
     and v4 and v5p chips run their two TensorCores as one "megacore" device (a v4-8 shows 4
-    devices, a v4-32 16; see the README's run-plan section for the sources). On CPU workers:
+    devices, a v4-32 16; see docs/costs.md, "The run plan", for the sources). On CPU workers:
     one replica per training process (MultiWorkerMirroredStrategy), 1 for a single process."""
     from payload.training.strategy import tpu_accelerator, training_workers
 

@@ -1,7 +1,7 @@
 # What one tpuctl run needs on Google Cloud: a bucket, SSH in from the user's addresses only,
 # a service account that can change nothing but the run's own objects and TPU, and the TPU VM
 # or pod slice itself. A queued TPU request is made by the launcher through the TPU API instead
-# (create_tpu = false): see README.md.
+# (create_tpu = false): see docs/google-cloud.md.
 
 # Derived names (service account, firewall rule, network tag, role): names.tf.
 locals {

@@ -130,7 +130,9 @@ def _with_limits(config: RunConfig, options: TrainOptions):
         return config
     from payload.config import parse_config
 
-    raw = config.model_dump(mode="json")
+    # What the file set, not its defaults too: what the file itself says stays readable
+    # (payload.config.ignored_settings).
+    raw = config.model_dump(mode="json", exclude_unset=True)
     raw["train"].update(overrides)
     return parse_config(raw, source="--max-hours/--max-cost")
 
@@ -163,6 +165,7 @@ def plan_train(config_path: Path, options: TrainOptions) -> Launch:
     problems = []
     for check in (lambda: estimate.refuse_unsplittable_batch(config, fleet, options.stages),
                   lambda: estimate.refuse_unholdable_state(config, fleet, options.stages),
+                  lambda: estimate.refuse_unfit_memory(config, fleet, options.stages),
                   lambda: check_stages(config, options.stages)):
         try:
             check()

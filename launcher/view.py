@@ -7,8 +7,10 @@
     summary(final=view.final, family="gpt2", output_dir="runs/x", exported=True)
 
 Everything a worker prints stays in its full log (output_dir/logs/worker-N.log and the launcher's
-copy); the view only chooses. It hides what TensorFlow, absl, gRPC, CUDA and transformers say
-on every healthy run (`NOISE`, one table of rules, each with a line it hides), never a line of a
+copy); the view only chooses. It hides what TensorFlow, absl, gRPC, CUDA, Gloo and transformers
+print on every healthy run past the stages' own logging (`NOISE`, one table of rules, each with a
+line it hides; the libraries that log through Python the stages quiet themselves:
+payload.__main__.QUIET_LIBRARIES), never a line of a
 traceback, an exception or an error of tpuctl's, and reads training progress from the chief's
 records (payload.training.progress) instead of showing them: evaluations become lines, the rest feeds
 the live line, or, when the output is not a terminal, plain lines at a steady pace.
@@ -30,9 +32,10 @@ _TF_TIME = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: "  # TensorFlow's own C++ log 
 # absl/glog after the severity letter: MMDD, time, thread. Before absl is set up, the time is
 # "00:00:<epoch seconds>".
 _GLOG_TIME = r"\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ "
-# The payload's own log prefix (payload/__main__.py), which a library's message carries when its
-# logger propagates to the root one (transformers does when the environment says CI=true).
-_PAYLOAD_LOG = r"(\d\d:\d\d:\d\d w\d+ \w+ )?"
+# The payload's own log prefix (payload/__main__.py), which a library's message carries, with
+# the library's name, when its logger propagates to the root one (transformers does when the
+# environment says CI=true).
+_PAYLOAD_LOG = r"(\d\d:\d\d:\d\d w\d+ \w+ (\[\w+\] )?)?"
 _PEER_GONE = (r"(leader task was preempted/died|following tasks are unhealthy "
               r"\(stopped sending heartbeats\))")
 
@@ -90,6 +93,11 @@ NOISE: tuple[Noise, ...] = (
           r"Transformers v5\. ",
           "TensorFlow and JAX classes are deprecated and will be removed in Transformers v5. We "
           "recommend migrating to PyTorch classes or pinning your version of Transformers."),
+    Noise("Gloo (the JAX engine's CPU collectives) saying its peers connected",
+          r"\[Gloo\] Rank \d+ is connected to \d+ peer ranks\. Expected number of connected "
+          r"peer ranks is : \d+$",
+          "[Gloo] Rank 0 is connected to 1 peer ranks. Expected number of connected peer ranks "
+          "is : 1"),
     # A worker whose peer has left says so at teardown. When a peer dies mid-training, the
     # exception that ends the worker repeats it, in a traceback, which is always shown.
     Noise("collectives aborted because another worker has left",
@@ -216,7 +224,7 @@ AUTO_MODEL = {"mlm": "MaskedLM", "clm": "CausalLM", "span": "Seq2SeqLM"}
 
 def load_lines(family: str, model_dir: str) -> list[str]:
     """Two lines of Python that load an exported model: PyTorch, then TensorFlow (which needs
-    use_safetensors=False: README "Export")."""
+    use_safetensors=False: docs/pipeline.md, "Export")."""
     from payload.core.families import FAMILIES
 
     auto = AUTO_MODEL[FAMILIES[family].objective]

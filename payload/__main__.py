@@ -27,6 +27,13 @@ from payload.core import layout
 from payload.core.errors import UserError, error_lines
 from payload.core.stages import STAGE_NAMES, Stage, check_share
 
+# Libraries whose Python loggers narrate their own work on every healthy run (Orbax's checkpoint
+# manager through absl: about 20 INFO lines per restore, one of 1,300 characters; JAX,
+# TensorFlow's Python side, tensorstore, etils): a stage's log keeps their warnings and errors
+# only. What libraries print past Python's logging (C++ logs, Gloo) is for the launcher's view
+# to leave out (launcher.view.NOISE).
+QUIET_LIBRARIES = ("absl", "jax", "orbax", "tensorflow", "tensorstore", "etils")
+
 
 class _Parser(argparse.ArgumentParser):
     """Usage mistakes end like every other user error: one `error:` line, exit status 2."""
@@ -116,6 +123,14 @@ def use_private_tempdir() -> None:
     atexit.register(shutil.rmtree, mine, True)
 
 
+def _name_the_library(record: logging.LogRecord) -> bool:
+    """A library's record says whose it is ("[absl] ..."): the stage's own lines and what a
+    library says read apart, in the log and in the launcher's view."""
+    top = record.name.split(".", 1)[0]
+    record.origin = "" if top in ("payload", "root", "__main__") else f"[{top}] "
+    return True
+
+
 def _fail(exc: UserError) -> int:
     if os.environ.get("TPUCTL_DEBUG"):
         raise exc
@@ -129,10 +144,18 @@ def main(argv: list[str] | None = None) -> int:
         args = _parser().parse_args(argv)
     except UserError as exc:
         return _fail(exc)
+    root = logging.getLogger()
+    present = list(root.handlers)
     logging.basicConfig(
         level=logging.INFO, stream=sys.stdout,
-        format=f"%(asctime)s w{args.worker_index} {args.stage} %(message)s", datefmt="%H:%M:%S",
+        format=f"%(asctime)s w{args.worker_index} {args.stage} %(origin)s%(message)s",
+        datefmt="%H:%M:%S",
     )
+    for handler in root.handlers:
+        if handler not in present:  # the stage's own handler, not one a caller had set up
+            handler.addFilter(_name_the_library)
+    for library in QUIET_LIBRARIES:
+        logging.getLogger(library).setLevel(logging.WARNING)
     try:
         run_stage(args)
     except UserError as exc:
@@ -141,4 +164,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    if status:  # the run has said why in its one line: what Orbax or tensorstore leave
+        sys.unraisablehook = lambda _: None  # unfinished at teardown is not news to the user
+    sys.exit(status)

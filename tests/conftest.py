@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import corpora, runs
+from tests.support import corpora, runs  # noqa: F401  (makes the run's shared cache here, first)
 from tests.support.guard import FastGuard
 from tests.support.paths import REPO
 from tests.support.summary import skipped_groups
@@ -57,8 +57,6 @@ def pytest_configure(config):
 def pytest_unconfigure(config):
     if _SESSION_GUARD is not None:
         _SESSION_GUARD.__exit__(None, None, None)
-    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist)
-        runs.remove_cache()
 
 
 def pytest_collection_modifyitems(config, items):

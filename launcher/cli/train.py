@@ -103,7 +103,7 @@ def train(
             typer.echo(f"cost: {price}")
         if down:
             typer.echo("when the job ends: worker 0 deletes the TPU (--down)")
-        print_run_plan(the_launch, read_remote=False)
+        print_run_plan(*run_plan_lines(the_launch, read_remote=False))
         print_publishing(the_launch)
         return
     console = render.console()
@@ -117,11 +117,13 @@ def train(
         console.print(f"job {job.plan.job_id} started on {counted(len(job.plan.workers), 'worker')} "
                       f"(stages: {', '.join(s.name for s in job.plan.steps)})", markup=False)
 
+    # Worked out before the workers start (they would share the cores a CPU estimate probes),
+    # shown once the job has started (a refusal at start stays the only line printed).
+    plan_lines = run_plan_lines(the_launch, read_remote=True)
     with render.shipping_progress(console, len(the_launch.plan.workers)) as on_event:
         job = launch.start(the_launch, on_event=on_event, on_note=note)
     started(job)
-    # Once, when the job has started (a refusal at start stays the only line printed).
-    print_run_plan(the_launch, read_remote=True)
+    print_run_plan(*plan_lines)
     print_publishing(the_launch)
     if detach:
         job.close()
@@ -134,11 +136,15 @@ def train(
     render.report(outcome, job, config_path, view)
 
 
-def print_run_plan(the_launch, *, read_remote: bool) -> None:
-    """The run's figures (parameters, tokens, FLOPs, time, cost) and any mis-sizing warning."""
+def run_plan_lines(the_launch, *, read_remote: bool) -> tuple[list[str], list[str]]:
+    """The run's figures (parameters, tokens, FLOPs, time, cost), and warnings: mis-sizing and
+    settings the run will not use."""
     from launcher.estimate import describe
 
-    lines, warnings = describe(the_launch, read_remote=read_remote)
+    return describe(the_launch, read_remote=read_remote)
+
+
+def print_run_plan(lines: list[str], warnings: list[str]) -> None:
     for line in lines:
         typer.echo(line)
     for line in warnings:

@@ -9,8 +9,8 @@
 At run time the TPU API's `networkEndpoints` is the truth about hosts; `host_mismatch` words the
 report when it disagrees with this table.
 
-The TensorFlow route (evidence and open points: the tf-on-tpu research note, which belongs in
-the README's Google Cloud section): no `tpu-vm-tf-*` runtime carries the pinned TensorFlow, so every
+The TensorFlow route (evidence and open points: docs/google-cloud.md, "TensorFlow on TPUs:
+the route, and its evidence"): no `tpu-vm-tf-*` runtime carries the pinned TensorFlow, so every
 worker gets a base image plus `tensorflow-tpu==TENSORFLOW_VERSION` and a pinned libtpu from pip, as
 Google's own TF release CI does. On a multi-host slice the launcher starts the TPU worker server
 that ships in that wheel (`start_grpc_tpu_worker`) on every host, and worker 0 drives the slice.
@@ -48,7 +48,7 @@ class Generation:
     # Base images the TensorFlow route accepts, the default first; empty: no TensorFlow route.
     tf_runtimes: tuple[str, ...]
     # Base images the JAX route accepts, the default first: Google's runtimes page, "PyTorch
-    # and JAX" (cloud.google.com/tpu/docs/runtimes; /work/shared/CLOUD-FACTS.md §1).
+    # and JAX" (cloud.google.com/tpu/docs/runtimes).
     jax_runtimes: tuple[str, ...]
     tf_refusal: str = ""  # why there is no TensorFlow route, when there is none
     # Devices JAX shows per chip: one for every generation here but TPU7x, whose two
@@ -70,7 +70,7 @@ class Generation:
 # Peak compute, HBM, topologies: Google's system-architecture pages for each generation
 # (cloud.google.com/tpu/docs/v4, v5e, v5p, v6e); host counts cross-checked against the explicit
 # table in marin-community/levanter src/levanter/infra/ray_tpu.py. Zones: the regions-zones page
-# (see /work/shared/CLOUD-FACTS.md §5); the live list is ListAcceleratorTypes in the project.
+# (cloud.google.com/tpu/docs/regions-zones); the live list is ListAcceleratorTypes in the project.
 GENERATIONS: dict[str, Generation] = {
     g.name: g
     for g in (

@@ -14,6 +14,7 @@ every section shares). Callers import from here.
 """
 
 from payload.config.base import MAX_LOCAL_WORKERS, EngineName
+from payload.config.checks import ignored_settings
 from payload.config.clusters import (
     CLUSTERS,
     GCE_MAX_NAME,
@@ -46,6 +47,6 @@ __all__ = [
     "CLUSTERS", "GCE_MAX_NAME", "HUB_REPO", "MAX_LOCAL_WORKERS", "TPU_NAME", "DataConfig",
     "EngineName", "GceCluster", "GcpCluster", "HubConfig", "LocalCluster", "ModelConfig",
     "RunConfig", "SshCluster", "TokenizerConfig", "TrainConfig", "check_model_config_file",
-    "check_output_dir_path", "check_stages", "default_bucket", "dump_config", "load_config",
-    "parse_config", "with_hub_repo",
+    "check_output_dir_path", "check_stages", "default_bucket", "dump_config", "ignored_settings",
+    "load_config", "parse_config", "with_hub_repo",
 ]

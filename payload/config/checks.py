@@ -1,7 +1,9 @@
-"""What is wrong between the run config's sections, every problem at once.
+"""What is wrong between the run config's sections, every problem at once, and what a valid
+config gives that its run will not use.
 
     problems = cross_problems(name="run", cluster=cluster, data=data, tokenizer=tokenizer,
                               model=model, train=train)   # a section may be None (invalid)
+    ignored_settings(config)   # ["tokenizer.vocab_size is ignored: model.init_from ... "]
 """
 
 from __future__ import annotations
@@ -86,3 +88,23 @@ def _state_problems(*, cluster, data, tokenizer, model, train) -> list[str]:
         params, num_devices=acc.chips, hbm_bytes_per_chip=acc.hbm_gib_per_chip << 30,
         optimizer=train.optimizer, where=acc.name, workload=workload,
         larger=larger_slices(acc.name)))
+
+
+# What only the tokenizer stage reads when it trains a tokenizer.
+_TRAINING_TOKENIZER_KEYS = ("kind", "vocab_size", "sample_mb", "min_frequency")
+
+
+def ignored_settings(config) -> list[str]:
+    """One line per setting the file gives that this run will not use (the run still goes):
+    the tokenizer training keys when tokenizer.path or model.init_from brings the tokenizer.
+    Only what the file itself set counts (a config loaded from a file, not a resolved dump)."""
+    lines = []
+    reused = (f"model.init_from {config.model.init_from}" if config.model.init_from
+              else f"tokenizer.path {config.tokenizer.path}" if config.tokenizer.path else None)
+    given = [f"tokenizer.{key}" for key in _TRAINING_TOKENIZER_KEYS
+             if key in config.tokenizer.model_fields_set]
+    if reused and given:
+        lines.append(f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} ignored: "
+                     f"{reused} brings its own tokenizer, vocabulary and all; remove "
+                     f"{'it' if len(given) == 1 else 'them'} from the config")
+    return lines

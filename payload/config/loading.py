@@ -97,7 +97,12 @@ def _describe(error: dict, model: type[BaseModel]) -> str:
         section = _section_for(model, error["loc"][:-1])
         fields = list(section.model_fields) if section else []
         close = difflib.get_close_matches(str(error["loc"][-1]), fields, n=1, cutoff=0.75)
-        guess = f"did you mean '{close[0]}'? " if close else ""
+        home = None if close else _home_of(str(error["loc"][-1]), model)
+        key = error["loc"][-1]
+        belongs = (f"{key} belongs in {home.split('.')[0]}" if home and "." in home
+                   else f"{key} is a top-level key")
+        guess = (f"did you mean '{close[0]}'? " if close
+                 else f"{belongs}: did you mean '{home}'? " if home else "")
         allowed = f"allowed here: {', '.join(fields)}" if fields else ""
         return f"unknown key '{where}'" + (f" ({guess}{allowed})" if guess or allowed else "")
     if kind == "finite_number":
@@ -116,6 +121,19 @@ def _describe(error: dict, model: type[BaseModel]) -> str:
         joint = " " if message.startswith("must ") else ": "  # "train.steps must be ..."
         return f"{where}{joint}{message}{shown}"
     return message
+
+
+def _home_of(key: str, model: type[BaseModel]) -> str | None:
+    """Where a key written in the wrong section belongs ("engine" -> "train.engine"): the one
+    top-level key or section key of that name (any provider's, for cluster); None if none is."""
+    homes = [key] if key in model.model_fields else []
+    for name, info in model.model_fields.items():
+        sections = (CLUSTERS.values() if name == "cluster"
+                    else [a for a in getattr(info.annotation, "__args__", (info.annotation,))
+                          if isinstance(a, type) and issubclass(a, BaseModel)])
+        if any(key in section.model_fields for section in sections):
+            homes.append(f"{name}.{key}")
+    return homes[0] if len(homes) == 1 else None
 
 
 def _section_for(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
@@ -246,6 +264,8 @@ def _problems(errors: list[dict]) -> list[str]:
             close = difflib.get_close_matches(str(error["loc"][-1]), fields, n=1, cutoff=0.75)
             if close:
                 mistyped.add(_field_name((*error["loc"][:-1], close[0])))
+            elif _home_of(str(error["loc"][-1]), RunConfig):  # in the wrong section
+                mistyped.add(_home_of(str(error["loc"][-1]), RunConfig))
     lines = []
     for error in sorted(errors, key=_rank):
         if error["type"] == "missing" and _field_name(error["loc"]) in mistyped:

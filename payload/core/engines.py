@@ -69,6 +69,10 @@ class EngineSpec:
     # other hosts serve the TPU runtime, CPU workers joined by TF_CONFIG.
     one_program: bool
     tpu_route: TpuRoute
+    bf16_on_cpu: str  # what train.bf16 does on CPU workers, in the run plan's words
+    # What a CPU training process holds beyond the run plan's counts, as factors on the training
+    # state and on the activations' floor, measured (payload.training.runplan.cpu_memory).
+    cpu_memory_factors: tuple[float, float]
 
     def checkpoint_files(self, names: list[str]) -> list[str]:
         """Which of these paths under checkpoints/ are this engine's checkpoint files (what a
@@ -146,6 +150,10 @@ class TensorFlowSpec(EngineSpec):
     one_program = False
     tpu_route = TpuRoute(lock="TPU_LOCK", python=None,
                          renames=(("tensorflow", "tensorflow-tpu"),), find_links=(TPU_WHEELS_INDEX,))
+    # Its mixed_bfloat16 policy: bfloat16 products on CPU too.
+    bf16_on_cpu = ("train.bf16 on CPU: TensorFlow runs bfloat16 products there, no faster than "
+                   "float32; it pays on a TPU")
+    cpu_memory_factors = (2.2, 2.5)
 
     INDEX = "checkpoint"
     # What the CheckpointManager ("ckpt" prefix) writes in the folder: the index and its
@@ -239,6 +247,11 @@ class JaxSpec(EngineSpec):
     # anyway are emptied).
     tpu_route = TpuRoute(lock="JAX_TPU_LOCK", python=JAX_TPU_PYTHON,
                          renames=(("tensorflow", "tensorflow-cpu"), ("jax", "jax[tpu]")))
+    # Its compute_dtype: float32 on CPU, where bfloat16 products are only slower.
+    bf16_on_cpu = ("train.bf16 is ignored on CPU: the JAX engine computes in float32 there "
+                   "(bfloat16 products are only slower on CPU); it applies on a TPU")
+    # The new state is made beside the old one.
+    cpu_memory_factors = (1.2, 1.9)
 
     COMMIT = "commit_success.txt"
     _STEP = re.compile(r"^\d+\Z")

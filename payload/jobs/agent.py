@@ -17,7 +17,6 @@ has.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
@@ -277,10 +276,15 @@ def _run_stage(argv: list[str], env: dict, peers: Peers, step: str, check_s: flo
         except subprocess.TimeoutExpired:
             pass
         except Stopped:
-            # The whole group got SIGTERM: let the stage end first, so that the agent's word
-            # on the stop is the log's last line.
-            with contextlib.suppress(subprocess.TimeoutExpired):
+            # The whole group got SIGTERM: the stage ends first (one that has not within
+            # STOP_WAIT_S is killed, as the stop command would kill it a moment later), so that
+            # the agent's word on the stop is the log's last line, and the checkpoint it names
+            # is the newest one there will be: what --resume takes.
+            try:
                 proc.wait(timeout=STOP_WAIT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
             raise
         reason = service.trouble() or peers.trouble(step)
         if reason:

@@ -64,10 +64,25 @@ def trained_weights(config):
     return engine_weights((identity or {}).get("engine"), config, hf_config)
 
 
+def engine_note(named: str, engine: str, written_by: str | None) -> str | None:
+    """The line for an export of checkpoints another engine wrote than the run's engine
+    (`named` says how the run names it: "train.engine jax", "--engine jax"): the export reads
+    them with the engine that wrote them, whatever the run says; None when they agree."""
+    if written_by is None or written_by == engine:
+        return None
+    return (f"{named} does not apply to this export: the checkpoints were written by the "
+            f"{written_by} engine ({layout.CHECKPOINTS_DIR}/{layout.RUN_IDENTITY}), and the "
+            "export reads them with it")
+
+
 def run_export(config) -> None:
     from payload.data.tokenizer import copy_tokenizer_files, set_model_inputs
 
     ownership.check_output_dir(config.output_dir)
+    note = engine_note(f"train.engine {config.train.engine}", config.train.engine,
+                       checkpoints.recorded_engine(config.output_dir))
+    if note:
+        log.info(note)
     weights = trained_weights(config)
     path = weights.checkpoint
     ownership.claim_output_dir(config.output_dir)

@@ -11,7 +11,6 @@ engine's trainer (`train.engine`, payload.engines), run the loop every engine sh
 
 from __future__ import annotations
 
-import logging
 import os
 
 from payload.core import ownership
@@ -39,9 +38,6 @@ def run_train(
                                        num_workers=num_workers, engine=engine.name))
     # Before anything imports a framework: TPU_LOAD_LIBRARY is read when TensorFlow loads.
     os.environ.update(plan.env)
-    # TensorFlow's own INFO chatter (sharding callbacks, collectives) would drown the step lines.
-    for noisy in ("tensorflow", "absl", "jax", "orbax"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
     speak_for_training(is_chief=plan.is_chief)
     if not plan.runs_training:
         log(f"worker {worker_index}: this host serves the TPU runtime; worker 0 drives training",

@@ -3,7 +3,8 @@
     check_start(output_dir, resume=True, overwrite=False, engine="jax")  # no framework needed
     check_resume(output_dir, identity)      # then: refuses a changed model or tokenizer
     start_fresh(output_dir, identity)       # clears an earlier run's files, records run.json
-    step, state = restore_newest([4, 2], restore, directory=d, doing="--resume", ...)
+    step, state = restore_newest([4, 2], restore, directory=d, doing="--resume",
+                                 describe=why, files=step_files)   # newest restorable, or one line
 
 Each engine writes its own checkpoint format there (TensorFlow's CheckpointManager files,
 Orbax step folders; payload.core.engines knows them without the framework); the rules around
@@ -198,12 +199,47 @@ def start_fresh(output_dir: str, identity: dict) -> None:
     directory = layout.checkpoints_dir(output_dir)
     ownership.check_no_link(output_dir, directory)
     present = storage.list_tree(directory)
-    names = [n for engine in ENGINES.values() for n in engine.checkpoint_files(present)]
-    names += [n for n in present if _OWN.match(n.replace("\\", "/"))]
+    engines_files = [n for engine in ENGINES.values() for n in engine.checkpoint_files(present)]
+    own = [n for n in present if _OWN.match(n.replace("\\", "/"))]
+    names = engines_files + own
     folders.clear_complete(directory)  # first: readers stop trusting the folder
     if names:
-        log.info("removing an earlier run's checkpoint files from %s: %s", directory,
-                 ", ".join(names))
+        log.info("removing an earlier run's checkpoints from %s: %s", directory,
+                 removal_summary(engines_files, own))
         ownership.remove_owned(output_dir, [storage.join(directory, n) for n in names])
     storage.write_text(storage.join(directory, IDENTITY), json.dumps(identity, indent=1) + "\n")
     folders.mark_complete(directory, {"identity": identity})
+
+
+# Checkpoints named one by one in the removal line up to this many; more are counted.
+NAMED_CHECKPOINTS = 6
+
+
+def removal_summary(checkpoint_files: list[str], own_files: list[str]) -> str:
+    """What a fresh start removes, in one readable line: the checkpoints by name (an Orbax step
+    folder, a TensorFlow `ckpt-N` with its index and data files) and how many files they hold,
+    then tpuctl's own files; never every internal file of a checkpoint (a JAX run's hold dozens
+    each)."""
+    groups: dict[str, int] = {}
+    for name in checkpoint_files:
+        top = name.replace("\\", "/").split("/", 1)[0]
+        # ckpt-20.index and ckpt-20.data-00000-of-00001 are one checkpoint, ckpt-20.
+        key = top + "/" if "/" in name.replace("\\", "/") else top.split(".", 1)[0]
+        groups[key] = groups.get(key, 0) + 1
+    ordered = sorted(groups, key=lambda key: (_step_of(key) is None, _step_of(key) or 0, key))
+    parts = []
+    if ordered:
+        named = ", ".join(ordered[:NAMED_CHECKPOINTS])
+        if len(ordered) > NAMED_CHECKPOINTS:
+            named += f" and {len(ordered) - NAMED_CHECKPOINTS} more"
+        files = len(checkpoint_files)
+        parts.append(f"{named} ({files} file{'s' if files != 1 else ''})")
+    own = sorted(n for n in own_files if not n.startswith(".tmp-"))
+    if own:
+        parts.append("tpuctl's " + ", ".join(own))
+    return " and ".join(parts) or "temporary files"
+
+
+def _step_of(key: str) -> int | None:
+    digits = re.search(r"(\d+)/?\Z", key)
+    return int(digits.group(1)) if digits else None

@@ -17,8 +17,10 @@ and decoder apart: the encoder's parameters per input token, the decoder's per t
 (the cross-attention keys and values per input token), cross-attention scores over the inputs.
 The wall time divides the total by the slice's peak bf16 FLOP/s at an assumed utilisation
 (`ASSUMED_UTILISATION`); the cost multiplies that time by the price table's hourly price. On
-CPU workers it divides by a `CpuSpeed` the caller found (launcher.estimate: a measured figure
-or a probe), said with its source.
+CPU workers it divides the training and evaluation FLOPs by a `CpuSpeed` the caller found
+(launcher.estimate: a measured figure, or a probe of the machine scaled by a calibrated share),
+adds the stage's measured start-up, and lists the other stages' times the caller measured;
+each figure said with its source.
 
 On a TPU the plan also says how the engine lays the training state over the chips, as the
 engine plans it (its spec's plan_sharding, payload.core.engines: the JAX engine replicates it, or splits it
@@ -30,6 +32,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from payload.core.engines import engine_spec
 from payload.core.errors import UserError
 from payload.core.families import FAMILIES
 from payload.core.flops import StepFlops
@@ -43,21 +46,21 @@ ASSUMED_UTILISATION = 0.40
 # 2022, "Chinchilla"): the figure the warning names as enough.
 MIN_TOKENS_PER_PARAMETER = 2
 ENOUGH_TOKENS_PER_PARAMETER = 20
-# Model FLOP/s a CPU training step reaches, as a share of a numpy float32 matrix-product probe
-# run in the same process (payload.training.utilisation.matmul_probe_flops): measured here (2 cores,
-# TF 2.20, hidden 128, 2 layers, vocabulary 4,000, rows of 64). TensorFlow's kernels beat the
-# probe on a masked LM's large products; GPT-2's and T5's softmax over the vocabulary at every
-# predicted position is work the model-FLOP count leaves out, so they reach less of it.
-CPU_MODEL_FLOPS_SHARE = {"bert": 1.0, "roberta": 1.0, "gpt2": 0.7, "t5": 0.8}
+# An evaluation batch costs about a third of a training step's FLOPs (the forward pass alone).
+EVAL_SHARE_OF_STEP = 1 / 3
 
 
 @dataclass(frozen=True, kw_only=True)
 class CpuSpeed:
     """What training reaches on CPU workers: model FLOP/s of all its processes together, and
-    where that figure comes from (the plan says it with the estimate)."""
+    where that figure comes from (the plan says it with the estimate); the train stage's
+    start-up before its first step (imports, building and compiling, the first evaluation);
+    and the other stages' times, as (stage, seconds or None, how it was worked out)."""
 
     model_flops_per_s: float
     source: str
+    start_s: float = 0.0
+    stages: tuple[tuple[str, float | None, str], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,14 +97,26 @@ class RunPlan:
     usd_per_hour: float | None = None
     price_note: str = ""  # "on-demand, us-central2; prices of ..." or why there is no price
     cost_usd: float | None = None
-    # CPU workers: where the time estimate's speed comes from, or why there is none.
+    # CPU workers: where the time estimate's speed comes from, or why there is none; the
+    # evaluations and their FLOPs, the train stage's start-up, the other stages' times.
     cpu_note: str = ""
+    evaluations: int = 0
+    eval_flops: float = 0.0
+    start_s: float = 0.0
+    stage_times: tuple[tuple[str, float | None, str], ...] = ()
     # How the engine lays the training state over the chips, in words ("" where the engine
     # keeps a whole copy on every replica, or on CPU workers).
     sharding: str = ""
     # What the engine says of how it runs the step (the JAX engine: its attention kernels).
     engine_lines: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
+
+    @property
+    def cpu_total_s(self) -> float | None:
+        """CPU workers: training and the other stages whose time is known, in seconds."""
+        if self.wall_time_s is None or self.accelerator is not None:
+            return None
+        return self.wall_time_s + sum(s for _, s, _ in self.stage_times if s is not None)
 
     @property
     def peak_flops(self) -> float | None:
@@ -146,7 +161,7 @@ def replicas_of(hardware, num_workers: int) -> tuple[int, str]:
     chip. TensorFlow's TPUStrategy makes one replica per TPU device, and the TPU runtime shows
     one device per chip on every generation in the table: v5e and v6e chips have one TensorCore,
     and v4 and v5p chips run their two TensorCores as one "megacore" device (a v4-8 shows 4
-    devices, a v4-32 16; see the README's run-plan section for the sources). On CPU workers:
+    devices, a v4-32 16; see docs/costs.md, "The run plan", for the sources). On CPU workers:
     one replica per training process (MultiWorkerMirroredStrategy), 1 for a single process."""
     from payload.training.strategy import tpu_accelerator, training_workers
 
@@ -179,7 +194,6 @@ def state_sharding(config, hardware, architecture: dict | None = None):
     no arrangement of the slice's chips can hold is a one-line UserError with what it needs
     and has, and what would fit."""
     from payload.cloud.accelerators import larger_slices
-    from payload.core.engines import engine_spec
     from payload.core.sizes import count_parameters
     from payload.training.strategy import tpu_accelerator
 
@@ -201,7 +215,6 @@ def run_plan(config, *, hardware, num_workers: int, architecture: dict | None = 
     comes from `config.cluster` (zone, provisioning) where the price table has one. On CPU
     workers the time comes from `cpu_speed` (launcher.estimate finds one), or a string saying
     why there is none."""
-    from payload.core.engines import engine_spec
     from payload.core.sizes import count_parameters
     from payload.training.strategy import tpu_accelerator
 
@@ -227,12 +240,16 @@ def run_plan(config, *, hardware, num_workers: int, architecture: dict | None = 
     )
     acc = tpu_accelerator(hardware)
     if acc is None:
+        evals = evaluations(train)
+        eval_flops = evals * train.eval_batches * flops_per_step * EVAL_SHARE_OF_STEP
+        figures.update(evaluations=evals, eval_flops=eval_flops)
         if isinstance(cpu_speed, CpuSpeed):
-            figures.update(wall_time_s=figures["total_flops"] / cpu_speed.model_flops_per_s,
-                           cpu_note=cpu_speed.source)
+            compute = (figures["total_flops"] + eval_flops) / cpu_speed.model_flops_per_s
+            figures.update(wall_time_s=cpu_speed.start_s + compute, cpu_note=cpu_speed.source,
+                           start_s=cpu_speed.start_s, stage_times=cpu_speed.stages)
         else:
             figures.update(cpu_note=cpu_speed or "no measured CPU speed")
-        return RunPlan(**figures)
+        return RunPlan(**figures, notes=tuple(cpu_notes(config)))
     wall = figures["total_flops"] / (acc.peak_bf16_flops * utilisation)
     sharding = state_sharding(config, hardware, arch)
     figures.update(accelerator=acc.name, generation=acc.generation, chips=acc.chips,
@@ -256,6 +273,18 @@ def run_plan(config, *, hardware, num_workers: int, architecture: dict | None = 
     else:
         figures.update(price_note="no price: tpuctl prices only TPUs it provisions (gcp)")
     return RunPlan(**figures, notes=tuple(notes))
+
+
+def evaluations(train, *, start: int = 0) -> int:
+    """How many evaluations a run from step `start` makes (payload.training.loop): the
+    untrained baseline of a fresh start, one every train.eval_every steps, and the last step."""
+    count = (1 if start == 0 else 0) + train.steps // train.eval_every - start // train.eval_every
+    return count + (1 if train.steps % train.eval_every else 0)
+
+
+def cpu_notes(config) -> list[str]:
+    """What of the run's settings does not do on CPU workers what it says."""
+    return [engine_spec(config.train.engine).bf16_on_cpu] if config.train.bf16 else []
 
 
 def check_batch(plan: RunPlan) -> None:
@@ -317,12 +346,8 @@ def render(plan: RunPlan) -> list[str]:
     lines.append(_cost_drivers(plan))
     lines += [f"  {line}" for line in plan.engine_lines]
     if plan.accelerator is None:
-        if plan.wall_time_s is not None:
-            lines.append(f"  time: about {_duration(plan.wall_time_s)} of training on CPU "
-                         f"({plan.cpu_note}); tokenizer, prepare and export come on top")
-        else:
-            lines.append(f"  time: not estimated ({plan.cpu_note}); the train stage shows its "
-                         "ETA from the first steps")
+        lines += _cpu_time(plan)
+        lines += [f"  note: {note}" for note in plan.notes]
         return lines
     lines.append(
         f"  accelerator: {plan.accelerator}, {plan.chips} chips of TPU {plan.generation}, peak "
@@ -339,6 +364,25 @@ def render(plan: RunPlan) -> list[str]:
     else:
         lines.append(f"  cost: not estimated ({plan.price_note})")
     lines += [f"  note: {note}" for note in plan.notes]
+    return lines
+
+
+def _cpu_time(plan: RunPlan) -> list[str]:
+    """The time lines of a run on CPU workers: in all, then the training and the other stages."""
+    if plan.wall_time_s is None:
+        return [f"  time: not estimated ({plan.cpu_note}); the train stage shows its ETA from "
+                "the first steps"]
+    unknown = [stage for stage, seconds, _ in plan.stage_times if seconds is None]
+    total = plan.cpu_total_s
+    compute = plan.wall_time_s - plan.start_s
+    lines = [f"  time: about {_duration(total)} on CPU for "
+             + ("training" if not plan.stage_times else
+                "the stages that run" + (f" but {', '.join(unknown)}" if unknown else ""))]
+    lines.append(f"    train: {_duration(plan.wall_time_s)}: {_duration(plan.start_s)} to start "
+                 f"(imports, compiling, the first evaluation), then {plan.steps:,} steps and "
+                 f"{plan.evaluations} evaluations in {_duration(compute)} ({plan.cpu_note})")
+    lines += [f"    {stage}: {_duration(seconds) if seconds is not None else 'not estimated'} "
+              f"({how})" for stage, seconds, how in plan.stage_times]
     return lines
 
 
@@ -416,3 +460,92 @@ def describe_model(config) -> str:
                 f"hidden {s.hidden_size}, {s.num_heads} heads)")
     return (f"{what}: {count.total / 1e6:,.1f}M parameters, vocabulary "
             f"{settings['vocab_size']:,}")
+
+
+# --- memory on CPU workers -------------------------------------------------------------------
+
+GIB = 1 << 30
+# What one CPU training process holds before any model: the interpreter with TensorFlow (the
+# input pipeline, either engine), JAX or Keras, and their runtimes. Measured here: 1.4-1.6 GB
+# resident for a tiny model's train stage, either engine.
+CPU_PROCESS_BASE_BYTES = int(1.5 * GIB)
+# Bytes of training state per parameter: float32 weights and gradients plus the optimizer's
+# moments (Adam: two; Adafactor: factored, a few per row and column, counted as none). Both
+# engines keep a whole copy on every CPU process.
+STATE_BYTES_PER_PARAM = {"adamw": 16, "adafactor": 8}
+# The share of the machine's memory training processes may fill; the system, the launcher and
+# the page cache keep the rest.
+USABLE_SHARE_OF_MEMORY = 0.9
+# What a CPU training process of each engine holds beyond the counts above is its spec's
+# cpu_memory_factors (payload.core.engines), factors on the training state and on the
+# activations' floor: measured here as peak resident memory of the train stage (GPT-2 small,
+# vocabulary 8,000, rows of 128, two local processes of 4 and of 16 rows each: JAX 3.7 and
+# 5.4 GiB, TensorFlow 5.2 and 7.6 GiB; the two shapes give each engine's two factors): the
+# copies and buffers each engine's step and runtime keep beside the counts (not broken down
+# further here).
+
+
+@dataclass(frozen=True, kw_only=True)
+class CpuMemory:
+    """What the training processes on one machine need, each and together, in bytes."""
+
+    processes: int
+    state: int  # weights, gradients, optimizer moments and the engine's copies, one process
+    activations: int  # what one process's share of a step keeps for its backward pass
+    base: int = CPU_PROCESS_BASE_BYTES
+    rows: int  # rows of the global batch one process computes
+
+    @property
+    def per_process(self) -> int:
+        return self.state + self.activations + self.base
+
+    @property
+    def total(self) -> int:
+        return self.per_process * self.processes
+
+    def describe(self, optimizer: str) -> str:
+        return (f"{_gib(self.per_process)} per training process (weights, gradients, "
+                f"{optimizer} moments and their working copies {_gib(self.state)}, activations "
+                f"of {self.rows} rows {_gib(self.activations)}, the process itself "
+                f"{_gib(self.base)}), {_gib(self.total)} for {self.processes}")
+
+
+def _dims(c: dict) -> tuple[int, int, int, int]:
+    """(width, layers of every stack, heads, feed-forward width) of a transformers config."""
+    if c["model_type"] == "gpt2":
+        width = c.get("n_embd", 768)
+        return width, c.get("n_layer", 12), c.get("n_head", 12), c.get("n_inner") or 4 * width
+    if c["model_type"] == "t5":
+        layers = c.get("num_layers", 6) + (c.get("num_decoder_layers") or c.get("num_layers", 6))
+        return c.get("d_model", 512), layers, c.get("num_heads", 8), c.get("d_ff", 2048)
+    return (c.get("hidden_size", 768), c.get("num_hidden_layers", 12),
+            c.get("num_attention_heads", 12), c.get("intermediate_size", 3072))
+
+
+def cpu_memory(config, architecture: dict, *, processes: int,
+               optimizer: str | None = None) -> CpuMemory:
+    """What `processes` CPU training processes of this run need on one machine: each holds the
+    whole training state, its rows' activations and itself. The state counts
+    STATE_BYTES_PER_PARAM; the activations' floor per layer and token the inputs of its
+    products (6 x width), the feed-forward's inner values (2 x its width) and attention's
+    probabilities (heads x length), float32, plus the logits and their gradient at the
+    predicted positions; each then x the engine's measured cpu_memory_factors."""
+    from payload.core.sizes import count_parameters
+
+    optimizer = optimizer or config.train.optimizer
+    params = count_parameters(architecture).total
+    rows = max(1, config.train.batch_size // max(1, processes))
+    seq = config.data.seq_len
+    width, layers, heads, inner = _dims(architecture)
+    per_token = layers * (6 * width + 2 * inner + heads * seq)
+    predicted = row_flops(config, architecture).vocabulary / (6 * architecture["vocab_size"]
+                                                              * width)
+    floats = rows * (seq * per_token + 2 * predicted * architecture["vocab_size"])
+    state_factor, activation_factor = engine_spec(config.train.engine).cpu_memory_factors
+    return CpuMemory(processes=processes,
+                     state=int(params * STATE_BYTES_PER_PARAM[optimizer] * state_factor),
+                     activations=int(4 * floats * activation_factor), rows=rows)
+
+
+def _gib(n: float) -> str:
+    return f"{n / GIB:,.1f} GiB"

@@ -90,12 +90,23 @@ def test_cpu_workers_get_a_time_from_the_speed_they_are_given():
     assert plan.replicas == 2 and plan.flops_per_step == 6_112_879_312_896
     text = "\n".join(runplan.render(plan))
     assert "time: not estimated (no measured CPU speed)" in text and "6.11e12 per step" in text
-    # 1,000 steps x 6.1129e12 FLOPs at 50 GFLOP/s: 122,258 s, 33h57m.
-    speed = runplan.CpuSpeed(model_flops_per_s=50e9, source="as measured")
+    # 1,000 steps x 6.1129e12 FLOPs, and 3 evaluations (the baseline, steps 500 and 1,000) of
+    # 20 batches at a third of a step each: 6.2351e15 FLOPs at 50 GFLOP/s is 124,702.7 s, after
+    # a start-up of 30 s: 34h39m.
+    assert plan.evaluations == 3
+    speed = runplan.CpuSpeed(model_flops_per_s=50e9, source="as measured", start_s=30.0,
+                             stages=(("prepare", 90.0, "as measured"),
+                                     ("export", None, "not calibrated")))
     timed = runplan.run_plan(config, hardware=CPU, num_workers=2, cpu_speed=speed)
-    assert timed.wall_time_s == pytest.approx(122_257.59, abs=0.01) and timed.cost_usd is None
-    assert ("time: about 33h57m of training on CPU (as measured); tokenizer, prepare and export "
-            "come on top") in "\n".join(runplan.render(timed))
+    assert timed.wall_time_s == pytest.approx(124_732.74, abs=0.01) and timed.cost_usd is None
+    lines = runplan.render(timed)
+    at = next(i for i, line in enumerate(lines) if line.startswith("  time:"))
+    assert lines[at:at + 4] == [
+        "  time: about 34h40m on CPU for the stages that run but export",
+        "    train: 34h38m: 30s to start (imports, compiling, the first evaluation), then 1,000 "
+        "steps and 3 evaluations in 34h38m (as measured)",
+        "    prepare: 2 min (as measured)",
+        "    export: not estimated (not calibrated)"]
     why = runplan.run_plan(config, hardware=CPU, num_workers=2, cpu_speed="not measured: why")
     assert "time: not estimated (not measured: why)" in "\n".join(runplan.render(why))
 
@@ -195,9 +206,9 @@ def test_dry_run_on_cpu_workers_warns_from_the_manifest(tmp_path):
     (tmp_path / "c.txt").write_text("".join(f"some text {i}\n" for i in range(12)))
     result = _dry_run(tmp_path, raw)
     assert result.returncode == 0, result.stderr
-    # No run has measured this machine yet: a quick probe, said as a rough guess.
+    # No run has measured this machine yet: the calibrated figures, said as such.
     assert "time: about " in result.stdout
-    assert "a matrix-product probe of this machine now" in result.stdout
+    assert "gpt2 training on the tensorflow engine reached when calibrated" in result.stdout
     assert "replicas: 3 (one per CPU worker process: 3 processes)" in result.stdout
     warned = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
     assert len(warned) == 2, result.stderr
@@ -226,11 +237,14 @@ def test_dry_run_on_cpu_workers_times_the_run_by_the_last_measured_speed(tmp_pat
     assert flops / 2.0e10 == pytest.approx(3627.28, abs=0.01)  # 100 steps x 7.25e11: 1h00m
     result = _dry_run(tmp_path, raw)
     assert result.returncode == 0, result.stderr
-    assert (f"time: about 1h00m of training on CPU (at the 20.0 GFLOP/s of model FLOPs the last "
-            f"gpt2 run in {out} measured on 2 CPU process(es))") in result.stdout
-    # A figure measured for another family says nothing about this one: the probe again.
-    (out / "metrics.json").write_text(json.dumps({**metrics, "family": "bert"}))
-    assert "matrix-product probe" in _dry_run(tmp_path, raw).stdout
+    # With 2 evaluations (the baseline and the last step) of 20 batches at a third of a step:
+    # 3,627.3 s + 483.6 s, 68.5 minutes.
+    assert (f"then 100 steps and 2 evaluations in 1h08m (at the 20.0 GFLOP/s of model FLOPs "
+            f"the last gpt2 run in {out} measured on 2 CPU process(es))") in result.stdout
+    # A figure measured for another family or engine says nothing about this one.
+    for other in ({"family": "bert"}, {"engine": "jax"}):
+        (out / "metrics.json").write_text(json.dumps({**metrics, **other}))
+        assert "reached when calibrated" in _dry_run(tmp_path, raw).stdout
 
 
 def test_the_demo_is_sized_to_warn_of_nothing(tmp_path):

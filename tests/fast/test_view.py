@@ -10,6 +10,10 @@ from payload.training import progress
 # Lines the live view leaves out (each also stays in the worker's full log).
 HIDDEN = [
     *(rule.example for rule in NOISE),
+    # transformers' notice through the stage's logging (CI=true), which names the library.
+    "16:29:25 w0 train [transformers] TensorFlow and JAX classes are deprecated and will be "
+    "removed in Transformers v5. We recommend migrating to PyTorch classes or pinning your "
+    "version of Transformers.",
     "I0000 00:00:1795364972.509912   11099 grpc_server_lib.cc:466] Started server with target: "
     "grpc://localhost:46103",
     "I1122 16:30:01.123456   11099 collective_param_resolver_distributed.cc:36] anything at all",

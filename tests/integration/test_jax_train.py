@@ -94,7 +94,7 @@ def test_a_fresh_start_removes_checkpoint_files_of_either_engine_and_nothing_els
         checkpoints.start_fresh(str(out), {"engine": "jax"})
     left = set(storage.list_tree(str(out / "checkpoints")))
     assert left == {"notes.txt", "run.json", layout.COMPLETE}, left
-    assert "removing an earlier run's checkpoint files" in caplog.text
+    assert "removing an earlier run's checkpoints from" in caplog.text
 
 
 def jax_checkpoint_folder(out) -> None:

@@ -8,8 +8,8 @@ with its tokenizer and shards (`prepared_run`), and one trained (and exported) b
     out = trained_run(tmp_path, "bert", export=True)            # + model/
     config = config_beside(out)                                 # the run's own config file
 
-Under pytest-xdist the workers share one cache (a folder named after the test run, each entry
-made under a file lock by whichever worker asks first); the controller removes it at the end.
+Under pytest-xdist the workers share one cache (made by the controller, each entry made under a
+file lock by whichever worker asks first); the process that made it removes it when it exits.
 """
 
 from __future__ import annotations
@@ -28,17 +28,16 @@ from pathlib import Path
 from tests.support.configs import write_training_config
 from tests.support.runners import payload_env, run_payload
 
-_RUN_ID = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-if _RUN_ID:  # shared by the xdist workers of one run; removed by remove_cache() at its end
-    CACHE = Path(tempfile.gettempdir()) / f"tpuctl-tests-{_RUN_ID[:16]}"
-    CACHE.mkdir(exist_ok=True)
+# One cache for the whole test run: the first process to import this (the xdist controller, or a
+# plain pytest) makes it and names it in the environment, so the workers it starts, and any pytest
+# a test starts, share it; only that first process removes it, when it exits.
+_SHARED = os.environ.get("TPUCTL_TEST_CACHE")
+if _SHARED and Path(_SHARED).is_dir():
+    CACHE = Path(_SHARED)
 else:
     CACHE = Path(tempfile.mkdtemp(prefix="tpuctl-tests-"))
+    os.environ["TPUCTL_TEST_CACHE"] = str(CACHE)
     atexit.register(shutil.rmtree, CACHE, True)
-
-
-def remove_cache() -> None:
-    shutil.rmtree(CACHE, ignore_errors=True)
 
 
 @contextlib.contextmanager

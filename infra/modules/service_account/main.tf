@@ -97,7 +97,7 @@ resource "random_id" "main" {
 # by the services listed in cloud.google.com/iam/docs/conditions-resource-attributes, and Cloud
 # TPU is not one of them, so a condition naming this TPU made the binding grant nothing (and a
 # `train --down` self-delete got 403 while the TPU kept billing). The permissions therefore hold
-# for every TPU of the project: see the README's Security section.
+# for every TPU of the project: see infra/README.md, "Security".
 resource "google_project_iam_custom_role" "main" {
   project     = var.project
   role_id     = "${var.role_id_prefix}_${random_id.main.hex}"

@@ -74,10 +74,10 @@ resource "google_compute_resource_policy" "main" {
 
 resource "google_compute_region_instance_template" "main" {
   #checkov:skip=CKV_GCP_40:The launcher reaches the VMs over SSH from the user's machine; each VM has an external address and only tcp/22 from ssh_source_ranges is opened to it (google_compute_firewall.ssh).
-  #checkov:skip=CKV_GCP_39:Whether TPU machine types take Shielded VM is not documented; a first real run decides (README, gce rows).
+  #checkov:skip=CKV_GCP_39:Whether TPU machine types take Shielded VM is not documented; a first real run decides (docs/first-real-run.md, gce rows).
   #checkov:skip=CKV_GCP_38:Boot disks are Google-managed encrypted; the VMs hold no data of their own (outputs go to the bucket) and are deleted with the run.
-  #checkov:skip=CKV_GCP_30:The default compute service account is used until tpuctl makes a service account for gce (README); the scope defers to its IAM grants.
-  #checkov:skip=CKV_GCP_31:The default compute service account is used until tpuctl makes a service account for gce (README); the scope defers to its IAM grants.
+  #checkov:skip=CKV_GCP_30:The default compute service account is used until tpuctl makes a service account for gce (docs/gce.md); the scope defers to its IAM grants.
+  #checkov:skip=CKV_GCP_31:The default compute service account is used until tpuctl makes a service account for gce (docs/gce.md); the scope defers to its IAM grants.
   provider = google-beta
 
   project      = var.project

@@ -1,15 +1,15 @@
 """The JAX engine's checkpoints: the whole train state in Orbax, one folder per step.
 
-    ckpts = Checkpoints(output_dir + "/checkpoints/jax", keep=3)
+    ckpts = Checkpoints(output_dir + "/checkpoints", keep=3)
     ckpts.save(state)                                   # under the step, the optimizer's count
     state = ckpts.restore_latest(program.abstract_state())   # sharded as the program wants it
     ckpts.close()
 
 Every process calls `save` and `restore_latest` (Orbax writes each array's shards from the
 processes that hold them and has process 0 commit). A save is atomic: on a local disk Orbax
-writes `<step>.orbax-checkpoint-tmp-*` and renames it to `<step>` when complete; on `gs://`
-(where renames are not atomic) it writes `<step>/` and adds a `commit_success.txt` last. A
-folder without its commit is never listed as a step, so a crash mid-save leaves the previous
+writes `<step>.orbax-checkpoint-tmp-*`, adds `commit_success.txt` and renames it to `<step>`
+when complete; on `gs://` (where renames are not atomic) it writes `<step>/` and adds the
+`commit_success.txt` last. A folder without its commit is never listed as a step, so a crash mid-save leaves the previous
 checkpoint the latest. On `gs://` the arrays go through tensorstore's own GCS driver, but the
 folders (listing, creating, the commit file) through etils.epath, which picks TensorFlow's
 tf.io.gfile whenever TensorFlow is installed (etils 1.x `gpath._backend`), else fsspec's gcsfs

@@ -27,6 +27,12 @@ def join(*, coordinator: str, num_processes: int, process_id: int) -> None:
     # CPU arrays that span processes need a collectives library to reduce; the setting only
     # concerns the CPU backend, so it is harmless where TPUs compute.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    # JAX's preemption service catches SIGTERM (its notifier only logs it) so that a loop that
+    # asks it at every step can save at an agreed one; tpuctl's loop does not ask, so the stage
+    # trained on after `tpuctl stop` until SIGKILL, writing checkpoints the stop's last line did
+    # not name. Without it SIGTERM ends the stage at once, as it ends a TensorFlow one, and the
+    # newest complete checkpoint is the one --resume takes (payload.jobs.agent.stop_words).
+    jax.config.update("jax_enable_preemption_service", False)
     bind = bind_address(coordinator) if process_id == 0 else None
     if process_id == 0 and bind is None:
         log.warning("the JAX coordinator listens on every interface: %s is not an address of "

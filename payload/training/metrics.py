@@ -4,10 +4,10 @@
     sink.open(resume=False, start=0)     # the history so far, and the events file
     sink.say("start", {"step": 0, "steps": 200})
     sink.compiled(0, 200, {"compile_s": 31.5, "cache": "miss"})   # an engine that compiles ahead
-    sink.report(record)                  # a progress record, its scalars, metrics.json's "train"
+    sink.report(record, kept=True)       # a progress record, its scalars, metrics.json's "train"
     sink.evaluation(result)              # the same for an evaluation
     sink.write(50)                       # metrics.json as it stands
-    sink.write(200, final={"step": 200, ...})
+    sink.write(200, final=final_figures)  # and the run's final figures
 
 The training loop (payload.training.loop) tells the sink once and the sink fans it out, as
 MaxText's MetricLogger does: the chief's log (payload.training.progress: the launcher's live

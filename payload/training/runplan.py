@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from payload.core.engines import engine_spec
 from payload.core.errors import UserError
 from payload.core.families import FAMILIES
+from payload.core.fit.sharding import GIB, state_bytes
 from payload.core.flops import StepFlops
 
 # Model FLOPs utilisation assumed for the time and cost estimate: what well-tuned transformer
@@ -464,15 +465,12 @@ def describe_model(config) -> str:
 
 # --- memory on CPU workers -------------------------------------------------------------------
 
-GIB = 1 << 30
 # What one CPU training process holds before any model: the interpreter with TensorFlow (the
 # input pipeline, either engine), JAX or Keras, and their runtimes. Measured here: 1.4-1.6 GB
 # resident for a tiny model's train stage, either engine.
 CPU_PROCESS_BASE_BYTES = int(1.5 * GIB)
-# Bytes of training state per parameter: float32 weights and gradients plus the optimizer's
-# moments (Adam: two; Adafactor: factored, a few per row and column, counted as none). Both
+# The training state per parameter is the fit's (payload.core.fit.sharding.state_bytes): both
 # engines keep a whole copy on every CPU process.
-STATE_BYTES_PER_PARAM = {"adamw": 16, "adafactor": 8}
 # The share of the machine's memory training processes may fill; the system, the launcher and
 # the page cache keep the rest.
 USABLE_SHARE_OF_MEMORY = 0.9
@@ -526,7 +524,7 @@ def cpu_memory(config, architecture: dict, *, processes: int,
                optimizer: str | None = None) -> CpuMemory:
     """What `processes` CPU training processes of this run need on one machine: each holds the
     whole training state, its rows' activations and itself. The state counts
-    STATE_BYTES_PER_PARAM; the activations' floor per layer and token the inputs of its
+    state_bytes; the activations' floor per layer and token the inputs of its
     products (6 x width), the feed-forward's inner values (2 x its width) and attention's
     probabilities (heads x length), float32, plus the logits and their gradient at the
     predicted positions; each then x the engine's measured cpu_memory_factors."""
@@ -543,7 +541,7 @@ def cpu_memory(config, architecture: dict, *, processes: int,
     floats = rows * (seq * per_token + 2 * predicted * architecture["vocab_size"])
     state_factor, activation_factor = engine_spec(config.train.engine).cpu_memory_factors
     return CpuMemory(processes=processes,
-                     state=int(params * STATE_BYTES_PER_PARAM[optimizer] * state_factor),
+                     state=int(state_bytes(params, optimizer) * state_factor),
                      activations=int(4 * floats * activation_factor), rows=rows)
 
 

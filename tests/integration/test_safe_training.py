@@ -95,8 +95,13 @@ def test_train_overwrite_names_what_it_removes_and_removes_only_checkpoint_files
                          eval_every=2), overwrite=True)
     said = [r.getMessage() for r in caplog.records if "removing" in r.getMessage()]
     assert len(said) == 1, said
-    named = said[0].split(": ", 1)[1].split(", ")
-    assert sorted(named) == written  # exactly what was there, named before it went
+    # Exactly what was there, named before it went: each checkpoint once, with its files
+    # counted, then tpuctl's own files (payload.training.checkpoints.removal_summary).
+    checkpoint_files = [n for n in written if n == "checkpoint" or n.startswith("ckpt-")]
+    steps = sorted({n.split(".")[0] for n in checkpoint_files if n != "checkpoint"})
+    own = sorted(set(written) - set(checkpoint_files))
+    assert said[0].endswith(f": {', '.join(steps)}, checkpoint ({len(checkpoint_files)} files) "
+                            f"and tpuctl's {', '.join(own)}"), said[0]
     assert (ckpts / "notes.txt").read_text() == "which run this was\n"
     assert (ckpts / "ckpt-best" / "weights.npz").read_bytes() == b"mine"
     assert folders.is_complete(str(ckpts))

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from launcher import estimate, hub, records, run, ship, view
-from launcher.environment import plan_environment
 from launcher.plan import ALL_STAGES, Plan, Stage, Worker, build_plan
 from launcher.providers import Fleet, Provider, provider_for, reopen
+from launcher.worker_python import plan_environment
 from payload.cloud import stand_ins
 from payload.core import folders, layout, storage
 from payload.core.errors import UserError, UserErrors, error_lines

@@ -20,7 +20,7 @@ import typing
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 
-from launcher.environment import WORKER_ROOT, Environment, EnvMode
+from launcher.worker_python import WORKER_ROOT, Environment, EnvMode
 from payload.core import layout
 from payload.core.errors import UserError, counted
 from payload.core.layout import worker_label

@@ -1,6 +1,6 @@
 """Every package a TPU worker's environment installs, exactly, one lock per engine's route.
 
-    from launcher.environment import tpu_lock
+    from launcher.worker_python import tpu_lock
     tpu_lock("jax")     # JAX_TPU_LOCK: what plan_environment installs for train.engine jax
 
 Written by scripts/tpu_lock.py: pip's resolution of pyproject's sets for the route's Python on

@@ -20,7 +20,7 @@ Which engine runs where is decided here and nowhere else (`runtime_for`): `train
 runs on every generation in the table, on the base image Google's runtimes page names for JAX
 (cloud.google.com/tpu/docs/runtimes, "PyTorch and JAX": tpu-ubuntu2204-base for v4 and older,
 v2-alpha-tpuv5-lite for v5e, v2-alpha-tpuv5 for v5p, v2-alpha-tpuv6e for v6e); the launcher
-installs its own Python and a locked jax[tpu] onto it (launcher.environment).
+installs its own Python and a locked jax[tpu] onto it (launcher.worker_python).
 """
 
 from __future__ import annotations

@@ -234,9 +234,9 @@ def _tiny_wheel(folder: Path) -> Path:
 
 def test_wheelhouse_environment_is_created_once_and_cached(fleet, tmp_path):
     from launcher import ship
-    from launcher.environment import EnvMode, plan_environment
     from launcher.executors import SshExecutor, SshSettings
     from launcher.plan import Worker, job_paths
+    from launcher.worker_python import EnvMode, plan_environment
 
     house = tmp_path / "wheels"
     _tiny_wheel(house)

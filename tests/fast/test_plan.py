@@ -6,7 +6,6 @@ import shlex
 import pytest
 
 from launcher import jobs
-from launcher.environment import EnvMode, plan_environment
 from launcher.plan import (
     ALL_STAGES,
     Plan,
@@ -16,6 +15,7 @@ from launcher.plan import (
     parse_stages,
     render_plan,
 )
+from launcher.worker_python import EnvMode, plan_environment
 from payload.config import parse_config
 from payload.core.errors import UserError
 from payload.training.strategy import CPU, Hardware
@@ -237,7 +237,7 @@ def test_the_tpu_environment_pins_everything_it_installs_for_every_accelerator(t
     from packaging.requirements import Requirement
 
     from launcher import launch, ship
-    from launcher.environment import UV_VERSION, tpu_lock, tpu_requirements
+    from launcher.worker_python import UV_VERSION, tpu_lock, tpu_requirements
     from payload.cloud import accelerators
     from payload.core.engines import JAX_TPU_PYTHON, TPU_WHEELS_INDEX, engine_spec
 
@@ -297,7 +297,7 @@ def lock_pins(lock: dict) -> list[str]:
 def test_each_engine_has_its_own_tpu_environment():
     """The engine picks the lock (and, for JAX, the Python brought onto the image); the key
     changes with it, and a CPU run installs the engine's pyproject set as it is."""
-    from launcher.environment import UV_VERSION, tpu_lock
+    from launcher.worker_python import UV_VERSION, tpu_lock
     from payload.core.engines import JAX_TPU_PYTHON
 
     reqs = ("tensorflow==2.20.0", "tf-keras==2.20.1", "jax==0.10.2")

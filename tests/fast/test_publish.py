@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from launcher import hub as launcher_hub
-from launcher.environment import plan_environment
 from launcher.plan import Stage, Worker, build_plan, parse_stages, render_plan
+from launcher.worker_python import plan_environment
 from payload.config import parse_config
 from payload.core.errors import UserError
 from payload.training.strategy import CPU

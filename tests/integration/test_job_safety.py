@@ -148,8 +148,8 @@ def test_workers_sharing_a_home_keep_their_own_job_files(local_run, tmp_path, mo
 
 
 def test_two_set_ups_of_one_environment_build_it_once(tmp_path):
-    from launcher.environment import Environment, EnvMode
     from launcher.plan import Worker, job_paths
+    from launcher.worker_python import Environment, EnvMode
 
     home = tmp_path / "home"
     worker = Worker(index=0, host="localhost", address="localhost", coordination_port=0,

@@ -12,12 +12,12 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from launcher import run
-from launcher.environment import plan_environment
 from launcher.plan import (
     Worker,
     build_plan,
     free_tpu_script,
 )
+from launcher.worker_python import plan_environment
 from payload.config import parse_config
 from payload.core.errors import UserError
 from payload.jobs.groups import record_group
@@ -191,7 +191,7 @@ def test_the_python_set_up_runs_as_planned(tmp_path):
     environment, and a path with a space in it changes nothing."""
     import sys
 
-    from launcher.environment import python_install_script
+    from launcher.worker_python import python_install_script
     from payload.core.engines import JAX_TPU_PYTHON
 
     env_dir = str(tmp_path / "work dir" / "env")
@@ -234,7 +234,7 @@ def test_an_existing_python_is_checked_whichever_tensorflow_build_it_has(tmp_pat
     build beside jax[tpu] (JAX route), at the pinned version."""
     import sys
 
-    from launcher.environment import VERSION_CHECK
+    from launcher.worker_python import VERSION_CHECK
 
     for dist, version in dists.items():
         info = tmp_path / f"{dist}-{version}.dist-info"

@@ -9,7 +9,7 @@ Environments are keyed by a hash of what they contain, so an unchanged set-up is
 worker and skipped. Nothing here touches a file, a process or the network.
 
 On a TPU VM each engine has its route (payload.core.engines: `spec.tpu_route`): an exact
-lock of every package (launcher.tpu_lock, written by scripts/tpu_lock.py) installed without
+lock of every package (launcher.tpu_lock, written by scripts/write_tpu_lock.py) installed without
 dependencies, for the Python the route runs on, each the wheel of the sha256 the lock records
 and no other (`hash_pinned_install`: --require-hashes --only-binary=:all:). TensorFlow runs on the image's own Python 3.10
 with tensorflow-tpu and the libtpu it was built with. JAX 0.10.2 needs Python 3.11 or newer
@@ -176,12 +176,12 @@ def uv_lock() -> tuple[tuple[str, ...], dict[str, str]]:
 
 def hashed(pins: tuple[str, ...], sha256: dict[str, str]) -> tuple[str, ...]:
     """`PIN --hash=sha256:HEX` for each pin: the requirement lines of a hash-checked install.
-    A pin without a hash is a lock scripts/tpu_lock.py did not write (or a UV_VERSION changed
+    A pin without a hash is a lock scripts/write_tpu_lock.py did not write (or a UV_VERSION changed
     without running it)."""
     missing = [pin for pin in pins if pin not in sha256]
     if missing:
         raise ValueError(f"launcher/tpu_lock.py has no hash for {', '.join(missing)}: run "
-                         "python scripts/tpu_lock.py --keep-pins")
+                         "python scripts/write_tpu_lock.py --keep-pins")
     return tuple(f"{pin} --hash=sha256:{sha256[pin]}" for pin in pins)
 
 

@@ -329,14 +329,14 @@ def test_each_engine_has_its_own_tpu_environment():
 
 
 def test_the_lock_file_is_what_the_script_writes(monkeypatch):
-    """launcher/tpu_lock.py round-trips through scripts/tpu_lock.py's reader and writer (no
+    """launcher/tpu_lock.py round-trips through scripts/write_tpu_lock.py's reader and writer (no
     package index asked): the file is the script's output, and what the script writes parses
     back to the same locks."""
     import importlib.util
     import sys
 
     spec = importlib.util.spec_from_file_location("tpu_lock_script",
-                                                  REPO / "scripts" / "tpu_lock.py")
+                                                  REPO / "scripts" / "write_tpu_lock.py")
     script = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, script)  # its dataclass looks itself up there
     spec.loader.exec_module(script)

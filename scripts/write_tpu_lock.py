@@ -2,9 +2,9 @@
 lock per engine's route, as pip resolves pyproject's sets for that route's Python on manylinux
 x86_64 (the TPU VMs' platform).
 
-    python scripts/tpu_lock.py              # resolve every route (pip install --dry-run --report)
-    python scripts/tpu_lock.py jax          # only the JAX route; the others' pins stay as they are
-    python scripts/tpu_lock.py --keep-pins  # the same pins, their hashes (re)read from the index
+    python scripts/write_tpu_lock.py        # resolve every route (pip install --dry-run --report)
+    python scripts/write_tpu_lock.py jax    # only the JAX route; the others' pins stay as they are
+    python scripts/write_tpu_lock.py --keep-pins   # the same pins, hashes (re)read from the index
 
 - tensorflow (TPU_LOCK): the `worker` set with TensorFlow as tensorflow-tpu, plus the libtpu
   tensorflow-tpu was built with, for the images' own CPython 3.10.
@@ -176,11 +176,11 @@ def render(locks: dict[str, Lock], uv: dict[str, str] | None = None) -> str:
         '"""Every package a TPU worker\'s environment installs, exactly, one lock per engine\'s '
         "route.\n\n    from launcher.worker_python import tpu_lock\n"
         '    tpu_lock("jax")     # JAX_TPU_LOCK: what plan_environment installs for train.engine '
-        "jax\n\nWritten by scripts/tpu_lock.py: pip's resolution of pyproject's sets for the "
-        "route's Python on\nmanylinux x86_64; tf-keras last, as pyproject pins it: it is "
-        "installed without its dependencies\ntoo. Beside each lock, the sha256 of every "
-        "pin's wheel on the package index (NAME_SHA256;\nuv's in UV_LOCK_SHA256): workers "
-        "install with --require-hashes --only-binary :all:.\n\n"
+        "jax\n\nWritten by scripts/write_tpu_lock.py: pip's resolution of pyproject's sets for "
+        "the route's\nPython on manylinux x86_64; tf-keras last, as pyproject pins it: it is "
+        "installed without its\ndependencies too. Beside each lock, the sha256 of every pin's "
+        "wheel on the package index\n(NAME_SHA256; uv's in UV_LOCK_SHA256): workers install "
+        "with --require-hashes --only-binary :all:.\n\n"
         + "\n".join(_wrap(note) for note in notes)
         + '\n"""\n\n' + "\n".join(tuples))
 

@@ -5,7 +5,8 @@
     python -m payload.jobs.files remove PATH
 
 The launcher runs these on worker 0 and the others to check that output_dir is shared
-(launcher.run.check_shared_output): the worker's view of a gs:// or mounted folder is what counts.
+(launcher.job_control.check_shared_output): the worker's view of a gs:// or mounted folder is
+what counts.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ def test_the_use_case_decides_teardown_and_download(tmp_path):
     from types import SimpleNamespace
 
     from launcher import launch
-    from launcher.run import Outcome
+    from launcher.job_control import Outcome
     from payload.core import folders, layout
 
     model = tmp_path / "out" / layout.MODEL_DIR

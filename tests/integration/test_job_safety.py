@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from launcher import records, run, ship
+from launcher import job_control, records, ship
 from launcher.cli import app
 from launcher.executors import LocalExecutor
 from launcher.launch import PEER_TIMEOUT_ENV
@@ -56,7 +56,7 @@ def _group(config, worker: int = 0) -> int:
 
 def _live(config):
     plan = _plan(config)
-    return run.live_processes(LocalExecutor(plan.workers), plan)
+    return job_control.live_processes(LocalExecutor(plan.workers), plan)
 
 
 def _reuse(pgid: int, strangers: list) -> subprocess.Popen:

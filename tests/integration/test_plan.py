@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from launcher import run
+from launcher import job_control
 from launcher.plan import (
     Worker,
     build_plan,
@@ -284,7 +284,7 @@ def test_config_values_never_change_what_runs(python, corpus, output_dir):
     setup_words = _words_from_shell(shlex.join(env.setup))
     assert setup_words == list(env.setup)
     # The shared-output check puts output_dir itself on a command line.
-    check = run._worker_module(p, "pass", p.barrier_dir)
+    check = job_control._worker_module(p, "pass", p.barrier_dir)
     assert _words_from_shell(check)[-1] == p.barrier_dir
 
 

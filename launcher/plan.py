@@ -66,7 +66,7 @@ class Command:
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...] = ()
     # Names of secrets (HF_TOKEN) the worker's agent adds to this command's environment from
-    # what it was handed in memory at start (launcher.jobs); never their values.
+    # what it was handed in memory at start (launcher.job_shell); never their values.
     secrets: tuple[str, ...] = ()
 
     def shell_line(self) -> str:
@@ -194,7 +194,7 @@ class Plan:
             "log": self.paths[worker].log,
             "log_copy": self.log_copies[worker],
             "all_workers": [w.index for w in self.workers],
-            # The agent reads its secrets from its standard input at start (launcher.jobs).
+            # The agent reads its secrets from its standard input at start (launcher.job_shell).
             "secrets_on_stdin": bool(self.secret_names(worker)),
             "heartbeat_s": self.heartbeat_s,
             "stale_after_s": self.stale_after_s,

@@ -46,7 +46,7 @@ def stop(config_path: ConfigOpt = DEFAULT_CONFIG, job: JobOpt = None) -> None:
 
     from launcher import launch
     from launcher.job_control import stopped_everywhere
-    from launcher.jobs import STOP_GRACE_S
+    from launcher.job_shell import STOP_GRACE_S
     from launcher.view import visible
     from payload.core.layout import worker_label
 

@@ -5,7 +5,7 @@ import shlex
 
 import pytest
 
-from launcher import jobs
+from launcher import job_shell
 from launcher.plan import (
     ALL_STAGES,
     Plan,
@@ -370,12 +370,12 @@ def test_plan_round_trips_through_json_and_renders():
 
 def test_job_commands_parse():
     p = plan(1)
-    start = jobs.start_command(p.paths[0], "/opt/py bin/python")
+    start = job_shell.start_command(p.paths[0], "/opt/py bin/python")
     assert "setsid -f sh -c" in start and "'/opt/py bin/python'" in start
-    poll = jobs.parse_poll("exited 3 train\nline 1\nline 2\npart")
-    assert poll.state is jobs.JobState.EXITED and poll.rc == 3 and poll.stage == "train"
+    poll = job_shell.parse_poll("exited 3 train\nline 1\nline 2\npart")
+    assert poll.state is job_shell.JobState.EXITED and poll.rc == 3 and poll.stage == "train"
     assert poll.lines == ("line 1", "line 2") and poll.partial == "part"
-    assert jobs.parse_poll("running - -\n").stage == ""
+    assert job_shell.parse_poll("running - -\n").stage == ""
 
 
 def test_providers_are_one_table_and_a_record_reopens_the_same_reach(tmp_path, monkeypatch):

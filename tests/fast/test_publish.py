@@ -145,7 +145,7 @@ def test_publish_reads_only_a_complete_export(tmp_path, hub, monkeypatch):
 
 def test_module_has_no_shell_quoting_surprises():
     # The start command stays one shell line when secrets are handed over.
-    from launcher.jobs import start_command
+    from launcher.job_shell import start_command
     from launcher.plan import job_paths
 
     line = start_command(job_paths("j", "d", 0), "/usr/bin/python3", secrets=True)

@@ -15,6 +15,7 @@ pytest.importorskip("tensorflow")
 
 from payload.core import storage
 from payload.core.errors import UserError
+from payload.training.checkpoints import removal_summary
 from payload.training.export import run_export
 from payload.training.train import run_train
 from tests.support.configs import training_run_config, write_training_config
@@ -95,8 +96,13 @@ def test_train_overwrite_names_what_it_removes_and_removes_only_checkpoint_files
                          eval_every=2), overwrite=True)
     said = [r.getMessage() for r in caplog.records if "removing" in r.getMessage()]
     assert len(said) == 1, said
-    named = said[0].split(": ", 1)[1].split(", ")
-    assert sorted(named) == written  # exactly what was there, named before it went
+    # Exactly what was there, named before it went, in the one readable line: the checkpoints
+    # by name with the count of their files, then tpuctl's own files; never the user's.
+    engine_files = [n for n in written if n == "checkpoint" or n.startswith("ckpt-")]
+    own = [n for n in written if n not in engine_files]
+    assert said[0].split(": ", 1)[1] == removal_summary(engine_files, own), said[0]
+    assert "ckpt-1, ckpt-2" in said[0] and f"({len(engine_files)} files)" in said[0], said[0]
+    assert "notes.txt" not in said[0] and "ckpt-best" not in said[0], said[0]
     assert (ckpts / "notes.txt").read_text() == "which run this was\n"
     assert (ckpts / "ckpt-best" / "weights.npz").read_bytes() == b"mine"
     assert storage.is_complete(str(ckpts))

@@ -17,6 +17,7 @@ from payload.core import folders, layout
 from payload.core.errors import UserError
 from payload.stages.export import run_export
 from payload.stages.train import run_train
+from payload.training.checkpoints import removal_summary
 from tests.support.configs import training_run_config, write_training_config
 from tests.support.runners import assert_user_error, payload_env
 from tests.support.runs import prepared_run, run_stage, stage_command
@@ -95,13 +96,13 @@ def test_train_overwrite_names_what_it_removes_and_removes_only_checkpoint_files
                          eval_every=2), overwrite=True)
     said = [r.getMessage() for r in caplog.records if "removing" in r.getMessage()]
     assert len(said) == 1, said
-    # Exactly what was there, named before it went: each checkpoint once, with its files
-    # counted, then tpuctl's own files (payload.training.checkpoints.removal_summary).
-    checkpoint_files = [n for n in written if n == "checkpoint" or n.startswith("ckpt-")]
-    steps = sorted({n.split(".")[0] for n in checkpoint_files if n != "checkpoint"})
-    own = sorted(set(written) - set(checkpoint_files))
-    assert said[0].endswith(f": {', '.join(steps)}, checkpoint ({len(checkpoint_files)} files) "
-                            f"and tpuctl's {', '.join(own)}"), said[0]
+    # Exactly what was there, named before it went, in the one readable line: the checkpoints
+    # by name with the count of their files, then tpuctl's own files; never the user's.
+    engine_files = [n for n in written if n == "checkpoint" or n.startswith("ckpt-")]
+    own = [n for n in written if n not in engine_files]
+    assert said[0].split(": ", 1)[1] == removal_summary(engine_files, own), said[0]
+    assert "ckpt-1, ckpt-2" in said[0] and f"({len(engine_files)} files)" in said[0], said[0]
+    assert "notes.txt" not in said[0] and "ckpt-best" not in said[0], said[0]
     assert (ckpts / "notes.txt").read_text() == "which run this was\n"
     assert (ckpts / "ckpt-best" / "weights.npz").read_bytes() == b"mine"
     assert folders.is_complete(str(ckpts))

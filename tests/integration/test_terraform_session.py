@@ -11,7 +11,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -94,15 +93,22 @@ def test_the_next_command_waits_while_another_holds_the_state_lock(module, tmp_p
     tf = Terraform(work, module=module)
     assert not tf.busy()  # no state file, no Terraform
     tf.state_file.write_text("{}")
+    released = tmp_path / "released"
+    # The holder marks the moment just before it lets go, then lingers: the wait must end
+    # after that moment, not when the process is gone.
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import fcntl, sys, time; f = open(sys.argv[1], 'r+'); fcntl.lockf(f, fcntl.LOCK_EX); "
-        "print('held', flush=True); time.sleep(2)"), str(tf.state_file)],
-        stdout=subprocess.PIPE, text=True)
-    assert holder.stdout.readline().strip() == "held"
-    assert tf.busy()
-    started = time.monotonic()
-    tf.wait_idle()
-    assert holder.poll() is not None and time.monotonic() > started  # it waited for the end
-    assert not tf.busy()
+        "import fcntl, pathlib, sys, time; f = open(sys.argv[1], 'r+'); "
+        "fcntl.lockf(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(2); "
+        "pathlib.Path(sys.argv[2]).touch(); fcntl.lockf(f, fcntl.LOCK_UN); time.sleep(60)"),
+        str(tf.state_file), str(released)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert tf.busy()
+        tf.wait_idle()
+        assert released.exists()  # it waited until the lock was let go
+        assert not tf.busy()
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
 
 

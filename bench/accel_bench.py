@@ -57,7 +57,7 @@ def architecture(spec: dict, dropout: float) -> dict:
 
 def case_file(name: str, spec: dict, *, folder: Path, steps: int, warmup: int, bf16: bool,
               dropout: float) -> tuple[Path, dict]:
-    from payload.data.objectives import max_predictions
+    from payload.core.families import max_predictions
     from payload.training.runplan import step_flops
 
     arch = architecture(spec, dropout)
@@ -86,7 +86,7 @@ def spec_peak(device: str, platform: str) -> float | None:
     """The chip's dense bf16 peak: the accelerator table's for a TPU, a spec sheet's for a GPU."""
     if platform == "tpu":
         from payload.cloud.accelerators import GENERATIONS
-        from payload.engines.jax.attention import generation_of
+        from payload.core.fit.attention import generation_of
 
         generation = GENERATIONS.get(generation_of(device) or "")
         return generation.peak_bf16_flops_per_chip if generation else None

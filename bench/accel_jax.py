@@ -40,9 +40,10 @@ def random_batch(case: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:
 def step(case: dict) -> dict:
     import jax
 
-    from payload.engines import Workload
+    from payload.core.fit.attention import attention_plan, generation_of
+    from payload.core.fit.sharding import plan_sharding
+    from payload.core.fit.workload import Workload
     from payload.engines.jax import step as jax_step
-    from payload.engines.jax.attention import attention_plan, generation_of
     from payload.engines.jax.cache import compile_ahead, use_compilation_cache
     from payload.engines.jax.models import parameter_shapes
 
@@ -62,7 +63,7 @@ def step(case: dict) -> dict:
     stats = device.memory_stats() if hasattr(device, "memory_stats") else None
     hbm = int(stats["bytes_limit"]) if stats and stats.get("bytes_limit") else 64 << 30
     num_params = sum(int(np.prod(s.shape)) for s in parameter_shapes(arch).values())
-    plan = jax_step.plan_sharding(num_params, num_devices=jax.device_count(),
+    plan = plan_sharding(num_params, num_devices=jax.device_count(),
                                   hbm_bytes_per_chip=hbm, workload=workload)
     program = jax_step.TrainProgram(arch, family=case["family"], train_cfg=train,
                                     mesh=jax_step.make_mesh(plan), remat=plan.remat)

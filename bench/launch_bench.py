@@ -40,9 +40,9 @@ def _help_time(repeats: int, env: dict) -> float:
 def _ship_times(fleet, sizes: tuple[int, ...], repeats: int) -> dict[int, float]:
     """First shipping + environment check (existing Python), from clean workers each time."""
     from launcher import ship
-    from launcher.environment import plan_environment
     from launcher.executors import SshExecutor, SshSettings, on_workers
     from launcher.plan import Worker, job_paths
+    from launcher.worker_python import plan_environment
 
     settings = SshSettings(user="root", known_hosts=fleet.known_hosts,
                            identity_file=fleet.identity_file)

@@ -130,7 +130,7 @@ def _ours_fit(config: Path) -> dict:
 def _engines(runs: dict[str, list[dict]]) -> dict:
     """Each engine's best run (by steady steps/s; the first step: the quickest seen), its MFU
     also against one peak for both: the best probe any run of the bench measured. Both engines'
-    train stages run the same probe (payload.training.utilisation.cpu_peak_flops: float32
+    train stages run the same probe (payload.engines.tensorflow.trainer.cpu_peak_flops: float32
     1024x1024 products in TensorFlow, in the training process, before training) and count the
     same model FLOPs per step, but each probe sees the machine's load of its moment; against
     one peak the MFU ratio is the steps/s ratio."""

@@ -90,8 +90,8 @@ def _tokenizer_object(config):
 
 
 def ours_dataset(config, manifest, files, vocab):
+    from payload.data.objectives import objective_for
     from payload.data.pipeline import input_pipeline
-    from payload.training.train import objective_for
 
     return input_pipeline(
         files,
@@ -157,8 +157,8 @@ def fit_reference(config_path: str, steps: int) -> dict:
     steps_per_s = timed / seconds
     # Utilisation as the train stage measures it: the model FLOPs this model does per step (its
     # MLM head at every position) over a matmul probe run here, after training.
+    from payload.engines.tensorflow.trainer import cpu_peak_flops
     from payload.training.runplan import step_flops
-    from payload.training.utilisation import cpu_peak_flops
 
     flops = step_flops(hf_config.to_dict(), seq_len=config.data.seq_len,
                        mlm_probability=1.0).total * config.train.batch_size

@@ -173,6 +173,7 @@ def measured_cpu_speed(config: RunConfig, *, processes: int,
     """The model FLOP/s the last CPU run in this output_dir measured (its metrics.json), when it
     trained the same family with the same engine over as many processes as this one will."""
     from payload.core import storage
+    from payload.core.engines import DEFAULT
 
     path = layout.metrics_path(config.output_dir)
     if storage.is_gcs(path) and not read_remote:
@@ -187,7 +188,7 @@ def measured_cpu_speed(config: RunConfig, *, processes: int,
     speed = next((r["model_flops_per_s"] for r in reports if r.get("model_flops_per_s")), None)
     if (speed is None or (metrics.get("utilisation") or {}).get("device") != "process"
             or metrics.get("family") != config.model.family
-            or metrics.get("engine", "tensorflow") != config.train.engine
+            or metrics.get("engine", DEFAULT) != config.train.engine
             or metrics.get("replicas", processes) != processes):
         return None
     return runplan.CpuSpeed(
@@ -349,8 +350,8 @@ def export_engine_notes(launch, *, read_remote: bool) -> list[str]:
     """An export without training reads the checkpoints with the engine that wrote them: a
     line when the run names another one (train.engine, or --engine)."""
     from payload.core import storage
+    from payload.stages.export import engine_note
     from payload.training.checkpoints import recorded_engine
-    from payload.training.export import engine_note
 
     config, options = launch.config, launch.options
     if Stage.EXPORT not in options.stages or Stage.TRAIN in options.stages:

@@ -6,7 +6,7 @@
 
 A provider (launcher.providers) picks the executor for its workers; nothing else asks which
 kind it is.
-Both executors run the same `sh` command strings (launcher.jobs, launcher.ship) and relative
+Both executors run the same `sh` command strings (launcher.job_shell, launcher.ship) and relative
 paths mean the same thing: a local worker starts in its own working directory, an SSH worker in
 the user's home. SSH is strict and uses only what the run config says: host keys are checked
 against the configured known_hosts file and never added; no ~/.ssh/config, ~/.fabric.yaml,

@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launcher import estimate, hub, records, run, ship, view
-from launcher.environment import ENGINE_EXTRAS, plan_environment
+from launcher import estimate, hub, job_control, records, ship, view
 from launcher.plan import ALL_STAGES, Plan, Stage, Worker, build_plan
 from launcher.providers import Fleet, Provider, provider_for, reopen
+from launcher.worker_python import plan_environment
 from payload.cloud import stand_ins
-from payload.core import layout, storage
+from payload.core import folders, layout, storage
 from payload.core.errors import UserError, UserErrors, error_lines
 
 if TYPE_CHECKING:
@@ -176,12 +176,13 @@ def plan_train(config_path: Path, options: TrainOptions) -> Launch:
     wheelhouse = ((cluster.wheelhouse, ship.wheelhouse_digest(cluster.wheelhouse))
                   if cluster.wheelhouse else None)
     wheel = ship.wheel_bytes()
+    from payload.core.engines import engine_spec
     from payload.training.strategy import uses_tpu
 
     engine = config.train.engine
     environment = plan_environment(
         python=python, wheelhouse_digest=wheelhouse[1] if wheelhouse else None,
-        requirements=ship.worker_requirements(extras=ENGINE_EXTRAS[engine]),
+        requirements=ship.worker_requirements(extras=engine_spec(engine).extras),
         tpu=uses_tpu(fleet.hardware), engine=engine)
     entry = os.environ.get(STAGE_ENTRY_ENV)
     the_plan = build_plan(
@@ -243,7 +244,7 @@ def _refuse_if_running(executor, base: Path, name: str, workers: tuple[Worker, .
         return None
     if [w.host for w in previous.workers] != [w.host for w in workers]:
         return None
-    states = [s["state"] for s in run.status(executor, previous)]
+    states = [s["state"] for s in job_control.status(executor, previous)]
     if "running" in states:
         raise UserError(f"job {previous.job_id} of run '{name}' is still running",
                         hint="watch it with `tpuctl logs` or end it with `tpuctl stop`")
@@ -274,22 +275,22 @@ def start(launch: Launch, *, on_event: Callable[[Worker, str], None] = lambda w,
         wheel = ship.write_wheel(base / "wheels", launch.wheel)
         done = ship.ship(executor, the_plan.workers, the_plan.environment, the_plan.paths, wheel,
                          wheelhouse=launch.wheelhouse, on_event=on_event)
-        run.check_shared_output(executor, the_plan)
+        job_control.check_shared_output(executor, the_plan)
         holder = {"job": the_plan.job_id, "run": the_plan.name, "from": launch.started_from,
                   "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                   "stale_after_s": the_plan.stale_after_s}
-        note = run.take_run_lock(executor, the_plan, holder, dead_job=ended)
+        note = job_control.take_run_lock(executor, the_plan, holder, dead_job=ended)
         locked = True
         if note:
             on_note(note)
         record = records.save_job(base, the_plan, dump_config(launch.config),
                                   launch.provider.reach(launch.fleet))
         launch.provider.record_billing(the_plan.output_dir)
-        run.submit(executor, the_plan, record,
-                   secrets=launch.hub.secrets() if launch.hub else None)
+        job_control.submit(executor, the_plan, record,
+                           secrets=launch.hub.secrets() if launch.hub else None)
     except BaseException:
         if locked:
-            run.release_run_lock(executor, the_plan)
+            job_control.release_run_lock(executor, the_plan)
         executor.close()
         raise
     set_up = sorted({k for d in done for k, v in d.items() if v})
@@ -330,19 +331,19 @@ def only(the_plan: Plan, workers: tuple[Worker, ...]) -> Plan:
 
 
 def follow(job: Job, sink: Callable[[int, str], None], *, worker: int | None = None,
-           keep_following: bool = True) -> run.Outcome:
+           keep_following: bool = True) -> job_control.Outcome:
     """Stream the job's logs (all workers, or one) from the start until it ends; fail-fast
     over all workers."""
     chosen = job.plan.workers if worker is None else (select(job.plan.workers, worker),)
-    book = run.LogBook(job.record, chosen)
+    book = job_control.LogBook(job.record, chosen)
     watching = (job.record.watching() if keep_following and worker is None
                 else contextlib.nullcontext())
     try:
         with watching:  # `tpuctl jobs` shows the job as watched meanwhile
-            outcome = run.watch(job.executor, only(job.plan, chosen), book, sink,
-                                follow=keep_following,
-                                fail_fast=keep_following and worker is None,
-                                trouble=job.provider.trouble)
+            outcome = job_control.watch(job.executor, only(job.plan, chosen), book, sink,
+                                        follow=keep_following,
+                                        fail_fast=keep_following and worker is None,
+                                        trouble=job.provider.trouble)
     finally:
         book.close()
     ended = not outcome.detached and not (outcome.ok and outcome.reason)  # not still running
@@ -360,14 +361,14 @@ def select(workers: tuple[Worker, ...], index: int, *, of: str = "the job") -> W
 
 def stop_job(job: Job, on_result: Callable[[int, str], None] = lambda worker, result: None
              ) -> dict[int, str]:
-    results = run.stop(job.executor, job.plan, on_result=on_result)
-    if run.stopped_everywhere(results) and not job.record.outcome():
+    results = job_control.stop(job.executor, job.plan, on_result=on_result)
+    if job_control.stopped_everywhere(results) and not job.record.outcome():
         job.record.save_outcome("stopped", "tpuctl stop")
     return results
 
 
 def job_status(job: Job) -> list[dict]:
-    return run.status(job.executor, job.plan)
+    return job_control.status(job.executor, job.plan)
 
 
 def tpu_left_up(job: Job, rows: list[dict]) -> str | None:
@@ -411,7 +412,7 @@ def _keep_lock_beating(output_dir: str, job_id: str, stop_event) -> None:
 def follow_to_end(launch: Launch, job: Job, *, sink: Callable[[int, str], None],
                   on_note: Callable[[str], None] = lambda m: None,
                   on_started: Callable[[Job], None] = lambda job: None
-                  ) -> tuple[Job, run.Outcome]:
+                  ) -> tuple[Job, job_control.Outcome]:
     """Follow a started job to its end; when its machines are taken away (a preempted TPU) and
     --auto-resume allows, replace them, ship again and resume from the newest checkpoint,
     recording each recovery in output_dir (launcher.recoveries). The last job and how it
@@ -454,7 +455,7 @@ def follow_to_end(launch: Launch, job: Job, *, sink: Callable[[int, str], None],
 DOWNLOAD_MARKER = layout.DOWNLOAD_MARKER
 
 
-def finish(launch: Launch, job: Job, outcome: run.Outcome, *,
+def finish(launch: Launch, job: Job, outcome: job_control.Outcome, *,
            on_note: Callable[[str], None] = lambda m: None) -> None:
     """What the user asked for once a followed job has ended: the TPU deleted (--down), model/
     copied here (--download, only after a job that finished). A detached job is left alone:
@@ -484,15 +485,15 @@ def check_download_target(target: Path) -> None:
 
 def download_model(output_dir: str, target: Path) -> str:
     """Copy output_dir/model/ (only once it is complete) into `target`, replacing an earlier
-    download there whole (payload.core.storage.replacing_folder): a crash leaves the old copy or the
+    download there whole (payload.core.folders.replacing_folder): a crash leaves the old copy or the
     new one."""
     check_download_target(target)
     source = layout.model_dir(output_dir)
-    if not storage.is_complete(source):
+    if not folders.is_complete(source):
         raise UserError(f"{source} is not complete (no export finished there)",
                         hint="run the export stage: `tpuctl train --stages export`")
     prefix = source.rstrip("/") + "/"
-    with storage.replacing_folder(str(target), {"stage": "download", "source": source}) as new:
+    with folders.replacing_folder(str(target), {"stage": "download", "source": source}) as new:
         for path in storage.walk_files(source):
             local = Path(new) / path[len(prefix):]
             local.parent.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ import typing
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 
-from launcher.environment import WORKER_ROOT, Environment, EnvMode
+from launcher.worker_python import WORKER_ROOT, Environment, EnvMode
 from payload.core import layout
 from payload.core.errors import UserError, counted
 from payload.core.layout import worker_label
@@ -66,7 +66,7 @@ class Command:
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...] = ()
     # Names of secrets (HF_TOKEN) the worker's agent adds to this command's environment from
-    # what it was handed in memory at start (launcher.jobs); never their values.
+    # what it was handed in memory at start (launcher.job_shell); never their values.
     secrets: tuple[str, ...] = ()
 
     def shell_line(self) -> str:
@@ -194,7 +194,7 @@ class Plan:
             "log": self.paths[worker].log,
             "log_copy": self.log_copies[worker],
             "all_workers": [w.index for w in self.workers],
-            # The agent reads its secrets from its standard input at start (launcher.jobs).
+            # The agent reads its secrets from its standard input at start (launcher.job_shell).
             "secrets_on_stdin": bool(self.secret_names(worker)),
             "heartbeat_s": self.heartbeat_s,
             "stale_after_s": self.stale_after_s,
@@ -350,13 +350,7 @@ def build_plan(
         servers = strategy.serves_tpu_runtime(hardware, n, engine)
         commands = []
         for index in trainers:
-            extra: tuple[tuple[str, str], ...] = ()
-            if servers:  # the driver reaches every host's TPU server, no TPU API needed
-                extra = ((strategy.TPU_WORKERS_ENV, strategy.tpu_workers(addresses)),)
-            elif len(trainers) > 1 and engine == strategy.JAX:  # one program, worker 0 joins them
-                extra = ((strategy.JAX_COORDINATOR_ENV, strategy.jax_coordinator(addresses)),)
-            elif len(trainers) > 1:  # several trainers: MultiWorkerMirroredStrategy
-                extra = (("TF_CONFIG", strategy.tf_config(addresses, index)),)
+            extra = strategy.trainer_env(hardware, n, engine, addresses=addresses, index=index)
             # Always the full count: on a pod slice worker 0 drives all n hosts.
             commands.append(stage(Stage.TRAIN, index, (index, n),
                                   (*extra, *workers[index].slice_env)))

@@ -6,7 +6,7 @@ the worker environment, all cached so an unchanged second run does no package wo
 
 The payload goes into its own folder on each worker (`.tpuctl/payload/<digest>`, put on
 PYTHONPATH by the plan), so an existing Python (a custom image, a shared venv) is used without
-being modified. Environments are keyed by a hash of what they contain (launcher.environment); a
+being modified. Environments are keyed by a hash of what they contain (launcher.worker_python); a
 `.complete` marker records a finished set-up, and set-ups run under a lock on the worker, so two
 jobs sharing a home never build the same environment or payload at once.
 """
@@ -21,7 +21,9 @@ import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from launcher.environment import (
+from launcher.executors import on_workers
+from launcher.plan import JobPaths, Worker
+from launcher.worker_python import (
     MOVE_ONCE,
     ONCE,
     PAYLOAD_UNPACK,
@@ -31,8 +33,6 @@ from launcher.environment import (
     Environment,
     EnvMode,
 )
-from launcher.executors import on_workers
-from launcher.plan import JobPaths, Worker
 from payload.core import storage
 from payload.core.errors import UserError
 
@@ -109,7 +109,7 @@ def build_wheel(out_dir: Path, root: Path = REPO_ROOT) -> tuple[Path, str]:
 def worker_requirements(root: Path = REPO_ROOT, extras: tuple[str, ...] = ("worker",),
                         ) -> tuple[str, ...]:
     """The worker's pinned dependencies: pyproject's `extras` (the engine's:
-    launcher.environment.ENGINE_EXTRAS), plus the base set."""
+    payload.core.engines' `spec.extras`), plus the base set."""
     pyproject = root / "pyproject.toml"
     if pyproject.is_file():
         import tomllib

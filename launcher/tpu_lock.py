@@ -1,12 +1,12 @@
 """Every package a TPU worker's environment installs, exactly, one lock per engine's route.
 
-    from launcher.environment import tpu_lock
+    from launcher.worker_python import tpu_lock
     tpu_lock("jax")     # JAX_TPU_LOCK: what plan_environment installs for train.engine jax
 
-Written by scripts/tpu_lock.py: pip's resolution of pyproject's sets for the route's Python on
-manylinux x86_64; tf-keras last, as pyproject pins it: it is installed without its dependencies
-too. Beside each lock, the sha256 of every pin's wheel on the package index (NAME_SHA256;
-uv's in UV_LOCK_SHA256): workers install with --require-hashes --only-binary :all:.
+Written by scripts/write_tpu_lock.py: pip's resolution of pyproject's sets for the route's
+Python on manylinux x86_64; tf-keras last, as pyproject pins it: it is installed without its
+dependencies too. Beside each lock, the sha256 of every pin's wheel on the package index
+(NAME_SHA256; uv's in UV_LOCK_SHA256): workers install with --require-hashes --only-binary :all:.
 
 TPU_LOCK: train.engine tensorflow, CPython 3.10; libtpu from tensorflow-tpu's own metadata:
 libtpu~=0.0.14, pinned as libtpu==0.0.14.

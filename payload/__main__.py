@@ -77,16 +77,16 @@ def run_stage(args: argparse.Namespace) -> None:
         run_prepare(config, worker_index=args.worker_index, num_workers=args.num_workers,
                     overwrite=args.overwrite)
     elif stage is Stage.TRAIN:
-        from payload.training.train import run_train
+        from payload.stages.train import run_train
 
         run_train(config, worker_index=args.worker_index, num_workers=args.num_workers,
                   resume=args.resume, overwrite=args.overwrite, hardware=hardware)
     elif stage is Stage.EXPORT:
-        from payload.training.export import run_export
+        from payload.stages.export import run_export
 
         run_export(config)
     elif stage is Stage.PUBLISH:
-        from payload.training.publish import run_publish
+        from payload.stages.publish import run_publish
 
         run_publish(config)
 

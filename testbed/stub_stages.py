@@ -61,7 +61,7 @@ def main() -> int:
         return 3
     if behaviour.get("raise", {}).get(args.stage) == me:
         raise RuntimeError(f"the stub's {args.stage} broke on worker {me}")
-    # Like every real stage, take output_dir first (payload.core.storage.claim_output_dir).
+    # Like every real stage, take output_dir first (payload.core.ownership.claim_output_dir).
     if not (out / ".tpuctl" / "owner").exists():
         _write(out / ".tpuctl" / "owner", "{}")
     if args.stage == "tokenizer":
@@ -100,9 +100,9 @@ def main() -> int:
             _write(out / "metrics.json", json.dumps({"shards": len(shards)}))
     elif args.stage == "export":
         _write(out / "model" / "config.json", "{}")
-        from payload.core import storage  # on the stage's PYTHONPATH, as for the real stages
+        from payload.core import folders  # on the stage's PYTHONPATH, as for the real stages
 
-        storage.mark_complete(str(out / "model"), {"stage": "export (stand-in)"})
+        folders.mark_complete(str(out / "model"), {"stage": "export (stand-in)"})
     return 0
 
 

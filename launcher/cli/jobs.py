@@ -45,8 +45,8 @@ def stop(config_path: ConfigOpt = DEFAULT_CONFIG, job: JobOpt = None) -> None:
     import threading
 
     from launcher import launch
-    from launcher.jobs import STOP_GRACE_S
-    from launcher.run import stopped_everywhere
+    from launcher.job_control import stopped_everywhere
+    from launcher.job_shell import STOP_GRACE_S
     from launcher.view import visible
     from payload.core.layout import worker_label
 

@@ -20,21 +20,20 @@ Which engine runs where is decided here and nowhere else (`runtime_for`): `train
 runs on every generation in the table, on the base image Google's runtimes page names for JAX
 (cloud.google.com/tpu/docs/runtimes, "PyTorch and JAX": tpu-ubuntu2204-base for v4 and older,
 v2-alpha-tpuv5-lite for v5e, v2-alpha-tpuv5 for v5p, v2-alpha-tpuv6e for v6e); the launcher
-installs its own Python and a locked jax[tpu] onto it (launcher.environment).
+installs its own Python and a locked jax[tpu] onto it (launcher.worker_python).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from payload.core.engines import JAX, TENSORFLOW
 from payload.core.errors import UserError
 
 TABLE_VERSION = "2026-11-22"
 # The TensorFlow every TPU worker runs (tensorflow-tpu from PyPI); must equal the pyproject pin.
 TENSORFLOW_VERSION = "2.20.0"
 TF_RUNTIME_PREFIX = "tpu-vm-tf-"
-# train.engine's values (payload.engines.ENGINES names the same two).
-TENSORFLOW, JAX = "tensorflow", "jax"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -343,27 +342,19 @@ def _refuse_base_image(acc: Accelerator, runtime_version: str, accepted: tuple[s
     raise UserError(f"unknown runtime_version '{runtime_version}' for {acc.name}", hint=fix)
 
 
-# TensorFlow's own __init__ loads the library these name as a device plug-in, whatever build of
-# TensorFlow it is (tensorflow/__init__.py: load_pluggable_device_library).
-TF_PLUGGABLE_DEVICE_ENV = ("NEXT_PLUGGABLE_DEVICE_USE_C_API", "TF_PLUGGABLE_DEVICE_LIBRARY_PATH")
-
-
-def tensorflow_env_on_tpu(engine: str, libtpu: str | None) -> dict[str, str]:
-    """What a TPU host's training process tells TensorFlow before importing it, by engine.
-
-    TensorFlow route (one host): its pluggable-device C API pointed at the environment's
-    libtpu.so, as Google's TF release CI runs single hosts (ml-auto-solutions,
-    dags/solutions_team/configs/tensorflow/common.py). JAX route: TensorFlow is only the input
-    library and must never open the chips JAX's libtpu holds (with /tmp/libtpu_lockfile): the
-    route installs tensorflow-cpu, which has no TPU support of its own, and both variables are
-    set empty, so that one left in the environment cannot make TensorFlow load the jax[tpu]
-    environment's libtpu.so as a device plug-in. (TPU_LOAD_LIBRARY is read only by
-    tensorflow-tpu's own loader, which that route does not install.)"""
-    if engine == JAX:
-        return dict.fromkeys(TF_PLUGGABLE_DEVICE_ENV, "")
-    if libtpu is None:
-        return {}
-    return dict(zip(TF_PLUGGABLE_DEVICE_ENV, ("true", libtpu), strict=True))
+def larger_slices(name: str) -> tuple[tuple[str, int], ...]:
+    """The TPU API's slices of type `name`'s generation with more chips, smallest first, as
+    (type, chips): what a refusal that the model does not fit can name instead; () for a name
+    outside the table."""
+    try:
+        here = accelerator(name)
+    except UserError:  # a name outside the table: nothing to compare it with
+        return ()
+    generation = GENERATIONS.get(here.generation)
+    if generation is None:
+        return ()
+    return tuple((f"{generation.prefix}-{size}", generation.chips(size))
+                 for size in generation.sizes if generation.chips(size) > here.chips)
 
 
 def zones_offering(acc: Accelerator) -> tuple[str, ...]:

@@ -1,17 +1,33 @@
-"""What each model family means for the pipeline: special tokens, objective, position limit.
+"""Each model family once, as torchtitan's TrainSpec: what the pipeline, both engines, the run
+plan and the export need to know of it.
 
     spec = FAMILIES["roberta"]; spec.separator  # "</s>", appended after every document
+    spec.objective, spec.architecture           # "mlm", "RobertaForMaskedLM"
+    spec.flops(architecture, 128, spec.predicted_len(128))   # the run plan's FLOPs of a row
 
-One table, read by the tokenizer trainer, prepare (separators, row layout) and training.
+One table, read by the tokenizer trainer, prepare (separators, row layout), the objectives, both
+engines (the TF class is transformers' "TF" + architecture, the JAX model the class of that
+name in payload.engines.jax.models), the run plan (FLOPs), the export and the model card
+(architectures, Auto class, pipeline tag) and the PyTorch weight names (tied keys, prefixes).
+Adding a family is an entry here, its sizes (payload.core.sizes) and its model files.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from payload.core import flops
+from payload.core.sizes import ROBERTA_POSITION_PADDING, SIZES
+
 NUM_T5_SENTINELS = 100
-# transformers' TF RoBERTa embeddings fix their padding index at 1 whatever the config says.
-ROBERTA_POSITION_PADDING = 1
+
+
+def max_predictions(seq_len: int, mlm_probability: float) -> int:
+    """Masked positions per row that a masked LM's head looks at (BERT's
+    max_predictions_per_seq)."""
+    return max(1, math.ceil(seq_len * mlm_probability))
 
 
 def positions_needed(family: str, seq_len: int) -> int:
@@ -21,9 +37,35 @@ def positions_needed(family: str, seq_len: int) -> int:
 
 
 @dataclass(frozen=True, kw_only=True)
+class PyTorchNames:
+    """How PyTorch transformers names the family's weights (payload.core.pytorch_weights)."""
+
+    # Keys that share the tensor of another key (tied weights); a key the state already holds
+    # (an untied head of its own) is left as it is.
+    tied: dict[str, str]
+    # Where the weights live under the task model, so a checkpoint of the bare model (GPT-2's
+    # own has "h.0..." for "transformer.h.0...") still matches.
+    base_prefix: str
+    # The token embeddings: the one matrix every checkpoint of the family has, [vocab, hidden].
+    embeddings: str
+    hidden: str  # config.json's name for the hidden width
+    # config.json's layer counts and the keys that number the layers (the bare model's spelling).
+    layers: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, kw_only=True)
 class FamilySpec:
     name: str
     objective: str  # "mlm" | "clm" | "span"
+    # transformers' class of the pretraining task: the export's config.json `architectures`,
+    # the TF engine's class ("TF" + it), the JAX engine's model of the same name.
+    architecture: str
+    auto_class: str  # what loads the exported folder (the model card's example)
+    pipeline_tag: str  # the Hub's task for the model card
+    # Model FLOPs of training on one row (payload.core.flops): (architecture, row length,
+    # positions the head predicts).
+    flops: Callable[[dict, int, int], flops.StepFlops]
+    names: PyTorchNames
     unk: str
     pad: str
     separator: str  # ends every document in the token stream
@@ -45,6 +87,23 @@ class FamilySpec:
     model_inputs: tuple[str, ...] = ("input_ids", "attention_mask")
 
     @property
+    def sizes(self) -> dict:
+        """The published sizes of the family, by name (payload.core.sizes)."""
+        return SIZES[self.name]
+
+    def predicted_len(self, seq_len: int, *, mlm_probability: float = 0.15,
+                      target_len: int | None = None) -> int:
+        """Positions per row the head predicts: the masked ones, every one with a next token,
+        or the span-corruption target (`target_len`)."""
+        if self.objective == "mlm":
+            return max_predictions(seq_len, mlm_probability)
+        if self.objective == "clm":
+            return seq_len - 1
+        if target_len is None:
+            raise ValueError(f"{self.name}: the span objective needs the target length")
+        return target_len
+
+    @property
     def special_tokens(self) -> list[str]:
         """Special tokens in id order: the trainer gives them ids 0..n-1."""
         ordered: list[str] = []
@@ -57,23 +116,52 @@ class FamilySpec:
 
 FAMILIES: dict[str, FamilySpec] = {
     "bert": FamilySpec(
-        name="bert", objective="mlm", unk="[UNK]", pad="[PAD]", cls="[CLS]", sep="[SEP]",
+        name="bert", objective="mlm", architecture="BertForMaskedLM",
+        auto_class="AutoModelForMaskedLM", pipeline_tag="fill-mask", flops=flops.encoder_flops,
+        names=PyTorchNames(
+            tied={"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
+                  "cls.predictions.decoder.bias": "cls.predictions.bias"},
+            base_prefix="bert.", embeddings="bert.embeddings.word_embeddings.weight",
+            hidden="hidden_size", layers=(("num_hidden_layers", "encoder.layer."),)),
+        unk="[UNK]", pad="[PAD]", cls="[CLS]", sep="[SEP]",
         mask="[MASK]", separator="[SEP]", row_start="[CLS]", max_positions=512,
         model_inputs=("input_ids", "token_type_ids", "attention_mask"),
     ),
     # RoBERTa's own layout: TF RoBERTa numbers positions from a padding index fixed at 1.
     "roberta": FamilySpec(
-        name="roberta", objective="mlm", unk="<unk>", pad="<pad>", cls="<s>", sep="</s>",
+        name="roberta", objective="mlm", architecture="RobertaForMaskedLM",
+        auto_class="AutoModelForMaskedLM", pipeline_tag="fill-mask", flops=flops.encoder_flops,
+        names=PyTorchNames(
+            tied={"lm_head.decoder.weight": "roberta.embeddings.word_embeddings.weight",
+                  "lm_head.decoder.bias": "lm_head.bias"},
+            base_prefix="roberta.", embeddings="roberta.embeddings.word_embeddings.weight",
+            hidden="hidden_size", layers=(("num_hidden_layers", "encoder.layer."),)),
+        unk="<unk>", pad="<pad>", cls="<s>", sep="</s>",
         bos="<s>", eos="</s>", mask="<mask>", separator="</s>", row_start="<s>",
         max_positions=512, id_order=("<s>", "<pad>", "</s>", "<unk>", "<mask>"),
     ),
     # GPT-2 rows start mid-stream: a causal LM learns from every position, no marker needed.
     "gpt2": FamilySpec(
-        name="gpt2", objective="clm", unk="<unk>", pad="<pad>", bos="<s>", eos="</s>",
+        name="gpt2", objective="clm", architecture="GPT2LMHeadModel",
+        auto_class="AutoModelForCausalLM", pipeline_tag="text-generation", flops=flops.gpt2_flops,
+        names=PyTorchNames(
+            tied={"lm_head.weight": "transformer.wte.weight"}, base_prefix="transformer.",
+            embeddings="transformer.wte.weight", hidden="n_embd", layers=(("n_layer", "h."),)),
+        unk="<unk>", pad="<pad>", bos="<s>", eos="</s>",
         mask="<mask>", separator="</s>", max_positions=1024,
     ),
     "t5": FamilySpec(
-        name="t5", objective="span", unk="<unk>", pad="<pad>", eos="</s>", separator="</s>",
+        name="t5", objective="span", architecture="T5ForConditionalGeneration",
+        auto_class="AutoModelForSeq2SeqLM", pipeline_tag="text2text-generation",
+        flops=flops.t5_flops,
+        names=PyTorchNames(
+            tied={"encoder.embed_tokens.weight": "shared.weight",
+                  "decoder.embed_tokens.weight": "shared.weight",
+                  # the original T5; v1.1 has a head of its own
+                  "lm_head.weight": "shared.weight"},
+            base_prefix="", embeddings="shared.weight", hidden="d_model",
+            layers=(("num_layers", "encoder.block."), ("num_decoder_layers", "decoder.block."))),
+        unk="<unk>", pad="<pad>", eos="</s>", separator="</s>",
         extra=tuple(f"<extra_id_{i}>" for i in range(NUM_T5_SENTINELS)), max_positions=4096,
     ),
 }

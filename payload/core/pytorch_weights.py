@@ -7,7 +7,9 @@
     check_fits(header, "bert", config_json, source="model.init_from m")   # family and shape
 
 The common currency of both engines: each exports its weights under these names (a rename,
-not a transform), and `model.init_from` reads them, ours or the Hub's. Framework-free: reading
+not a transform), and `model.init_from` reads them, ours or the Hub's. How a family names its
+weights (tied keys, the task model's prefix, the embeddings, the layers) is its spec's
+(payload.core.families). Framework-free: reading
 a header and checking it against config.json is what the launcher does before a job starts.
 """
 
@@ -20,41 +22,13 @@ import struct
 
 from payload.core import storage
 from payload.core.errors import UserError
+from payload.core.families import FAMILIES
 
-# PyTorch keys that share the tensor of another key (tied weights), per family; a key the
-# state already holds (an untied head of its own) is left as it is.
-TIED = {
-    "bert": {
-        "cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
-        "cls.predictions.decoder.bias": "cls.predictions.bias",
-    },
-    "roberta": {
-        "lm_head.decoder.weight": "roberta.embeddings.word_embeddings.weight",
-        "lm_head.decoder.bias": "lm_head.bias",
-    },
-    "gpt2": {"lm_head.weight": "transformer.wte.weight"},
-    "t5": {
-        "encoder.embed_tokens.weight": "shared.weight",
-        "decoder.embed_tokens.weight": "shared.weight",
-        "lm_head.weight": "shared.weight",  # the original T5; v1.1 has a head of its own
-    },
-}
-# Where a family's weights live under its task model, so a checkpoint of the bare model
-# (GPT-2's own has "h.0..." for "transformer.h.0...") still matches.
-BASE_PREFIX = {"bert": "bert.", "roberta": "roberta.", "gpt2": "transformer.", "t5": ""}
-# The token embeddings: the one matrix every checkpoint of the family has, [vocab, hidden].
-EMBEDDINGS = {"bert": "bert.embeddings.word_embeddings.weight",
-              "roberta": "roberta.embeddings.word_embeddings.weight",
-              "gpt2": "transformer.wte.weight", "t5": "shared.weight"}
-# config.json's names for the hidden width and the layer counts, and the keys that number the
-# layers (in the bare model's spelling; the task model's prefix may come first).
-_HIDDEN = {"bert": "hidden_size", "roberta": "hidden_size", "gpt2": "n_embd", "t5": "d_model"}
-_LAYERS = {
-    "bert": [("num_hidden_layers", "encoder.layer.")],
-    "roberta": [("num_hidden_layers", "encoder.layer.")],
-    "gpt2": [("n_layer", "h.")],
-    "t5": [("num_layers", "encoder.block."), ("num_decoder_layers", "decoder.block.")],
-}
+# The weights file of a model folder under PyTorch's names (what the export writes, what
+# model.init_from reads), and transformers' TF classes' own file beside it.
+WEIGHTS = "model.safetensors"
+TF_WEIGHTS = "tf_model.h5"
+
 _HEADER_LIMIT = 100 << 20  # the format's own cap on the JSON header
 
 
@@ -62,7 +36,7 @@ def with_tied_copies(state: dict, family: str) -> dict:
     """`state` with the family's tied keys added, as `save_pretrained` writes them; every array
     C-contiguous and separately owned (safetensors refuses shared buffers)."""
     state = dict(state)
-    for alias, source in TIED[family].items():
+    for alias, source in FAMILIES[family].names.tied.items():
         if alias not in state and source in state:
             state[alias] = state[source]
     return {key: value.copy(order="C") for key, value in state.items()}
@@ -71,7 +45,7 @@ def with_tied_copies(state: dict, family: str) -> dict:
 def spellings(name: str, family: str) -> list[str]:
     """The keys a checkpoint may hold one of our weights under: ours, the bare model's (no task
     prefix), and early BERT's LayerNorm gamma/beta."""
-    prefix = BASE_PREFIX[family]
+    prefix = FAMILIES[family].names.base_prefix
     names = [name]
     if prefix and name.startswith(prefix):
         names.append(name[len(prefix):])
@@ -180,22 +154,23 @@ def load_tensors(path: str) -> dict:
 def check_fits(header: dict, family: str, settings: dict, *, source: str) -> None:
     """The file holds the family's weights in the shape config.json describes: its token
     embeddings [vocab_size, hidden] and as many layers. One line naming what differs."""
-    anchor = EMBEDDINGS[family]
+    names = FAMILIES[family].names
+    anchor = names.embeddings
     key = next((k for k in spellings(anchor, family) if k in header), None)
     if key is None:
         sample = ", ".join(sorted(header)[:2]) or "nothing"
-        raise UserError(f"{source}: model.safetensors holds no {family} weights (no {anchor}; "
+        raise UserError(f"{source}: {WEIGHTS} holds no {family} weights (no {anchor}; "
                         f"it has {sample}, ...)",
                         hint="point model.init_from at a model of model.family")
-    hidden = _HIDDEN[family]
+    hidden = names.hidden
     expected = (settings.get("vocab_size"), settings.get(hidden))
     found = header[key][1]
     if found != expected:
-        raise UserError(f"{source}: model.safetensors's {key} is {list(found)} but config.json "
+        raise UserError(f"{source}: {WEIGHTS}'s {key} is {list(found)} but config.json "
                         f"says [vocab_size, {hidden}] = {list(expected)}",
                         hint="its config.json must describe the weights beside it")
-    task = re.escape(BASE_PREFIX[family])
-    for setting, numbered in _LAYERS[family]:
+    task = re.escape(names.base_prefix)
+    for setting, numbered in names.layers:
         wanted = settings.get(setting)
         if wanted is None and setting == "num_decoder_layers":  # T5: as many as the encoder
             wanted = settings.get("num_layers")
@@ -203,6 +178,6 @@ def check_fits(header: dict, family: str, settings: dict, *, source: str) -> Non
         layers = {int(m.group(1)) for k in header if (m := pattern.match(k))}
         count = max(layers) + 1 if layers else 0
         if wanted is not None and count != wanted:
-            raise UserError(f"{source}: model.safetensors has {count} layers ({numbered}N) but "
+            raise UserError(f"{source}: {WEIGHTS} has {count} layers ({numbered}N) but "
                             f"config.json says {setting} {wanted}",
                             hint="its config.json must describe the weights beside it")

@@ -15,6 +15,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+# transformers' TF RoBERTa embeddings fix their padding index at 1 whatever the config says:
+# positions count from there.
+ROBERTA_POSITION_PADDING = 1
 # Shape keys a run config may set one by one, and what they are when nothing describes the
 # architecture.
 SHAPE_DEFAULTS = {"hidden_size": 256, "num_layers": 4, "num_heads": 4, "intermediate_size": 1024}
@@ -70,8 +73,6 @@ def shape_of(model_cfg) -> Shape:
 
 def transformers_config(model_cfg, *, vocab_size: int, seq_len: int) -> dict:
     """The transformers config (keyword arguments with `model_type`) for a sized model."""
-    from payload.core.families import ROBERTA_POSITION_PADDING
-
     family, s, dropout = model_cfg.family, shape_of(model_cfg), model_cfg.dropout
     attention_dropout = dropout if model_cfg.attention_dropout is None else (
         model_cfg.attention_dropout)
@@ -183,14 +184,14 @@ def read_config_json(path: str, *, source: str | None = None) -> dict:
     local or gs://: a JSON object with a model_type whose sizes (CONFIG_SIZES) are whole
     numbers, else one line saying what is wrong. `source` names the file or folder in that
     line (default: its path)."""
-    from payload.core import storage
+    from payload.core import ownership, storage
     from payload.core.errors import UserError
 
     if path.endswith(".json"):
         what = source or path
     else:
         what = f"{source or path}: config.json"
-        path = storage.inside_path(path, "config.json", source=source)
+        path = ownership.inside_path(path, "config.json", source=source)
     hint = "point it at a Hugging Face model's config.json (save_pretrained writes one)"
     if not storage.exists(path):
         raise UserError(f"{what} does not exist", hint=hint)

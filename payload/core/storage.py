@@ -5,15 +5,8 @@
 
 Local writes go to a temporary name in the same folder and are renamed into place; a GCS object
 only becomes visible when its upload completes, so both give readers all or nothing. Only this
-module talks to Cloud Storage.
-
-Folders are owned and complete by markers this module writes:
-- `output_dir/.tpuctl/owner`: tpuctl made (or adopted) this output_dir; it deletes only in
-  folders that carry it (`claim_output_dir`, `remove_owned`).
-- `FOLDER/.tpuctl-complete`, written last: the folder is whole (`mark_complete`,
-  `is_complete`). A folder cannot be swapped on gs://, so every reader of a folder that is
-  replaced or cleared (checkpoints, model/) requires it; locally `replacing_folder` also swaps
-  the new folder in with renames, so a crash leaves the old folder or the new one.
+module talks to Cloud Storage. What tpuctl may write and delete in is payload.core.ownership's
+rule; which folders readers may trust whole, and how one is replaced, payload.core.folders'.
 """
 
 from __future__ import annotations
@@ -21,30 +14,23 @@ from __future__ import annotations
 import contextlib
 import errno
 import glob as _glob
-import json
-import logging
 import os
 import re
 import shutil
 import signal
-import socket
 import tempfile
-import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import IO, NoReturn
 
 from payload.core import layout
 from payload.core.errors import UserError
 
-# Named in the layout; kept here too because callers say storage.COMPLETE, storage.join.
-GCS, COMPLETE, OWN_DIR, OWNER = layout.GCS, layout.COMPLETE, layout.OWN_DIR, layout.OWNER
+# The layout's path rules, which every caller of this module spells as storage.join.
 is_gcs, join = layout.is_gcs, layout.join
-
-log = logging.getLogger(__name__)
 
 
 def _split_gcs(path: str) -> tuple[str, str]:
-    bucket, _, name = path[len(GCS):].partition("/")
+    bucket, _, name = path[len(layout.GCS):].partition("/")
     if not bucket:
         raise UserError(f"'{path}' has no bucket name", hint="write gs://BUCKET/PATH")
     return bucket, name
@@ -127,7 +113,7 @@ def read_text(path: str) -> str:
     return read_bytes(path).decode("utf-8")
 
 
-def _disk_full(exc: Exception) -> bool:
+def disk_full(exc: Exception) -> bool:
     # h5py raises OSError without an errno, or RuntimeError; their text says what happened.
     text = str(exc)
     return getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) or any(
@@ -136,7 +122,7 @@ def _disk_full(exc: Exception) -> bool:
 
 def raise_disk_error(exc: OSError, path: str) -> NoReturn:
     text = str(exc)
-    if _disk_full(exc):
+    if disk_full(exc):
         raise UserError(
             f"no space left writing {path}",
             hint="free space or point output_dir somewhere larger, then rerun (finished work is kept)",
@@ -168,7 +154,7 @@ def note_change(what: str, path: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _file_mode() -> int:
+def file_mode() -> int:
     """What a new file's mode is under this process's umask (mkstemp's 0600 would survive the
     rename and hide logs, shards and models from teammates and from NFS hosts with other uids)."""
     try:
@@ -185,7 +171,7 @@ def _file_mode() -> int:
 
 def _mkstemp(folder: str, name: str) -> tuple[int, str]:
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix="-" + name)
-    os.fchmod(fd, _file_mode())
+    os.fchmod(fd, file_mode())
     return fd, tmp
 
 
@@ -309,6 +295,12 @@ def publish_file(local_tmp: str, path: str) -> None:
             _remove_quietly(local_tmp)
 
 
+def upload_file(local: str, path: str) -> None:
+    """Upload the local file `local` to the gs:// object `path` (the local file stays)."""
+    note_change("publish", path)
+    _blob(path).upload_from_filename(local)
+
+
 def staging_file(path: str) -> tuple[IO[bytes], str]:
     """An open temporary file to build `path` in; hand its name to `publish_file` when done."""
     folder = tempfile.gettempdir() if is_gcs(path) else (os.path.dirname(path) or ".")
@@ -395,14 +387,14 @@ def listdir(path: str) -> list[str]:
         blobs = _gcs().list_blobs(bucket, prefix=prefix, delimiter="/")
         # An object named like the folder itself ("dir/") is a folder marker (TensorFlow's
         # makedirs writes them), not a file; nor is a completeness marker.
-        return sorted(f"{GCS}{bucket}/{b.name}" for b in blobs
-                      if not b.name.endswith(("/", "/" + COMPLETE)))
+        return sorted(f"{layout.GCS}{bucket}/{b.name}" for b in blobs
+                      if not b.name.endswith(("/", "/" + layout.COMPLETE)))
     if not os.path.isdir(path):
         return []
     return sorted(
         os.path.join(path, name) for name in os.listdir(path)
         if os.path.isfile(os.path.join(path, name)) and not name.startswith(".tmp-")
-        and name != COMPLETE
+        and name != layout.COMPLETE
     )
 
 
@@ -466,7 +458,7 @@ def list_tree(path: str) -> list[str]:
     return sorted(found)
 
 
-def _children(path: str) -> list[str]:
+def children(path: str) -> list[str]:
     """Names of the files and folders directly under `path` (empty if it does not exist)."""
     if is_gcs(path):
         bucket, prefix = _split_gcs(path)
@@ -486,7 +478,7 @@ def glob(pattern: str) -> list[str]:
         literal = name.split("*")[0].split("?")[0].split("[")[0]
         matches = _glob_regex(name).match
         return sorted(
-            f"{GCS}{bucket}/{b.name}" for b in _gcs().list_blobs(bucket, prefix=literal)
+            f"{layout.GCS}{bucket}/{b.name}" for b in _gcs().list_blobs(bucket, prefix=literal)
             if matches(b.name) and not b.name.endswith("/")  # not folder markers
         )
     return sorted(p for p in _glob.glob(pattern, recursive=True) if os.path.isfile(p))
@@ -554,21 +546,10 @@ def is_dir(path: str) -> bool:
     return os.path.isdir(path)
 
 
-def check_writable(path: str) -> None:
-    """Fail early, with a clear message, if `path` cannot take output."""
-    # One name per host: a probe left by a killed run is replaced, then removed, by the next.
-    probe = join(path, OWN_DIR, f"write-probe-{socket.gethostname()}")
-    if not is_gcs(path) and os.path.exists(path) and not os.path.isdir(path):
-        raise UserError(f"output_dir {path} is a file, not a folder",
-                        hint="choose a folder path for output_dir")
-    with _bucket_errors(path):
-        write_bytes(probe, b"probe")
-    remove(probe)
-
-
 @contextlib.contextmanager
-def _bucket_errors(path: str) -> Iterator[None]:
-    """A missing bucket or a refused write on gs:// as one line naming what to do."""
+def bucket_errors(path: str) -> Iterator[None]:
+    """A missing bucket or a refused write on gs:// as one line naming what to do (output_dir
+    is the path that was written)."""
     if not is_gcs(path):
         yield
         return
@@ -584,371 +565,3 @@ def _bucket_errors(path: str) -> Iterator[None]:
     except exceptions.Forbidden:
         raise UserError(f"no permission to write to {path}",
                         hint="grant the account Storage Object Admin on the bucket") from None
-
-
-# --- ownership: tpuctl deletes only in an output_dir it marked as its own ---------------------
-
-_WORKER_LOG = re.compile(r"^worker-\d+\.log\Z")
-
-
-def owner_marker(output_dir: str) -> str:
-    return join(output_dir, OWN_DIR, OWNER)
-
-
-def _strangers(output_dir: str) -> list[str]:
-    """What is in output_dir that tpuctl's launcher did not put there before the stages ran
-    (its `.tpuctl/` folder, write probes, `logs/worker-N.log`)."""
-    found = []
-    for name in _children(output_dir):
-        if name == OWN_DIR or name.startswith(f"{OWN_DIR}-write-probe-"):
-            continue
-        if name == layout.LOGS_DIR and all(_WORKER_LOG.match(n) for n in _children(join(output_dir, name))):
-            continue
-        found.append(name)
-    return found
-
-
-def _earlier_run(output_dir: str) -> bool:
-    """A run made before ownership markers: its resolved config.yaml names this output_dir."""
-    import yaml
-
-    path = layout.config_path(output_dir)
-    try:
-        raw = yaml.safe_load(read_text(path)) if exists(path) else None
-    except (yaml.YAMLError, UnicodeDecodeError, OSError):
-        return False
-    return isinstance(raw, dict) and raw.get("output_dir") == output_dir
-
-
-def _check_not_a_file(output_dir: str) -> None:
-    if is_gcs(output_dir):
-        return
-    probe = os.path.abspath(output_dir)
-    while not os.path.exists(probe) and os.path.dirname(probe) != probe:
-        probe = os.path.dirname(probe)
-    if os.path.exists(probe) and not os.path.isdir(probe):
-        where = "" if probe == os.path.abspath(output_dir) else f": {probe}"
-        raise UserError(f"output_dir {output_dir}{where} is a file, not a folder",
-                        hint="choose a folder path for output_dir")
-
-
-def check_output_dir(output_dir: str) -> bool:
-    """Refuse an output_dir tpuctl may not write in; True when it is already tpuctl's.
-
-    It may write in a folder that carries its owner marker, that does not exist or is empty, or
-    that an earlier tpuctl run made. Anything else is someone's folder: pointing output_dir at
-    it must not lose a file, so nothing is written there at all. Writes nothing."""
-    _check_not_a_file(output_dir)
-    marker = owner_marker(output_dir)
-    with _bucket_errors(output_dir):
-        if exists(marker):
-            return True
-        strangers = _strangers(output_dir)
-        # Checked again: another worker claiming the folder writes its marker before anything.
-        if not strangers or exists(marker) or _earlier_run(output_dir):
-            return exists(marker)
-    shown = ", ".join(strangers[:3]) + (f" and {len(strangers) - 3} more" if len(strangers) > 3
-                                        else "")
-    raise UserError(
-        f"output_dir {output_dir} already holds files that tpuctl did not write ({shown})",
-        hint="point output_dir at a new or empty folder: tpuctl writes and deletes only in "
-             f"folders it made (marked {OWN_DIR}/{OWNER})",
-    )
-
-
-def claim_output_dir(output_dir: str) -> None:
-    """Make output_dir tpuctl's (the owner marker, first of anything) or refuse it: every stage
-    calls this before it writes."""
-    if check_output_dir(output_dir):
-        return
-    from payload import __version__
-
-    with _bucket_errors(output_dir):
-        write_text(owner_marker(output_dir), json.dumps(
-            {"tool": "tpuctl", "version": __version__, "host": socket.gethostname(),
-             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=1) + "\n")
-
-
-def check_no_link(output_dir: str, folder: str) -> None:
-    """Refuse to write or delete in local `folder` (output_dir or inside it) when it, or a
-    folder between output_dir and it, is a symbolic link: a link would lead tpuctl's writes
-    and deletes to files it did not make, outside output_dir (output_dir itself may be reached
-    through links; what tpuctl makes inside it may not)."""
-    if is_gcs(folder):
-        return
-    root, target = os.path.abspath(output_dir), os.path.abspath(folder)
-    if os.path.commonpath([root, target]) != root:
-        raise ValueError(f"{folder} is not inside {output_dir}")
-    current = root
-    for part in [p for p in os.path.relpath(target, root).split(os.sep) if p != "."]:
-        current = os.path.join(current, part)
-        if os.path.islink(current):
-            raise UserError(f"{current} is a symbolic link (to {os.readlink(current)}): tpuctl "
-                            "writes and deletes only inside output_dir",
-                            hint="replace the link with a folder (move what it points to "
-                                 "yourself if you want it there)")
-
-
-def inside_path(folder: str, name: str, *, source: str | None = None) -> str:
-    """`folder`/`name`, to read from a folder someone else made (a model.init_from or
-    tokenizer.path folder); refuses, in one line, a local symbolic link that leads out of the
-    folder, so nothing from outside it reaches what tpuctl writes or publishes (a link inside
-    the folder is fine; gs:// has no links). `source` names the folder in the message."""
-    path = join(folder, name)
-    if is_gcs(path):
-        return path
-    root, real = os.path.realpath(folder), os.path.realpath(path)
-    if os.path.commonpath([root, real]) != root:
-        raise UserError(f"{source or folder}: {name} is a symbolic link to {real}, outside the "
-                        "folder", hint="tpuctl reads only what is inside the folder: replace "
-                        "the link with a copy of the file (cp --remove-destination TARGET LINK)"
-                        " or remove it")
-    return path
-
-
-def _inside(path: str, folder: str) -> bool:
-    if is_gcs(path) or is_gcs(folder):
-        return path.startswith(folder.rstrip("/") + "/")
-    path, folder = os.path.abspath(path), os.path.abspath(folder)
-    return os.path.commonpath([path, folder]) == folder and path != folder
-
-
-def remove_owned(output_dir: str, paths: Iterable[str]) -> None:
-    """Delete files tpuctl wrote, inside an output_dir it owns, in the order given; local
-    folders left empty by it go too."""
-    paths = list(paths)
-    if not paths:
-        return
-    if not exists(owner_marker(output_dir)):
-        raise UserError(f"refusing to delete in {output_dir}: tpuctl did not mark it as its own "
-                        f"({OWN_DIR}/{OWNER} is missing)",
-                        hint="move the files you want removed yourself, or use a new output_dir")
-    for path in paths:
-        if not _inside(path, output_dir):
-            raise ValueError(f"{path} is not inside {output_dir}")
-        check_no_link(output_dir, os.path.dirname(path))  # real paths: no link on the way
-        remove(path)
-        if not is_gcs(path):
-            parent = os.path.dirname(path)
-            while _inside(parent, output_dir):
-                try:
-                    os.rmdir(parent)
-                except OSError:
-                    break
-                parent = os.path.dirname(parent)
-
-
-# --- complete folders: a marker written last; replacement by swap (local) -----------------------
-
-
-def complete_marker(folder: str) -> str:
-    return join(folder, COMPLETE)
-
-
-def mark_complete(folder: str, info: dict) -> None:
-    """Record that `folder` is whole, with what made it. Written after everything else in it."""
-    from payload import __version__
-
-    record = {**info, "tpuctl": __version__, "host": socket.gethostname(),
-              "written": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    write_text(complete_marker(folder), json.dumps(record, indent=1) + "\n")
-
-
-def is_complete(folder: str) -> bool:
-    return exists(complete_marker(folder))
-
-
-def read_complete(folder: str) -> dict | None:
-    """What the folder's completeness marker says (None without one)."""
-    path = complete_marker(folder)
-    if not exists(path):
-        return None
-    try:
-        return json.loads(read_text(path))
-    except (ValueError, UnicodeDecodeError):
-        return {}
-
-
-def clear_complete(folder: str) -> None:
-    """Readers stop trusting `folder`: the first step of changing it in place."""
-    remove(complete_marker(folder))
-
-
-def _sibling(target: str, kind: str) -> str:
-    """`.model.tpuctl-new` next to `model`: where a replacement is built or the old one kept."""
-    parent, name = os.path.split(os.path.abspath(target))
-    return os.path.join(parent, f".{name}.tpuctl-{kind}")
-
-
-def _fsync_dir(path: str) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-_RENAME_EXCHANGE = 2
-
-
-def _exchange(a: str, b: str) -> bool:
-    """Swap two paths in one step (Linux renameat2 RENAME_EXCHANGE); False where the system or
-    the filesystem cannot (NFS, macOS), and the caller renames twice instead."""
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        renameat2 = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    at_fdcwd = -100
-    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE) == 0:
-        return True
-    code = ctypes.get_errno()
-    if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
-        return False
-    raise OSError(code, os.strerror(code), b)
-
-
-def recover_folder(target: str) -> None:
-    """Finish or undo a replacement of local `target` that a crash cut short, and remove its
-    leftovers: after this, `target` is the old folder or the new one, and nothing else is."""
-    if is_gcs(target):
-        return
-    new, old = _sibling(target, "new"), _sibling(target, "old")
-    if not os.path.lexists(target):
-        # (Never a link: tpuctl makes these as folders; a link is someone else's.)
-        if is_complete(new) and not os.path.islink(new):  # the crash came between moving
-            note_change("rename", target)                  # the old aside and the new in
-            os.rename(new, target)
-        elif os.path.isdir(old) and not os.path.islink(old):
-            note_change("rename", target)
-            os.rename(old, target)
-    for leftover in (new, old):
-        if os.path.islink(leftover):  # the link goes, never what it points to
-            note_change("remove", leftover)
-            os.unlink(leftover)
-        elif os.path.lexists(leftover):
-            note_change("remove-tree", leftover)
-            shutil.rmtree(leftover, ignore_errors=True)
-
-
-def _files_under(folder: str) -> list[str]:
-    return [n for n in list_tree(folder) if os.path.basename(n) != COMPLETE]
-
-
-def _keep_foreign_files(target: str, staging: str) -> None:
-    """Copy into the new folder what the old one holds that tpuctl did not write there (not in
-    its marker's list; everything, for an old folder without a list) and the new one lacks."""
-    if not os.path.isdir(target):
-        return
-    record = read_complete(target) or {}
-    ours = set(record.get("files", [])) if "files" in record else None
-    for name in _files_under(target):
-        if os.path.exists(os.path.join(staging, name)) or (ours is not None and name in ours):
-            continue
-        if os.path.islink(os.path.join(target, name)):  # its target is not the folder's
-            log.info("not keeping %s in the new %s: a symbolic link", name, target)
-            continue
-        log.info("keeping %s in the new %s (tpuctl did not write it)", name, target)
-        os.makedirs(os.path.dirname(os.path.join(staging, name)), exist_ok=True)
-        shutil.copy2(os.path.join(target, name), os.path.join(staging, name))
-
-
-def _swap_in(staging: str, target: str) -> None:
-    if not os.path.lexists(target):
-        note_change("rename", target)
-        os.rename(staging, target)
-        return
-    note_change("rename", target)
-    if _exchange(staging, target):
-        old = staging  # the old folder now lives under the staging name
-    else:
-        old = _sibling(target, "old")
-        os.rename(target, old)
-        note_change("rename", target)
-        os.rename(staging, target)
-    _fsync_dir(os.path.dirname(os.path.abspath(target)))
-    note_change("remove-tree", old)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _publish_to_gcs(local: str, target: str, info: dict) -> None:
-    """On gs:// a folder cannot be swapped: the old marker goes first (readers stop), then the
-    new files go up, then what tpuctl wrote before and no longer writes is removed, then the
-    marker. Files tpuctl did not write stay."""
-    record = read_complete(target)
-    ours = set(record.get("files", [])) if record and "files" in record else set()
-    clear_complete(target)
-    names = _files_under(local)
-    for name in names:
-        note_change("publish", join(target, name))
-        _blob(join(target, name)).upload_from_filename(os.path.join(local, name))
-    for name in sorted(ours - set(names)):
-        remove(join(target, name))
-    mark_complete(target, {**info, "files": names})
-
-
-@contextlib.contextmanager
-def replacing_folder(target: str, info: dict) -> Iterator[str]:
-    """A local folder to build the new `target` in; when the block ends without an error, it
-    replaces `target` whole and is marked complete with `info`.
-
-        with replacing_folder(layout.model_dir(out), {"stage": "export"}) as folder:
-            model.save_pretrained(folder)
-
-    Locally the folder is a sibling (`.model.tpuctl-new`) swapped in by rename: a crash at any
-    point leaves the old folder or the new one (`recover_folder` tidies up on the next run); a
-    full disk while writing leaves the old one. On gs:// it is a local temporary folder that is
-    uploaded, and readers rely on the completeness marker."""
-    if is_gcs(target):
-        local = tempfile.mkdtemp(prefix="tpuctl-folder-")
-        try:
-            yield local
-            try:
-                _publish_to_gcs(local, target, info)
-            except OSError as exc:
-                raise_disk_error(exc, target)
-        finally:
-            shutil.rmtree(local, ignore_errors=True)
-        return
-    if os.path.islink(target):  # replacing it would read, copy and delete what it points to
-        raise UserError(f"{target} is a symbolic link (to {os.readlink(target)}): tpuctl "
-                        "replaces only a folder it made",
-                        hint="remove the link (what it points to stays), or move it aside")
-    try:
-        recover_folder(target)
-        staging = _sibling(target, "new")
-        os.makedirs(staging)
-    except OSError as exc:
-        raise_disk_error(exc, target)
-    try:
-        yield staging
-        ours = _files_under(staging)  # what tpuctl wrote; the marker lists these alone
-        _keep_foreign_files(target, staging)
-        mode = _file_mode()
-        for name in _files_under(staging):
-            fd = os.open(os.path.join(staging, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-                # Libraries write some files 0600 (safetensors does): the umask decides.
-                os.fchmod(fd, mode)
-            finally:
-                os.close(fd)
-        mark_complete(staging, {**info, "files": ours})
-        _swap_in(staging, target)
-    except OSError as exc:
-        _abandon(staging, target)
-        raise_disk_error(exc, target)
-    except BaseException as exc:
-        _abandon(staging, target)
-        if isinstance(exc, RuntimeError) and _disk_full(exc):
-            raise_disk_error(OSError(errno.ENOSPC, str(exc)), target)
-        raise
-
-
-def _abandon(staging: str, target: str) -> None:
-    shutil.rmtree(staging, ignore_errors=True)
-    with contextlib.suppress(OSError):
-        recover_folder(target)  # an old folder moved aside comes back

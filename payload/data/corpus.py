@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from payload.config import DataConfig
-from payload.core import storage
+from payload.core import layout, storage
 from payload.core.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -154,7 +154,7 @@ def resolve_sources(data: DataConfig) -> list[Source]:
 def _parts(path: str) -> list[str]:
     """A path's components, for comparing where files lie (symlinks resolved locally)."""
     if storage.is_gcs(path):
-        return [p for p in path[len(storage.GCS):].split("/") if p]
+        return [p for p in path[len(layout.GCS):].split("/") if p]
     return [p for p in os.path.realpath(path).split(os.sep) if p]
 
 

@@ -3,6 +3,7 @@
     masker = MaskedLM(seq_len=128, vocab_size=8000, special_ids=(0, 1, 2, 3, 4), mask_id=4,
                       pad_id=1)
     ds = ds.map(lambda ids, seed: masker(ids, seed))   # [B, 128] int32 -> features dict
+    objective = objective_for(config, vocab)          # the run's family's, over its tokenizer
 
 Every function takes a `[B, L]` int32 batch of token ids and a stateless seed (shape [2]) and
 returns tensors whose shapes depend only on the config, never on the data or the random draw: a
@@ -12,19 +13,14 @@ tokenizer stage gives them ids 0..n-1, but a reused tokenizer may have them anyw
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from payload.core.families import span_corruption_lengths, span_counts
+from payload.core.errors import UserError
+from payload.core.families import FAMILIES, max_predictions, span_corruption_lengths, span_counts
 
 IGNORE_INDEX = -100
-
-
-def max_predictions(seq_len: int, mlm_probability: float) -> int:
-    """Masked positions per row that the head looks at (BERT's max_predictions_per_seq)."""
-    return max(1, math.ceil(seq_len * mlm_probability))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -228,3 +224,37 @@ def _random_segmentation(batch, num_items: int, num_segments: int, seed):
         [tf.zeros([batch, 1], tf.int32), cuts, tf.fill([batch, 1], num_items)], axis=1
     )
     return bounds[:, 1:] - bounds[:, :-1]
+
+
+def objective_for(config, vocab):
+    """The run's objective (its model family's) over the tokenizer's ids (TokenIds): a UserError
+    when the tokenizer cannot serve it (too few sentinels for the spans a row makes)."""
+    family = FAMILIES[config.model.family]
+    if family.objective == "mlm":
+        return MaskedLM(
+            seq_len=config.data.seq_len,
+            vocab_size=vocab.vocab_size,
+            special_ids=vocab.special,
+            mask_id=vocab.mask,
+            pad_id=vocab.pad,
+            mlm_probability=config.model.mlm_probability,
+        )
+    if family.objective == "clm":
+        return CausalLM(pad_id=vocab.pad)
+    corruption = SpanCorruption(
+        expanded_len=config.record_len,
+        seq_len=config.data.seq_len,
+        noise_density=config.model.noise_density,
+        mean_noise_span_length=config.model.mean_noise_span_length,
+        eos_id=vocab.eos,
+        pad_id=vocab.pad,
+        sentinel_ids=vocab.sentinels,
+        decoder_start_id=vocab.pad,
+    )
+    if corruption.num_spans > len(vocab.sentinels):
+        raise UserError(
+            f"span corruption makes {corruption.num_spans} spans per row but the tokenizer has "
+            f"{len(vocab.sentinels)} sentinel tokens",
+            hint="lower data.seq_len or model.noise_density, or raise model.mean_noise_span_length",
+        )
+    return corruption

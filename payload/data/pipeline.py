@@ -12,6 +12,8 @@ pipelines it reads all files and keeps every n-th record instead.
 
 from __future__ import annotations
 
+import contextlib
+
 from payload.core import storage
 from payload.data import shards as records
 
@@ -89,3 +91,14 @@ def input_pipeline(
     groups = groups.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     batches = groups.flat_map(tf.data.Dataset.from_tensor_slices).skip(already)
     return batches.prefetch(tf.data.AUTOTUNE)
+
+
+def keep_tensorflow_on_the_cpu() -> None:
+    """On a host whose accelerators another framework computes on (the JAX engine), TensorFlow
+    is only the input library: it must not claim the GPUs (the TPU is kept from it by
+    TPU_LOAD_LIBRARY=0 in the plan's environment)."""
+    import tensorflow as tf
+
+    # RuntimeError: TensorFlow placed something already (it found no GPU to claim then).
+    with contextlib.suppress(RuntimeError):
+        tf.config.set_visible_devices([], "GPU")

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from payload.config import RunConfig, dump_config
-from payload.core import storage
+from payload.core import ownership, storage
 from payload.core.errors import UserError
 from payload.core.families import FAMILIES
 from payload.core.layout import PARTS_DIR, config_path
@@ -366,7 +366,7 @@ def _other_current_worker(ctx: _Context, name: str) -> bool:
 
 def _guard_existing(ctx: _Context, overwrite: bool) -> None:
     for folder in ["", *records.SPLITS, PARTS_DIR]:  # prepare writes and deletes in these
-        storage.check_no_link(ctx.config.output_dir, ctx.path(folder) if folder else ctx.data_dir)
+        ownership.check_no_link(ctx.config.output_dir, ctx.path(folder) if folder else ctx.data_dir)
     stale = [(path, reason) for path, stamp in _existing_stamps(ctx)
              if (reason := _mismatch_reason(ctx, stamp))]
     if not stale:
@@ -388,7 +388,7 @@ def _guard_existing(ctx: _Context, overwrite: bool) -> None:
                 doomed.append(path)
     log.info("--overwrite: removing %d files of an earlier, different prepare from %s",
              len(doomed), ctx.data_dir)
-    storage.remove_owned(ctx.config.output_dir, doomed)
+    ownership.remove_owned(ctx.config.output_dir, doomed)
 
 
 def _clean_temporaries(ctx: _Context) -> None:
@@ -444,11 +444,11 @@ def run_prepare(config: RunConfig, *, worker_index: int = 0, num_workers: int = 
                 overwrite: bool = False) -> None:
     sources = corpus.resolve_sources(config.data)
     corpus.check_apart(config.data, config.output_dir, sources)
-    storage.check_output_dir(config.output_dir)
+    ownership.check_output_dir(config.output_dir)
     tok, tokenizer_fp = load_tokenizer(config)
     layout = layout_for(config, tok)
-    storage.claim_output_dir(config.output_dir)
-    storage.check_writable(config.output_dir)
+    ownership.claim_output_dir(config.output_dir)
+    ownership.check_writable(config.output_dir)
     ctx = _Context(
         config=config, tok=tok, tokenizer_fp=tokenizer_fp, layout=layout,
         data_fp=data_fingerprint(config, sources, layout, tokenizer_fp, num_workers),

@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterable, Iterator
 
 from payload.config import RunConfig
-from payload.core import layout, storage
+from payload.core import folders, layout, ownership, storage
 from payload.core.errors import UserError
 from payload.core.families import FAMILIES, FamilySpec
 from payload.data import corpus
@@ -55,7 +55,7 @@ def planned_vocab_size(config: RunConfig) -> int:
     from payload.core.sizes import tokenizer_json_size
 
     if config.tokenizer.path or config.model.init_from:
-        path = storage.inside_path(tokenizer_source(config), TOKENIZER_FILE,
+        path = ownership.inside_path(tokenizer_source(config), TOKENIZER_FILE,
                                    source=_reused_from(config))
         if storage.exists(path):
             try:
@@ -90,7 +90,7 @@ def tokenizer_files(folder: str, *, source: str | None = None) -> list[str]:
     """The paths of the tokenizer files present in `folder`, each refused in one line when it
     is a symbolic link out of the folder (`source` names the folder in that line)."""
     present = {os.path.basename(path) for path in storage.listdir(folder)}
-    return [storage.inside_path(folder, name, source=source)
+    return [ownership.inside_path(folder, name, source=source)
             for name in TOKENIZER_FILES if name in present]
 
 
@@ -227,7 +227,7 @@ def train_tokenizer(kind: str, texts: Iterable[str], *, vocab_size: int, family:
 def save_tokenizer(tok, family: FamilySpec, out_dir: str, *, model_max_length: int,
                    stamp: dict | None = None) -> None:
     """Write Hugging Face tokenizer files to `out_dir` (local or gs://), all at once, with the
-    training stamp when given: the folder is replaced whole (storage.replacing_folder)."""
+    training stamp when given: the folder is replaced whole (folders.replacing_folder)."""
     from transformers import PreTrainedTokenizerFast
 
     fast = PreTrainedTokenizerFast(
@@ -237,7 +237,7 @@ def save_tokenizer(tok, family: FamilySpec, out_dir: str, *, model_max_length: i
         additional_special_tokens=list(family.extra) or None,
         model_input_names=list(family.model_inputs),
     )
-    with storage.replacing_folder(out_dir, {"stage": "tokenizer"}) as folder:
+    with folders.replacing_folder(out_dir, {"stage": "tokenizer"}) as folder:
         fast.save_pretrained(folder)
         if stamp is not None:
             with open(os.path.join(folder, TRAINING_STAMP), "w", encoding="utf-8") as f:
@@ -376,8 +376,8 @@ def _start(config: RunConfig) -> None:
     """Checks passed: take output_dir and record the config (the first writes of a run)."""
     from payload.config import dump_config
 
-    storage.claim_output_dir(config.output_dir)
-    storage.check_writable(config.output_dir)
+    ownership.claim_output_dir(config.output_dir)
+    ownership.check_writable(config.output_dir)
     storage.write_text(layout.config_path(config.output_dir), dump_config(config))
 
 
@@ -385,12 +385,12 @@ def run_tokenizer(config: RunConfig, *, overwrite: bool = False) -> None:
     out = tokenizer_dir(config)
     if _reused_from(config):
         corpus.check_apart(config.data, config.output_dir)
-        storage.check_output_dir(config.output_dir)
+        ownership.check_output_dir(config.output_dir)
         _check_reused(config)
         write = check_replacement(config, overwrite=overwrite)
         _start(config)
         if write:
-            with storage.replacing_folder(out, {"stage": "tokenizer",
+            with folders.replacing_folder(out, {"stage": "tokenizer",
                                                 "source": tokenizer_source(config)}) as folder:
                 copy_tokenizer_files(config, folder)
         log.info("reusing the tokenizer of %s -> %s", _reused_from(config), out)
@@ -398,7 +398,7 @@ def run_tokenizer(config: RunConfig, *, overwrite: bool = False) -> None:
     family = FAMILIES[config.model.family]
     sources = corpus.resolve_sources(config.data)
     corpus.check_apart(config.data, config.output_dir, sources)
-    storage.check_output_dir(config.output_dir)
+    ownership.check_output_dir(config.output_dir)
     stamp = _training_stamp(config, sources)
     if not check_replacement(config, overwrite=overwrite, sources=sources):
         _start(config)

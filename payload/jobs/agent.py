@@ -2,7 +2,7 @@
 
     python -m payload.jobs.agent .tpuctl/jobs/demo-20261121-010203/agent.json
 
-The launcher starts this detached (launcher.jobs) and only watches; the steps advance here, so
+The launcher starts this detached (launcher.job_shell) and only watches; the steps advance here, so
 a job keeps going when the launcher's connection drops. Between steps every worker writes its
 exit code under the plan's barrier folder (in output_dir, which all workers see) and waits for
 the others; a failed peer ends the wait with an error. Worker 0 keeps output_dir's run lock
@@ -47,7 +47,7 @@ LIMIT_RC = 4
 # before it ends them; every other step (tokenizer, prepare, a hung one) ends at the limit.
 FINISHING_STEPS = ("train", "export", "publish")
 FINISH_GRACE_S = 1800.0
-# Secrets handed over at start on standard input (launcher.jobs.start_command), kept in this
+# Secrets handed over at start on standard input (launcher.job_shell.start_command), kept in this
 # process's memory only: each goes into the environment of the commands that name it.
 _secrets: dict[str, str] = {}
 
@@ -372,7 +372,7 @@ class Stopped(BaseException):
 
 
 # How long the agent waits for a signalled stage before it speaks (the stop command waits
-# longer, STOP_GRACE_S in launcher.jobs, before SIGKILL).
+# longer, STOP_GRACE_S in launcher.job_shell, before SIGKILL).
 STOP_WAIT_S = 3.0
 
 
@@ -406,19 +406,15 @@ def stop_words(job_dir: Path, plan: dict, stage: str) -> str:
         pass
     words += f" at step {step}" if step is not None else " during train"
     try:
-        # TensorFlow's checkpoints by the name its index gives them (ckpt-N); the other
-        # engines' (the JAX engine's Orbax step folders) by their step.
-        from payload.engines.tensorflow import checkpoints as tf_checkpoints
-        from payload.training.checkpoints import newest_step
+        from payload.core.engines import newest_checkpoint
 
-        tf_step = tf_checkpoints.newest_step(plan["output_dir"])
-        if tf_step is not None:
-            return words + f" (checkpoint ckpt-{tf_step})"
-        newest = newest_step(plan["output_dir"])
+        newest = newest_checkpoint(plan["output_dir"])
     except Exception:  # a stop must not fail over a checkpoint it cannot read
         newest = None
-    return words + (f" (checkpoint of step {newest})" if newest is not None
-                    else " (no checkpoint yet)")
+    if newest is None:
+        return words + " (no checkpoint yet)"
+    spec, saved = newest
+    return words + f" ({spec.checkpoint_words(saved)})"
 
 
 def run(plan_path: str) -> int:

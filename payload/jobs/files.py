@@ -5,7 +5,8 @@
     python -m payload.jobs.files remove PATH
 
 The launcher runs these on worker 0 and the others to check that output_dir is shared
-(launcher.run.check_shared_output): the worker's view of a gs:// or mounted folder is what counts.
+(launcher.job_control.check_shared_output): the worker's view of a gs:// or mounted folder is
+what counts.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 
 
 def main(argv: list[str]) -> int:
-    from payload.core import storage
+    from payload.core import ownership, storage
     from payload.core.errors import UserError
 
     command, path, *rest = argv
@@ -22,7 +23,7 @@ def main(argv: list[str]) -> int:
         text, output_dir = rest
         # The check comes first, so a folder of the user's gets nothing, not even the marker.
         try:
-            storage.check_output_dir(output_dir)
+            ownership.check_output_dir(output_dir)
         except UserError as exc:
             print("error: " + str(exc))
             return 2

@@ -6,10 +6,11 @@
     step, state = restore_newest([4, 2], restore, directory=d, doing="--resume",
                                  describe=why, files=step_files)   # newest restorable, or one line
 
-Each engine writes its own checkpoint format there (payload.engines: TensorFlow's
-CheckpointManager files, Orbax step folders); the rules around them are these, written once.
-The folder is complete (storage's `.tpuctl-complete` marker) once a fresh run has cleared an
-earlier run's files and recorded what its checkpoints are made from (`run.json`: model,
+Each engine writes its own checkpoint format there (TensorFlow's CheckpointManager files,
+Orbax step folders; payload.core.engines knows them without the framework); the rules around
+them are these, written once.
+The folder is complete (its `.tpuctl-complete` marker, payload.core.folders) once a fresh run
+has cleared an earlier run's files and recorded what its checkpoints are made from (`run.json`: model,
 tokenizer, family and engine); resume and export require the marker, so a clearing cut short is
 never mistaken for a run. A fresh start removes only checkpoint files of tpuctl's engines and
 tpuctl's own files, and names them first. A resume continues only the engine that wrote the
@@ -26,9 +27,9 @@ import re
 from collections.abc import Callable
 from typing import TypeVar
 
-from payload.core import layout, storage
+from payload.core import folders, layout, ownership, storage
+from payload.core.engines import DEFAULT, ENGINES, engine_spec, newest_checkpoint
 from payload.core.errors import UserError
-from payload.engines import DEFAULT, all_engines, engine_for
 
 IDENTITY = layout.RUN_IDENTITY
 log = logging.getLogger(__name__)
@@ -40,10 +41,6 @@ _OWN = re.compile(
     r"^(?:(?:run|schedule)\.json|" + re.escape(layout.COMPLETE)
     + r"|\.tmp-[^/]+-(?:run\.json|schedule\.json|" + re.escape(layout.COMPLETE) + r"))\Z"
 )
-
-
-def checkpoint_dir(output_dir: str) -> str:
-    return layout.checkpoints_dir(output_dir)
 
 
 def _earlier_run(directory: str) -> UserError:
@@ -58,7 +55,7 @@ def _nothing_to_resume(directory: str) -> UserError:
 
 def incomplete(directory: str, doing: str) -> UserError:
     return UserError(
-        f"{doing}: the checkpoints in {directory} are incomplete (no {storage.COMPLETE}: a "
+        f"{doing}: the checkpoints in {directory} are incomplete (no {layout.COMPLETE}: a "
         "start that cleared an earlier run's files was cut short)",
         hint="start again with --overwrite",
     )
@@ -115,6 +112,19 @@ def broken_checkpoint(directory: str, *, doing: str, step: str, why: str, files:
              f"{intact}; or start again with --overwrite")
 
 
+def check_exportable(output_dir: str, engine: str) -> int:
+    """The step of the newest checkpoint `engine` wrote in a complete folder, or one line: there
+    is none (train first), or the clearing before it was cut short."""
+    directory = layout.checkpoints_dir(output_dir)
+    step = engine_spec(engine).newest_step(output_dir)
+    if step is None:
+        raise UserError(f"nothing to export: no checkpoint in {directory}",
+                        hint="run the train stage first")
+    if not folders.is_complete(directory):
+        raise incomplete(directory, "nothing to export")
+    return step
+
+
 def check_flags(*, resume: bool, overwrite: bool) -> None:
     if resume and overwrite:
         raise UserError("--resume and --overwrite contradict each other (--resume continues the "
@@ -135,8 +145,8 @@ def recorded_engine(output_dir: str) -> str | None:
 
 def newest_step(output_dir: str) -> int | None:
     """The step of the newest checkpoint, whichever engine wrote it (no framework)."""
-    steps = [s for s in (e.newest_step(output_dir) for e in all_engines()) if s is not None]
-    return max(steps) if steps else None
+    newest = newest_checkpoint(output_dir)
+    return None if newest is None else newest[1]
 
 
 def check_start(output_dir: str, *, resume: bool, overwrite: bool,
@@ -146,14 +156,14 @@ def check_start(output_dir: str, *, resume: bool, overwrite: bool,
     writes anything): a resume needs a complete checkpoint of the same engine, and a
     fresh start must not silently bury an earlier run's checkpoints."""
     check_flags(resume=resume, overwrite=overwrite)
-    directory = checkpoint_dir(output_dir)
-    storage.check_no_link(output_dir, directory)  # training writes and deletes in it
+    directory = layout.checkpoints_dir(output_dir)
+    ownership.check_no_link(output_dir, directory)  # training writes and deletes in it
     present = newest_step(output_dir) is not None
     if not resume and present and not overwrite:
         raise _earlier_run(directory)
     if resume and not present:
         raise _nothing_to_resume(directory)
-    if resume and not storage.is_complete(directory):
+    if resume and not folders.is_complete(directory):
         raise incomplete(directory, "--resume")
     if resume:
         written_by = recorded_engine(output_dir)
@@ -163,7 +173,7 @@ def check_start(output_dir: str, *, resume: bool, overwrite: bool,
                 f"engine, but train.engine is {engine}",
                 hint=f"set train.engine: {written_by} to continue them, or start again with "
                 "--overwrite")
-        if engine_for(engine).newest_step(output_dir) is None:
+        if engine_spec(engine).newest_step(output_dir) is None:
             raise _nothing_to_resume(directory)
 
 
@@ -177,7 +187,7 @@ def check_resume(output_dir: str, identity: dict) -> None:
         if changed:
             raise UserError(
                 f"--resume: the {' and '.join(changed)} changed since the checkpoints in "
-                f"{checkpoint_dir(output_dir)} were written",
+                f"{layout.checkpoints_dir(output_dir)} were written",
                 hint="restore the original settings, or start again with --overwrite",
             )
 
@@ -186,19 +196,19 @@ def start_fresh(output_dir: str, identity: dict) -> None:
     """Clear an earlier run's checkpoint files (named first; nothing else in the folder is
     touched) and record what this run's are made from; the folder is then complete. Every
     engine's files go, not only this run's engine's: they would be an earlier run's too."""
-    directory = checkpoint_dir(output_dir)
-    storage.check_no_link(output_dir, directory)
+    directory = layout.checkpoints_dir(output_dir)
+    ownership.check_no_link(output_dir, directory)
     present = storage.list_tree(directory)
-    engines_files = [n for engine in all_engines() for n in engine.checkpoint_files(present)]
+    engines_files = [n for engine in ENGINES.values() for n in engine.checkpoint_files(present)]
     own = [n for n in present if _OWN.match(n.replace("\\", "/"))]
     names = engines_files + own
-    storage.clear_complete(directory)  # first: readers stop trusting the folder
+    folders.clear_complete(directory)  # first: readers stop trusting the folder
     if names:
         log.info("removing an earlier run's checkpoints from %s: %s", directory,
                  removal_summary(engines_files, own))
-        storage.remove_owned(output_dir, [storage.join(directory, n) for n in names])
+        ownership.remove_owned(output_dir, [storage.join(directory, n) for n in names])
     storage.write_text(storage.join(directory, IDENTITY), json.dumps(identity, indent=1) + "\n")
-    storage.mark_complete(directory, {"identity": identity})
+    folders.mark_complete(directory, {"identity": identity})
 
 
 # Checkpoints named one by one in the removal line up to this many; more are counted.

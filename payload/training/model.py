@@ -1,13 +1,12 @@
-"""The transformers TensorFlow model for a run, and the forward pass each objective trains.
+"""The run's model as both engines describe it: its transformers config, its tokenizer and the
+token ids the objectives need. No framework.
 
-    hf_config = model_config(config.model, vocab=TokenIds(...), seq_len=128)
-    model = build_model(hf_config)            # inside strategy.scope()
-    logits, labels = forward(model, batch, family="roberta", training=True)
+    tokenizer, fingerprint = load_tokenizer(config)
+    vocab = token_ids(tokenizer, "roberta")
+    hf_config = model_config(config.model, vocab=vocab, seq_len=128)
+    config_fingerprint(hf_config)             # what a resumed run must not change
 
-The model is the stock `TF*For*` class, so `save_pretrained` and the Hugging Face loaders see
-exactly what they expect. Training a masked LM runs the encoder over every position but the
-vocabulary projection only at the masked positions (a fixed number per row, as the original
-BERT code does): on a small model that projection is most of the step.
+Each engine builds its own model from the config (payload.engines.NAME.model / models).
 """
 
 from __future__ import annotations
@@ -18,7 +17,8 @@ from dataclasses import dataclass
 
 from payload.config import check_model_config_file
 from payload.core.errors import UserError
-from payload.core.families import FAMILIES, ROBERTA_POSITION_PADDING, positions_needed
+from payload.core.families import FAMILIES, positions_needed
+from payload.core.sizes import ROBERTA_POSITION_PADDING
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,97 +130,12 @@ def _sized_config(m, *, vocab: TokenIds, seq_len: int):
     return transformers.AutoConfig.for_model(settings.pop("model_type"), **settings)
 
 
-def model_class(family: str):
-    import transformers
-
-    return {
-        "bert": transformers.TFBertForMaskedLM,
-        "roberta": transformers.TFRobertaForMaskedLM,
-        "gpt2": transformers.TFGPT2LMHeadModel,
-        "t5": transformers.TFT5ForConditionalGeneration,
-    }[family]
-
-
-def build_model(hf_config):
-    """The TF model with all its weights created (call inside the strategy's scope)."""
-    import warnings
-
-    with warnings.catch_warnings():
-        # TF T5's untied head (v1.1) takes its initializer from one shared RandomNormal, which
-        # tf-keras warns about on every build; the weights are initialised as they should be.
-        warnings.filterwarnings("ignore", message="The initializer RandomNormal is unseeded")
-        model = model_class(hf_config.model_type)(hf_config)
-        if getattr(model, "lm_head", None) is not None and hf_config.model_type == "t5":
-            # Before the weights exist, so every replica and worker creates the same ones.
-            model.lm_head.kernel_initializer = untied_head_initializer()
-        model(model.dummy_inputs, training=False)
-    return model
-
-
-def untied_head_initializer():
-    """T5 v1.1's untied output projection as T5's own training code draws it: variance scaling
-    by fan-in (std d_model^-0.5, truncated normal). transformers draws it at std 1.0 like the
-    tied embedding, but only the tied head scales the decoder output by d_model^-0.5 first; the
-    untied one then starts with logits d_model^0.5 too large (eval loss 58 for T5 tiny where a
-    uniform guess is ln 8000 = 9.0) and trains no better than a unigram model for hundreds of
-    steps."""
-    import tf_keras
-
-    return tf_keras.initializers.VarianceScaling(1.0, mode="fan_in",
-                                                 distribution="truncated_normal")
-
-
 def config_fingerprint(hf_config) -> str:
     """What must not change between a checkpoint and a resumed run."""
     raw = hf_config.to_dict()
     for volatile in ("transformers_version", "_name_or_path", "torch_dtype", "dtype"):
         raw.pop(volatile, None)
     return hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest()
-
-
-def forward(model, batch, *, family: str, training: bool):
-    """(logits [B, T, V] float32, labels [B, T] with -100 = ignore) for one batch.
-
-    Masked LMs return T = the number of masked slots per row, not the sequence length."""
-    import tensorflow as tf
-
-    if family in ("bert", "roberta"):
-        encoder = model.bert if family == "bert" else model.roberta
-        head = model.mlm if family == "bert" else model.lm_head
-        hidden = encoder(
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], training=training
-        )[0]
-        picked = tf.gather(hidden, batch["masked_positions"], batch_dims=1)
-        logits = head(picked)
-        labels = tf.where(batch["masked_weights"] > 0, batch["masked_ids"], -100)
-        return tf.cast(logits, tf.float32), labels
-    if family == "gpt2":
-        logits = model(
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], training=training
-        ).logits
-        return tf.cast(logits[:, :-1], tf.float32), batch["labels"][:, 1:]
-    logits = model(
-        input_ids=batch["input_ids"],
-        attention_mask=batch["attention_mask"],
-        decoder_input_ids=batch["decoder_input_ids"],
-        training=training,
-    ).logits
-    return tf.cast(logits, tf.float32), batch["labels"]
-
-
-def loss_sums(logits, labels):
-    """(summed cross-entropy, number of predicted tokens, number predicted correctly)."""
-    import tensorflow as tf
-
-    valid = labels != -100
-    safe = tf.where(valid, labels, 0)
-    xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=safe, logits=logits)
-    weight = tf.cast(valid, tf.float32)
-    correct = (
-        tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), safe), tf.float32)
-        * weight
-    )
-    return tf.reduce_sum(xent * weight), tf.reduce_sum(weight), tf.reduce_sum(correct)
 
 
 def load_tokenizer(config):

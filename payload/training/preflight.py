@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from payload.config import RunConfig, check_model_config_file
-from payload.core import storage
+from payload.core import ownership
 from payload.core.errors import UserError, UserErrors
 from payload.core.stages import Stage
 from payload.data import corpus, tokenizer
@@ -54,7 +54,7 @@ def check_before_start(config: RunConfig, *, stages: Collection[Stage], resume: 
             passes(corpus.check_shares, sources, config.data, num_workers=num_workers,
                    keep=lambda text: not in_validation(text, fraction))
     # A file, or someone else's non-empty folder (every stage refuses those).
-    output_dir_ok = passes(storage.check_output_dir, config.output_dir)
+    output_dir_ok = passes(ownership.check_output_dir, config.output_dir)
     folder_ok = True
     if config.model.init_from:
         from payload.training import pretrained

@@ -19,12 +19,12 @@ model/ or the Hub.
 
 from __future__ import annotations
 
-from payload.core import storage
+from payload.core import ownership, storage
 from payload.core.errors import UserError
+from payload.core.pytorch_weights import TF_WEIGHTS
+from payload.core.pytorch_weights import WEIGHTS as PT_WEIGHTS
 
 CONFIG = "config.json"
-PT_WEIGHTS = "model.safetensors"
-TF_WEIGHTS = "tf_model.h5"
 # What tpuctl reads of a model folder, beside the tokenizer's files (payload.data.tokenizer).
 MODEL_FILES = (CONFIG, PT_WEIGHTS, TF_WEIGHTS)
 
@@ -37,9 +37,9 @@ def check_folder(config) -> None:
     """The folder holds a config of the run's family and weights the run's engine reads, whose
     family and shape agree with that config (no framework: what the launcher checks before
     starting anything)."""
+    from payload.core.engines import engine_spec
     from payload.core.pytorch_weights import check_fits, read_header
     from payload.core.sizes import read_config_json
-    from payload.engines import engine_for
 
     folder, family = config.model.init_from, config.model.family
     label = init_from_label(folder)
@@ -56,7 +56,7 @@ def check_folder(config) -> None:
             f"{init_from_label(folder)} has neither {PT_WEIGHTS} nor {TF_WEIGHTS}",
             hint="save the model with safe_serialization=True (pytorch_model.bin needs torch)",
         )
-    engine = engine_for(config.train.engine)
+    engine = engine_spec(config.train.engine)
     if not set(present) & set(engine.init_from_files):
         raise UserError(
             f"{init_from_label(folder)} has only {present[0]}, which the {engine.name} engine does "
@@ -75,12 +75,12 @@ def check_inside(folder: str) -> None:
     from payload.data.tokenizer import TOKENIZER_FILES
 
     for name in (*MODEL_FILES, *TOKENIZER_FILES):
-        storage.inside_path(folder, name, source=init_from_label(folder))
+        ownership.inside_path(folder, name, source=init_from_label(folder))
 
 
 def weights_path(folder: str, name: str) -> str:
     """The path of one of the folder's weight files, refused when it is a link out of it."""
-    return storage.inside_path(folder, name, source=init_from_label(folder))
+    return ownership.inside_path(folder, name, source=init_from_label(folder))
 
 
 def _check_family(folder: str, settings: dict, family: str) -> None:

@@ -4,7 +4,7 @@
     record = parse('tpuctl-progress {"kind": "eval", "step": 50, "loss": 7.0}')  # or None
     describe(record)   # 'eval at step 50: loss 7.0000'
 
-The training chief writes each record once (payload.training.train); the launcher's live view,
+The training chief writes each record once (payload.training.metrics); the launcher's live view,
 `tpuctl logs` and `tpuctl status` read them back from the worker's log, and metrics.json keeps
 the same dicts for its reports ("train") and evaluations ("evals"). A record is a flat JSON
 object whose `kind` says what it is:

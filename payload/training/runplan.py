@@ -23,7 +23,7 @@ adds the stage's measured start-up, and lists the other stages' times the caller
 each figure said with its source.
 
 On a TPU the plan also says how the engine lays the training state over the chips, as the
-engine plans it (payload.engines.sharding_plan: the JAX engine replicates it, or splits it
+engine plans it (its spec's plan_sharding, payload.core.engines: the JAX engine replicates it, or splits it
 FSDP-wise over the fewest chips whose memory, from the accelerator table, holds it).
 """
 
@@ -32,7 +32,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from payload.core.engines import engine_spec
 from payload.core.errors import UserError
+from payload.core.families import FAMILIES
+from payload.core.fit.sharding import GIB, state_bytes
+from payload.core.flops import StepFlops
 
 # Model FLOPs utilisation assumed for the time and cost estimate: what well-tuned transformer
 # pretraining reaches on TPUs (PaLM reported 46%, MaxText's published runs 40-60%); a first run
@@ -58,27 +62,6 @@ class CpuSpeed:
     source: str
     start_s: float = 0.0
     stages: tuple[tuple[str, float | None, str], ...] = ()
-
-
-@dataclass(frozen=True, kw_only=True)
-class StepFlops:
-    """Model FLOPs of one training step (forward and backward) for one row, by term."""
-
-    dense: float  # 6 x non-embedding parameters x tokens
-    attention: float  # scores and weighted values
-    vocabulary: float  # the output projection at the predicted positions
-    formula: str  # the estimate in words, with the figures it used
-
-    @property
-    def total(self) -> float:
-        return self.dense + self.attention + self.vocabulary
-
-    def shares(self) -> tuple[tuple[str, float], ...]:
-        terms = (("vocabulary projection", self.vocabulary), ("layers' matrices", self.dense),
-                 ("attention", self.attention))
-        total = self.total or 1.0
-        return tuple(sorted(((name, value / total) for name, value in terms),
-                            key=lambda term: -term[1]))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,82 +126,18 @@ class RunPlan:
         return self.chips * self.peak_flops_per_chip
 
 
-# --- FLOPs ---------------------------------------------------------------------------------
-
-
-def _encoder_flops(c: dict, seq_len: int, predicted: int) -> StepFlops:
-    from payload.core.sizes import count_parameters
-
-    h, layers, v = c.get("hidden_size", 768), c.get("num_hidden_layers", 12), c["vocab_size"]
-    count = count_parameters(c)
-    head_transform = h * h + 3 * h  # dense + LayerNorm of the MLM head: masked positions only
-    body = count.non_embedding - head_transform - v  # minus the decoder's bias
-    return StepFlops(
-        dense=6 * body * seq_len + 6 * head_transform * predicted,
-        attention=12 * layers * seq_len * h * seq_len,
-        vocabulary=6 * v * h * predicted,
-        formula=(f"6 x N per token (N = {_m(body)} non-embedding parameters) + attention 12 x "
-                 f"layers x seq_len x hidden per token + vocabulary projection 6 x vocab x hidden "
-                 f"at the {predicted} masked positions of each {seq_len}-token row"),
-    )
-
-
-def _gpt2_flops(c: dict, seq_len: int) -> StepFlops:
-    from payload.core.sizes import count_parameters
-
-    h, layers, v = c.get("n_embd", 768), c.get("n_layer", 12), c["vocab_size"]
-    body = count_parameters(c).non_embedding
-    return StepFlops(
-        dense=6 * body * seq_len,
-        attention=12 * layers * seq_len * h * seq_len,
-        vocabulary=6 * v * h * seq_len,
-        formula=(f"6 x N per token (N = {_m(body)} non-embedding parameters) + attention 12 x "
-                 "layers x seq_len x hidden per token + vocabulary projection 6 x vocab x "
-                 "hidden at every position"),
-    )
-
-
-def _t5_flops(c: dict, input_len: int, target_len: int) -> StepFlops:
-    d, v = c.get("d_model", 512), c["vocab_size"]
-    heads = c.get("num_heads", 8)
-    inner = heads * c.get("d_kv", 64)
-    layers = c.get("num_layers", 6)
-    decoder_layers = c.get("num_decoder_layers") or layers
-    gated = str(c.get("feed_forward_proj", "relu")).startswith("gated-")
-    ff = (3 if gated else 2) * d * c.get("d_ff", 2048)
-    encoder = layers * (4 * d * inner + ff)  # per input token
-    cross_kv = decoder_layers * 2 * d * inner  # the decoder's, applied to every input token
-    decoder = decoder_layers * (6 * d * inner + ff)  # self q,k,v,o; cross q,o; feed-forward
-    return StepFlops(
-        dense=6 * (encoder + cross_kv) * input_len + 6 * decoder * target_len,
-        attention=12 * inner * (layers * input_len * input_len
-                                + decoder_layers * target_len * (target_len + input_len)),
-        vocabulary=6 * v * d * target_len,
-        formula=(f"encoder and decoder apart: 6 x N_enc per input token (N_enc = {_m(encoder)}, "
-                 f"with the decoder's cross-attention keys and values {_m(cross_kv)}), 6 x N_dec "
-                 f"per target token (N_dec = {_m(decoder)}), attention 12 x layers x length x "
-                 f"heads x d_kv per token of each stack and over the {input_len} inputs per "
-                 f"target token, vocabulary projection 6 x vocab x d_model at the {target_len} "
-                 "target positions"),
-    )
-
-
 def step_flops(architecture: dict, *, seq_len: int, mlm_probability: float = 0.15,
                target_len: int | None = None) -> StepFlops:
     """Model FLOPs of training on one row: `architecture` is a transformers config dict (with
-    model_type); `target_len` is T5's target length."""
+    model_type); `target_len` is T5's target length (payload.core.families: the family's
+    formula, over the positions its head predicts)."""
     kind = architecture["model_type"]
-    if kind in ("bert", "roberta"):
-        from payload.data.objectives import max_predictions
-
-        return _encoder_flops(architecture, seq_len, max_predictions(seq_len, mlm_probability))
-    if kind == "gpt2":
-        return _gpt2_flops(architecture, seq_len)
-    if kind == "t5":
-        if target_len is None:
-            raise ValueError("T5 FLOPs need the target length")
-        return _t5_flops(architecture, seq_len, target_len)
-    raise ValueError(f"no FLOP estimate for model_type {kind!r}")
+    if kind not in FAMILIES:
+        raise ValueError(f"no FLOP estimate for model_type {kind!r}")
+    spec = FAMILIES[kind]
+    predicted = spec.predicted_len(seq_len, mlm_probability=mlm_probability,
+                                   target_len=target_len)
+    return spec.flops(architecture, seq_len, predicted)
 
 
 def row_flops(config, architecture: dict | None = None) -> StepFlops:
@@ -257,9 +176,9 @@ def replicas_of(hardware, num_workers: int) -> tuple[int, str]:
 
 
 def workload(config, hardware, architecture: dict | None = None):
-    """What a training step of the run computes where it runs (payload.engines.Workload): the
+    """What a training step of the run computes where it runs (payload.core.fit.workload): the
     engine's memory plan and its plan lines read it."""
-    from payload.engines import Workload
+    from payload.core.fit.workload import Workload
     from payload.training.strategy import tpu_accelerator
 
     acc = tpu_accelerator(hardware)
@@ -275,18 +194,19 @@ def state_sharding(config, hardware, architecture: dict | None = None):
     memory per chip; None on CPU workers and for an engine that replicates it. A model or step
     no arrangement of the slice's chips can hold is a one-line UserError with what it needs
     and has, and what would fit."""
+    from payload.cloud.accelerators import larger_slices
     from payload.core.sizes import count_parameters
-    from payload.engines import sharding_plan
     from payload.training.strategy import tpu_accelerator
 
     acc = tpu_accelerator(hardware)
     if acc is None:
         return None
     arch = architecture if architecture is not None else run_architecture(config)
-    return sharding_plan(config.train.engine, count_parameters(arch).total,
-                         num_devices=acc.chips, hbm_bytes_per_chip=acc.hbm_gib_per_chip << 30,
-                         optimizer=config.train.optimizer, where=acc.name,
-                         workload=workload(config, hardware, arch))
+    return engine_spec(config.train.engine).plan_sharding(
+        count_parameters(arch).total, num_devices=acc.chips,
+        hbm_bytes_per_chip=acc.hbm_gib_per_chip << 30, optimizer=config.train.optimizer,
+        where=acc.name, workload=workload(config, hardware, arch),
+        larger=larger_slices(acc.name))
 
 
 def run_plan(config, *, hardware, num_workers: int, architecture: dict | None = None,
@@ -297,13 +217,12 @@ def run_plan(config, *, hardware, num_workers: int, architecture: dict | None = 
     workers the time comes from `cpu_speed` (launcher.estimate finds one), or a string saying
     why there is none."""
     from payload.core.sizes import count_parameters
-    from payload.engines import engine_for
     from payload.training.strategy import tpu_accelerator
 
     train = config.train
     arch = architecture if architecture is not None else run_architecture(config)
     count = count_parameters(arch)
-    engine_lines = tuple(engine_for(train.engine).plan_lines(workload(config, hardware, arch)))
+    engine_lines = tuple(engine_spec(train.engine).plan_lines(workload(config, hardware, arch)))
     per_row = row_flops(config, arch)
     flops_per_step = per_row.total * train.batch_size
     replicas, replicas_are = replicas_of(hardware, num_workers)
@@ -358,25 +277,15 @@ def run_plan(config, *, hardware, num_workers: int, architecture: dict | None = 
 
 
 def evaluations(train, *, start: int = 0) -> int:
-    """How many evaluations a run from step `start` makes (payload.training.train): the
+    """How many evaluations a run from step `start` makes (payload.training.loop): the
     untrained baseline of a fresh start, one every train.eval_every steps, and the last step."""
     count = (1 if start == 0 else 0) + train.steps // train.eval_every - start // train.eval_every
     return count + (1 if train.steps % train.eval_every else 0)
 
 
-# What train.bf16 does on CPU workers, per engine (each engine's own choice: the JAX engine's
-# compute_dtype, TensorFlow's mixed_bfloat16 policy).
-_BF16_ON_CPU = {
-    "jax": ("train.bf16 is ignored on CPU: the JAX engine computes in float32 there (bfloat16 "
-            "products are only slower on CPU); it applies on a TPU"),
-    "tensorflow": ("train.bf16 on CPU: TensorFlow runs bfloat16 products there, no faster than "
-                   "float32; it pays on a TPU"),
-}
-
-
 def cpu_notes(config) -> list[str]:
     """What of the run's settings does not do on CPU workers what it says."""
-    return [_BF16_ON_CPU[config.train.engine]] if config.train.bf16 else []
+    return [engine_spec(config.train.engine).bf16_on_cpu] if config.train.bf16 else []
 
 
 def check_batch(plan: RunPlan) -> None:
@@ -498,10 +407,6 @@ def _cost_drivers(plan: RunPlan) -> str:
     return f"  FLOPs by term: {shares}; most goes to the {top}, which {_DRIVERS[top]}"
 
 
-def _m(n: float) -> str:
-    return f"{n / 1e6:,.1f}M"
-
-
 def _count(n: float) -> str:
     for size, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
         if n >= size:
@@ -560,25 +465,22 @@ def describe_model(config) -> str:
 
 # --- memory on CPU workers -------------------------------------------------------------------
 
-GIB = 1 << 30
 # What one CPU training process holds before any model: the interpreter with TensorFlow (the
 # input pipeline, either engine), JAX or Keras, and their runtimes. Measured here: 1.4-1.6 GB
 # resident for a tiny model's train stage, either engine.
 CPU_PROCESS_BASE_BYTES = int(1.5 * GIB)
-# Bytes of training state per parameter: float32 weights and gradients plus the optimizer's
-# moments (Adam: two; Adafactor: factored, a few per row and column, counted as none). Both
+# The training state per parameter is the fit's (payload.core.fit.sharding.state_bytes): both
 # engines keep a whole copy on every CPU process.
-STATE_BYTES_PER_PARAM = {"adamw": 16, "adafactor": 8}
 # The share of the machine's memory training processes may fill; the system, the launcher and
 # the page cache keep the rest.
 USABLE_SHARE_OF_MEMORY = 0.9
-# What a CPU training process of each engine holds beyond the counts above, as factors on the
-# training state and on the activations' floor: measured here as peak resident memory of the
-# train stage (GPT-2 small, vocabulary 8,000, rows of 128, two local processes of 4 and of 16
-# rows each: JAX 3.7 and 5.4 GiB, TensorFlow 5.2 and 7.6 GiB; the two shapes give each engine's
-# two factors): the copies and buffers each engine's step and runtime keep beside the counts
-# (not broken down further here).
-CPU_MEMORY_FACTORS = {"jax": (1.2, 1.9), "tensorflow": (2.2, 2.5)}
+# What a CPU training process of each engine holds beyond the counts above is its spec's
+# cpu_memory_factors (payload.core.engines), factors on the training state and on the
+# activations' floor: measured here as peak resident memory of the train stage (GPT-2 small,
+# vocabulary 8,000, rows of 128, two local processes of 4 and of 16 rows each: JAX 3.7 and
+# 5.4 GiB, TensorFlow 5.2 and 7.6 GiB; the two shapes give each engine's two factors): the
+# copies and buffers each engine's step and runtime keep beside the counts (not broken down
+# further here).
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -622,10 +524,10 @@ def cpu_memory(config, architecture: dict, *, processes: int,
                optimizer: str | None = None) -> CpuMemory:
     """What `processes` CPU training processes of this run need on one machine: each holds the
     whole training state, its rows' activations and itself. The state counts
-    STATE_BYTES_PER_PARAM; the activations' floor per layer and token the inputs of its
+    state_bytes; the activations' floor per layer and token the inputs of its
     products (6 x width), the feed-forward's inner values (2 x its width) and attention's
     probabilities (heads x length), float32, plus the logits and their gradient at the
-    predicted positions; each then x the engine's measured CPU_MEMORY_FACTORS."""
+    predicted positions; each then x the engine's measured cpu_memory_factors."""
     from payload.core.sizes import count_parameters
 
     optimizer = optimizer or config.train.optimizer
@@ -637,9 +539,9 @@ def cpu_memory(config, architecture: dict, *, processes: int,
     predicted = row_flops(config, architecture).vocabulary / (6 * architecture["vocab_size"]
                                                               * width)
     floats = rows * (seq * per_token + 2 * predicted * architecture["vocab_size"])
-    state_factor, activation_factor = CPU_MEMORY_FACTORS[config.train.engine]
+    state_factor, activation_factor = engine_spec(config.train.engine).cpu_memory_factors
     return CpuMemory(processes=processes,
-                     state=int(params * STATE_BYTES_PER_PARAM[optimizer] * state_factor),
+                     state=int(state_bytes(params, optimizer) * state_factor),
                      activations=int(4 * floats * activation_factor), rows=rows)
 
 

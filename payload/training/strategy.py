@@ -29,7 +29,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from payload.cloud import accelerators
+from payload.core.engines import DEFAULT, engine_spec
 from payload.core.errors import UserError
 from payload.core.stages import check_share
 
@@ -44,7 +44,6 @@ TPU_STEPS_PER_EXECUTION = 100
 # A multi-process JAX run's coordinator, "HOST:PORT" (worker 0's per-job coordination port),
 # set by the launcher's plan on every worker as TF_CONFIG is for TensorFlow's CPU workers.
 JAX_COORDINATOR_ENV = "TPUCTL_JAX_COORDINATOR"
-TENSORFLOW, JAX = "tensorflow", "jax"  # train.engine's values that change the plan
 
 
 class StrategyKind(enum.Enum):
@@ -130,7 +129,7 @@ class ClusterFacts:
     tpu_workers: str | None = None  # TPUCTL_TPU_WORKERS: the slice's grpc:// endpoints
     stand_in: bool = False  # the cloud API is a stand-in (stand_ins.active): train on the CPU
     libtpu: str | None = None  # this environment's libtpu.so, when the libtpu package is there
-    engine: str = TENSORFLOW  # train.engine
+    engine: str = DEFAULT  # train.engine
     jax_coordinator: str | None = None  # TPUCTL_JAX_COORDINATOR: process 0's HOST:PORT
     tpu_present: bool = False  # this host has TPU device files
 
@@ -153,13 +152,13 @@ class StrategyPlan:
 def plan_strategy(facts: ClusterFacts) -> StrategyPlan:
     check_share(facts.worker_index, facts.num_workers)
     kind = fleet_strategy(facts.hardware, facts.num_workers)
-    if facts.engine == JAX:
-        return _jax_plan(facts, kind)
+    spec = engine_spec(facts.engine)
+    if spec.one_program:
+        return _one_program_plan(facts, kind)
     if kind is StrategyKind.TPU_HOST:
         # TensorFlow's pluggable-device C API pointed at the environment's libtpu
-        # (accelerators.tensorflow_env_on_tpu says why and where that comes from).
-        env = ({} if facts.stand_in
-               else accelerators.tensorflow_env_on_tpu(facts.engine, facts.libtpu))
+        # (payload.core.engines: tensorflow_env_on_tpu says why and where that comes from).
+        env = {} if facts.stand_in else spec.tensorflow_env_on_tpu(facts.libtpu)
         return StrategyPlan(kind=kind, runs_training=True, tpu="local", env=env,
                             steps_per_execution=TPU_STEPS_PER_EXECUTION,
                             stand_in=facts.stand_in)
@@ -181,7 +180,7 @@ def plan_strategy(facts: ClusterFacts) -> StrategyPlan:
     return StrategyPlan(kind=kind, runs_training=True, is_chief=task == 0)
 
 
-def _jax_plan(facts: ClusterFacts, kind: StrategyKind) -> StrategyPlan:
+def _one_program_plan(facts: ClusterFacts, kind: StrategyKind) -> StrategyPlan:
     """JAX: every host trains, as one process of one program (no driver host, no TPU servers);
     several hosts join through process 0's coordinator, which the launcher names."""
     n, index = facts.num_workers, facts.worker_index
@@ -196,7 +195,7 @@ def _jax_plan(facts: ClusterFacts, kind: StrategyKind) -> StrategyPlan:
         # TensorFlow is only JAX's input library here: it must not load libtpu and hold the
         # chips JAX computes on.
         env["TPU_LOAD_LIBRARY"] = "0"
-        env.update(accelerators.tensorflow_env_on_tpu(facts.engine, facts.libtpu))
+        env.update(engine_spec(facts.engine).tensorflow_env_on_tpu(facts.libtpu))
         if facts.stand_in and not facts.tpu_present:
             # The cloud API is a stand-in (tests): no TPU by design, JAX computes on the CPU.
             env["JAX_PLATFORMS"] = "cpu"
@@ -252,24 +251,39 @@ def tpu_workers(addresses: list[str]) -> str:
     return ",".join(f"grpc://{address}" for address in addresses)
 
 
-def training_workers(hardware: Hardware, num_workers: int,
-                     engine: str = TENSORFLOW) -> list[int]:
+def training_workers(hardware: Hardware, num_workers: int, engine: str = DEFAULT) -> list[int]:
     """Which workers run the train stage (the launcher waits on these, not on TPU servers):
     every one, but worker 0 alone on a TensorFlow pod slice."""
-    if engine != JAX and fleet_strategy(hardware, num_workers) is StrategyKind.TPU_POD:
+    if serves_tpu_runtime(hardware, num_workers, engine):
         return [0]
     return list(range(num_workers))
 
 
-def serves_tpu_runtime(hardware: Hardware, num_workers: int, engine: str = TENSORFLOW) -> bool:
+def serves_tpu_runtime(hardware: Hardware, num_workers: int, engine: str = DEFAULT) -> bool:
     """Whether the hosts run TPU worker servers for a driver (TensorFlow on a pod slice)."""
-    return engine != JAX and fleet_strategy(hardware, num_workers) is StrategyKind.TPU_POD
+    return (not engine_spec(engine).one_program
+            and fleet_strategy(hardware, num_workers) is StrategyKind.TPU_POD)
+
+
+def trainer_env(hardware: Hardware, num_workers: int, engine: str, *, addresses: list[str],
+                index: int) -> tuple[tuple[str, str], ...]:
+    """What the launcher tells training worker `index` so the trainers find each other
+    (`addresses`: every worker's HOST:PORT, in worker order): a pod slice's driver the hosts'
+    TPU servers, one program's processes worker 0's coordinator, TensorFlow's CPU workers
+    TF_CONFIG; nothing to a lone trainer."""
+    if serves_tpu_runtime(hardware, num_workers, engine):  # no TPU API needed
+        return ((TPU_WORKERS_ENV, tpu_workers(addresses)),)
+    if len(training_workers(hardware, num_workers, engine)) < 2:
+        return ()
+    if engine_spec(engine).one_program:
+        return ((JAX_COORDINATOR_ENV, jax_coordinator(addresses)),)
+    return (("TF_CONFIG", tf_config(addresses, index)),)
 
 
 def cluster_facts(
     hardware: Hardware, *, worker_index: int, num_workers: int,
     environ: dict[str, str] | None = None, libtpu: str | None = None,
-    engine: str = TENSORFLOW,
+    engine: str = DEFAULT,
 ) -> ClusterFacts:
     from payload.cloud import stand_ins
 

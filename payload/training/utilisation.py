@@ -1,6 +1,7 @@
 """Throughput and model FLOPs utilisation (MFU) of a training run, against the device's peak.
 
-    meter = meter_for(config, hf_config, hardware, devices=2, drives_tpu=False)  # probes the CPU now
+    meter = meter_for(config, hf_config, hardware, devices=2, drives_tpu=False,
+                      cpu_peak=trainer.cpu_peak_flops)   # the engine probes the CPU now
     meter.fields(steps_per_s)    # {"tokens_per_s_per_device", "model_flops_per_s", "mfu"}
     meter.words(fields)          # "tokens/s/chip 41,000  MFU 38.5%"
     meter.scalars(fields)        # TensorBoard tags and values
@@ -8,14 +9,16 @@
 
 Model FLOPs per step are payload.training.runplan's estimate for the model the stage built. The peak is
 the accelerator table's bf16 figure per chip when the engine drives a TPU, and otherwise a
-float32 matrix-multiply probe run in this process at start: so a CPU run gets a real ratio
-too, against what this machine's cores did a moment before (processes sharing a machine share
-its cores, and each probe sees that).
+float32 matrix-multiply probe run in this process at start, in the engine's own framework
+(Trainer.cpu_peak_flops, timed by `best_rate`): so a CPU run gets a real ratio too, against what
+this machine's cores did a moment before (processes sharing a machine share its cores, and each
+probe sees that).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 PROBE_SIZE = 1024  # square float32 matrices: large enough for the BLAS to reach its rate
@@ -57,54 +60,42 @@ class Meter:
                 "tokens_per_step": self.tokens_per_step}
 
 
-def cpu_peak_flops(size: int = PROBE_SIZE, rounds: int = PROBE_ROUNDS,
-                   products: int = PROBE_PRODUCTS) -> float:
-    """FLOP/s of float32 matrix products on this process's CPU threads: the best of a few
-    timed rounds (the machine may be busy with something else for one of them)."""
-    import tensorflow as tf
-
-    a = tf.random.stateless_uniform([size, size], seed=[1, 2])
-    b = tf.random.stateless_uniform([size, size], seed=[3, 4])
-
-    @tf.function
-    def run(count):
-        total = tf.constant(0.0)
-        for i in tf.range(count):
-            # The input changes with i, so no optimiser can hoist the product out of the loop.
-            total += tf.reduce_sum(tf.matmul(a + tf.cast(i, tf.float32), b))
-        return total
-
-    float(run(tf.constant(1)))  # trace and warm up
+def best_rate(run: Callable[[int], None], *, size: int = PROBE_SIZE, rounds: int = PROBE_ROUNDS,
+              products: int = PROBE_PRODUCTS) -> float:
+    """FLOP/s of `run(count)`, which multiplies two size x size float32 matrices `count` times
+    and waits for the result: the best of a few timed rounds after one to warm up (the machine
+    may be busy with something else for one of them)."""
+    run(1)  # trace, compile and warm up: threads, page faults
     best = 0.0
     for _ in range(rounds):
         began = time.perf_counter()
-        float(run(tf.constant(products)))
+        run(products)
         best = max(best, 2 * size**3 * products / (time.perf_counter() - began))
     return best
 
 
 def matmul_probe_flops(size: int = PROBE_SIZE, rounds: int = PROBE_ROUNDS,
                        products: int = 2) -> float:
-    """`cpu_peak_flops` without TensorFlow (numpy's BLAS, a fraction of a second): what a run
-    plan can afford to measure. Same shape of work, and the same best-of-rounds."""
+    """The engines' CPU probe without a framework (numpy's BLAS, a fraction of a second): what a
+    run plan can afford to measure. Same shape of work, and the same best-of-rounds."""
     import numpy as np
 
     rng = np.random.default_rng(0)
     a, b = (rng.random((size, size), dtype=np.float32) for _ in range(2))
-    a @ b  # warm up: threads, page faults
-    best = 0.0
-    for _ in range(rounds):
-        began = time.perf_counter()
-        for _ in range(products):
+
+    def run(count: int) -> None:
+        for _ in range(count):
             a @ b
-        best = max(best, 2 * size**3 * products / (time.perf_counter() - began))
-    return best
+
+    return best_rate(run, size=size, rounds=rounds, products=products)
 
 
-def meter_for(config, hf_config, hardware, *, devices: int, drives_tpu: bool) -> Meter:
+def meter_for(config, hf_config, hardware, *, devices: int, drives_tpu: bool,
+              cpu_peak: Callable[[], float]) -> Meter:
     """The meter for a training run: FLOPs from the built model's config, the peak from the
     accelerator table when the engine drives a TPU (`devices` is then ignored: the slice's
-    chips count), else from a CPU probe (now) per training process (`devices` of them)."""
+    chips count), else from the engine's CPU probe `cpu_peak` (run now) per training process
+    (`devices` of them)."""
     from payload.training.runplan import row_flops
     from payload.training.strategy import tpu_accelerator
 
@@ -119,7 +110,7 @@ def meter_for(config, hf_config, hardware, *, devices: int, drives_tpu: bool) ->
                      peak_source=(f"accelerator table: TPU {acc.generation} "
                                   f"{acc.peak_bf16_flops_per_chip / 1e12:,.0f} TFLOP/s bf16 per "
                                   "chip"))
-    peak = cpu_peak_flops()
+    peak = cpu_peak()
     return Meter(flops_per_step=flops, tokens_per_step=tokens,
                  devices=devices, device="process",
                  peak_flops_per_device=peak,

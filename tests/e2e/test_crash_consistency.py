@@ -253,7 +253,7 @@ def test_jax_train_killed_at_seeded_points_reruns_to_the_final_step(world):
     pytest.importorskip("orbax.checkpoint")
     import numpy as np
 
-    from payload.engines import engine_for
+    from payload.core.engines import engine_spec
 
     world.copy("prep", "jax-trained")
     changes, log = world.count_changes("train", "jax-trained")
@@ -261,7 +261,7 @@ def test_jax_train_killed_at_seeded_points_reruns_to_the_final_step(world):
     reference_weights = weights(log)
     folders = sorted(p.name for p in (reference / "checkpoints").iterdir())
     evals = [e["step"] for e in json.loads((reference / "metrics.json").read_text())["evals"]]
-    assert engine_for("jax").newest_step(str(reference)) == 4 and "4" in folders
+    assert engine_spec("jax").newest_step(str(reference)) == 4 and "4" in folders
     wanted = _orbax_variables(reference)
     chosen = points("jax-train", changes)
     for point in chosen:
@@ -273,7 +273,7 @@ def test_jax_train_killed_at_seeded_points_reruns_to_the_final_step(world):
             assert proc.returncode == 2 and "no checkpoint" in proc.stderr, (point, proc.stderr)
             proc = world.ok("train", "jax-victim")
             assert weights(proc.stdout) == reference_weights, point
-        assert engine_for("jax").newest_step(str(out)) == 4, point
+        assert engine_spec("jax").newest_step(str(out)) == 4, point
         assert json.loads((out / "metrics.json").read_text())["final"]["step"] == 4, point
         assert sorted(p.name for p in (out / "checkpoints").iterdir()) == folders, point
         got = _orbax_variables(out)
@@ -287,23 +287,23 @@ def test_jax_train_killed_at_seeded_points_reruns_to_the_final_step(world):
 
 
 def test_export_killed_at_seeded_points_leaves_a_model_and_reruns_to_the_same(world):
-    from payload.core import storage
+    from payload.core import folders, layout
 
     new = world.out("exported") / "model"
     old = world.out("exported-old") / "model"
     assert (new / "model.safetensors").read_bytes() != (old / "model.safetensors").read_bytes()
-    wanted = {k: v for k, v in tree(new, new.parent).items() if k != storage.COMPLETE}
+    wanted = {k: v for k, v in tree(new, new.parent).items() if k != layout.COMPLETE}
     chosen = points("export", world.changes["export"])
     for point in chosen:
         out = world.copy("exported-old", "victim")
         before = world.outside("victim")
         kill(world, "export", "victim", point)
         model = out / "model"
-        assert storage.is_complete(str(model)), point  # the old or the new, never neither
+        assert folders.is_complete(str(model)), point  # the old or the new, never neither
         assert (model / "model.safetensors").read_bytes() in (
             (old / "model.safetensors").read_bytes(), (new / "model.safetensors").read_bytes())
         world.ok("export", "victim")
-        assert {k: v for k, v in tree(model, out).items() if k != storage.COMPLETE} == wanted, \
+        assert {k: v for k, v in tree(model, out).items() if k != layout.COMPLETE} == wanted, \
             point
         assert sorted(p.name for p in out.iterdir() if "model" in p.name) == ["model"], point
         assert world.outside("victim") == before, point

@@ -143,9 +143,9 @@ def test_a_preempted_spot_vm_is_recovered_and_the_job_resumes(cloud, fleet, tmp_
     """A spot VM taken back mid-training, its processes gone: --auto-resume 1 sees it, deletes
     and recreates the run's MIG (provider.recover), ships again and resumes from the newest
     checkpoint to the final step."""
-    from launcher import run
+    from launcher import job_control
 
-    monkeypatch.setattr(run, "TROUBLE_EVERY_S", 1.0)
+    monkeypatch.setattr(job_control, "TROUBLE_EVERY_S", 1.0)
     config = gce_config(tmp_path, fleet)
     assert invoke("up", "-c", config).exit_code == 0
     first_uid = str(gce_api.ComputeApi(project=PROJECT, region=REGION).group("trillium").uid)
@@ -249,9 +249,9 @@ def test_a_limit_reached_ends_the_job_and_worker_0_deletes_the_slice(cloud, flee
 
 def test_without_auto_resume_a_lost_vm_ends_the_run_and_down_removes_the_slice(
         cloud, fleet, tmp_path, tpuctl_home, monkeypatch):
-    from launcher import run
+    from launcher import job_control
 
-    monkeypatch.setattr(run, "TROUBLE_EVERY_S", 1.0)
+    monkeypatch.setattr(job_control, "TROUBLE_EVERY_S", 1.0)
     config = gce_config(tmp_path, fleet)
     assert invoke("up", "-c", config).exit_code == 0
     stub_stages(fleet, tmp_path, {"steps": {"train": 600}}, monkeypatch)
@@ -271,9 +271,9 @@ def test_a_preempted_slice_resumes_the_real_jax_run_from_its_checkpoint(
     """The same recovery with the real stages: the JAX run on both VMs loses them mid-training,
     --auto-resume brings up a new MIG, and training resumes from the newest Orbax checkpoint
     (not from step 0) to the final step, both VMs ending with the same weights."""
-    from launcher import run
+    from launcher import job_control
 
-    monkeypatch.setattr(run, "TROUBLE_EVERY_S", 1.0)
+    monkeypatch.setattr(job_control, "TROUBLE_EVERY_S", 1.0)
     monkeypatch.delenv(STAGE_ENTRY_ENV, raising=False)
     config = gce_config(tmp_path, fleet, train={
         "steps": 300, "learning_rate": 5e-3, "checkpoint_every": 20, "eval_every": 20,

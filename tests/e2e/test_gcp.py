@@ -547,9 +547,9 @@ def test_preemption_is_recovered_with_auto_resume(cloud, fleet, tmp_path, tpuctl
     """The node is preempted mid-training and its workers' processes die: --auto-resume 1
     deletes it, recreates it, ships again and resumes from the newest checkpoint."""
 
-    from launcher import launch, run
+    from launcher import job_control, launch
 
-    monkeypatch.setattr(run, "TROUBLE_EVERY_S", 1.0)
+    monkeypatch.setattr(job_control, "TROUBLE_EVERY_S", 1.0)
     config = gcp_config(tmp_path, fleet)
     assert invoke("up", "-c", config).exit_code == 0
     first_uid = cloud.node("tpurun")["id"]
@@ -582,9 +582,9 @@ def test_preemption_is_recovered_with_auto_resume(cloud, fleet, tmp_path, tpuctl
 
 def test_without_auto_resume_a_preemption_ends_the_run_naming_it(cloud, fleet, tmp_path,
                                                                   tpuctl_home, monkeypatch):
-    from launcher import run
+    from launcher import job_control
 
-    monkeypatch.setattr(run, "TROUBLE_EVERY_S", 1.0)
+    monkeypatch.setattr(job_control, "TROUBLE_EVERY_S", 1.0)
     config = gcp_config(tmp_path, fleet)
     assert invoke("up", "-c", config).exit_code == 0
     stub_stages(fleet, tmp_path, {"steps": {"train": 600}}, monkeypatch)

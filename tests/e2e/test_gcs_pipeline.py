@@ -198,10 +198,11 @@ def test_exported_model_loads_from_a_copy(runs, gcs_sandbox, tmp_path):
     note = json.loads((copy / "tpuctl_export.json").read_text())
     assert note["checkpoint"] == "checkpoints/ckpt-6"  # relative: no bucket in model/
     # The copy holds the weights the resumed training on gs:// finished with.
-    from payload.engines.tensorflow.trainer import weights_digest
+    from payload.engines.tensorflow.export import pytorch_state_dict
+    from payload.training.trainer import weights_digest
 
     model = TFAutoModelForCausalLM.from_pretrained(str(copy), use_safetensors=False)
-    assert weights_digest(model) == DIGEST.findall(gs.stdout["resume"])[-1][1]
+    assert weights_digest(pytorch_state_dict(model)) == DIGEST.findall(gs.stdout["resume"])[-1][1]
     tokenizer = AutoTokenizer.from_pretrained(copy)
     ids = np.array([tokenizer("The interpreter reads the module.")["input_ids"]])
     logits = model(ids).logits.numpy()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from payload.core import storage
+from payload.core import ownership, storage
 from payload.core.errors import UserError
 from tests.support.runners import payload_env
 
@@ -116,13 +116,13 @@ def test_remove_and_remove_tree(gcs):
 def test_makedirs_is_a_no_op_and_check_writable_leaves_nothing(gcs):
     storage.makedirs(f"{ROOT}/made/a/b")
     assert gcs.list(f"{ROOT}/made/") == []
-    storage.check_writable(f"{ROOT}/made")
+    ownership.check_writable(f"{ROOT}/made")
     assert gcs.list(f"{ROOT}/made/") == []
 
 
 def test_check_writable_names_a_missing_bucket(gcs):
     with pytest.raises(UserError, match="no-such-bucket"):
-        storage.check_writable("gs://no-such-bucket/run")
+        ownership.check_writable("gs://no-such-bucket/run")
 
 
 def test_listdir_matches_local(trees):

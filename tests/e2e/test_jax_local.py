@@ -97,7 +97,7 @@ def assert_export_gives_the_checkpoints_logits_in_pytorch(config: Path, out: Pat
     from payload.config import load_config
     from payload.engines.jax import export as jax_export
     from payload.engines.jax import step as jax_step
-    from payload.training.export import trained_weights
+    from payload.stages.export import trained_weights
     from tests.support.jax import model_inputs
 
     note = json.loads((out / "model" / "tpuctl_export.json").read_text())

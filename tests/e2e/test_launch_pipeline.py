@@ -54,8 +54,8 @@ def test_real_stages_on_ssh_and_local_workers_match(fleet, tmp_path, tpuctl_home
 
 
 needs_training = pytest.mark.skipif(
-    importlib.util.find_spec("payload.training.train") is None
-    or importlib.util.find_spec("payload.training.export") is None,
+    importlib.util.find_spec("payload.stages.train") is None
+    or importlib.util.find_spec("payload.stages.export") is None,
     reason="the train and export stages are not in this checkout yet")
 
 

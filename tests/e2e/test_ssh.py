@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from launcher import records, run
+from launcher import job_control, records
 from launcher.cli import app
 from launcher.launch import STAGE_ENTRY_ENV
 from tests.support.cloud import install_stub
@@ -210,9 +210,9 @@ def test_live_processes_counts_the_job(ssh_run, fleet):
     plan = records.current_job(records.state_dir(), "fleet").plan()
     with SshExecutor(plan.workers, SshSettings(user="root", known_hosts=fleet.known_hosts,
                                                 identity_file=fleet.identity_file)) as ex:
-        assert all(n >= 2 for n in run.live_processes(ex, plan).values())
-        assert set(run.stop(ex, plan).values()) == {"stopped"}
-        assert run.live_processes(ex, plan) == {0: 0, 1: 0, 2: 0}
+        assert all(n >= 2 for n in job_control.live_processes(ex, plan).values())
+        assert set(job_control.stop(ex, plan).values()) == {"stopped"}
+        assert job_control.live_processes(ex, plan) == {0: 0, 1: 0, 2: 0}
 
 
 def _tiny_wheel(folder: Path) -> Path:
@@ -234,9 +234,9 @@ def _tiny_wheel(folder: Path) -> Path:
 
 def test_wheelhouse_environment_is_created_once_and_cached(fleet, tmp_path):
     from launcher import ship
-    from launcher.environment import EnvMode, plan_environment
     from launcher.executors import SshExecutor, SshSettings
     from launcher.plan import Worker, job_paths
+    from launcher.worker_python import EnvMode, plan_environment
 
     house = tmp_path / "wheels"
     _tiny_wheel(house)

@@ -19,7 +19,6 @@ from payload.cloud.accelerators import (
     host_mismatch,
     region_of,
     runtime_for,
-    tensorflow_env_on_tpu,
     zones_offering,
 )
 from payload.core.errors import UserError
@@ -225,14 +224,3 @@ def test_the_jax_route_refuses_images_it_does_not_take():
                                                          "ubuntu")
     # The image Google's CI boots v4 on is taken as well as the docs' one.
     assert runtime_for(accelerator("v4-32"), "jax", "v2-alpha-tpuv5") == "v2-alpha-tpuv5"
-
-
-def test_tensorflow_is_told_about_libtpu_only_on_its_own_route():
-    assert tensorflow_env_on_tpu("tensorflow", "/env/libtpu/libtpu.so") == {
-        "NEXT_PLUGGABLE_DEVICE_USE_C_API": "true",
-        "TF_PLUGGABLE_DEVICE_LIBRARY_PATH": "/env/libtpu/libtpu.so"}
-    assert tensorflow_env_on_tpu("tensorflow", None) == {}
-    assert tensorflow_env_on_tpu("jax", "/env/libtpu/libtpu.so") == {
-        "NEXT_PLUGGABLE_DEVICE_USE_C_API": "", "TF_PLUGGABLE_DEVICE_LIBRARY_PATH": ""}
-
-

@@ -386,9 +386,9 @@ def test_what_the_plan_and_the_stages_refuse_comes_in_one_round(box):
 def _checkpoints_of(out: Path, engine: str) -> None:
     """checkpoints/ as a finished run of `engine` leaves it: the engine's file layout (an Orbax
     step folder, or TensorFlow's index and ckpt-N files), run.json naming it, the marker."""
-    from payload.core import storage
+    from payload.core import folders, ownership
 
-    storage.claim_output_dir(str(out))
+    ownership.claim_output_dir(str(out))
     files = ({"20/commit_success.txt": "", "20/default/manifest.ocdbt": "x"} if engine == "jax"
              else {"checkpoint": 'model_checkpoint_path: "ckpt-20"\n', "ckpt-20.index": "x",
                    "ckpt-20.data-00000-of-00001": "x"})
@@ -397,7 +397,7 @@ def _checkpoints_of(out: Path, engine: str) -> None:
         path = out / "checkpoints" / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    storage.mark_complete(str(out / "checkpoints"), {})
+    folders.mark_complete(str(out / "checkpoints"), {})
 
 
 @pytest.mark.parametrize(("written_by", "engine"), [("tensorflow", "jax"), ("jax", "tensorflow")])

@@ -13,7 +13,7 @@ import yaml
 
 from launcher import estimate
 from payload.config import load_config
-from payload.core import storage
+from payload.core import ownership
 from payload.training import runplan
 from payload.training.strategy import CPU
 from tests.support.runners import tpuctl
@@ -87,7 +87,7 @@ def test_every_stage_is_timed_from_the_table(tmp_path, table):
 def test_what_is_there_already_counts_nothing(tmp_path, table):
     path = write_run(tmp_path, kind="sentencepiece")
     out = tmp_path / "out"
-    storage.claim_output_dir(str(out))  # an earlier run's output_dir
+    ownership.claim_output_dir(str(out))  # an earlier run's output_dir
     (out / "tokenizer").mkdir(parents=True)
     (out / "tokenizer" / "tokenizer.json").write_text("{}")
     lines = time_lines(tmp_path, path)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from payload.config import load_config
-from payload.core import storage
+from payload.core import folders, layout, ownership, storage
 from payload.core.errors import UserError
 from payload.training.preflight import check_before_start
 from tests.support.configs import base_config, write_config
@@ -129,7 +129,7 @@ def test_tokenizer_is_not_replaced_under_its_shards_or_checkpoints(tmp_path, tex
     assert tokenizer_json.read_bytes() == first
     payload_main("tokenizer", "--config", str(bigger), "--overwrite", check=True)
     assert tokenizer_json.read_bytes() != first
-    assert storage.is_complete(str(out / "tokenizer"))
+    assert folders.is_complete(str(out / "tokenizer"))
     # A changed setting with nothing made from the tokenizer yet retrains without a word.
     (out / "checkpoints" / "run.json").unlink()
     proc = payload_main("tokenizer", "--config", path, check=True)
@@ -176,7 +176,7 @@ def test_output_dir_is_marked_and_an_earlier_run_is_adopted(tmp_path, texts):
     # Deleting needs the marker, whatever the caller.
     (out / ".tpuctl" / "owner").unlink()
     with pytest.raises(UserError, match="refusing to delete"):
-        storage.remove_owned(str(out), [str(out / "data" / "manifest.json")])
+        ownership.remove_owned(str(out), [str(out / "data" / "manifest.json")])
     assert (out / "data" / "manifest.json").is_file()
 
 
@@ -189,7 +189,7 @@ OLD = {"weights.bin": b"old weights", "config.json": b"old config", "stale.txt":
 
 def _contents(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*")
-            if p.is_file() and p.name != storage.COMPLETE}
+            if p.is_file() and p.name != layout.COMPLETE}
 
 
 def _old_folder(root: Path) -> Path:
@@ -201,13 +201,13 @@ def _old_folder(root: Path) -> Path:
     for name, body in OLD.items():
         (target / name).parent.mkdir(parents=True, exist_ok=True)
         (target / name).write_bytes(body)
-    storage.mark_complete(str(target), {"stage": "old", "files": sorted(OLD)})
+    folders.mark_complete(str(target), {"stage": "old", "files": sorted(OLD)})
     return target
 
 
 def test_a_failed_replacement_leaves_the_old_folder(tmp_path):
     target = _old_folder(tmp_path / "run")
-    with pytest.raises(RuntimeError), storage.replacing_folder(str(target), {}) as folder:
+    with pytest.raises(RuntimeError), folders.replacing_folder(str(target), {}) as folder:
         (Path(folder) / "weights.bin").write_bytes(b"half")
         raise RuntimeError("disk gone")
     assert _contents(target) == OLD
@@ -223,28 +223,28 @@ def test_a_failed_replacement_leaves_the_old_folder(tmp_path):
 @pytest.mark.usefixtures("gcs_emulator")
 def test_complete_folders_and_ownership_on_cloud_storage():
     out = "gs://tpuctl-test/own"
-    storage.claim_output_dir(out)
-    assert storage.exists(storage.owner_marker(out))
+    ownership.claim_output_dir(out)
+    assert storage.exists(ownership.owner_marker(out))
     target = storage.join(out, "model")
     for name, body in OLD.items():
         storage.write_bytes(storage.join(target, name), body)
     storage.write_bytes(storage.join(target, "README.md"), b"mine")
-    storage.mark_complete(target, {"stage": "old", "files": sorted(OLD)})
-    with storage.replacing_folder(target, {"stage": "test"}) as folder:
+    folders.mark_complete(target, {"stage": "old", "files": sorted(OLD)})
+    with folders.replacing_folder(target, {"stage": "test"}) as folder:
         for name, body in NEW.items():
             (Path(folder) / name).parent.mkdir(parents=True, exist_ok=True)
             (Path(folder) / name).write_bytes(body)
-    assert storage.is_complete(target)
+    assert folders.is_complete(target)
     names = storage.list_tree(target)
-    assert names == sorted([*NEW, "README.md", storage.COMPLETE])  # stale.txt was tpuctl's
+    assert names == sorted([*NEW, "README.md", layout.COMPLETE])  # stale.txt was tpuctl's
     assert {n: storage.read_bytes(storage.join(target, n)) for n in NEW} == NEW
-    assert storage.read_complete(target)["files"] == sorted(NEW)
+    assert folders.read_complete(target)["files"] == sorted(NEW)
     # A prefix that holds someone else's objects is not taken, nor deleted in.
     storage.write_text("gs://tpuctl-test/theirs/notes.txt", "x")
     with pytest.raises(UserError, match="did not write"):
-        storage.claim_output_dir("gs://tpuctl-test/theirs")
+        ownership.claim_output_dir("gs://tpuctl-test/theirs")
     with pytest.raises(UserError, match="refusing to delete"):
-        storage.remove_owned("gs://tpuctl-test/theirs", ["gs://tpuctl-test/theirs/notes.txt"])
+        ownership.remove_owned("gs://tpuctl-test/theirs", ["gs://tpuctl-test/theirs/notes.txt"])
     assert storage.exists("gs://tpuctl-test/theirs/notes.txt")
 
 
@@ -264,7 +264,7 @@ def test_train_overwrite_never_follows_a_linked_checkpoints_folder(tmp_path):
     from payload.training import checkpoints
 
     out = tmp_path / "run"
-    storage.claim_output_dir(str(out))
+    ownership.claim_output_dir(str(out))
     theirs = {"checkpoint": 'model_checkpoint_path: "ckpt-9"\n', "ckpt-9.index": "mine",
               "ckpt-9.data-00000-of-00001": "mine"}
     outside = _outside(tmp_path, theirs)
@@ -295,12 +295,12 @@ def test_prepare_overwrite_never_follows_a_linked_data_folder(tmp_path, texts):
 
 def test_export_never_copies_through_a_linked_model_folder(tmp_path):
     out = tmp_path / "run"
-    storage.claim_output_dir(str(out))
+    ownership.claim_output_dir(str(out))
     home = _outside(tmp_path, {".ssh/id_rsa": "PRIVATE KEY\n", "notes.txt": "mine\n"})
     (out / "model").symlink_to(home)
     before = snapshot(home)
     with pytest.raises(UserError, match="model is a symbolic link"), \
-            storage.replacing_folder(str(out / "model"), {"stage": "export"}) as folder:
+            folders.replacing_folder(str(out / "model"), {"stage": "export"}) as folder:
         Path(folder, "config.json").write_text("{}")
     assert snapshot(home) == before
     assert not any("PRIVATE" in p.read_text() for p in out.rglob("*")
@@ -309,7 +309,7 @@ def test_export_never_copies_through_a_linked_model_folder(tmp_path):
     (out / "model").unlink()
     (out / "model").mkdir()
     (out / "model" / "key").symlink_to(home / ".ssh" / "id_rsa")
-    with storage.replacing_folder(str(out / "model"), {"stage": "export"}) as folder:
+    with folders.replacing_folder(str(out / "model"), {"stage": "export"}) as folder:
         Path(folder, "config.json").write_text("{}")
     assert sorted(p.name for p in (out / "model").iterdir()) == [".tpuctl-complete",
                                                                   "config.json"]
@@ -328,7 +328,7 @@ def test_a_download_target_that_is_a_link_is_refused_and_linked_leftovers_go(tmp
     target.unlink()
     leftover = tmp_path / ".model.tpuctl-new"
     leftover.symlink_to(mine)
-    with storage.replacing_folder(str(target), {"stage": "download"}) as folder:
+    with folders.replacing_folder(str(target), {"stage": "download"}) as folder:
         Path(folder, "config.json").write_text("{}")
     assert not os.path.lexists(leftover)
     assert (target / "config.json").exists() and (mine / "weights.bin").read_text() == "mine\n"

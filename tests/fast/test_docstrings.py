@@ -193,9 +193,9 @@ def test_the_checker_catches_a_stale_example():
         _check_shell("tpuctl no-such-command", "x")
     with pytest.raises(AssertionError, match="has no option"):
         _check_shell("tpuctl train --no-such-option", "x")
-    from launcher import jobs, records
+    from launcher import job_shell, records
 
     with pytest.raises(AssertionError, match="returns one Poll"):
-        _check_types(ast.parse("state, lines = parse_poll(output)"), jobs)
+        _check_types(ast.parse("state, lines = parse_poll(output)"), job_shell)
     with pytest.raises(AssertionError, match="JobRecord has no logbook"):
         _check_types(ast.parse("r = current_job(base, 'x')\nr.logbook()"), records)

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from payload.config import ignored_settings, load_config
-from payload.core import storage
+from payload.core import ownership
 from tests.support.configs import init_from_config
 from tests.support.runners import tpuctl
 
@@ -99,7 +99,7 @@ def test_an_export_of_another_engines_checkpoints_says_the_engine_asked_for_is_n
     path = tmp_path / "tpuctl.yaml"
     path.write_text(yaml.safe_dump(raw))
     # What a TensorFlow run leaves: its checkpoint index, run.json naming the engine.
-    storage.claim_output_dir(str(out))
+    ownership.claim_output_dir(str(out))
     (out / "checkpoints").mkdir()
     (out / "checkpoints" / "checkpoint").write_text('model_checkpoint_path: "ckpt-10"\n')
     (out / "checkpoints" / "run.json").write_text(json.dumps({"engine": "tensorflow"}))

@@ -8,10 +8,10 @@ import pytest
 
 from payload.config import ModelConfig
 from payload.core.errors import UserError
+from payload.core.fit.memory import REMAT_ORDER, activation_bytes
+from payload.core.fit.sharding import plan_sharding
+from payload.core.fit.workload import Workload
 from payload.core.sizes import parameter_count, transformers_config
-from payload.engines import Workload
-from payload.engines.jax.memory import REMAT_ORDER, activation_bytes
-from payload.engines.jax.sharding import plan_sharding
 
 GIB = 1 << 30
 
@@ -65,8 +65,10 @@ def architecture(family):
 
 
 def v5e(chips: int) -> dict:
+    from payload.cloud.accelerators import larger_slices
+
     return {"num_devices": chips, "hbm_bytes_per_chip": 16 * GIB,
-            "where": f"v5litepod-{chips}"}
+            "where": f"v5litepod-{chips}", "larger": larger_slices(f"v5litepod-{chips}")}
 
 
 def test_gpt2_xl_does_not_fit_one_v5e_chip_and_the_refusal_names_a_slice_it_fits():

@@ -11,13 +11,13 @@ def test_the_use_case_decides_teardown_and_download(tmp_path):
     from types import SimpleNamespace
 
     from launcher import launch
-    from launcher.run import Outcome
-    from payload.core import layout, storage
+    from launcher.job_control import Outcome
+    from payload.core import folders, layout
 
     model = tmp_path / "out" / layout.MODEL_DIR
     model.mkdir(parents=True)
     (model / "config.json").write_text("{}")
-    storage.mark_complete(str(model), {"stage": "export"})
+    folders.mark_complete(str(model), {"stage": "export"})
     calls: list[str] = []
     provider = SimpleNamespace(down=lambda on_event: calls.append("down"))
     executor = SimpleNamespace(close=lambda: calls.append("close"))

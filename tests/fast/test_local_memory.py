@@ -8,6 +8,7 @@ import yaml
 
 from launcher import estimate
 from payload.config import parse_config
+from payload.core.engines import ENGINES, JAX
 from payload.training import runplan
 from tests.support.runners import tpuctl
 
@@ -71,6 +72,6 @@ def test_the_state_is_counted_per_optimizer(tmp_path, optimizer):
     config = parse_config(local_config(tmp_path, {"size": "small"}, optimizer=optimizer))
     memory = runplan.cpu_memory(config, runplan.run_architecture(config), processes=2)
     params = 124_439_808  # GPT-2 small with its 50,257-token vocabulary
-    factor = runplan.CPU_MEMORY_FACTORS["jax"][0]
+    factor = ENGINES[JAX].cpu_memory_factors[0]
     assert memory.state == int(params * {"adamw": 16, "adafactor": 8}[optimizer] * factor)
     assert memory.rows == 16 and memory.base == runplan.CPU_PROCESS_BASE_BYTES

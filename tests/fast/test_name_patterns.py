@@ -9,11 +9,10 @@ import ast
 
 import pytest
 
-from payload import config
-from payload.core import storage
+from payload.config import clusters, run, sections
+from payload.core import ownership
+from payload.core.engines import JaxSpec, TensorFlowSpec
 from payload.data import shards
-from payload.engines.jax import engine as jax_engine
-from payload.engines.tensorflow import checkpoints as tf_checkpoints
 from payload.training import checkpoints
 from tests.support.paths import REPO
 
@@ -21,15 +20,15 @@ SOURCES = ("launcher", "payload", "scripts", "bench")
 
 
 PATTERNS = [
-    (config._PROJECT, "my-project"), (config._ZONE, "us-east5-b"),
-    (config._NETWORK, "default"), (config._SUBNETWORK, "my-subnet"),
-    (config.TPU_NAME, "tpu"), (config._BUCKET, "my-bucket"), (config._NAME, "t"),
-    (config._HOST, "10.0.0.2"), (config.HUB_REPO, "me/model"),
-    (config._COMPUTE_RESERVATION, "mine"), (config._IMAGE, "global/images/family/mine"),
-    (config._RESERVATION, "projects/my-project/locations/us-east5-b/reservations/r"),
-    (storage._WORKER_LOG, "worker-0.log"), (shards._PREPARED, "parts/worker-00000of00002.json"),
-    (jax_engine._STEP, "12"), (jax_engine._WRITTEN, "12/default/manifest.ocdbt"),
-    (tf_checkpoints._WRITTEN, "ckpt-1.index"), (checkpoints._OWN, "run.json"),
+    (clusters._PROJECT, "my-project"), (clusters._ZONE, "us-east5-b"),
+    (clusters._NETWORK, "default"), (clusters._SUBNETWORK, "my-subnet"),
+    (clusters.TPU_NAME, "tpu"), (clusters._BUCKET, "my-bucket"), (run.RUN_NAME, "t"),
+    (clusters._HOST, "10.0.0.2"), (sections.HUB_REPO, "me/model"),
+    (clusters._COMPUTE_RESERVATION, "mine"), (clusters._IMAGE, "global/images/family/mine"),
+    (clusters._RESERVATION, "projects/my-project/locations/us-east5-b/reservations/r"),
+    (ownership._WORKER_LOG, "worker-0.log"), (shards._PREPARED, "parts/worker-00000of00002.json"),
+    (JaxSpec._STEP, "12"), (JaxSpec._WRITTEN, "12/default/manifest.ocdbt"),
+    (TensorFlowSpec._WRITTEN, "ckpt-1.index"), (checkpoints._OWN, "run.json"),
 ]
 
 

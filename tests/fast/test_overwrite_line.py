@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from payload.core import storage
+from payload.core import ownership, storage
 from payload.training.checkpoints import removal_summary, start_fresh
 
 
@@ -31,7 +31,7 @@ def jax_run_checkpoints(folder, steps=(100, 200, 300)) -> int:
 
 def test_overwriting_a_jax_run_says_what_goes_in_one_short_line(tmp_path, caplog):
     out = tmp_path / "run"
-    storage.claim_output_dir(str(out))  # what the earlier run made tpuctl's
+    ownership.claim_output_dir(str(out))  # what the earlier run made tpuctl's
     files = jax_run_checkpoints(out / "checkpoints")
     assert files > 70
     with caplog.at_level(logging.INFO, logger="payload.training.checkpoints"):

@@ -5,8 +5,7 @@ import shlex
 
 import pytest
 
-from launcher import jobs
-from launcher.environment import EnvMode, plan_environment
+from launcher import job_shell
 from launcher.plan import (
     ALL_STAGES,
     Plan,
@@ -16,6 +15,7 @@ from launcher.plan import (
     parse_stages,
     render_plan,
 )
+from launcher.worker_python import EnvMode, plan_environment
 from payload.config import parse_config
 from payload.core.errors import UserError
 from payload.training.strategy import CPU, Hardware
@@ -237,15 +237,9 @@ def test_the_tpu_environment_pins_everything_it_installs_for_every_accelerator(t
     from packaging.requirements import Requirement
 
     from launcher import launch, ship
-    from launcher.environment import (
-        ENGINE_EXTRAS,
-        JAX_TPU_PYTHON,
-        TPU_WHEELS_INDEX,
-        UV_VERSION,
-        tpu_lock,
-        tpu_requirements,
-    )
+    from launcher.worker_python import UV_VERSION, tpu_lock, tpu_requirements
     from payload.cloud import accelerators
+    from payload.core.engines import JAX_TPU_PYTHON, TPU_WHEELS_INDEX, engine_spec
 
     lock = {Requirement(r).name: Requirement(r) for r in tpu_lock(engine)}
     libtpu = next(iter(lock["libtpu"].specifier)).version
@@ -256,7 +250,7 @@ def test_the_tpu_environment_pins_everything_it_installs_for_every_accelerator(t
         assert str(lock["jax"].specifier) == f"=={metadata.version('jax')}"
         assert "tensorflow-cpu" in lock and "tensorflow-tpu" not in lock
     # The lock holds what pyproject asks for the engine (TensorFlow as the route's build).
-    normal, nodeps = tpu_requirements(ship.worker_requirements(extras=ENGINE_EXTRAS[engine]),
+    normal, nodeps = tpu_requirements(ship.worker_requirements(extras=engine_spec(engine).extras),
                                       engine)
     for req in map(Requirement, normal + nodeps):
         pinned = next(iter(lock[req.name.lower()].specifier)).version
@@ -303,7 +297,8 @@ def lock_pins(lock: dict) -> list[str]:
 def test_each_engine_has_its_own_tpu_environment():
     """The engine picks the lock (and, for JAX, the Python brought onto the image); the key
     changes with it, and a CPU run installs the engine's pyproject set as it is."""
-    from launcher.environment import JAX_TPU_PYTHON, UV_VERSION, tpu_lock
+    from launcher.worker_python import UV_VERSION, tpu_lock
+    from payload.core.engines import JAX_TPU_PYTHON
 
     reqs = ("tensorflow==2.20.0", "tf-keras==2.20.1", "jax==0.10.2")
     tf = plan_environment(python=None, wheelhouse_digest=None, requirements=reqs, tpu=True)
@@ -334,14 +329,14 @@ def test_each_engine_has_its_own_tpu_environment():
 
 
 def test_the_lock_file_is_what_the_script_writes(monkeypatch):
-    """launcher/tpu_lock.py round-trips through scripts/tpu_lock.py's reader and writer (no
+    """launcher/tpu_lock.py round-trips through scripts/write_tpu_lock.py's reader and writer (no
     package index asked): the file is the script's output, and what the script writes parses
     back to the same locks."""
     import importlib.util
     import sys
 
     spec = importlib.util.spec_from_file_location("tpu_lock_script",
-                                                  REPO / "scripts" / "tpu_lock.py")
+                                                  REPO / "scripts" / "write_tpu_lock.py")
     script = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, script)  # its dataclass looks itself up there
     spec.loader.exec_module(script)
@@ -375,12 +370,12 @@ def test_plan_round_trips_through_json_and_renders():
 
 def test_job_commands_parse():
     p = plan(1)
-    start = jobs.start_command(p.paths[0], "/opt/py bin/python")
+    start = job_shell.start_command(p.paths[0], "/opt/py bin/python")
     assert "setsid -f sh -c" in start and "'/opt/py bin/python'" in start
-    poll = jobs.parse_poll("exited 3 train\nline 1\nline 2\npart")
-    assert poll.state is jobs.JobState.EXITED and poll.rc == 3 and poll.stage == "train"
+    poll = job_shell.parse_poll("exited 3 train\nline 1\nline 2\npart")
+    assert poll.state is job_shell.JobState.EXITED and poll.rc == 3 and poll.stage == "train"
     assert poll.lines == ("line 1", "line 2") and poll.partial == "part"
-    assert jobs.parse_poll("running - -\n").stage == ""
+    assert job_shell.parse_poll("running - -\n").stage == ""
 
 
 def test_providers_are_one_table_and_a_record_reopens_the_same_reach(tmp_path, monkeypatch):

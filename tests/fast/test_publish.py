@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from launcher import hub as launcher_hub
-from launcher.environment import plan_environment
 from launcher.plan import Stage, Worker, build_plan, parse_stages, render_plan
+from launcher.worker_python import plan_environment
 from payload.config import parse_config
 from payload.core.errors import UserError
 from payload.training.strategy import CPU
@@ -104,7 +104,7 @@ def test_the_plan_publishes_on_worker_0_after_export_with_the_token_by_name(tmp_
 def test_the_model_card_shows_the_model_not_the_infrastructure(tmp_path):
     from markdown_it import MarkdownIt
 
-    from payload.training.publish import model_card
+    from payload.stages.publish import model_card
 
     corpus = "/home/alice/data/we`ird *name* <b>.txt"
     raw = yaml.safe_load(tiny_config(tmp_path, output_dir="gs://alice-private-bucket/run",
@@ -130,14 +130,14 @@ def test_the_model_card_shows_the_model_not_the_infrastructure(tmp_path):
 
 
 def test_publish_reads_only_a_complete_export(tmp_path, hub, monkeypatch):
-    from payload.core import storage
-    from payload.training import publish
+    from payload.core import folders
+    from payload.stages import publish
 
     config = _config(tmp_path, repo="lab/model")
     (tmp_path / "out" / "model").mkdir(parents=True)
     (tmp_path / "out" / "model" / "config.json").write_text("{}")
     monkeypatch.setenv("HF_TOKEN", TOKEN)
-    monkeypatch.setattr(storage, "is_complete", lambda folder: False, raising=False)
+    monkeypatch.setattr(folders, "is_complete", lambda folder: False)
     with pytest.raises(UserError, match="is not a complete export"):
         publish.run_publish(config)
     assert hub.requests == []
@@ -145,7 +145,7 @@ def test_publish_reads_only_a_complete_export(tmp_path, hub, monkeypatch):
 
 def test_module_has_no_shell_quoting_surprises():
     # The start command stays one shell line when secrets are handed over.
-    from launcher.jobs import start_command
+    from launcher.job_shell import start_command
     from launcher.plan import job_paths
 
     line = start_command(job_paths("j", "d", 0), "/usr/bin/python3", secrets=True)

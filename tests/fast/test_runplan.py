@@ -187,11 +187,11 @@ def test_dry_run_prints_the_plan_and_refuses_a_bad_batch(tmp_path):
 
 
 def test_dry_run_on_cpu_workers_warns_from_the_manifest(tmp_path):
-    from payload.core import storage
+    from payload.core import ownership
     from payload.data import shards as records
 
     out = tmp_path / "out"
-    storage.claim_output_dir(str(out))  # an output_dir an earlier prepare made
+    ownership.claim_output_dir(str(out))  # an output_dir an earlier prepare made
     (out / "data").mkdir(parents=True)
     manifest = records.Manifest(
         format=records.FORMAT, seq_len=128, record_len=128, dtype="uint16", family="gpt2",
@@ -221,10 +221,10 @@ def test_dry_run_on_cpu_workers_warns_from_the_manifest(tmp_path):
 def test_dry_run_on_cpu_workers_times_the_run_by_the_last_measured_speed(tmp_path):
     import json
 
-    from payload.core import storage
+    from payload.core import ownership
 
     out = tmp_path / "out"
-    storage.claim_output_dir(str(out))
+    ownership.claim_output_dir(str(out))
     raw = plan_config(cluster={"provider": "local", "workers": 2}, output_dir=str(out),
                data={"corpus": str(tmp_path / "c.txt"), "seq_len": 128},
                train={"steps": 100, "batch_size": 32})

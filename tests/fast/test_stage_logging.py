@@ -11,7 +11,7 @@ from tests.support.runners import payload_main
 
 def test_a_stage_keeps_its_own_lines_and_only_libraries_warnings_named(monkeypatch):
     def run_stage(args):
-        logging.getLogger("payload.training.export").info("exported it")
+        logging.getLogger("payload.stages.export").info("exported it")
         for library in stage_main.QUIET_LIBRARIES:
             logging.getLogger(f"{library}.inner").info("%s narrates its work", library)
         logging.getLogger("absl").warning("a checkpoint step is missing")

@@ -141,7 +141,7 @@ def test_worker_index_out_of_range_is_refused():
 def test_pod_hosts_other_than_worker_zero_do_not_train(caplog):
     import logging
 
-    from payload.training.train import run_train
+    from payload.stages.train import run_train
 
     caplog.set_level(logging.INFO)
     run_train(gcp_config("v4-32"), worker_index=2, num_workers=4,
@@ -204,7 +204,7 @@ def test_jax_workers_without_their_coordinator_are_refused():
 
 def test_jax_keeps_tensorflow_off_the_tpu_and_runs_on_the_cpu_with_the_stand_in():
     real = plan_strategy(jax_facts(tpu(), workers=1))
-    # No pluggable-device library for TensorFlow either (accelerators.tensorflow_env_on_tpu).
+    # No pluggable-device library for TensorFlow either (payload.core.engines: tensorflow_env_on_tpu).
     no_plugin = {"NEXT_PLUGGABLE_DEVICE_USE_C_API": "", "TF_PLUGGABLE_DEVICE_LIBRARY_PATH": ""}
     assert real.env == {"TPU_LOAD_LIBRARY": "0", **no_plugin}
     assert real.steps_per_execution == TPU_STEPS_PER_EXECUTION

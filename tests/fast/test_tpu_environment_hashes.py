@@ -10,7 +10,7 @@ import shlex
 
 import pytest
 
-from launcher.environment import (
+from launcher.worker_python import (
     HASH_PINNED,
     hashed,
     plan_environment,

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from payload.core import storage
+from payload.core import folders
 from payload.core.errors import UserError
 
 
@@ -65,13 +65,14 @@ def wider_program():
 
     import jax
 
+    from payload.core.fit.sharding import plan_sharding
     from payload.engines.jax import step as jax_step
 
     raw = {"model_type": "gpt2", "vocab_size": 32, "n_embd": 32, "n_layer": 1, "n_head": 2,
            "n_positions": 8}
     cfg = SimpleNamespace(learning_rate=1e-2, warmup_steps=1, steps=4, weight_decay=0.01,
                           max_grad_norm=1.0, optimizer="adamw", bf16=False, seed=0)
-    plan = jax_step.plan_sharding(1, num_devices=len(jax.devices()), hbm_bytes_per_chip=1 << 30)
+    plan = plan_sharding(1, num_devices=len(jax.devices()), hbm_bytes_per_chip=1 << 30)
     return jax_step.TrainProgram(raw, family="gpt2", train_cfg=cfg,
                                  mesh=jax_step.make_mesh(plan))
 
@@ -153,7 +154,7 @@ def tf_run(tf, output_dir: Path, shapes: list[tuple[int, int]]) -> None:
         ckpts.checkpoint.optimizer.iterations = tf.Variable(2 * i, dtype=tf.int64)
         ckpts.save(2 * i)
         ckpts.close()
-    storage.mark_complete(str(output_dir / "checkpoints"), {})
+    folders.mark_complete(str(output_dir / "checkpoints"), {})
 
 
 def tf_resume(tf, output_dir: Path, shape=(4, 4)):
@@ -174,7 +175,7 @@ def tf_resume(tf, output_dir: Path, shape=(4, 4)):
 @pytest.mark.parametrize("damage", ["truncated", "other-shape"])
 def test_a_resume_onto_a_broken_tensorflow_checkpoint_names_it_and_the_intact_one(
         tf, tmp_path, damage):
-    from payload.engines.tensorflow.checkpoints import newest_step
+    from payload.core.engines import engine_spec
 
     out = tmp_path / "out"
     tf_run(tf, out, [(4, 4), (8, 4) if damage == "other-shape" else (4, 4)])
@@ -196,7 +197,7 @@ def test_a_resume_onto_a_broken_tensorflow_checkpoint_names_it_and_the_intact_on
     aside.mkdir()
     for path in ckpt.glob("ckpt-4.*"):
         shutil.move(path, aside / path.name)
-    assert newest_step(str(out)) == 2
+    assert engine_spec("tensorflow").newest_step(str(out)) == 2
     assert tf_resume(tf, out) == (True, 2)
 
 

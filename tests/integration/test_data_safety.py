@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from payload.core import storage
+from payload.core import folders, layout
 from tests.support.configs import base_config, write_config
 from tests.support.runners import payload_env
 
@@ -43,10 +43,10 @@ def run_config(tmp_path: Path, out: Path, corpus, name: str = "run", **sections)
 
 _REPLACE = """
 import os, sys
-from payload.core import storage
+from payload.core import folders, storage
 if sys.argv[2] == "rename":
-    storage._exchange = lambda a, b: False  # the two-rename path (NFS, macOS)
-with storage.replacing_folder(sys.argv[1], {"stage": "test"}) as folder:
+    folders._exchange = lambda a, b: False  # the two-rename path (NFS, macOS)
+with folders.replacing_folder(sys.argv[1], {"stage": "test"}) as folder:
     for name in ("weights.bin", "config.json", "sub/extra.txt"):
         storage.write_bytes(os.path.join(folder, name), b"new " + name.encode())
 """
@@ -57,7 +57,7 @@ OLD = {"weights.bin": b"old weights", "config.json": b"old config", "stale.txt":
 
 def _contents(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*")
-            if p.is_file() and p.name != storage.COMPLETE}
+            if p.is_file() and p.name != layout.COMPLETE}
 
 
 def _replace(target: Path, how: str, **env) -> subprocess.CompletedProcess:
@@ -74,7 +74,7 @@ def _old_folder(root: Path) -> Path:
     for name, body in OLD.items():
         (target / name).parent.mkdir(parents=True, exist_ok=True)
         (target / name).write_bytes(body)
-    storage.mark_complete(str(target), {"stage": "old", "files": sorted(OLD)})
+    folders.mark_complete(str(target), {"stage": "old", "files": sorted(OLD)})
     return target
 
 
@@ -93,16 +93,16 @@ def test_replacing_a_folder_survives_a_kill_at_every_point(tmp_path, how):
         assert killed.returncode == -9, (point, killed.stderr)
         if target.exists():
             assert _contents(target) in (OLD, NEW), point
-            assert storage.is_complete(str(target)), point
+            assert folders.is_complete(str(target)), point
         else:  # only between the two renames, and the next run puts one back
             assert how == "rename", point
             seen_missing = True
-            storage.recover_folder(str(target))
+            folders.recover_folder(str(target))
             assert _contents(target) in (OLD, NEW), point
         assert _replace(target, how).returncode == 0, point
         assert _contents(target) == NEW, point
         assert sorted(p.name for p in target.parent.iterdir()) == ["model"], point
-        assert json.loads((target / storage.COMPLETE).read_text())["stage"] == "test"
+        assert json.loads((target / layout.COMPLETE).read_text())["stage"] == "test"
     assert seen_missing == (how == "rename")
 
 

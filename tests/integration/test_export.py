@@ -11,12 +11,13 @@ pytest.importorskip("tensorflow")
 
 from payload.config import parse_config
 from payload.core.errors import UserError
-from payload.training.export import run_export, trained_weights
+from payload.stages.export import run_export
+from payload.stages.train import run_train
 from payload.training.model import load_tokenizer
-from payload.training.train import run_train
 from tests.support.configs import training_config, training_run_config
 from tests.support.paths import SCRIPTS, TORCH_PYTHON, TORCH_READY
 from tests.support.runs import prepared_run
+from tests.support.tf_models import checkpoint_model
 
 TEXT = ["The interpreter reads the module and runs it.", "A list of numbers, then a dict."]
 
@@ -31,7 +32,7 @@ def exported(request, tmp_path_factory):
     config = parse_config(raw)
     run_train(config)
     run_export(config)
-    model, (tokenizer, _) = trained_weights(config).model, load_tokenizer(config)
+    model, (tokenizer, _) = checkpoint_model(config), load_tokenizer(config)
     ids = np.array(tokenizer(TEXT, padding="longest")["input_ids"], dtype=np.int64)[:, :12]
     extra = {"decoder_input_ids": ids[:, :5]} if family == "t5" else {}
     logits = model(ids, **extra, training=False).logits.numpy()

@@ -12,8 +12,8 @@ import pytest
 pytest.importorskip("tensorflow")
 
 from payload.config import parse_config
-from payload.training.export import run_export
-from payload.training.train import run_train
+from payload.stages.export import run_export
+from payload.stages.train import run_train
 from tests.support.configs import training_config
 from tests.support.paths import SCRIPTS, TORCH_PYTHON, TORCH_READY
 from tests.support.runs import prepared_run

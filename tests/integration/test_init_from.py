@@ -11,13 +11,14 @@ pytest.importorskip("tensorflow")
 
 from payload.config import parse_config
 from payload.core.errors import UserError
-from payload.training.export import run_export, trained_weights
+from payload.stages.export import run_export
+from payload.stages.train import run_train
 from payload.training.model import load_tokenizer
-from payload.training.train import run_train
 from tests.support.configs import training_config, write_training_config
 from tests.support.corpora import bundled_documents
 from tests.support.runners import assert_user_error, run_payload
 from tests.support.runs import run_stage
+from tests.support.tf_models import checkpoint_model
 
 
 def corpus_file(folder, documents) -> str:
@@ -87,7 +88,7 @@ def test_continued_pretraining_starts_where_the_first_run_ended(first_run, other
     run_export(parse_config(raw))
     import transformers
 
-    model = trained_weights(parse_config(raw)).model
+    model = checkpoint_model(parse_config(raw))
     tokenizer, _ = load_tokenizer(parse_config(raw))
     ids = np.array([tokenizer("The interpreter reads the module.")["input_ids"]])
     loaded = transformers.TFAutoModelForCausalLM.from_pretrained(str(out / "model"),
@@ -140,14 +141,14 @@ def test_a_folder_without_what_training_needs_is_refused_before_anything_runs(fi
 
 
 def test_weights_from_the_tensorflow_file_alone_load_the_same(first_run, tmp_path):
+    from payload.engines.tensorflow.model import build_model
     from payload.engines.tensorflow.pretrained import load_weights
-    from payload.training.model import build_model
 
     first_run, first_raw = first_run
     folder = tmp_path / "model"
     shutil.copytree(first_run / "model", folder)
     (folder / "model.safetensors").unlink()
-    model = trained_weights(parse_config(first_raw)).model
+    model = checkpoint_model(parse_config(first_raw))
     fresh = build_model(model.config)
     assert load_weights(fresh, str(folder)).endswith("tf_model.h5")
     for a, b in zip(model.weights, fresh.weights, strict=True):
@@ -163,9 +164,11 @@ def test_weights_from_the_tensorflow_file_alone_load_the_same(first_run, tmp_pat
 def test_pytorch_layout_weights_load_into_the_tensorflow_model(tmp_path, family, size, rename):
     from safetensors.numpy import save_file
 
+    from payload.core.pytorch_weights import with_tied_copies
     from payload.engines.tensorflow.export import pytorch_state_dict
+    from payload.engines.tensorflow.model import build_model
     from payload.engines.tensorflow.pretrained import load_weights
-    from payload.training.model import TokenIds, build_model, model_config
+    from payload.training.model import TokenIds, model_config
 
     vocab = TokenIds(vocab_size=300, special=(0, 1, 2, 3, 4), pad=1, unk=3, mask=4, bos=0, eos=2)
     settings = parse_config({
@@ -174,7 +177,7 @@ def test_pytorch_layout_weights_load_into_the_tensorflow_model(tmp_path, family,
         "train": {"steps": 1, "batch_size": 8, "learning_rate": 1e-3},
     })
     source = build_model(model_config(settings.model, vocab=vocab, seq_len=128))
-    state = pytorch_state_dict(source, family)
+    state = with_tied_copies(pytorch_state_dict(source), family)  # as a PyTorch file holds it
     for old, new in rename.items():
         state = {key.replace(old, new): value for key, value in state.items()}
     save_file(state, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})

@@ -11,8 +11,7 @@ pytest.importorskip("flax")
 import jax
 import jax.numpy as jnp
 
-from payload.engines.jax import kernels
-from payload.engines.jax.attention import (
+from payload.core.fit.attention import (
     CUDNN,
     REFERENCE,
     SPLASH,
@@ -22,6 +21,7 @@ from payload.engines.jax.attention import (
     choose_attention,
     generation_of,
 )
+from payload.engines.jax import kernels
 
 # --- the choice ------------------------------------------------------------------------------
 

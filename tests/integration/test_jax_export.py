@@ -25,10 +25,11 @@ from flax import nnx
 from payload.config import parse_config
 from payload.core import layout
 from payload.core.errors import UserError
+from payload.core.fit.sharding import plan_sharding
 from payload.engines.jax import step as jax_step
 from payload.engines.jax.checkpoints import Checkpoints
+from payload.stages.export import run_export
 from payload.training import checkpoints
-from payload.training.export import run_export
 from tests.support.configs import training_config
 from tests.support.jax import pipeline_batches
 from tests.support.paths import SCRIPTS, TORCH_PYTHON, TORCH_READY
@@ -48,13 +49,13 @@ def train_with_jax(out: Path, raw: dict):
     """What the JAX train stage does, in brief: run.json with engine jax, the train program over
     the TF engine's input pipeline, an Orbax checkpoint in checkpoints/. Returns (config, the
     trained model)."""
-    from payload.training.train import check_inputs
+    from payload.training.inputs import check_inputs
 
     raw["train"]["engine"] = "jax"
     config = parse_config(raw)
     inputs = check_inputs(config)
     checkpoints.start_fresh(str(out), {**inputs.identity, "engine": "jax"})
-    plan = jax_step.plan_sharding(1, num_devices=len(jax.devices()), hbm_bytes_per_chip=1 << 30)
+    plan = plan_sharding(1, num_devices=len(jax.devices()), hbm_bytes_per_chip=1 << 30)
     program = jax_step.TrainProgram(inputs.hf_config.to_dict(), family=config.model.family,
                                     train_cfg=config.train, mesh=jax_step.make_mesh(plan))
     state = program.init_state(seed=config.train.seed)
@@ -246,7 +247,7 @@ def test_without_a_checkpoint_there_is_nothing_to_export(tmp_path):
     raw = training_config(out, "gpt2")
     raw["train"]["engine"] = "jax"
     config = parse_config(raw)
-    from payload.training.train import check_inputs
+    from payload.training.inputs import check_inputs
 
     checkpoints.start_fresh(str(out), {**check_inputs(config).identity, "engine": "jax"})
     with pytest.raises(UserError, match="nothing to export: no checkpoint in"):
@@ -260,7 +261,7 @@ def test_without_a_checkpoint_there_is_nothing_to_export(tmp_path):
 @pytest.fixture(scope="module")
 def tf_export(tmp_path_factory):
     """A tiny GPT-2 trained a few steps by the TF engine, exported."""
-    from payload.training.train import run_train
+    from payload.stages.train import run_train
 
     out = prepared_run(tmp_path_factory.mktemp("tf-export"), "gpt2")
     config = parse_config(training_config(out, "gpt2", steps=6, checkpoint_every=6, eval_every=6))
@@ -405,13 +406,13 @@ def test_a_jax_run_exported_without_jax_installed_is_one_line(monkeypatch):
     install, not an ImportError."""
     import importlib.util
 
+    from payload.core import engines as specs
     from payload.core.errors import UserError
-    from payload.engines import engine_for
-    from payload.engines.jax import engine as jax_engine
+    from payload.engines import trained_weights
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(jax_engine.importlib.util, "find_spec",
+    monkeypatch.setattr(specs.importlib.util, "find_spec",
                         lambda name, *a: None if name in ("jax", "orbax") else real(name, *a))
     with pytest.raises(UserError, match=r"needs jax, orbax") as caught:
-        engine_for("jax").trained_weights(config=None, hf_config=None)
+        trained_weights("jax", config=None, hf_config=None)
     assert "tpuctl[jax]" in caught.value.hint

@@ -10,6 +10,7 @@ pytest.importorskip("optax")
 import jax
 import jax.numpy as jnp
 
+from payload.core.fit.sharding import plan_sharding
 from payload.engines.jax import loss
 from payload.engines.jax import step as jax_step
 from payload.engines.jax.models.layers import Projection
@@ -105,7 +106,7 @@ def test_each_familys_step_loss_is_the_plain_loss_of_its_logits(family, tmp_path
     raw = architecture(family, vocab_size=64, seq_len=16, hidden_size=32, num_layers=1,
                        num_heads=2, intermediate_size=64)
     train_cfg = training_run_config(tmp_path / "unused", family, steps=4).train
-    plan = jax_step.plan_sharding(1, num_devices=len(jax.devices()), hbm_bytes_per_chip=1 << 30)
+    plan = plan_sharding(1, num_devices=len(jax.devices()), hbm_bytes_per_chip=1 << 30)
     program = jax_step.TrainProgram(raw, family=family, train_cfg=train_cfg,
                                     mesh=jax_step.make_mesh(plan))
     params = program.init_state(seed=0).params

@@ -8,8 +8,8 @@ import re
 import numpy as np
 import pytest
 
-from payload.engines import Workload
-from payload.engines.jax.memory import REMAT_ORDER, activation_bytes
+from payload.core.fit.memory import REMAT_ORDER, activation_bytes
+from payload.core.fit.workload import Workload
 
 GIB = 1 << 30
 
@@ -55,9 +55,10 @@ def architecture(family):
 def one_device_mesh():
     import jax
 
+    from payload.core.fit.sharding import plan_sharding
     from payload.engines.jax import step as jax_step
 
-    return jax_step.make_mesh(jax_step.plan_sharding(1, num_devices=1,
+    return jax_step.make_mesh(plan_sharding(1, num_devices=1,
                                                      hbm_bytes_per_chip=GIB),
                               devices=jax.devices()[:1])
 

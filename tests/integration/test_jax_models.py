@@ -227,8 +227,9 @@ def test_the_tensorflow_engine_does_not_import_the_jax_engine_or_start_jax():
     loaded = run_python(
         "import sys\n"
         "from payload.config import ModelConfig\n"
-        "from payload.training.model import TokenIds, build_model, model_config\n"
-        "import payload.training.train\n"
+        "from payload.engines.tensorflow.model import build_model\n"
+        "from payload.training.model import TokenIds, model_config\n"
+        "import payload.stages.train\n"
         "cfg = ModelConfig(family='gpt2', hidden_size=16, num_layers=1, num_heads=2,"
         " intermediate_size=32)\n"
         "vocab = TokenIds(vocab_size=64, special=(0, 1, 2), pad=0, unk=1, eos=2)\n"

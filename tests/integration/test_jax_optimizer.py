@@ -14,7 +14,7 @@ import optax
 
 from payload.engines.jax import optimizer as jax_opt
 from payload.engines.jax.models import build_model, state_dict
-from payload.training.optimization import learning_rate_at
+from payload.training.schedule import learning_rate_at
 from tests.support.jax import SMALL, architecture
 
 
@@ -72,14 +72,14 @@ def test_decay_mask_is_exactly_the_intended_parameters(family):
 
 
 def tf_keras_weights(cfg, initial: dict, grads: list[dict]) -> dict:
-    """The weights tf_keras ends with: the TF engine's own optimizer (payload.training.optimization)
-    and its global-norm clipping (as payload.training.train's step clips before apply_gradients)."""
+    """The weights tf_keras ends with: the TF engine's own optimizer (payload.engines.tensorflow.optimization)
+    and its global-norm clipping (as the TF engine's step clips before apply_gradients)."""
     import os
 
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     import tensorflow as tf
 
-    from payload.training.optimization import build_optimizer
+    from payload.engines.tensorflow.optimization import build_optimizer
 
     # TF scopes name variables with "/"; the exclusions match substrings, as in the model.
     variables = {k: tf.Variable(v, name=k.replace(".", "/")) for k, v in initial.items()}

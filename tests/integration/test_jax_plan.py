@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.support.paths import REPO
 
@@ -35,9 +36,7 @@ def test_the_plan_with_activations_imports_no_framework():
         "from payload.config import parse_config\n"
         "from payload.training import runplan\n"
         "from payload.training.strategy import Hardware\n"
-        "from tests.integration.test_jax_plan import _config, V6E\n"
-        "from pathlib import Path\n"
-        "raw = _config(Path('/tmp/x'), cluster=V6E, train={'bf16': True})\n"
+        f"raw = {_config(Path('/tmp/x'), cluster=V6E, train={'bf16': True})!r}\n"
         "del raw['output_dir']\n"
         "plan = runplan.run_plan(parse_config(raw), hardware=Hardware.tpu('v6e-8', 'x'),"
         " num_workers=1)\n"

@@ -12,20 +12,8 @@ pytest.importorskip("optax")
 
 import jax
 
-from payload.engines.jax import step as jax_step
 from payload.training import progress
-
-
-def program(tmp_path, family="gpt2"):
-    from tests.support.configs import training_run_config
-    from tests.support.jax import architecture
-
-    raw = architecture(family, vocab_size=64, seq_len=16, hidden_size=32, num_layers=2,
-                       num_heads=2, intermediate_size=64)
-    train_cfg = training_run_config(tmp_path / "unused", family, steps=4).train
-    plan = jax_step.plan_sharding(1, num_devices=len(jax.devices()), hbm_bytes_per_chip=1 << 30)
-    return raw, jax_step.TrainProgram(raw, family=family, train_cfg=train_cfg,
-                                      mesh=jax_step.make_mesh(plan))
+from tests.support.jax import startup_program as program
 
 
 def test_fresh_weights_are_the_models_own_for_the_seed_every_time(tmp_path):
@@ -66,7 +54,7 @@ def test_compile_ahead_stores_the_step_and_a_fresh_process_loads_it(tmp_path):
 
     script = (
         "import json, sys, jax, numpy as np\n"
-        "from tests.integration.test_jax_startup import program\n"
+        "from tests.support.jax import startup_program as program\n"
         "from payload.engines.jax.cache import compile_ahead, use_compilation_cache\n"
         "from pathlib import Path\n"
         "use_compilation_cache(sys.argv[1])\n"

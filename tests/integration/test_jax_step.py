@@ -14,6 +14,7 @@ from jax.sharding import PartitionSpec as P
 
 from payload.config import ModelConfig
 from payload.core.errors import UserError
+from payload.core.fit.sharding import plan_sharding
 from payload.core.sizes import parameter_count, transformers_config
 from payload.engines.jax import step as jax_step
 from tests.support.configs import training_config, training_run_config
@@ -29,26 +30,26 @@ def gpt2_params(size: str) -> int:
 
 
 def test_small_models_replicate_and_large_ones_shard():
-    small = jax_step.plan_sharding(gpt2_params("small"), num_devices=16,
+    small = plan_sharding(gpt2_params("small"), num_devices=16,
                                    hbm_bytes_per_chip=16 * GIB)
     assert (small.data, small.fsdp, small.kind) == (16, 1, "data parallel")
     assert small.state_bytes_per_chip == gpt2_params("small") * 16
     # gpt2 xl (1.6B parameters, ~25 GB of AdamW state) does not fit a 16 GiB v5e chip.
-    xl = jax_step.plan_sharding(gpt2_params("xl"), num_devices=16, hbm_bytes_per_chip=16 * GIB)
+    xl = plan_sharding(gpt2_params("xl"), num_devices=16, hbm_bytes_per_chip=16 * GIB)
     assert xl.fsdp > 1 and xl.data * xl.fsdp == 16
     assert xl.state_bytes_per_chip <= 0.6 * 16 * GIB
     smaller_group = xl.fsdp // 2
     assert gpt2_params("xl") * 16 / smaller_group > 0.6 * 16 * GIB  # the smallest that fits
     # A 95 GiB v5p chip holds it replicated; Adafactor's state is half of AdamW's.
-    assert jax_step.plan_sharding(gpt2_params("xl"), num_devices=8,
+    assert plan_sharding(gpt2_params("xl"), num_devices=8,
                                   hbm_bytes_per_chip=95 * GIB).fsdp == 1
-    assert (jax_step.plan_sharding(gpt2_params("xl"), num_devices=16, hbm_bytes_per_chip=16 * GIB,
+    assert (plan_sharding(gpt2_params("xl"), num_devices=16, hbm_bytes_per_chip=16 * GIB,
                                    optimizer="adafactor").fsdp < xl.fsdp)
 
 
 def test_a_model_no_slice_can_hold_is_one_line_with_the_figures():
     with pytest.raises(UserError) as caught:
-        jax_step.plan_sharding(gpt2_params("xl"), num_devices=1, hbm_bytes_per_chip=16 * GIB)
+        plan_sharding(gpt2_params("xl"), num_devices=1, hbm_bytes_per_chip=16 * GIB)
     message = str(caught.value)
     assert "GiB per chip" in message and "a chip has 16 GiB" in message and "\n" not in message
 
@@ -78,14 +79,14 @@ def eval_loss(program, params, batches) -> float:
 @pytest.mark.parametrize("family", ["roberta", "gpt2", "t5"])  # MLM, causal LM, span corruption
 def test_each_objective_learns_from_the_tf_data_pipeline(tmp_path, family):
     from payload.config import parse_config
-    from payload.training.train import check_inputs
+    from payload.training.inputs import check_inputs
 
     out = prepared_run(tmp_path, family)
     raw = training_config(out, family, steps=300, learning_rate=5e-3)
     raw["model"].update(hidden_size=64, intermediate_size=128)
     config = parse_config(raw)
     inputs = check_inputs(config)
-    plan = jax_step.plan_sharding(1, num_devices=len(jax.devices()), hbm_bytes_per_chip=GIB)
+    plan = plan_sharding(1, num_devices=len(jax.devices()), hbm_bytes_per_chip=GIB)
     program = jax_step.TrainProgram(inputs.hf_config.to_dict(), family=family,
                                     train_cfg=config.train, mesh=jax_step.make_mesh(plan))
     state = program.init_state(seed=config.train.seed)
@@ -111,7 +112,7 @@ def test_bf16_compute_keeps_float32_master_weights(tmp_path):
     raw = {"model_type": "gpt2", "vocab_size": 64, "n_embd": 32, "n_layer": 1, "n_head": 2,
            "n_positions": 16}
     cfg = training_run_config(tmp_path / "unused", "gpt2", steps=4, bf16=True).train
-    plan = jax_step.plan_sharding(1, num_devices=len(jax.devices()), hbm_bytes_per_chip=GIB)
+    plan = plan_sharding(1, num_devices=len(jax.devices()), hbm_bytes_per_chip=GIB)
     program = jax_step.TrainProgram(raw, family="gpt2", train_cfg=cfg,
                                     mesh=jax_step.make_mesh(plan), dtype=jnp.bfloat16)
     state = program.init_state(seed=0)
@@ -153,7 +154,7 @@ def test_adafactor_trains_and_counts_its_steps(tmp_path):
            "num_layers": 1, "num_heads": 2, "feed_forward_proj": "gated-gelu",
            "tie_word_embeddings": False}
     cfg = training_run_config(tmp_path / "unused", "t5", steps=4, warmup_steps=1, optimizer="adafactor").train
-    plan = jax_step.plan_sharding(1, num_devices=len(jax.devices()), hbm_bytes_per_chip=GIB,
+    plan = plan_sharding(1, num_devices=len(jax.devices()), hbm_bytes_per_chip=GIB,
                                   optimizer="adafactor")
     program = jax_step.TrainProgram(raw, family="t5", train_cfg=cfg,
                                     mesh=jax_step.make_mesh(plan))

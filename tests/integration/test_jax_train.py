@@ -12,9 +12,9 @@ pytest.importorskip("tensorflow")
 
 import yaml
 
-from payload.core import layout, storage
+from payload.core import folders, layout, ownership, storage
+from payload.core.engines import engine_spec
 from payload.core.errors import UserError
-from payload.engines import engine_for
 from payload.training import checkpoints
 from tests.support.configs import training_config
 from tests.support.golden import assert_golden
@@ -54,8 +54,8 @@ def test_gpt2_learns_on_jax_and_leaves_what_the_tf_engine_leaves(tmp_path):
     assert {"20", "40", "run.json", "schedule.json", layout.COMPLETE} <= names, names
     assert not any(n.startswith("ckpt-") or n == "checkpoint" for n in names)
     assert json.loads((folder / "run.json").read_text())["engine"] == "jax"
-    assert engine_for("jax").newest_step(str(out)) == 40
-    assert engine_for("tensorflow").newest_step(str(out)) is None
+    assert engine_spec("jax").newest_step(str(out)) == 40
+    assert engine_spec("tensorflow").newest_step(str(out)) is None
     assert list((out / "logs" / "tensorboard").iterdir())
 
 
@@ -71,7 +71,7 @@ def test_each_other_objective_learns_on_jax(tmp_path, family):
 
 
 def fake_checkpoints(out, files: dict[str, str]) -> None:
-    storage.claim_output_dir(str(out))
+    ownership.claim_output_dir(str(out))
     for name, text in files.items():
         path = out / "checkpoints" / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -87,7 +87,7 @@ def test_a_fresh_start_removes_checkpoint_files_of_either_engine_and_nothing_els
         "checkpoint": 'model_checkpoint_path: "ckpt-5"', "ckpt-5.index": "x",
         "run.json": "{}", "notes.txt": "mine", "300/notes.txt.bak/keep": "mine too?",
     })
-    jax_files = engine_for("jax").checkpoint_files(storage.list_tree(str(out / "checkpoints")))
+    jax_files = engine_spec("jax").checkpoint_files(storage.list_tree(str(out / "checkpoints")))
     assert jax_files[0] == "200/commit_success.txt"  # the step stops counting first
     assert "300/notes.txt.bak/keep" in jax_files  # inside a step folder: Orbax's
     with caplog.at_level("INFO"):
@@ -100,7 +100,7 @@ def test_a_fresh_start_removes_checkpoint_files_of_either_engine_and_nothing_els
 def jax_checkpoint_folder(out) -> None:
     """checkpoints/ as a JAX run leaves it: a committed step, run.json, the marker."""
     fake_checkpoints(out, {"20/commit_success.txt": "", "run.json": '{"engine": "jax"}'})
-    storage.mark_complete(str(out / "checkpoints"), {})
+    folders.mark_complete(str(out / "checkpoints"), {})
 
 
 def test_a_resume_across_engines_is_one_line_naming_both(tmp_path):
@@ -118,7 +118,7 @@ def test_a_resume_across_engines_is_one_line_naming_both(tmp_path):
 
 def test_the_stage_refuses_a_resume_across_engines_and_writes_nothing(tmp_path):
     from payload.config import parse_config
-    from payload.training.train import check_inputs
+    from payload.training.inputs import check_inputs
 
     out = prepared_run(tmp_path, "gpt2")
     jax_checkpoint_folder(out)
@@ -166,7 +166,7 @@ def test_killed_after_a_checkpoint_a_resume_ends_where_an_uninterrupted_run_ends
             if run.poll() is None:
                 run.kill()
                 run.wait()
-    assert engine_for("jax").newest_step(str(cut)) in (10, 20)
+    assert engine_spec("jax").newest_step(str(cut)) in (10, 20)
     resumed = train(jax_config(cut, "gpt2", **settings), "--resume")
     assert "resuming from" in resumed.stdout
     folders = {p.name for p in (cut / "checkpoints").iterdir()}

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from launcher import records, run, ship
+from launcher import job_control, records, ship
 from launcher.cli import app
 from launcher.executors import LocalExecutor
 from launcher.launch import PEER_TIMEOUT_ENV
@@ -56,7 +56,7 @@ def _group(config, worker: int = 0) -> int:
 
 def _live(config):
     plan = _plan(config)
-    return run.live_processes(LocalExecutor(plan.workers), plan)
+    return job_control.live_processes(LocalExecutor(plan.workers), plan)
 
 
 def _reuse(pgid: int, strangers: list) -> subprocess.Popen:
@@ -148,8 +148,8 @@ def test_workers_sharing_a_home_keep_their_own_job_files(local_run, tmp_path, mo
 
 
 def test_two_set_ups_of_one_environment_build_it_once(tmp_path):
-    from launcher.environment import Environment, EnvMode
     from launcher.plan import Worker, job_paths
+    from launcher.worker_python import Environment, EnvMode
 
     home = tmp_path / "home"
     worker = Worker(index=0, host="localhost", address="localhost", coordination_port=0,

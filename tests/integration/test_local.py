@@ -6,7 +6,7 @@ import sys
 
 from typer.testing import CliRunner
 
-from launcher import records, run
+from launcher import job_control, records
 from launcher.cli import app
 from launcher.launch import STAGE_ENTRY_ENV
 from tests.support.cloud import install_stub
@@ -23,7 +23,7 @@ def _live(config):
     plan = records.current_job(records.state_dir(), load_config(config).name).plan()
     from launcher.executors import LocalExecutor
 
-    return run.live_processes(LocalExecutor(plan.workers), plan)
+    return job_control.live_processes(LocalExecutor(plan.workers), plan)
 
 
 def test_train_local_runs_every_stage_streams_and_keeps_logs(local_run, tmp_path, tpuctl_home):

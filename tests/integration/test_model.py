@@ -29,7 +29,7 @@ def _initial_loss(family: str, size: str) -> tuple[float, float]:
     import tensorflow as tf
     import tf_keras
 
-    from payload.training.model import build_model, forward, loss_sums
+    from payload.engines.tensorflow.model import build_model, forward, loss_sums
 
     vocab = TokenIds(vocab_size=2000, special=(0, 1, 2, 3, 4), pad=1, unk=3, mask=4, bos=0,
                      eos=2)

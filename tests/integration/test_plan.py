@@ -11,13 +11,13 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from launcher import run
-from launcher.environment import plan_environment
+from launcher import job_control
 from launcher.plan import (
     Worker,
     build_plan,
     free_tpu_script,
 )
+from launcher.worker_python import plan_environment
 from payload.config import parse_config
 from payload.core.errors import UserError
 from payload.jobs.groups import record_group
@@ -191,7 +191,8 @@ def test_the_python_set_up_runs_as_planned(tmp_path):
     environment, and a path with a space in it changes nothing."""
     import sys
 
-    from launcher.environment import JAX_TPU_PYTHON, python_install_script
+    from launcher.worker_python import python_install_script
+    from payload.core.engines import JAX_TPU_PYTHON
 
     env_dir = str(tmp_path / "work dir" / "env")
     build = f"cpython-{JAX_TPU_PYTHON}-linux-x86_64-gnu"
@@ -233,7 +234,7 @@ def test_an_existing_python_is_checked_whichever_tensorflow_build_it_has(tmp_pat
     build beside jax[tpu] (JAX route), at the pinned version."""
     import sys
 
-    from launcher.environment import VERSION_CHECK
+    from launcher.worker_python import VERSION_CHECK
 
     for dist, version in dists.items():
         info = tmp_path / f"{dist}-{version}.dist-info"
@@ -283,7 +284,7 @@ def test_config_values_never_change_what_runs(python, corpus, output_dir):
     setup_words = _words_from_shell(shlex.join(env.setup))
     assert setup_words == list(env.setup)
     # The shared-output check puts output_dir itself on a command line.
-    check = run._worker_module(p, "pass", p.barrier_dir)
+    check = job_control._worker_module(p, "pass", p.barrier_dir)
     assert _words_from_shell(check)[-1] == p.barrier_dir
 
 

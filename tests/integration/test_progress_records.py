@@ -8,9 +8,9 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
+from payload.stages.train import run_train
+from payload.training import loop as train_loop
 from payload.training import progress
-from payload.training import train as train_stage
-from payload.training.train import run_train
 from tests.support.configs import training_run_config
 from tests.support.runs import prepared_run
 
@@ -21,7 +21,7 @@ def said(capsys) -> list[dict]:
 
 def test_records_from_the_first_step_and_metrics_json_keeps_the_reports(tmp_path, capsys,
                                                                         monkeypatch):
-    monkeypatch.setattr(train_stage, "PROGRESS_EVERY_S", 0.0)  # a record after every step
+    monkeypatch.setattr(train_loop, "PROGRESS_EVERY_S", 0.0)  # a record after every step
     out = prepared_run(tmp_path, "gpt2")
     run_train(training_run_config(out, "gpt2", steps=24, eval_every=1000, checkpoint_every=12))
     records = said(capsys)

@@ -15,9 +15,9 @@ pytest.importorskip("tensorflow")
 
 from payload.config import parse_config
 from payload.core import layout
-from payload.training.export import checkpoint_name, run_export
-from payload.training.publish import _local_copy
-from payload.training.train import run_train
+from payload.stages.export import checkpoint_name, run_export
+from payload.stages.publish import _local_copy
+from payload.stages.train import run_train
 from tests.support.configs import training_config
 from tests.support.runs import prepared_run
 

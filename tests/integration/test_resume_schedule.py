@@ -8,8 +8,9 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from payload.training.optimization import learning_rate_at, warmup_linear_decay
-from payload.training.train import run_train, schedule_change
+from payload.engines.tensorflow.optimization import warmup_linear_decay
+from payload.stages.train import run_train
+from payload.training.schedule import learning_rate_at, schedule_change
 from tests.support.configs import training_run_config
 from tests.support.runs import prepared_run
 

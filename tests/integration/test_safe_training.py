@@ -13,11 +13,11 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from payload.core import storage
+from payload.core import folders, layout
 from payload.core.errors import UserError
+from payload.stages.export import run_export
+from payload.stages.train import run_train
 from payload.training.checkpoints import removal_summary
-from payload.training.export import run_export
-from payload.training.train import run_train
 from tests.support.configs import training_run_config, write_training_config
 from tests.support.runners import assert_user_error, payload_env
 from tests.support.runs import prepared_run, run_stage, stage_command
@@ -56,7 +56,7 @@ def test_export_swaps_model_whole_and_a_full_disk_keeps_the_old_one(tmp_path):
     proc = _export(config)
     assert proc.returncode == 0, proc.stderr[-2000:]
     model = out / "model"
-    assert storage.is_complete(str(model))
+    assert folders.is_complete(str(model))
     # Teammates can read it: the umask decides the modes, not the temporary files' 0600.
     assert stat.S_IMODE(model.stat().st_mode) == 0o755
     assert {stat.S_IMODE(p.stat().st_mode) for p in model.iterdir()} == {0o644}
@@ -69,13 +69,13 @@ def test_export_swaps_model_whole_and_a_full_disk_keeps_the_old_one(tmp_path):
     proc = _export(config, file_limit=(model / "tf_model.h5").stat().st_size // 2)
     assert_user_error(proc, "no space left", str(model))
     assert (model / "model.safetensors").read_bytes() == first, "the old model is gone"
-    assert storage.is_complete(str(model))
+    assert folders.is_complete(str(model))
     assert sorted(p.name for p in out.iterdir() if "model" in p.name) == ["model"]
     proc = _export(config)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (model / "model.safetensors").read_bytes() != first
     assert (model / "README.md").read_text() == "my model card\n"  # not tpuctl's: kept
-    assert "README.md" not in storage.read_complete(str(model))["files"]
+    assert "README.md" not in folders.read_complete(str(model))["files"]
     assert sorted(p.name for p in out.iterdir() if "model" in p.name) == ["model"]
 
 
@@ -87,7 +87,7 @@ def test_train_overwrite_names_what_it_removes_and_removes_only_checkpoint_files
                          eval_every=2))
     ckpts = out / "checkpoints"
     written = sorted(p.name for p in ckpts.iterdir())
-    assert {"checkpoint", "ckpt-2.index", "run.json", storage.COMPLETE} <= set(written)
+    assert {"checkpoint", "ckpt-2.index", "run.json", layout.COMPLETE} <= set(written)
     (ckpts / "notes.txt").write_text("which run this was\n")
     (ckpts / "ckpt-best").mkdir()
     (ckpts / "ckpt-best" / "weights.npz").write_bytes(b"mine")
@@ -105,7 +105,7 @@ def test_train_overwrite_names_what_it_removes_and_removes_only_checkpoint_files
     assert "notes.txt" not in said[0] and "ckpt-best" not in said[0], said[0]
     assert (ckpts / "notes.txt").read_text() == "which run this was\n"
     assert (ckpts / "ckpt-best" / "weights.npz").read_bytes() == b"mine"
-    assert storage.is_complete(str(ckpts))
+    assert folders.is_complete(str(ckpts))
 
 
 def test_checkpoint_readers_require_the_complete_marker(tmp_path):
@@ -114,7 +114,7 @@ def test_checkpoint_readers_require_the_complete_marker(tmp_path):
     run_train(config)
     with pytest.raises(UserError, match="contradict"):
         run_train(config, resume=True, overwrite=True)
-    (out / "checkpoints" / storage.COMPLETE).unlink()  # a clearing that was cut short
+    (out / "checkpoints" / layout.COMPLETE).unlink()  # a clearing that was cut short
     with pytest.raises(UserError, match=r"--resume: the checkpoints in .* are incomplete"):
         run_train(training_run_config(out, "gpt2", steps=4, warmup_steps=0), resume=True)
     with pytest.raises(UserError, match=r"nothing to export: the checkpoints .* incomplete"):

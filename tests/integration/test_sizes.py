@@ -42,7 +42,8 @@ def tensorflow_counts():
     """The TF models' own counts for tiny and small of every family (vocabulary 1000), and an
     explicit shape, with the configs they were built from."""
     pytest.importorskip("tensorflow")
-    from payload.training.model import TokenIds, build_model, model_config
+    from payload.engines.tensorflow.model import build_model
+    from payload.training.model import TokenIds, model_config
 
     vocab = TokenIds(vocab_size=1000, special=(0, 1, 2, 3, 4), pad=1, unk=3, mask=4, bos=0,
                      eos=2)
@@ -102,11 +103,12 @@ def test_t5_v1_1_trains_exports_and_gives_the_same_logits_in_pytorch(tmp_path):
     pytest.importorskip("tensorflow")
     from safetensors.numpy import load_file
 
-    from payload.training.export import run_export, trained_weights
+    from payload.stages.export import run_export
+    from payload.stages.train import run_train
     from payload.training.model import load_tokenizer
-    from payload.training.train import run_train
     from tests.support.configs import training_config
     from tests.support.runs import prepared_run
+    from tests.support.tf_models import checkpoint_model
 
     out = prepared_run(tmp_path, "t5")
     raw = training_config(out, "t5", steps=4, warmup_steps=0, checkpoint_every=4, eval_every=4)
@@ -124,7 +126,7 @@ def test_t5_v1_1_trains_exports_and_gives_the_same_logits_in_pytorch(tmp_path):
     assert weights["lm_head.weight"].shape == weights["shared.weight"].shape == (600, 256)
     assert not np.array_equal(weights["lm_head.weight"], weights["shared.weight"])
 
-    model, (tokenizer, _) = trained_weights(config).model, load_tokenizer(config)
+    model, (tokenizer, _) = checkpoint_model(config), load_tokenizer(config)
     ids = np.array(tokenizer(["The interpreter reads the module and runs it.", "A list"],
                              padding="longest")["input_ids"], dtype=np.int64)
     logits = model(ids, decoder_input_ids=ids[:, :5], training=False).logits.numpy()

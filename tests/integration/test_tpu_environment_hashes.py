@@ -12,7 +12,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from launcher.environment import (
+from launcher.worker_python import (
     hash_pinned_install,
     hashed,
 )

@@ -11,7 +11,8 @@ pytest.importorskip("tensorflow")
 from payload.config import parse_config
 from payload.core.errors import UserError
 from payload.data import shards as records
-from payload.training.train import check_batch_size, run_train
+from payload.stages.train import run_train
+from payload.training.inputs import check_batch_size
 from tests.support.configs import VOCAB, training_config, training_run_config
 from tests.support.golden import assert_golden
 from tests.support.runs import prepared_run
@@ -151,8 +152,8 @@ def test_heads_must_divide_hidden_size(tmp_path):
 
 
 def test_more_spans_than_sentinels_is_refused(tmp_path):
+    from payload.data.objectives import objective_for
     from payload.training.model import TokenIds
-    from payload.training.train import objective_for
 
     config = training_run_config(tmp_path, "t5")
     vocab = TokenIds(vocab_size=600, special=(0, 1, 2, 3), pad=0, unk=1, eos=2, sentinels=(3,))
@@ -211,8 +212,9 @@ def test_bf16_and_adafactor_train_and_keep_float32_weights(tmp_path):
 @pytest.mark.parametrize("family", ["bert", "roberta", "gpt2", "t5"])
 def test_every_feature_has_a_static_shape(tmp_path, family):
     # A TPU compiles the step once only if no dimension is left to the data.
+    from payload.data.objectives import objective_for
     from payload.data.pipeline import input_pipeline
-    from payload.training.train import check_inputs, objective_for
+    from payload.training.inputs import check_inputs
 
     config = training_run_config(prepared_run(tmp_path, family), family)
     inputs = check_inputs(config)

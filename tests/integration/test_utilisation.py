@@ -10,9 +10,10 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
+from payload.engines.tensorflow.trainer import cpu_peak_flops
 from payload.training import progress, runplan
 from payload.training.strategy import CPU, Hardware
-from payload.training.utilisation import Meter, cpu_peak_flops, meter_for
+from payload.training.utilisation import Meter, meter_for
 from tests.support.configs import training_run_config
 from tests.support.runs import prepared_run
 
@@ -39,27 +40,27 @@ def test_cpu_probe_measures_a_plausible_peak():
 def test_tpu_hardware_without_a_tpu_strategy_is_measured_as_cpu(tmp_path):
     out = prepared_run(tmp_path, "gpt2")
     config = training_run_config(out, "gpt2")
+    from payload.training.inputs import check_inputs
     from payload.training.model import model_config
-    from payload.training.train import check_inputs
 
     inputs = check_inputs(config)
     # A TPU fleet whose engine fell back to the CPU (the TPU API stand-in) measures the CPU.
     meter = meter_for(config, inputs.hf_config, Hardware.tpu("v4-8", "stand-in"), devices=1,
-                      drives_tpu=False)
+                      drives_tpu=False, cpu_peak=lambda: cpu_peak_flops(size=256, rounds=1))
     assert meter.device == "process" and meter.devices == 1
     assert meter.peak_source.startswith("CPU probe")
     # The FLOPs are the run plan's for the model the stage built.
     hf = model_config(config.model, vocab=inputs.vocab, seq_len=config.data.seq_len)
     assert meter.flops_per_step == runplan.row_flops(config, hf.to_dict()).total * 16
-    assert meter_for(config, inputs.hf_config, CPU, devices=1, drives_tpu=False).device == (
-        "process")
+    assert meter_for(config, inputs.hf_config, CPU, devices=1, drives_tpu=False,
+                     cpu_peak=lambda: 1e9).device == "process"
 
 
 def test_a_cpu_run_reports_utilisation_everywhere(tmp_path, caplog, capsys):
-    from payload.training.train import run_train
+    from payload.stages.train import run_train
 
     out = prepared_run(tmp_path, "roberta")
-    with caplog.at_level(logging.INFO, logger="payload.training.train"):
+    with caplog.at_level(logging.INFO, logger="payload.training"):
         run_train(training_run_config(out, "roberta", steps=40))
     metrics = json.loads((out / "metrics.json").read_text())
     header = metrics["utilisation"]

@@ -70,8 +70,9 @@ def test_a_broken_tf_model_h5_is_one_line(tmp_path):
     """The TF engine's other weights file: not HDF5 at all (integration: builds the TF
     model)."""
     pytest.importorskip("tensorflow")
+    from payload.engines.tensorflow.model import build_model
     from payload.engines.tensorflow.pretrained import load_weights
-    from payload.training.model import TokenIds, build_model, model_config
+    from payload.training.model import TokenIds, model_config
 
     folder = model_folder(tmp_path)
     (folder / "model.safetensors").unlink()

@@ -22,8 +22,7 @@ def architecture(family: str, *, vocab_size: int, seq_len: int = 64, **model) ->
     """The transformers config a run derives from its `model` section (payload.core.sizes), with
     the padding id payload.training.model.model_config gives it."""
     from payload.config import ModelConfig
-    from payload.core.families import ROBERTA_POSITION_PADDING
-    from payload.core.sizes import transformers_config
+    from payload.core.sizes import ROBERTA_POSITION_PADDING, transformers_config
 
     raw = transformers_config(ModelConfig(family=family, **model), vocab_size=vocab_size,
                               seq_len=seq_len)
@@ -69,15 +68,9 @@ def checkpoint_variables(folder) -> dict:
 
 
 def pipeline_batches(config, inputs, files, *, shuffle: bool):
-    """Numpy batches of the TF engine's own input pipeline and objective."""
-    from payload.data.pipeline import input_pipeline
-    from payload.training.train import objective_for
-
-    ds = input_pipeline(files, record_len=config.record_len, dtype=inputs.manifest.dtype,
-                        batch_size=config.train.batch_size,
-                        objective=objective_for(config, inputs.vocab),
-                        seed=config.train.seed, shuffle=shuffle)
-    return ds.as_numpy_iterator()
+    """Numpy batches of the shared input pipeline and objective, as one process reads them."""
+    return inputs.pipeline(config, files, shuffle=shuffle, start_batch=0,
+                           batch_size=config.train.batch_size).as_numpy_iterator()
 
 
 def worker_env(devices: int) -> dict:
@@ -96,13 +89,14 @@ def tiny_program():
 
     import jax
 
+    from payload.core.fit.sharding import plan_sharding
     from payload.engines.jax import step as jax_step
 
     raw = {"model_type": "gpt2", "vocab_size": 32, "n_embd": 16, "n_layer": 1, "n_head": 2,
            "n_positions": 8}
     cfg = SimpleNamespace(learning_rate=1e-2, warmup_steps=1, steps=4, weight_decay=0.01,
                           max_grad_norm=1.0, optimizer="adamw", bf16=False, seed=0)
-    plan = jax_step.plan_sharding(1, num_devices=len(jax.devices()), hbm_bytes_per_chip=1 << 30)
+    plan = plan_sharding(1, num_devices=len(jax.devices()), hbm_bytes_per_chip=1 << 30)
     return jax_step.TrainProgram(raw, family="gpt2", train_cfg=cfg,
                                  mesh=jax_step.make_mesh(plan))
 
@@ -127,3 +121,21 @@ def train_stage(config, *args, **kwargs):
     result = run_stage("train", config, *args, **kwargs)
     assert result.returncode == 0, result.stderr[-3000:]
     return result
+
+
+def startup_program(tmp_path, family="gpt2"):
+    """(architecture, a two-layer train program over this process's devices): the start-up
+    tests' model, in their processes and the ones they start."""
+    import jax
+
+    from payload.core.fit.sharding import plan_sharding
+    from payload.engines.jax import step as jax_step
+    from tests.support.configs import training_run_config
+    from tests.support.jax import architecture
+
+    raw = architecture(family, vocab_size=64, seq_len=16, hidden_size=32, num_layers=2,
+                       num_heads=2, intermediate_size=64)
+    train_cfg = training_run_config(tmp_path / "unused", family, steps=4).train
+    plan = plan_sharding(1, num_devices=len(jax.devices()), hbm_bytes_per_chip=1 << 30)
+    return raw, jax_step.TrainProgram(raw, family=family, train_cfg=train_cfg,
+                                      mesh=jax_step.make_mesh(plan))

@@ -1,74 +1,32 @@
 """The JAX engine's weights for the export stage: the newest Orbax checkpoint, restored on this
-host's CPU, written under PyTorch transformers' names.
+host's CPU, under PyTorch transformers' names.
 
     weights = trained_weights(config, hf_config)   # restored; UserError without a checkpoint
-    weights.write(staging)                         # model.safetensors (+ tf_model.h5)
+    weights.state                                  # {PyTorch name: float32 array}
 
-The models' parameter paths are the PyTorch names, so `model.safetensors` is `state_dict` plus
-the tied copies (payload.core.pytorch_weights). `tf_model.h5` is made from those same arrays by
-the TF engine's PyTorch-name rule (the one `model.init_from` uses) wherever transformers' TF
-classes import, so the folder loads in TensorFlow as a TF-engine export does; where they do not
-(a JAX-only environment), the folder holds model.safetensors alone and says so in the log.
+The models' parameter paths are the PyTorch names, so the state is `state_dict` of the restored
+parameters; the export stage (payload.stages.export) writes model/ from it, as from the
+TensorFlow engine's.
 """
 
 from __future__ import annotations
 
-import logging
-import os
-from dataclasses import dataclass
-
 import jax
 
 from payload.core import layout, storage
-from payload.core.errors import UserError
-from payload.core.pytorch_weights import with_tied_copies
+from payload.core.engines import ENGINES, JAX
+from payload.core.fit.sharding import ShardingPlan
 from payload.engines.jax import step as jax_step
 from payload.engines.jax.checkpoints import Checkpoints, read_step
 from payload.engines.jax.models import state_dict
 from payload.training import checkpoints
-
-WEIGHTS = "model.safetensors"
-log = logging.getLogger(__name__)
+from payload.training.trainer import TrainedWeights
 
 
 def one_cpu_mesh() -> jax.sharding.Mesh:
     """A mesh of this host's first CPU device: a checkpoint of any sharding restores into it."""
-    plan = jax_step.ShardingPlan(data=1, fsdp=1, state_bytes_per_chip=0, hbm_bytes_per_chip=0)
+    plan = ShardingPlan(data=1, fsdp=1, state_bytes_per_chip=0, hbm_bytes_per_chip=0)
     return jax_step.make_mesh(plan, devices=jax.local_devices(backend="cpu")[:1])
-
-
-@dataclass(frozen=True)
-class TrainedWeights:
-    """The parameters of a checkpoint as numpy arrays under their PyTorch names."""
-
-    state: dict
-    hf_config: object
-    checkpoint: str
-
-    def write(self, folder: str) -> None:
-        from safetensors.numpy import save_file
-
-        family = self.hf_config.model_type
-        tensors = with_tied_copies(self.state, family)
-        save_file(tensors, os.path.join(folder, WEIGHTS), metadata={"format": "pt"})
-        if tf_classes_import():
-            from payload.engines.tensorflow.export import write_tf_model
-
-            write_tf_model(self.hf_config, tensors, folder)
-        else:
-            log.info("transformers' TensorFlow classes do not import here: the model folder "
-                     "holds %s only (PyTorch)", WEIGHTS)
-
-
-def tf_classes_import() -> bool:
-    """Whether transformers' TF model classes can be built in this environment."""
-    import importlib.util
-
-    if not all(importlib.util.find_spec(name) for name in ("tensorflow", "tf_keras")):
-        return False
-    from transformers.utils import is_tf_available
-
-    return is_tf_available()
 
 
 def trained_weights(config, hf_config) -> TrainedWeights:
@@ -80,19 +38,10 @@ def trained_weights(config, hf_config) -> TrainedWeights:
     # the backends are already up and this changes nothing).
     jax.config.update("jax_platforms", "cpu")
     directory = layout.checkpoints_dir(config.output_dir)
-    nothing = UserError(f"nothing to export: no checkpoint in {directory}",
-                        hint="run the train stage first")
-    # A folder, not an object: on gs:// only a listing shows it (exists() asks for an
-    # object of that name, which Orbax never writes).
-    if not storage.is_dir(directory):
-        raise nothing
+    checkpoints.check_exportable(config.output_dir, JAX)
     ckpts = Checkpoints(directory)
     try:
         steps = ckpts.steps()
-        if not steps:
-            raise nothing
-        if not storage.is_complete(directory):
-            raise checkpoints.incomplete(directory, "nothing to export")
     finally:
         ckpts.close()
     program = jax_step.TrainProgram(hf_config.to_dict(), family=config.model.family,
@@ -101,7 +50,8 @@ def trained_weights(config, hf_config) -> TrainedWeights:
     step, params = checkpoints.restore_newest(
         steps[::-1], lambda step: _restore_params(storage.join(directory, str(step)), program),
         directory=directory, doing="export", describe=str,
-        files=lambda step: storage.join(directory, str(step)), label=lambda step: f"step {step}")
+        files=lambda step: storage.join(directory, str(step)),
+        label=ENGINES[JAX].checkpoint_label)
     return TrainedWeights(state=state_dict(params), hf_config=hf_config,
                           checkpoint=storage.join(directory, str(step)))
 

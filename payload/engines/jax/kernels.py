@@ -5,7 +5,7 @@ a float32 softmax), cuDNN's fused attention on GPU, Pallas splash attention on T
     mask = Mask(padding=attention_mask, causal=True)   # or bias=T5's relative-position bias
     out = attend(q, k, v, mask, scale=d ** -0.5, noise=noise, dropout=0.1, runtime=runtime)
 
-`attend` asks payload.engines.jax.attention.choose_attention which kernel fits the call and runs
+`attend` asks payload.core.fit.attention.choose_attention which kernel fits the call and runs
 it; q, k, v are [B, T, H, D] and so is the result. Every fused path computes what the reference
 computes at every position (padded query rows included), up to the rounding of its dtype: the
 parity tests run splash through Pallas' interpret mode and cuDNN's exact arguments through
@@ -26,7 +26,7 @@ import numpy as np
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from payload.engines.jax.attention import (
+from payload.core.fit.attention import (
     CUDNN,
     SPLASH,
     MaskKind,
@@ -34,7 +34,7 @@ from payload.engines.jax.attention import (
     choose_attention,
     generation_of,
 )
-from payload.engines.jax.memory import REMAT_ORDER
+from payload.core.fit.memory import REMAT_ORDER
 
 # The most negative float32, as transformers masks with: finite, so a fully masked row stays
 # defined.

@@ -24,7 +24,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
-from payload.engines.jax.memory import LOGITS_CHUNK_BYTES, chunk_length  # noqa: F401
+from payload.core.fit.memory import LOGITS_CHUNK_BYTES, chunk_length  # noqa: F401
 
 IGNORE_INDEX = -100
 

@@ -4,10 +4,11 @@
     opt_state = tx.init(params)                 # params: the model's nnx.Param state
     rate = learning_rate(config.train)(count)   # the rate of the update after `count` updates
 
-The TF engine (payload.training.optimization) is the reference for every number here: the schedule is
-`learning_rate_at`, clipping is by the global norm of the whole gradient, weight decay is
-decoupled (`param -= lr * weight_decay * param`, as tf_keras does it) and skips the parameters
-whose names hold one of `NO_DECAY`. The PyTorch names the JAX models use keep those substrings
+The rule and every constant are payload.training.schedule's, the same the TF engine's tf_keras
+optimizer takes (payload.engines.tensorflow.optimization): the schedule is `rate_at` in jnp,
+clipping is by the global norm of the whole gradient, weight decay is decoupled
+(`param -= lr * weight_decay * param`, as tf_keras does it) and skips the parameters whose names
+hold one of `NO_DECAY`. The PyTorch names the JAX models use keep those substrings
 (`LayerNorm`, `layer_norm`, `ln_1`, `bias`, T5's `relative_attention_bias`), so the same rule
 picks the same parameters. Adam's epsilon is added as tf_keras adds it (to the uncorrected
 root), which optax.adam does not do.
@@ -21,41 +22,36 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from payload.training.optimization import NO_DECAY
+from payload.training import schedule as rule
+from payload.training.schedule import (
+    ADAFACTOR_CLIP,
+    ADAFACTOR_DECAY,
+    ADAFACTOR_EPSILON_1,
+    ADAFACTOR_EPSILON_2,
+    ADAM_BETA_1,
+    ADAM_BETA_2,
+    ADAM_EPSILON,
+    decays,
+)
 
-# tf_keras AdamW as payload.training.optimization builds it.
-ADAM_BETA_1 = 0.9
-ADAM_BETA_2 = 0.98
-ADAM_EPSILON = 1e-6
-# tf_keras Adafactor's defaults, which the TF engine keeps.
-ADAFACTOR_DECAY = 0.8  # beta_2_t = 1 - t ** -0.8
-ADAFACTOR_EPSILON_1 = 1e-30
-ADAFACTOR_EPSILON_2 = 1e-3
-ADAFACTOR_CLIP = 1.0
+OPS = rule.Ops(where=jnp.where, maximum=jnp.maximum, minimum=jnp.minimum, rsqrt=jax.lax.rsqrt)
+
+
+def _step(count):
+    """The 1-based update that follows `count` updates, as the rule takes it."""
+    return jnp.asarray(count, jnp.float32) + 1.0
 
 
 def schedule(peak: float, warmup_steps: int, total_steps: int) -> optax.Schedule:
     """Linear warm-up from 0 to `peak`, then linear decay to 0 at `total_steps`: the rate for
-    the update after `count` updates, as `payload.training.optimization.learning_rate_at` gives it."""
-    decay_steps = float(max(total_steps - warmup_steps, 1))
-
-    def rate(count):
-        step = jnp.asarray(count, jnp.float32) + 1.0
-        warmup = peak * step / max(warmup_steps, 1)
-        decay = peak * jnp.maximum(0.0, total_steps - step + 1.0) / decay_steps
-        return jnp.where(step <= warmup_steps, warmup, jnp.minimum(decay, peak))
-
-    return rate
+    the update after `count` updates (payload.training.schedule.rate_at)."""
+    return lambda count: rule.rate_at(_step(count), peak, warmup_steps, total_steps, ops=OPS)
 
 
 def learning_rate(train_cfg) -> optax.Schedule:
-    """The rate the optimizer applies after `count` updates. tf_keras' Adafactor also caps its
-    step at 1/sqrt(t) whatever the schedule says (rho_t = min(lr, rsqrt(t))), so this does too."""
-    base = schedule(train_cfg.learning_rate, train_cfg.warmup_steps, train_cfg.steps)
-    if train_cfg.optimizer != "adafactor":
-        return base
-    return lambda count: jnp.minimum(base(count), jax.lax.rsqrt(jnp.asarray(count + 1,
-                                                                            jnp.float32)))
+    """The rate the optimizer applies after `count` updates: the schedule's, capped at
+    1/sqrt(t) for Adafactor as tf_keras caps it (payload.training.schedule.applied_at)."""
+    return lambda count: rule.applied_at(_step(count), train_cfg, ops=OPS)
 
 
 def parameter_name(path) -> str:
@@ -68,11 +64,6 @@ def parameter_name(path) -> str:
             parts.append(str(key.idx))
         # GetAttrKey('value'): the array inside an nnx Variable, not part of the name.
     return ".".join(parts)
-
-
-def decays(name: str) -> bool:
-    """Whether the TF engine's rule applies weight decay to the parameter called `name`."""
-    return not any(part in name for part in NO_DECAY)
 
 
 def decay_mask(params):

@@ -23,9 +23,10 @@ import numpy as np
 
 from payload.core import storage
 from payload.core.errors import UserError
-from payload.core.pytorch_weights import check_fits, load_tensors, spellings
+from payload.core.pytorch_weights import TF_WEIGHTS, check_fits, load_tensors, spellings
+from payload.core.pytorch_weights import WEIGHTS as PT_WEIGHTS
 from payload.engines.jax import models
-from payload.training.pretrained import PT_WEIGHTS, TF_WEIGHTS, weights_path
+from payload.training.pretrained import weights_path
 
 
 def read_pretrained(folder: str, hf_config) -> dict[str, np.ndarray]:

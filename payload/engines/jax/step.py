@@ -1,21 +1,20 @@
 """The JAX engine's training step: one jitted (state, batch) -> (state, metrics) per objective,
 sharding declared on a device mesh, host batches entering through one function.
 
-    plan = plan_sharding(num_params, num_devices=len(jax.devices()), hbm_bytes_per_chip=32 << 30)
-    mesh = make_mesh(plan)
+    mesh = make_mesh(plan)      # plan: payload.core.fit.sharding.plan_sharding's ShardingPlan
     program = TrainProgram(hf_config, family="gpt2", train_cfg=config.train, mesh=mesh)
     state = program.init_state(seed=0)                   # float32 weights, placed on the mesh
     batch = program.global_batch(numpy_rows_of_this_host)
     state, metrics = program.train_step(state, batch)    # metrics: loss, accuracy, ...
 
-Loss and accuracy are the TF engine's (payload.training.model.forward/loss_sums): summed cross-entropy
+Loss and accuracy are the TF engine's (payload.engines.tensorflow.model.forward/loss_sums): summed cross-entropy
 over the predicted tokens of the whole global batch, divided by their count; a masked LM projects
 onto the vocabulary only at its masked positions; GPT-2 predicts the next token; T5 the labels
 after the decoder inputs. The step computes it a chunk of positions at a time
 (payload.engines.jax.loss), never holding the [B, T, V] float32 logits; `predictions` and
 `loss_sums` below are the plain form it is tested against. Weights stay float32 (the
 optimizer's master copy); with bf16 on an accelerator the matmuls run in bfloat16, on CPU
-always in float32. The attention kernel follows the platform (payload.engines.jax.attention),
+always in float32. The attention kernel follows the platform (payload.core.fit.attention),
 the layers' rematerialisation `remat` (payload.engines.jax.kernels.remat_policy).
 """
 
@@ -33,17 +32,13 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from payload.core.families import FAMILIES
+from payload.core.fit.sharding import ShardingPlan
 from payload.engines.jax import optimizer as jax_optimizer
 from payload.engines.jax.init import draw_params, place
 from payload.engines.jax.kernels import Runtime
 from payload.engines.jax.loss import loss_sums as chunked_loss_sums
 from payload.engines.jax.models import build_model, model_shapes
-from payload.engines.jax.sharding import (  # noqa: F401  (re-exported: pure, JAX-free)
-    STATE_BYTES_PER_PARAM,
-    STATE_SHARE_OF_HBM,
-    ShardingPlan,
-    plan_sharding,
-)
 
 DATA, FSDP = "data", "fsdp"
 BATCH_AXES = (DATA, FSDP)  # the batch is split over every device, whatever the mesh's shape
@@ -100,13 +95,15 @@ def compute_dtype(bf16: bool, platform: str | None = None):
 
 def predictions(model, batch: dict, *, family: str, dropout_rng=None):
     """(float32 logits [B, T, V], labels [B, T] with -100 = nothing to predict), as the TF
-    engine's payload.training.model.forward gives them; a masked LM's T is its masked slots per row."""
-    if family in ("bert", "roberta"):
+    engine's payload.engines.tensorflow.model.forward gives them; a masked LM's T is its masked
+    slots per row. The family's objective (payload.core.families) decides what is predicted."""
+    objective = FAMILIES[family].objective
+    if objective == "mlm":
         logits = model(batch["input_ids"], batch["attention_mask"],
                        positions=batch["masked_positions"], dropout_rng=dropout_rng)
         labels = jnp.where(batch["masked_weights"] > 0, batch["masked_ids"], IGNORE_INDEX)
         return logits, labels
-    if family == "gpt2":
+    if objective == "clm":
         logits = model(batch["input_ids"], batch["attention_mask"], dropout_rng=dropout_rng)
         return logits[:, :-1], batch["labels"][:, 1:]
     logits = model(batch["input_ids"], batch["attention_mask"], batch["decoder_input_ids"],
@@ -117,13 +114,14 @@ def predictions(model, batch: dict, *, family: str, dropout_rng=None):
 def head_inputs(model, batch: dict, *, family: str, dropout_rng=None):
     """`predictions` before the vocabulary projection: (what the projection takes [B, T, d],
     labels [B, T], the projection), for the chunked loss."""
-    if family in ("bert", "roberta"):
+    objective = FAMILIES[family].objective
+    if objective == "mlm":
         x, projection = model.features(batch["input_ids"], batch["attention_mask"],
                                        positions=batch["masked_positions"],
                                        dropout_rng=dropout_rng)
         labels = jnp.where(batch["masked_weights"] > 0, batch["masked_ids"], IGNORE_INDEX)
         return x, labels, projection
-    if family == "gpt2":
+    if objective == "clm":
         x, projection = model.features(batch["input_ids"], batch["attention_mask"],
                                        dropout_rng=dropout_rng)
         return x[:, :-1], batch["labels"][:, 1:], projection

@@ -1,6 +1,6 @@
 """The JAX engine's trainer: the project's Flax models, jitted steps over a device mesh, Orbax.
 
-    trainer = JaxTrainer(config, inputs, plan)   # payload.engines.Trainer
+    trainer = JaxTrainer(config, inputs, plan)   # payload.training.trainer.Trainer
     step = trainer.start(resume=False); trainer.open_train(step)
     loss_sum, first_bad = trainer.train_chunk(10)
 
@@ -15,35 +15,22 @@ output_dir/checkpoints/ (payload.engines.jax.checkpoints), written by every proc
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import logging
 import os
-import sys
-import time
 
 import numpy as np
 
 from payload.core import layout, storage
+from payload.core.engines import JAX, engine_spec
 from payload.core.errors import UserError
-
-# The chief hosts the coordination service: it stays this long after the last barrier so the
-# others hear that the barrier passed before it goes.
-CHIEF_LINGER_S = 1.0
-
-
-def keep_tensorflow_on_the_cpu() -> None:
-    """TensorFlow reads shards and writes TensorBoard events here; the GPUs are JAX's (the TPU is
-    kept from it by TPU_LOAD_LIBRARY=0 in the plan's environment)."""
-    import tensorflow as tf
-
-    # RuntimeError: TensorFlow placed something already (it found no GPU to claim then).
-    with contextlib.suppress(RuntimeError):
-        tf.config.set_visible_devices([], "GPU")
+from payload.data.pipeline import keep_tensorflow_on_the_cpu
+from payload.training.inputs import check_batch_size
+from payload.training.utilisation import PROBE_PRODUCTS, PROBE_ROUNDS, PROBE_SIZE, best_rate
+from payload.training.voice import log
 
 
 class JaxTrainer:
     def __init__(self, config, inputs, plan):
+        # TensorFlow reads shards and writes TensorBoard events here; the accelerators are JAX's.
         keep_tensorflow_on_the_cpu()
         from payload.engines.jax.distributed import join
 
@@ -51,20 +38,18 @@ class JaxTrainer:
              process_id=plan.process_id)
         import jax
 
-        from payload.engines import Workload
+        from payload.core.fit.attention import generation_of
+        from payload.core.fit.sharding import plan_sharding
+        from payload.core.fit.workload import Workload
         from payload.engines.jax import step as jax_step
-        from payload.engines.jax.attention import generation_of
         from payload.engines.jax.cache import cache_folder, use_compilation_cache
-        from payload.engines.jax.engine import ENGINE
 
         # Before anything compiles: a resumed or preempted run loads its step from here.
         use_compilation_cache(cache_folder(config.output_dir))
         from payload.engines.jax.models import parameter_shapes
-        from payload.training.train import check_batch_size, objective_for
 
         self.config, self.inputs, self.plan = config, inputs, plan
         self.family = config.model.family
-        self.objective = objective_for(config, inputs.vocab)
         num_devices = jax.device_count()
         check_batch_size(config.train.batch_size, num_devices)
         self.process, self.processes = jax.process_index(), jax.process_count()
@@ -73,7 +58,7 @@ class JaxTrainer:
         workload = Workload.of(architecture, model=config.model, data=config.data,
                                train=config.train, platform=jax.default_backend(),
                                generation=generation_of(jax.devices()[0].device_kind))
-        sharding = jax_step.plan_sharding(num_params, num_devices=num_devices,
+        sharding = plan_sharding(num_params, num_devices=num_devices,
                                           hbm_bytes_per_chip=_memory_per_device(),
                                           optimizer=config.train.optimizer, workload=workload)
         self.program = jax_step.TrainProgram(architecture, family=self.family,
@@ -91,11 +76,10 @@ class JaxTrainer:
         self._step = self.program.train_step  # compile_step puts the compiled one here
         self._first_batch = None  # the batch compile_step compiled for, trained on first
         self._eval_batches: list | None = None
-        say = logging.getLogger("payload.training.train").info
-        say("JAX on %d %s device(s) in %d process(es): %s, train.remat %s", num_devices,
-            jax.default_backend(), self.processes, sharding.kind, sharding.remat)
-        for line in ENGINE.plan_lines(workload):
-            say("%s", line)
+        log(f"JAX on {num_devices} {jax.default_backend()} device(s) in {self.processes} "
+            f"process(es): {sharding.kind}, train.remat {sharding.remat}")
+        for line in engine_spec(JAX).plan_lines(workload):
+            log(line)
 
     @property
     def latest(self) -> str | None:
@@ -142,23 +126,11 @@ class JaxTrainer:
     # --- data --------------------------------------------------------------------------
 
     def _host_batches(self, files, *, shuffle: bool, start_batch: int):
-        """This host's rows of each global batch: its own input pipeline's share."""
-        return self.pipeline(files, shuffle=shuffle, start_batch=start_batch,
-                             pipeline_id=self.process, num_pipelines=self.processes)
-
-    def pipeline(self, files, *, shuffle: bool, start_batch: int, pipeline_id: int,
-                 num_pipelines: int):
-        """Input pipeline `pipeline_id` of `num_pipelines` (each a 1/num_pipelines share of the
-        global batch), as numpy batches."""
-        from payload.data.pipeline import input_pipeline
-
-        config = self.config
-        return input_pipeline(
-            files, record_len=config.record_len, dtype=self.inputs.manifest.dtype,
-            batch_size=config.train.batch_size // num_pipelines, objective=self.objective,
-            seed=config.train.seed, shuffle=shuffle, pipeline_id=pipeline_id,
-            num_pipelines=num_pipelines, start_batch=start_batch,
-        ).as_numpy_iterator()
+        """This host's rows of each global batch, as numpy: its own input pipeline's share."""
+        return self.inputs.pipeline(
+            self.config, files, shuffle=shuffle, start_batch=start_batch,
+            batch_size=self.config.train.batch_size // self.processes,
+            pipeline_id=self.process, num_pipelines=self.processes).as_numpy_iterator()
 
     def open_train(self, start_batch: int) -> None:
         self.iterator = self._host_batches(self.inputs.train_files, shuffle=True,
@@ -212,11 +184,6 @@ class JaxTrainer:
         if saved != step:  # the loop counts what the optimizer counts
             raise RuntimeError(f"saved step {saved}, expected {step}")
 
-    def learning_rate(self, step: int) -> float:
-        from payload.engines.jax.optimizer import learning_rate
-
-        return float(learning_rate(self.config.train)(step - 1))
-
     def anyone(self, flag: bool) -> bool:
         if self.processes == 1:
             return flag
@@ -237,11 +204,13 @@ class JaxTrainer:
             params = multihost_utils.process_allgather(params, tiled=True)
         return state_dict(jax.device_get(params))
 
-    def weights_digest(self) -> str:
-        digest = hashlib.sha256()
-        for _, value in sorted(self.weights().items()):
-            digest.update(np.ascontiguousarray(value, np.float32).tobytes())
-        return digest.hexdigest()[:16]
+    def cpu_peak_flops(self) -> float:
+        return cpu_peak_flops()
+
+    def summary_writer(self, folder: str):
+        from payload.data.events import EventWriter
+
+        return EventWriter(folder)
 
     def close(self) -> None:
         if self.ckpts:
@@ -253,19 +222,11 @@ class JaxTrainer:
 
             multihost_utils.sync_global_devices(name)
 
-    def leave(self) -> None:
-        """A multi-process run meets once more (every checkpoint, metric and log written by
-        then), then every process leaves at once, the chief a moment after the others, without
-        the distributed runtime's teardown (which waits on peers that may be gone)."""
+    def leave_barrier(self):
+        """The processes of one program meet through JAX's coordination service."""
         if self.processes == 1:
-            return
-        self._barrier("tpuctl-train-end")
-        if self.plan.is_chief:
-            time.sleep(CHIEF_LINGER_S)
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+            return None
+        return lambda: self._barrier("tpuctl-train-end")
 
 
 def _memory_per_device() -> int:
@@ -279,3 +240,23 @@ def _memory_per_device() -> int:
         return int(stats["bytes_limit"])
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return total // max(1, jax.local_device_count())
+
+
+def cpu_peak_flops(size: int = PROBE_SIZE, rounds: int = PROBE_ROUNDS,
+                   products: int = PROBE_PRODUCTS) -> float:
+    """FLOP/s of float32 matrix products on this process's CPU, in JAX's CPU backend
+    (payload.training.utilisation.best_rate)."""
+    import jax
+    import jax.numpy as jnp
+
+    cpu = jax.local_devices(backend="cpu")[0]
+    a, b = (jax.device_put(jax.random.uniform(jax.random.key(seed), (size, size)), cpu)
+            for seed in (1, 2))
+
+    @jax.jit
+    def run(a, b, count):
+        # The input changes with i, so no optimiser can hoist the product out of the loop.
+        return jax.lax.fori_loop(0, count, lambda i, total: total + jnp.sum((a + i) @ b), 0.0)
+
+    return best_rate(lambda count: float(run(a, b, count)), size=size, rounds=rounds,
+                     products=products)

@@ -1,8 +1,6 @@
 """The TensorFlow engine's distribution: the tf.distribute strategy a StrategyPlan describes.
 
     strategy = build_strategy(plan)     # payload.training.strategy.plan_strategy's plan
-    ...
-    exit_together(plan)                 # a multi-worker run's processes leave at once
 
 The plan (who trains, with which environment) is payload.training.strategy's, free of any
 framework; this module is where TensorFlow makes it real.
@@ -74,36 +72,6 @@ def build_strategy(plan: StrategyPlan):
     return tf.distribute.get_strategy()
 
 
-# How long a worker done with training waits for the others to be done too.
+# How long a worker done with training waits for the others to be done too
+# (payload.training.leaving, at TensorFlowTrainer.leave_barrier).
 END_BARRIER_S = 300.0
-# The chief hosts the coordination service: it stays this long after the last barrier so the
-# others hear that the barrier passed before it goes.
-CHIEF_LINGER_S = 1.0
-
-
-def exit_together(plan: StrategyPlan, *, timeout_s: float = END_BARRIER_S) -> None:
-    """End a multi-worker training process once every worker is done with training (other
-    kinds of run return at once).
-
-    Left to itself, a worker's TensorFlow teardown talks to the chief's coordination service
-    (heartbeats, a shutdown call): a worker still tearing down after the chief left retries it
-    over gRPC for minutes, idle, and logs `StartAbort UNAVAILABLE`; a chief still there after a
-    worker left logs "The tasks have crashed". So: a barrier through that service (every
-    worker's checkpoints, metrics and logs are written by then; nothing of the run is owed to
-    anyone after it), then every process leaves at once without the teardown, the chief a
-    moment after the others."""
-    if plan.kind is not StrategyKind.CPU_MULTI_WORKER:
-        return
-    import logging
-    import sys
-    import time
-
-    from tensorflow.python.eager import context
-
-    context.context().wait_at_barrier("tpuctl-train-end", int(timeout_s * 1000))
-    if plan.is_chief:
-        time.sleep(CHIEF_LINGER_S)
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)

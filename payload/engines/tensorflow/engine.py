@@ -1,41 +1,21 @@
-"""The TensorFlow engine behind the seam (payload.engines.Engine): what the stages ask of it.
+"""The TensorFlow engine's two entry points, as payload.engines loads them (no TensorFlow yet).
 
-    from payload.engines import engine_for
-    engine = engine_for("tensorflow")
-    engine.newest_step(output_dir)            # from the checkpoint index, no TensorFlow
+    trainer = trainer(config, inputs, plan)           # payload.training.trainer.Trainer
+    weights = trained_weights(config, hf_config)      # the newest checkpoint, restored
+
+What needs no TensorFlow (names, checkpoint files, the TPU route) is payload.core.engines'.
 """
 
 from __future__ import annotations
 
-from payload.engines.tensorflow import checkpoints
+
+def trainer(config, inputs, plan):
+    from payload.engines.tensorflow.trainer import TensorFlowTrainer
+
+    return TensorFlowTrainer(config, inputs, plan)
 
 
-class TensorFlowEngine:
-    name = "tensorflow"
+def trained_weights(config, hf_config):
+    from payload.engines.tensorflow.export import trained_weights
 
-    def checkpoint_files(self, names: list[str]) -> list[str]:
-        return checkpoints.checkpoint_files(names)
-
-    def newest_step(self, output_dir: str) -> int | None:
-        return checkpoints.newest_step(output_dir)
-
-    def plan_lines(self, workload) -> list[str]:
-        return []  # tf.keras' attention and memory: nothing the plan chooses
-
-    def trainer(self, config, inputs, plan):
-        from payload.engines.tensorflow.trainer import TensorFlowTrainer
-
-        return TensorFlowTrainer(config, inputs, plan)
-
-    # --- export and init_from (payload/engines/tensorflow/export.py) -------------------------
-    # transformers' own TF loader reads tf_model.h5; model.safetensors goes through the
-    # PyTorch-name rule.
-    init_from_files = ("model.safetensors", "tf_model.h5")
-
-    def trained_weights(self, config, hf_config):
-        from payload.engines.tensorflow.export import trained_weights
-
-        return trained_weights(config, hf_config)
-
-
-ENGINE = TensorFlowEngine()
+    return trained_weights(config, hf_config)

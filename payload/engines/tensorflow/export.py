@@ -1,44 +1,30 @@
 """The TensorFlow engine's weights for the export stage, and the one rule between the TF model's
 weights and PyTorch transformers' names, both ways.
 
-    weights = trained_weights(config, hf_config)   # the newest checkpoint, restored
-    weights.write(staging)                         # tf_model.h5 and model.safetensors
-    state = pytorch_state_dict(model, "gpt2")      # TF -> PyTorch names and layouts
+    weights = trained_weights(config, hf_config)   # the newest checkpoint, under PyTorch names
+    state = pytorch_state_dict(model)              # TF -> PyTorch names and layouts
     assign_pytorch_state(model, state, source="model.init_from m")   # and back (init_from)
     write_tf_model(hf_config, state, staging)      # tf_model.h5 from PyTorch-named weights
 
-The folder gets the weights twice:
-- `model.safetensors` under PyTorch's names and layouts (kernels transposed, LayerNorm
-  gamma/beta as weight/bias, tied weights present, metadata format "pt"), for PyTorch
-  transformers 5.x, which has no TensorFlow models; TensorFlow's own names load there without
-  an error but with every weight freshly initialised;
-- `tf_model.h5`, TensorFlow's own format, for the TF classes of transformers 4.x. Load those with
-  `use_safetensors=False`: their loader of "pt" safetensors fails on every safetensors release
-  ('safe_open' object is not iterable, huggingface/transformers#40028, left unfixed since the
-  TF code is deprecated).
-Written with numpy and `safetensors` only: no torch here.
+PyTorch's names and layouts: kernels transposed, LayerNorm gamma/beta as weight/bias, GPT-2's
+Conv1D bias flat. The export stage (payload.stages.export) writes model.safetensors from them,
+and asks `write_tf_model` for tf_model.h5, TensorFlow's own format, from the same arrays
+whichever engine trained.
 """
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-
-from dataclasses import dataclass
-
-from payload.core import storage
+from payload.core.engines import TENSORFLOW
 from payload.core.errors import UserError
-from payload.core.pytorch_weights import spellings, with_tied_copies
-from payload.engines.tensorflow.checkpoints import INDEX, latest_checkpoint, restore_newest
+from payload.core.pytorch_weights import WEIGHTS, spellings
+from payload.engines.tensorflow.checkpoints import restore_newest
 from payload.training import checkpoints
+from payload.training.trainer import TrainedWeights
 
-WEIGHTS = "model.safetensors"
 
-
-def pytorch_state_dict(model, family: str) -> dict:
-    """The TF model's weights as numpy arrays under the PyTorch model's keys and layouts, tied
-    copies included."""
+def pytorch_state_dict(model) -> dict:
+    """The TF model's weights as numpy arrays under the PyTorch model's keys and layouts (no
+    tied copies: the model holds each tied weight once)."""
     from transformers.modeling_tf_pytorch_utils import (
         TransposeType,
         convert_tf_weight_name_to_pt_weight_name,
@@ -59,7 +45,7 @@ def pytorch_state_dict(model, family: str) -> dict:
         if name in state:
             raise ValueError(f"two weights map to {name}")
         state[name] = array
-    return with_tied_copies(state, family)
+    return state
 
 
 def assign_pytorch_state(model, state: dict, *, source: str, file: str = WEIGHTS) -> None:
@@ -101,10 +87,10 @@ def float32_model(hf_config):
     exports hold, whatever the training policy was)."""
     import tf_keras
 
-    from payload.training import model as model_lib
+    from payload.engines.tensorflow.model import build_model
 
     tf_keras.mixed_precision.set_global_policy("float32")
-    return model_lib.build_model(hf_config)
+    return build_model(hf_config)
 
 
 def write_tf_model(hf_config, state: dict, folder: str) -> None:
@@ -115,47 +101,22 @@ def write_tf_model(hf_config, state: dict, folder: str) -> None:
     model.save_pretrained(folder, safe_serialization=False)
 
 
-def latest_weights(model, output_dir: str) -> str:
-    """Restore the newest checkpoint's weights into `model`; returns its path."""
+def restored_model(output_dir: str, hf_config):
+    """(a float32 model of `hf_config` as the newest complete checkpoint left it, its path)."""
     import tensorflow as tf
 
-    directory = checkpoints.checkpoint_dir(output_dir)
-    if storage.exists(storage.join(directory, INDEX)) and not storage.is_complete(
-            directory):
-        raise checkpoints.incomplete(directory, "nothing to export")
-    path = latest_checkpoint(output_dir)
-    if path is None:
-        raise UserError(
-            f"nothing to export: no checkpoint in {checkpoints.checkpoint_dir(output_dir)}",
-            hint="run the train stage first",
-        )
+    checkpoints.check_exportable(output_dir, TENSORFLOW)
+    model = float32_model(hf_config)
     checkpoint = tf.train.Checkpoint(model=model)
-    return restore_newest(
+    path = restore_newest(
         output_dir,
         lambda path: checkpoint.restore(path).expect_partial().assert_existing_objects_matched(),
         doing="export")
-
-
-@dataclass(frozen=True)
-class TrainedWeights:
-    """The TF model as the newest checkpoint left it."""
-
-    model: object
-    checkpoint: str
-
-    @property
-    def hf_config(self):
-        return self.model.config
-
-    def write(self, folder: str) -> None:
-        from safetensors.numpy import save_file
-
-        self.model.save_pretrained(folder, safe_serialization=False)  # tf_model.h5
-        save_file(pytorch_state_dict(self.model, self.model.config.model_type),
-                  os.path.join(folder, WEIGHTS), metadata={"format": "pt"})
+    return model, path
 
 
 def trained_weights(config, hf_config) -> TrainedWeights:
-    """The newest checkpoint in output_dir/checkpoints/, restored into a model of `hf_config`."""
-    model = float32_model(hf_config)
-    return TrainedWeights(model=model, checkpoint=latest_weights(model, config.output_dir))
+    """The newest complete checkpoint in output_dir/checkpoints/, its weights under PyTorch's
+    names (payload.training.trainer)."""
+    model, path = restored_model(config.output_dir, hf_config)
+    return TrainedWeights(state=pytorch_state_dict(model), hf_config=hf_config, checkpoint=path)

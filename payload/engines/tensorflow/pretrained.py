@@ -16,7 +16,9 @@ import tempfile
 
 from payload.core import storage
 from payload.core.errors import UserError
-from payload.training.pretrained import PT_WEIGHTS, TF_WEIGHTS, init_from_label, weights_path
+from payload.core.pytorch_weights import TF_WEIGHTS
+from payload.core.pytorch_weights import WEIGHTS as PT_WEIGHTS
+from payload.training.pretrained import init_from_label, weights_path
 
 
 def load_weights(model, folder: str) -> str:

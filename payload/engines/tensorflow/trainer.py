@@ -1,22 +1,22 @@
 """The TensorFlow engine's trainer: transformers' TF model under a tf.distribute strategy.
 
-    trainer = TensorFlowTrainer(config, inputs, plan)   # payload.engines.Trainer
+    trainer = TensorFlowTrainer(config, inputs, plan)   # payload.training.trainer.Trainer
     step = trainer.start(resume=False); trainer.open_train(step)
     loss_sum, first_bad = trainer.train_chunk(10)
 
 The model and optimizer are built under the strategy's scope; a chunk of steps is one
 tf.function over the distributed input iterator; every replica's gradients are summed and
 clipped by their global norm; checkpoints are TensorFlow's (payload.engines.tensorflow.checkpoints).
-The shared loop (payload.training.train) says when.
+The shared loop (payload.training.loop) says when.
 """
 
 from __future__ import annotations
 
-import hashlib
-
 from payload.engines.tensorflow import checkpoints
-from payload.engines.tensorflow.distribute import build_strategy, exit_together
+from payload.engines.tensorflow.distribute import END_BARRIER_S, build_strategy
+from payload.training.inputs import check_batch_size
 from payload.training.strategy import StrategyKind
+from payload.training.utilisation import PROBE_PRODUCTS, PROBE_ROUNDS, PROBE_SIZE, best_rate
 
 
 class TensorFlowTrainer:
@@ -24,9 +24,8 @@ class TensorFlowTrainer:
         import tensorflow as tf
         import tf_keras
 
-        from payload.training import model as model_lib
-        from payload.training.optimization import build_optimizer
-        from payload.training.train import check_batch_size, objective_for
+        from payload.engines.tensorflow.model import build_model
+        from payload.engines.tensorflow.optimization import build_optimizer
 
         self.config, self.inputs, self.plan = config, inputs, plan
         self.strategy = strategy = build_strategy(plan)
@@ -34,7 +33,6 @@ class TensorFlowTrainer:
         self.replicas = self.devices = strategy.num_replicas_in_sync
         self.drives_tpu = isinstance(strategy, tf.distribute.TPUStrategy)
         self.family = config.model.family
-        self.objective = objective_for(config, inputs.vocab)
         tf_keras.mixed_precision.set_global_policy(
             "mixed_bfloat16" if config.train.bf16 else "float32"
         )
@@ -42,8 +40,8 @@ class TensorFlowTrainer:
         # before its first checkpoint) ends where an uninterrupted one does.
         tf_keras.utils.set_random_seed(config.train.seed)
         with strategy.scope():
-            self.model = model_lib.build_model(inputs.hf_config)
-            self.optimizer, self.schedule = build_optimizer(config.train)
+            self.model = build_model(inputs.hf_config)
+            self.optimizer, _ = build_optimizer(config.train)
             self.optimizer.build(self.model.trainable_variables)
         self.ckpts = None
         self.init_source = None
@@ -72,23 +70,14 @@ class TensorFlowTrainer:
     def _dataset(self, files, *, shuffle: bool, start_batch: int):
         import tensorflow as tf
 
-        from payload.data.pipeline import input_pipeline
-
-        config, manifest = self.config, self.inputs.manifest
+        config = self.config
 
         def make(context: tf.distribute.InputContext):
-            return input_pipeline(
-                files,
-                record_len=config.record_len,
-                dtype=manifest.dtype,
+            return self.inputs.pipeline(
+                config, files, shuffle=shuffle, start_batch=start_batch,
                 batch_size=context.get_per_replica_batch_size(config.train.batch_size),
-                objective=self.objective,
-                seed=config.train.seed,
-                shuffle=shuffle,
                 pipeline_id=context.input_pipeline_id,
-                num_pipelines=context.num_input_pipelines,
-                start_batch=start_batch,
-            )
+                num_pipelines=context.num_input_pipelines)
 
         return self.strategy.distribute_datasets_from_function(make)
 
@@ -106,7 +95,7 @@ class TensorFlowTrainer:
     def _build_steps(self):
         import tensorflow as tf
 
-        from payload.training.model import forward, loss_sums
+        from payload.engines.tensorflow.model import forward, loss_sums
 
         model, optimizer, family = self.model, self.optimizer, self.family
         strategy, max_norm = self.strategy, self.config.train.max_grad_norm
@@ -183,9 +172,6 @@ class TensorFlowTrainer:
     def save(self, step: int) -> None:
         self.ckpts.save(step)
 
-    def learning_rate(self, step: int) -> float:
-        return float(self.schedule(step - 1))
-
     def anyone(self, flag: bool) -> bool:
         if self.plan.kind is not StrategyKind.CPU_MULTI_WORKER:
             return flag  # one process drives every replica
@@ -196,19 +182,53 @@ class TensorFlowTrainer:
             lambda: tf.constant(value)), axis=None)
         return float(anyone) > 0
 
-    def weights_digest(self) -> str:
-        return weights_digest(self.model)
+    def weights(self) -> dict:
+        from payload.engines.tensorflow.export import pytorch_state_dict
+
+        return pytorch_state_dict(self.model)
+
+    def cpu_peak_flops(self) -> float:
+        return cpu_peak_flops()
+
+    def summary_writer(self, folder: str):
+        from payload.data.events import EventWriter
+
+        return EventWriter(folder)
 
     def close(self) -> None:
         if self.ckpts:
             self.ckpts.close()
 
-    def leave(self) -> None:
-        exit_together(self.plan)
+    def leave_barrier(self):
+        """Through the chief's coordination service, for a multi-worker CPU run (a TPU run is
+        one process driving every replica)."""
+        if self.plan.kind is not StrategyKind.CPU_MULTI_WORKER:
+            return None
+
+        def barrier() -> None:
+            from tensorflow.python.eager import context
+
+            context.context().wait_at_barrier("tpuctl-train-end", int(END_BARRIER_S * 1000))
+
+        return barrier
 
 
-def weights_digest(model) -> str:
-    digest = hashlib.sha256()
-    for weight in sorted(model.weights, key=lambda w: w.name):
-        digest.update(weight.numpy().tobytes())
-    return digest.hexdigest()[:16]
+def cpu_peak_flops(size: int = PROBE_SIZE, rounds: int = PROBE_ROUNDS,
+                   products: int = PROBE_PRODUCTS) -> float:
+    """FLOP/s of float32 matrix products on this process's CPU threads, in TensorFlow
+    (payload.training.utilisation.best_rate)."""
+    import tensorflow as tf
+
+    a = tf.random.stateless_uniform([size, size], seed=[1, 2])
+    b = tf.random.stateless_uniform([size, size], seed=[3, 4])
+
+    @tf.function
+    def run(count):
+        total = tf.constant(0.0)
+        for i in tf.range(count):
+            # The input changes with i, so no optimiser can hoist the product out of the loop.
+            total += tf.reduce_sum(tf.matmul(a + tf.cast(i, tf.float32), b))
+        return total
+
+    return best_rate(lambda count: float(run(tf.constant(count))), size=size, rounds=rounds,
+                     products=products)

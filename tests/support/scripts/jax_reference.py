@@ -24,11 +24,15 @@ def main() -> None:
 
     from payload.config import load_config
     from payload.engines.jax.trainer import JaxTrainer
-    from payload.training.train import run_train
+    from payload.stages.train import run_train
 
     def host_batches(self, files, *, shuffle: bool, start_batch: int):
-        shares = [self.pipeline(files, shuffle=shuffle, start_batch=start_batch, pipeline_id=i,
-                                num_pipelines=args.pipelines) for i in range(args.pipelines)]
+        batch_size = self.config.train.batch_size // args.pipelines
+        shares = [self.inputs.pipeline(self.config, files, shuffle=shuffle,
+                                       start_batch=start_batch, batch_size=batch_size,
+                                       pipeline_id=i, num_pipelines=args.pipelines
+                                       ).as_numpy_iterator()
+                  for i in range(args.pipelines)]
         for parts in zip(*shares, strict=True):
             yield {key: np.concatenate([part[key] for part in parts]) for key in parts[0]}
 

@@ -81,13 +81,14 @@ def main() -> None:
     import jax
     from jax.experimental import multihost_utils
 
+    from payload.core.fit.sharding import ShardingPlan
     from payload.engines.jax import step as jax_step
     from payload.engines.jax.models import state_dict
 
     if args.hang_in_save:
         hang_before_commit(args.hang_in_save, args.out / "saving")
     devices = len(jax.devices())
-    plan = jax_step.ShardingPlan(data=devices // args.fsdp, fsdp=args.fsdp,
+    plan = ShardingPlan(data=devices // args.fsdp, fsdp=args.fsdp,
                                  state_bytes_per_chip=0, hbm_bytes_per_chip=0)
     cfg = train_cfg(args.steps)
     # Under FSDP every parameter the group divides is split, however small, so that a tiny

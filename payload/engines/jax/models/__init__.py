@@ -23,16 +23,17 @@ import numpy as np
 from flax import nnx
 
 from payload.core.errors import UserError
+from payload.core.families import FAMILIES
 from payload.engines.jax.kernels import Runtime
 from payload.engines.jax.models.bert import BertForMaskedLM, RobertaForMaskedLM
 from payload.engines.jax.models.gpt2 import GPT2LMHeadModel
 from payload.engines.jax.models.t5 import T5ForConditionalGeneration
 
+# Each family's model is the class its spec names (payload.core.families: the architecture).
 MODEL_CLASSES = {
-    "bert": BertForMaskedLM,
-    "roberta": RobertaForMaskedLM,
-    "gpt2": GPT2LMHeadModel,
-    "t5": T5ForConditionalGeneration,
+    name: {cls.__name__: cls for cls in (BertForMaskedLM, RobertaForMaskedLM, GPT2LMHeadModel,
+                                         T5ForConditionalGeneration)}[spec.architecture]
+    for name, spec in FAMILIES.items()
 }
 
 

@@ -2,43 +2,46 @@
 
     python -m payload export --config run.yaml
     run_export(config)
+    write_weights(staging, weights)        # model.safetensors (+ tf_model.h5): the one writer
 
 The one place for the folder, whichever engine trained: `config.json` (with its
 `architectures`), the tokenizer files, the model inputs, the export note, and the swap that
 replaces model/ whole. The weights come from the engine that wrote the checkpoints
-(payload.engines: `trained_weights(...).write(folder)`), twice, in the same form from either:
+(payload.engines.trained_weights: every parameter under its PyTorch name), and are written
+here, twice, the same from either engine:
 - `model.safetensors` under PyTorch's names and layouts (tied weights present, metadata format
-  "pt"), for PyTorch transformers 5.x;
-- `tf_model.h5` for the TF classes of transformers 4.x (load with `use_safetensors=False`; see
-  payload/engines/tensorflow/export.py), where those classes import.
+  "pt"), for PyTorch transformers 5.x, which has no TensorFlow models: TensorFlow's own names
+  load there without an error but with every weight freshly initialised;
+- `tf_model.h5` for the TF classes of transformers 4.x, where those classes import (the
+  TensorFlow engine builds the TF model and sets its weights by the same name rule that
+  model.init_from uses): load them with `use_safetensors=False`, since their loader of "pt"
+  safetensors fails on every safetensors release ('safe_open' object is not iterable,
+  huggingface/transformers#40028, left unfixed since the TF code is deprecated). Where they do
+  not import (a JAX-only environment), the folder holds model.safetensors alone and says so.
+Written with numpy and `safetensors` only: no torch here.
 """
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-
+import importlib.util
 import json
 import logging
+import os
 
-from payload.core import layout, storage
+from payload.core import folders, layout, ownership, storage
 from payload.core.errors import UserError
+from payload.core.families import FAMILIES
+from payload.core.pytorch_weights import WEIGHTS, with_tied_copies
 from payload.training import checkpoints
 
-ARCHITECTURES = {
-    "bert": "BertForMaskedLM",
-    "roberta": "RobertaForMaskedLM",
-    "gpt2": "GPT2LMHeadModel",
-    "t5": "T5ForConditionalGeneration",
-}
+log = logging.getLogger(__name__)
 
 
 def trained_weights(config):
     """The weights of the newest checkpoint, restored by the engine that wrote it (run.json's
     `engine`; none recorded: TensorFlow, as runs before the JAX engine were), after checking
     they were made with this config's tokenizer and model settings. Nothing is written."""
-    from payload.engines import engine_for
+    from payload.engines import trained_weights as engine_weights
     from payload.training import model as model_lib
 
     tokenizer, tokenizer_fp = model_lib.load_tokenizer(config)
@@ -58,8 +61,7 @@ def trained_weights(config):
             "the model settings changed since the checkpoints were written",
             hint="export with the config the run was trained with",
         )
-    engine = engine_for((identity or {}).get("engine"))
-    return engine.trained_weights(config, hf_config)
+    return engine_weights((identity or {}).get("engine"), config, hf_config)
 
 
 def engine_note(named: str, engine: str, written_by: str | None) -> str | None:
@@ -74,31 +76,56 @@ def engine_note(named: str, engine: str, written_by: str | None) -> str | None:
 
 
 def run_export(config) -> None:
-    from payload.core.families import FAMILIES
     from payload.data.tokenizer import copy_tokenizer_files, set_model_inputs
 
-    storage.check_output_dir(config.output_dir)
+    ownership.check_output_dir(config.output_dir)
     note = engine_note(f"train.engine {config.train.engine}", config.train.engine,
                        checkpoints.recorded_engine(config.output_dir))
     if note:
-        logging.getLogger(__name__).info(note)
+        log.info(note)
     weights = trained_weights(config)
     path = weights.checkpoint
-    storage.claim_output_dir(config.output_dir)
+    ownership.claim_output_dir(config.output_dir)
     family = config.model.family
     target = layout.model_dir(config.output_dir)
     source = checkpoint_name(config.output_dir, path)
     # Built beside model/ and swapped in whole: a crash or a full disk leaves the old model/
     # or the new one, and on gs:// readers go by the completeness marker.
-    with storage.replacing_folder(target, {"stage": "export", "checkpoint": source}) as staging:
-        weights.write(staging)  # the engine's: model.safetensors and tf_model.h5
+    with folders.replacing_folder(target, {"stage": "export", "checkpoint": source}) as staging:
+        write_weights(staging, weights)
         hf_config = weights.hf_config
-        hf_config.architectures = [ARCHITECTURES[family]]
+        hf_config.architectures = [FAMILIES[family].architecture]
         hf_config.save_pretrained(staging)
         copy_tokenizer_files(config, staging)
         set_model_inputs(staging, FAMILIES[family])
         _add_export_note(staging, source)
-    logging.getLogger(__name__).info("exported %s to %s", path, target)
+    log.info("exported %s to %s", path, target)
+
+
+def write_weights(folder: str, weights) -> None:
+    """`model.safetensors` from the engine's PyTorch-named state, the tied copies added, and
+    `tf_model.h5` from the same arrays wherever transformers' TF classes import."""
+    from safetensors.numpy import save_file
+
+    hf_config = weights.hf_config
+    tensors = with_tied_copies(weights.state, hf_config.model_type)
+    save_file(tensors, os.path.join(folder, WEIGHTS), metadata={"format": "pt"})
+    if tf_classes_import():
+        from payload.engines.tensorflow.export import write_tf_model
+
+        write_tf_model(hf_config, tensors, folder)
+    else:
+        log.info("transformers' TensorFlow classes do not import here: the model folder "
+                 "holds %s only (PyTorch)", WEIGHTS)
+
+
+def tf_classes_import() -> bool:
+    """Whether transformers' TF model classes can be built in this environment."""
+    if not all(importlib.util.find_spec(name) for name in ("tensorflow", "tf_keras")):
+        return False
+    from transformers.utils import is_tf_available
+
+    return is_tf_available()
 
 
 def checkpoint_name(output_dir: str, checkpoint: str) -> str:

@@ -24,7 +24,7 @@ memory analysis of a compiled step on CPU.
 
 from __future__ import annotations
 
-from payload.engines.jax.attention import REFERENCE, attention_sites, choose_attention
+from payload.core.fit.attention import REFERENCE, attention_sites, choose_attention
 
 REMAT_ORDER = ("none", "dots", "full")
 REMAT_CHOICES = ("auto", *REMAT_ORDER)
@@ -76,7 +76,7 @@ def _layer(*, width: int, inner: int, ff: int, gated: bool, size: int, attention
 
 def activation_bytes(workload, policy: str, *, rows: int) -> int:
     """Bytes one chip holds for `rows` rows of the batch under remat `policy` (a Workload:
-    payload.engines.Workload)."""
+    payload.core.fit.workload.Workload)."""
     arch = workload.architecture
     kind = arch["model_type"]
     size = 2 if workload.bf16 and workload.platform != "cpu" else F32

@@ -3,14 +3,16 @@ activations fit beside it, worked out without JAX.
 
     plan = plan_sharding(1_557_611_200, num_devices=16, hbm_bytes_per_chip=16 << 30)
     plan.kind            # "FSDP over 4 chips": the smallest group whose share fits a chip
-    plan_sharding(1_557_611_200, num_devices=1, hbm_bytes_per_chip=16 << 30, where="v5litepod-1")
+    plan_sharding(1_557_611_200, num_devices=1, hbm_bytes_per_chip=16 << 30, where="v5litepod-1",
+                  larger=accelerators.larger_slices("v5litepod-1"))
     # UserError: "... need 23.2 GiB of training state ..." hint: "use v5litepod-4 or larger ..."
     plan_sharding(..., workload=Workload.of(...))   # also activations and train.remat: auto
 
-Pure arithmetic on the parameter count, the step's shapes (payload.engines.jax.memory) and the
+Pure arithmetic on the parameter count, the step's shapes (payload.core.fit.memory) and the
 accelerator table's memory per chip, so the run plan, the launcher's dry run and the config
 check say what the step (payload.engines.jax.step, which builds the mesh from the same plan)
-will do, and refuse what cannot fit, naming what would, before any JAX import or TPU hour.
+will do, and refuse what cannot fit, naming what would (the caller names the larger slices of
+the same chips, from the accelerator table), before any JAX import or TPU hour.
 """
 
 from __future__ import annotations
@@ -86,14 +88,16 @@ def state_bytes(num_params: int, optimizer: str = "adamw") -> int:
 
 
 def plan_sharding(num_params: int, *, num_devices: int, hbm_bytes_per_chip: int,
-                  optimizer: str = "adamw", where: str = "", workload=None) -> ShardingPlan:
+                  optimizer: str = "adamw", where: str = "", workload=None,
+                  larger: tuple[tuple[str, int], ...] = ()) -> ShardingPlan:
     """Replicated if the whole training state fits one chip's share, else the smallest FSDP
     group (a divisor of the device count) that makes it fit. With a `workload`
-    (payload.engines.Workload) the step's activations must fit too: the least
+    (payload.core.fit.workload) the step's activations must fit too: the least
     rematerialisation that does (train.remat auto; none before dots before full, each tried
     over the FSDP groups first) or the one train.remat names. What fits no arrangement is a
     user error that says what it needs and has, and what would fit (`where` names the slice,
-    e.g. "v5litepod-1": other slices of its generation are named from the accelerator table)."""
+    e.g. "v5litepod-1"; `larger` the slices of the same chips with more of them, (name, chips)
+    smallest first, as payload.cloud.accelerators.larger_slices lists them)."""
     state = state_bytes(num_params, optimizer)
     budget = int(hbm_bytes_per_chip * STATE_SHARE_OF_HBM)
     groups = [d for d in range(1, num_devices + 1)
@@ -101,7 +105,7 @@ def plan_sharding(num_params: int, *, num_devices: int, hbm_bytes_per_chip: int,
     if not groups:
         raise _no_room_for_state(num_params, state, num_devices=num_devices,
                                  hbm_bytes_per_chip=hbm_bytes_per_chip, optimizer=optimizer,
-                                 where=where, workload=workload)
+                                 where=where, workload=workload, larger=larger)
     if workload is None:
         fsdp = groups[0]
         return ShardingPlan(data=num_devices // fsdp, fsdp=fsdp,
@@ -112,12 +116,13 @@ def plan_sharding(num_params: int, *, num_devices: int, hbm_bytes_per_chip: int,
     if found is None:
         raise _no_room_for_activations(num_params, state, groups, num_devices=num_devices,
                                        hbm_bytes_per_chip=hbm_bytes_per_chip,
-                                       optimizer=optimizer, where=where, workload=workload)
+                                       optimizer=optimizer, where=where, workload=workload,
+                                       larger=larger)
     return found
 
 
 def _policies(workload) -> tuple[str, ...]:
-    from payload.engines.jax.memory import REMAT_ORDER
+    from payload.core.fit.memory import REMAT_ORDER
 
     return REMAT_ORDER if workload.remat == "auto" else (workload.remat,)
 
@@ -129,7 +134,7 @@ def _working_bytes(num_params: int, fsdp: int, workload) -> int:
 
 def _fitting(num_params, state, groups, *, num_devices, hbm_bytes_per_chip, workload,
              policies=None) -> ShardingPlan | None:
-    from payload.engines.jax.memory import activation_bytes
+    from payload.core.fit.memory import activation_bytes
 
     usable = hbm_bytes_per_chip * USABLE_SHARE_OF_HBM
     rows = max(1, workload.batch_size // num_devices)
@@ -145,43 +150,32 @@ def _fitting(num_params, state, groups, *, num_devices, hbm_bytes_per_chip, work
     return None
 
 
-def _larger_slice(num_params: int, *, optimizer: str, where: str, workload) -> str | None:
-    """The smallest slice of `where`'s generation with more chips on which this model (and
-    step, with a workload) fits, from the accelerator table; None if there is none."""
-    from payload.cloud import accelerators
-
-    if not where:
-        return None
-    try:
-        here = accelerators.accelerator(where)
-    except UserError:  # a name outside the table: nothing to compare it with
-        return None
-    generation = accelerators.GENERATIONS.get(here.generation)
-    if generation is None:
-        return None
-    for size in generation.sizes:
-        chips = generation.chips(size)
-        if chips <= here.chips or (workload is not None and workload.batch_size % chips):
+def _larger_slice(num_params: int, *, optimizer: str, hbm_bytes_per_chip: int, workload,
+                  larger: tuple[tuple[str, int], ...]) -> str | None:
+    """The smallest of the `larger` slices (the same chips, more of them) on which this model
+    (and step, with a workload) fits; None if there is none."""
+    for name, chips in larger:
+        if workload is not None and workload.batch_size % chips:
             continue
         try:
-            plan_sharding(num_params, num_devices=chips,
-                          hbm_bytes_per_chip=here.hbm_gib_per_chip << 30,
+            plan_sharding(num_params, num_devices=chips, hbm_bytes_per_chip=hbm_bytes_per_chip,
                           optimizer=optimizer, workload=workload)
         except UserError:
             continue
-        return f"{generation.prefix}-{size}"
+        return name
     return None
 
 
 def _no_room_for_state(num_params, state, *, num_devices, hbm_bytes_per_chip, optimizer,
-                       where, workload) -> UserError:
+                       where, workload, larger) -> UserError:
     budget = int(hbm_bytes_per_chip * STATE_SHARE_OF_HBM)
     chips = (f"the {num_devices} chips" if num_devices > 1 else "the one chip") + (
         f" of {where}" if where else "")
     fits = math.ceil(state / budget)
     smaller = ", or train.optimizer: adafactor (half the state)" if optimizer == "adamw" else ""
-    larger = _larger_slice(num_params, optimizer=optimizer, where=where, workload=workload)
-    slices = (f"use {larger} or larger" if larger else
+    bigger = _larger_slice(num_params, optimizer=optimizer, hbm_bytes_per_chip=hbm_bytes_per_chip,
+                           workload=workload, larger=larger)
+    slices = (f"use {bigger} or larger" if bigger else
               f"use a slice of at least {fits} such chips")
     return UserError(
         f"the model's {num_params / 1e6:,.0f}M parameters need {state / GIB:.1f} GiB of "
@@ -193,10 +187,10 @@ def _no_room_for_state(num_params, state, *, num_devices, hbm_bytes_per_chip, op
 
 
 def _no_room_for_activations(num_params, state, groups, *, num_devices, hbm_bytes_per_chip,
-                             optimizer, where, workload) -> UserError:
+                             optimizer, where, workload, larger) -> UserError:
     from dataclasses import replace
 
-    from payload.engines.jax.memory import activation_bytes
+    from payload.core.fit.memory import activation_bytes
 
     policy = _policies(workload)[-1]  # the least memory this run allows itself
     rows = max(1, workload.batch_size // num_devices)
@@ -213,9 +207,10 @@ def _no_room_for_activations(num_params, state, groups, *, num_devices, hbm_byte
         ways.append(f"train.batch_size {fitting_rows * num_devices} or less")
     if policy != "full":
         ways.append("train.remat: full (each layer recomputed: about a third more compute)")
-    larger = _larger_slice(num_params, optimizer=optimizer, where=where, workload=workload)
-    if larger:
-        ways.append(f"{larger} (the same batch over more chips)")
+    bigger = _larger_slice(num_params, optimizer=optimizer, hbm_bytes_per_chip=hbm_bytes_per_chip,
+                           workload=workload, larger=larger)
+    if bigger:
+        ways.append(f"{bigger} (the same batch over more chips)")
     ways.append("a shorter data.seq_len or a smaller model")
     what = f"{where}'s chips" if where else "a chip"
     return UserError(

@@ -23,9 +23,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from launcher import jobs, view
+from launcher import job_shell, view
 from launcher.executors import WorkerUnreachable, on_workers
-from launcher.jobs import JobState
+from launcher.job_shell import JobState
 from launcher.plan import Plan, Worker
 from launcher.records import JobRecord
 from payload.core import layout
@@ -119,7 +119,7 @@ def submit(executor, plan: Plan, record: JobRecord,
            secrets: dict[str, str] | None = None) -> list[int]:
     """Copy the job's files to every worker and start the agent; the process group ids.
     `secrets` (name -> value) reach only the agents of workers whose commands name them, in
-    memory (launcher.jobs.start_command); they are in no file, argument or record."""
+    memory (launcher.job_shell.start_command); they are in no file, argument or record."""
 
     def start(worker: Worker) -> int:
         paths = plan.paths[worker.index]
@@ -131,10 +131,10 @@ def submit(executor, plan: Plan, record: JobRecord,
                             f"{one_line(made.stderr or made.stdout)[-200:]}")
         executor.put(worker, str(record.config_file), paths.config)
         executor.put(worker, str(record.agent_file(worker.index)), paths.agent_plan)
-        command = jobs.start_command(paths, plan.environment.python, secrets=bool(names))
+        command = job_shell.start_command(paths, plan.environment.python, secrets=bool(names))
         if names:
             res = executor.run(worker, command,
-                               secret_env={jobs.SECRETS_ENV: json.dumps(handed)})
+                               secret_env={job_shell.SECRETS_ENV: json.dumps(handed)})
         else:
             res = executor.run(worker, command)
         pid = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else ""
@@ -212,23 +212,23 @@ def _follow_worker(executor, plan: Plan, worker: Worker, book: LogBook, sink, se
                    halt: threading.Event, follow: bool) -> None:
     while not halt.is_set():
         try:
-            res = executor.run(worker, jobs.poll_command(plan.paths[worker.index],
-                                                         book.offsets[worker.index]),
+            res = executor.run(worker, job_shell.poll_command(plan.paths[worker.index],
+                                                              book.offsets[worker.index]),
                                timeout_s=60)
         except WorkerUnreachable as exc:
             seen.error = str(exc)
             return
-        poll = jobs.parse_poll(res.stdout)
+        poll = job_shell.parse_poll(res.stdout)
         lines = list(poll.lines)
         finished = poll.state in (JobState.EXITED, JobState.GONE)
-        if finished and len(lines) < jobs.POLL_MAX_LINES and poll.partial:
+        if finished and len(lines) < job_shell.POLL_MAX_LINES and poll.partial:
             lines.append(poll.partial)
         for line in lines:
             book.add(worker.index, line)
             sink(worker.index, line)
         book.offsets[worker.index] += len(lines)
         seen.state, seen.rc, seen.stage = poll.state, poll.rc, poll.stage
-        if len(poll.lines) >= jobs.POLL_MAX_LINES:
+        if len(poll.lines) >= job_shell.POLL_MAX_LINES:
             continue  # more to read right away
         if finished or poll.state is JobState.NONE or not follow:
             seen.drained = True
@@ -250,7 +250,7 @@ def _failure(plan: Plan, seen: dict[int, _Seen]) -> tuple[int, int, str] | None:
         elif s.state is JobState.EXITED and s.rc == LIMIT_RC:
             found.append((0, w.index, f"{w.label}: the run's limit (train.max_hours / "
                           f"max_cost) ended the job during {s.stage or 'start'}"))
-        elif s.state is JobState.EXITED and s.rc == jobs.STOPPED_RC:
+        elif s.state is JobState.EXITED and s.rc == job_shell.STOPPED_RC:
             found.append((3, w.index, f"{w.label}'s job was stopped (tpuctl stop) during "
                           f"{s.stage or 'start'}"))
         elif s.state is JobState.EXITED and s.rc not in (0, None):
@@ -336,7 +336,7 @@ STOPPED = "stopped"
 ENDED = "already ended"
 
 
-def stop(executor, plan: Plan, *, who: str = jobs.BY_USER,
+def stop(executor, plan: Plan, *, who: str = job_shell.BY_USER,
          on_result: Callable[[int, str], None] = lambda worker, result: None) -> dict[int, str]:
     """Stop the job's process group on every worker (a worker's job that has ended, exit code
     and no process left, is left alone); what each one reported, also to `on_result` as each
@@ -344,7 +344,7 @@ def stop(executor, plan: Plan, *, who: str = jobs.BY_USER,
 
     def stop_one(worker: Worker) -> str:
         try:
-            res = executor.run(worker, jobs.stop_command(plan.paths[worker.index], who=who),
+            res = executor.run(worker, job_shell.stop_command(plan.paths[worker.index], who=who),
                                timeout_s=60)
         except WorkerUnreachable as exc:
             result = f"unreachable ({exc})"
@@ -373,7 +373,7 @@ def stopped_everywhere(results: dict[int, str]) -> bool:
 def live_processes(executor, plan: Plan) -> dict[int, int]:
     """Processes of the job alive on each worker (zombies excluded)."""
     counts = on_workers(plan.workers, lambda w: int(
-        executor.run(w, jobs.live_count_command(plan.paths[w.index])).stdout.strip() or 0))
+        executor.run(w, job_shell.live_count_command(plan.paths[w.index])).stdout.strip() or 0))
     return dict(zip((w.index for w in plan.workers), counts, strict=True))
 
 
@@ -383,14 +383,14 @@ def status(executor, plan: Plan) -> list[dict]:
     def one(worker: Worker) -> dict:
         try:
             paths = plan.paths[worker.index]
-            res = executor.run(worker, jobs.poll_command(paths, 10**9))
-            progress = executor.run(worker, jobs.progress_command(paths)).stdout
-            step, last = view.step_and_last(*jobs.parse_progress(progress))
+            res = executor.run(worker, job_shell.poll_command(paths, 10**9))
+            progress = executor.run(worker, job_shell.progress_command(paths)).stdout
+            step, last = view.step_and_last(*job_shell.parse_progress(progress))
         except WorkerUnreachable as exc:
             return {"worker": worker.label, "host": worker.host, "state": "unreachable",
                     "stage": "", "step": "", "rc": None, "last": str(exc)}
-        poll = jobs.parse_poll(res.stdout)
-        if poll.state is JobState.EXITED and poll.rc == jobs.STOPPED_RC:
+        poll = job_shell.parse_poll(res.stdout)
+        if poll.state is JobState.EXITED and poll.rc == job_shell.STOPPED_RC:
             # Not a crash: the agent's last line says who stopped it, at which step and
             # checkpoint (payload.jobs.agent.stop_words).
             return {"worker": worker.label, "host": worker.host, "state": STOPPED,

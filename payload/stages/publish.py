@@ -21,21 +21,18 @@ import tempfile
 
 import yaml
 
-from payload.core import layout, storage
+from payload.core import folders, layout, storage
 from payload.core.errors import UserError
+from payload.core.families import FAMILIES
 
 log = logging.getLogger(__name__)
 CARD = "README.md"
-PIPELINE_TAGS = {"bert": "fill-mask", "roberta": "fill-mask", "gpt2": "text-generation",
-                 "t5": "text2text-generation"}
-AUTO_CLASSES = {"bert": "AutoModelForMaskedLM", "roberta": "AutoModelForMaskedLM",
-                "gpt2": "AutoModelForCausalLM", "t5": "AutoModelForSeq2SeqLM"}
 
 
 def model_is_complete(folder: str) -> bool:
     """Whether export finished writing `folder` (its completeness marker, written last);
     publishing never reads a folder that fails this."""
-    return storage.is_complete(folder)
+    return folders.is_complete(folder)
 
 
 def run_publish(config) -> None:
@@ -175,7 +172,7 @@ def model_card(config, metrics: dict, manifest: dict) -> str:
         architecture = _text(describe_model(config))
     except UserError:
         architecture = family
-    front = {"library_name": "transformers", "pipeline_tag": PIPELINE_TAGS[family],
+    front = {"library_name": "transformers", "pipeline_tag": FAMILIES[family].pipeline_tag,
              "tags": ["tpuctl", family, "pretraining"]}
     final = metrics.get("final") or {}
     evaluation = final.get("eval") or {}
@@ -224,9 +221,10 @@ def model_card(config, metrics: dict, manifest: dict) -> str:
     if final.get("stopped"):
         lines.append(f"- stopped early: {_text(final['stopped'])}")
     lines += ["", "## Use", "", "```python",
-              f"from transformers import AutoTokenizer, {AUTO_CLASSES[family]}",
+              f"from transformers import AutoTokenizer, {FAMILIES[family].auto_class}",
               f'tokenizer = AutoTokenizer.from_pretrained("{config.hub.repo}")',
-              f'model = {AUTO_CLASSES[family]}.from_pretrained("{config.hub.repo}")', "```", "",
+              f'model = {FAMILIES[family].auto_class}.from_pretrained("{config.hub.repo}")',
+              "```", "",
               "## Config", "", "The run config's model, data and training settings "
               "(`tpuctl.yaml`, resolved):", ""]
     settings = yaml.safe_dump(public_config(config), sort_keys=False).rstrip()
@@ -236,6 +234,5 @@ def model_card(config, metrics: dict, manifest: dict) -> str:
 
 
 def _objective(family: str) -> str:
-    return {"bert": "masked language modelling", "roberta": "masked language modelling",
-            "gpt2": "causal language modelling",
-            "t5": "span corruption (T5 v1.1)"}[family]
+    return {"mlm": "masked language modelling", "clm": "causal language modelling",
+            "span": "span corruption (T5 v1.1)"}[FAMILIES[family].objective]

@@ -1,11 +1,7 @@
-"""The accelerator table: shapes consistent with the names, which engine runs where, and the
-routes' refusals."""
+"""The engines' specs against the real framework: what the JAX route tells TensorFlow on a TPU
+host keeps it from loading libtpu (payload.core.engines)."""
 
-
-
-from payload.cloud.accelerators import (
-    tensorflow_env_on_tpu,
-)
+from payload.core.engines import engine_spec
 
 
 def test_tensorflow_on_the_jax_route_loads_no_device_library():
@@ -26,5 +22,5 @@ def test_tensorflow_on_the_jax_route_loads_no_device_library():
 
     loaded = run(stale)
     assert loaded.returncode != 0 and "/nonexistent/libtpu/libtpu.so" in loaded.stderr
-    clean = run({**stale, **tensorflow_env_on_tpu("jax", "/nonexistent/libtpu/libtpu.so")})
+    clean = run({**stale, **engine_spec("jax").tensorflow_env_on_tpu("/nonexistent/libtpu/libtpu.so")})
     assert clean.returncode == 0 and clean.stdout.strip() == "imported", clean.stderr

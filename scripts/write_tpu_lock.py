@@ -2,19 +2,19 @@
 lock per engine's route, as pip resolves pyproject's sets for that route's Python on manylinux
 x86_64 (the TPU VMs' platform).
 
-    python scripts/tpu_lock.py              # resolve every route (pip install --dry-run --report)
-    python scripts/tpu_lock.py jax          # only the JAX route; the others' pins stay as they are
-    python scripts/tpu_lock.py --keep-pins  # the same pins, their hashes (re)read from the index
+    python scripts/write_tpu_lock.py        # resolve every route (pip install --dry-run --report)
+    python scripts/write_tpu_lock.py jax    # only the JAX route; the others' pins stay as they are
+    python scripts/write_tpu_lock.py --keep-pins   # the same pins, hashes (re)read from the index
 
 - tensorflow (TPU_LOCK): the `worker` set with TensorFlow as tensorflow-tpu, plus the libtpu
   tensorflow-tpu was built with, for the images' own CPython 3.10.
 - jax (JAX_TPU_LOCK): the `worker` and `jax` sets with jax as jax[tpu] (which names its libtpu
   release itself) and TensorFlow as tensorflow-cpu, for the CPython the route brings with uv
-  (launcher.environment.JAX_TPU_PYTHON).
+  (payload.core.engines.JAX_TPU_PYTHON).
 
 Each pin comes with the sha256 of the wheel the package index serves for it (from the same
 report: pip's `download_info`), and so does the uv that brings the JAX route's Python
-(launcher.environment.UV_VERSION). The workers then install exactly this list with --no-deps
+(launcher.worker_python.UV_VERSION). The workers then install exactly this list with --no-deps
 --require-hashes --only-binary :all:: nothing is left for pip to pick on the day, so a newer
 release of any dependency cannot change a run, and a file that is not the one locked (a
 replaced upload, a mirror's own build, an sdist to build) is refused. tests/test_plan.py checks
@@ -64,9 +64,10 @@ class Lock:
 
 def _route(engine: str):
     sys.path.insert(0, str(REPO))
-    from launcher import environment
+    from launcher import worker_python
+    from payload.core.engines import engine_spec
 
-    return environment, environment.TPU_ROUTES[engine]
+    return worker_python, engine_spec(engine).tpu_route
 
 
 def python_of(engine: str) -> str:
@@ -77,12 +78,14 @@ def python_of(engine: str) -> str:
 
 def requirements_of(engine: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(resolved, installed without dependencies) requirements of a route, from pyproject."""
-    environment, _ = _route(engine)
+    worker_python, _ = _route(engine)
+    from payload.core.engines import engine_spec
+
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     wanted = list(project["dependencies"])
-    for extra in environment.ENGINE_EXTRAS[engine]:
+    for extra in engine_spec(engine).extras:
         wanted += project["optional-dependencies"][extra]
-    return environment.tpu_requirements(tuple(wanted), engine)
+    return worker_python.tpu_requirements(tuple(wanted), engine)
 
 
 def pip_report(requirements, python: str, *, deps: bool = True) -> list[dict]:
@@ -144,9 +147,9 @@ def _dist(name: str) -> str:
     return name.lower().replace("_", "-")
 
 
-# The lock's name in the file for each route (launcher.environment.TPU_ROUTES names the same).
+# The lock's name in the file for each route (payload.core.engines: TpuRoute.lock names the same).
 NAMES = {"tensorflow": "TPU_LOCK", "jax": "JAX_TPU_LOCK"}
-# The uv the JAX route's set-up installs, with its wheel's hash (launcher.environment.UV_VERSION).
+# The uv the JAX route's set-up installs, with its wheel's hash (launcher.worker_python.UV_VERSION).
 UV = "UV_LOCK_SHA256"
 
 
@@ -171,13 +174,13 @@ def render(locks: dict[str, Lock], uv: dict[str, str] | None = None) -> str:
         tuples.append(_hash_table(UV, uv))
     return (
         '"""Every package a TPU worker\'s environment installs, exactly, one lock per engine\'s '
-        "route.\n\n    from launcher.environment import tpu_lock\n"
+        "route.\n\n    from launcher.worker_python import tpu_lock\n"
         '    tpu_lock("jax")     # JAX_TPU_LOCK: what plan_environment installs for train.engine '
-        "jax\n\nWritten by scripts/tpu_lock.py: pip's resolution of pyproject's sets for the "
-        "route's Python on\nmanylinux x86_64; tf-keras last, as pyproject pins it: it is "
-        "installed without its dependencies\ntoo. Beside each lock, the sha256 of every "
-        "pin's wheel on the package index (NAME_SHA256;\nuv's in UV_LOCK_SHA256): workers "
-        "install with --require-hashes --only-binary :all:.\n\n"
+        "jax\n\nWritten by scripts/write_tpu_lock.py: pip's resolution of pyproject's sets for "
+        "the route's\nPython on manylinux x86_64; tf-keras last, as pyproject pins it: it is "
+        "installed without its\ndependencies too. Beside each lock, the sha256 of every pin's "
+        "wheel on the package index\n(NAME_SHA256; uv's in UV_LOCK_SHA256): workers install "
+        "with --require-hashes --only-binary :all:.\n\n"
         + "\n".join(_wrap(note) for note in notes)
         + '\n"""\n\n' + "\n".join(tuples))
 
@@ -218,8 +221,8 @@ def read_uv(text: str) -> dict[str, str] | None:
 
 def uv_hash() -> dict[str, str]:
     """{uv==UV_VERSION: its wheel's sha256} for the TPU images' own Python."""
-    environment, _ = _route("jax")
-    return hashes([f"uv=={environment.UV_VERSION}"], HOST_PYTHON)
+    worker_python, _ = _route("jax")
+    return hashes([f"uv=={worker_python.UV_VERSION}"], HOST_PYTHON)
 
 
 def main(args: list[str]) -> None:

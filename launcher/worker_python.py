@@ -8,8 +8,8 @@ venv from the package index; and the small scripts that set it up on a worker.
 Environments are keyed by a hash of what they contain, so an unchanged set-up is found on the
 worker and skipped. Nothing here touches a file, a process or the network.
 
-On a TPU VM each engine has its route (`TPU_ROUTES`), picked here and nowhere else: an exact
-lock of every package (launcher.tpu_lock, written by scripts/tpu_lock.py) installed without
+On a TPU VM each engine has its route (payload.core.engines: `spec.tpu_route`): an exact
+lock of every package (launcher.tpu_lock, written by scripts/write_tpu_lock.py) installed without
 dependencies, for the Python the route runs on, each the wheel of the sha256 the lock records
 and no other (`hash_pinned_install`: --require-hashes --only-binary=:all:). TensorFlow runs on the image's own Python 3.10
 with tensorflow-tpu and the libtpu it was built with. JAX 0.10.2 needs Python 3.11 or newer
@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from payload.core import layout
+from payload.core.engines import DEFAULT, engine_spec
 
 # Where tpuctl keeps its files on a worker, relative to the folder commands start in (the SSH
 # user's home; a local worker's own working directory).
@@ -125,59 +126,20 @@ def _move(copy=sys.argv[1], folder=sys.argv[2]):
 print("wheelhouse", once(sys.argv[2], _move))
 shutil.rmtree(sys.argv[1], ignore_errors=True)
 """
-# Where Google's TensorFlow release tests take the libtpu builds made for TensorFlow, beside the
-# package index (GoogleCloudPlatform/ml-auto-solutions, dags/solutions_team/configs/tensorflow/
-# common.py, install_tf). Which libtpu is installed is not left to it: see TPU_LOCK.
-TPU_WHEELS_INDEX = "https://storage.googleapis.com/libtpu-tf-releases/index.html"
-
-
-# Which pyproject extras a worker installs for each train.engine (beside the base set).
-ENGINE_EXTRAS = {"tensorflow": ("worker",), "jax": ("worker", "jax")}
-# The uv that brings the JAX route's Python onto a TPU VM, and the CPython build it installs
-# (the newest 3.11 that uv release knows; 3.11 is the Python the project's tests run JAX on).
+# The uv that brings a route's own Python onto a TPU VM (payload.core.engines: TpuRoute.python).
 UV_VERSION = "0.13.9"
-JAX_TPU_PYTHON = "3.11.18"
-
-
-@dataclass(frozen=True, kw_only=True)
-class TpuRoute:
-    """What an engine's environment is made of on a TPU VM."""
-
-    engine: str
-    lock: str  # the name of its exact lock in launcher.tpu_lock
-    tensorflow: str  # the TensorFlow distribution installed as `tensorflow`
-    python: str | None  # the CPython it brings with uv; None: the image's own python3
-    renames: tuple[tuple[str, str], ...] = ()  # other requirements installed as another name
-    find_links: tuple[str, ...] = ()
-
-    @property
-    def python_build(self) -> str | None:
-        """uv's name for the CPython build (x86_64 glibc, as every TPU VM is)."""
-        return f"cpython-{self.python}-linux-x86_64-gnu" if self.python else None
-
-
-TPU_ROUTES = {
-    "tensorflow": TpuRoute(engine="tensorflow", lock="TPU_LOCK", tensorflow="tensorflow-tpu",
-                           python=None, find_links=(TPU_WHEELS_INDEX,)),
-    # tensorflow-cpu has no TPU support at all: the input pipeline cannot take the chips that
-    # JAX's libtpu holds (payload.cloud.accelerators.tensorflow_env_on_tpu: the variables
-    # that would make it load libtpu anyway are emptied).
-    "jax": TpuRoute(engine="jax", lock="JAX_TPU_LOCK", tensorflow="tensorflow-cpu",
-                    python=JAX_TPU_PYTHON, renames=(("jax", "jax[tpu]"),)),
-}
 
 
 def _name(req: str) -> str:
     return re.split(r"[<>=!~;\[ ]", req, maxsplit=1)[0].lower()
 
 
-def tpu_requirements(requirements: tuple[str, ...], engine: str = "tensorflow",
+def tpu_requirements(requirements: tuple[str, ...], engine: str = DEFAULT,
                      ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(normal, no-deps) requirements for a TPU VM on `engine`'s route: TensorFlow as the
     route's build (tensorflow-tpu, or tensorflow-cpu beside jax[tpu]), and tf-keras without
     its dependencies (they would pull the plain TensorFlow back in)."""
-    route = TPU_ROUTES[engine]
-    renames = {"tensorflow": route.tensorflow, **dict(route.renames)}
+    renames = dict(engine_spec(engine).tpu_route.renames)
     normal, nodeps = [], []
     for req in requirements:
         name = _name(req)
@@ -194,14 +156,14 @@ def tpu_lock(engine: str) -> tuple[str, ...]:
     """The exact package list `engine` installs on a TPU VM."""
     from launcher import tpu_lock as locks
 
-    return getattr(locks, TPU_ROUTES[engine].lock)
+    return getattr(locks, engine_spec(engine).tpu_route.lock)
 
 
 def tpu_lock_hashes(engine: str) -> dict[str, str]:
     """Each pin of `engine`'s lock -> the sha256 of its wheel on the package index."""
     from launcher import tpu_lock as locks
 
-    return getattr(locks, f"{TPU_ROUTES[engine].lock}_SHA256")
+    return getattr(locks, f"{engine_spec(engine).tpu_route.lock}_SHA256")
 
 
 def uv_lock() -> tuple[tuple[str, ...], dict[str, str]]:
@@ -214,12 +176,12 @@ def uv_lock() -> tuple[tuple[str, ...], dict[str, str]]:
 
 def hashed(pins: tuple[str, ...], sha256: dict[str, str]) -> tuple[str, ...]:
     """`PIN --hash=sha256:HEX` for each pin: the requirement lines of a hash-checked install.
-    A pin without a hash is a lock scripts/tpu_lock.py did not write (or a UV_VERSION changed
+    A pin without a hash is a lock scripts/write_tpu_lock.py did not write (or a UV_VERSION changed
     without running it)."""
     missing = [pin for pin in pins if pin not in sha256]
     if missing:
         raise ValueError(f"launcher/tpu_lock.py has no hash for {', '.join(missing)}: run "
-                         "python scripts/tpu_lock.py --keep-pins")
+                         "python scripts/write_tpu_lock.py --keep-pins")
     return tuple(f"{pin} --hash=sha256:{sha256[pin]}" for pin in pins)
 
 
@@ -245,7 +207,7 @@ def environment_key(*parts: str) -> str:
 
 def plan_environment(
     *, python: str | None, wheelhouse_digest: str | None, requirements: tuple[str, ...],
-    tpu: bool, engine: str = "tensorflow",
+    tpu: bool, engine: str = DEFAULT,
 ) -> Environment:
     """The worker environment: existing Python, a venv from a wheelhouse, or one from the index;
     on a TPU VM, the exact lock of `engine`'s route, hash-checked, on the Python that route
@@ -260,7 +222,7 @@ def plan_environment(
         return Environment(mode=EnvMode.EXISTING, python=python, key=key, dir=env_dir,
                            requirements=requirements,
                            setup=(python, "-c", VERSION_CHECK, *requirements))
-    route = TPU_ROUTES[engine] if tpu else None
+    route = engine_spec(engine).tpu_route if tpu else None
     if route is not None:
         # Exactly the locked set, each without its dependencies: tensorflow-tpu 2.20.0 asks only
         # for libtpu~=0.0.14, so pip would otherwise take a libtpu many releases newer than the

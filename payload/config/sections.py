@@ -1,0 +1,227 @@
+"""The run's sections beside the cluster: data, tokenizer, model, train, hub.
+
+    ModelConfig(family="gpt2", size="small")
+    check_model_config_file("gpt2.json", "gpt2", seq_len=1024)   # model.config, checked early
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from payload.config.base import (
+    MAX_LEARNING_RATE,
+    MAX_STEPS,
+    MIN_SEQ_LEN,
+    EngineName,
+    Section,
+    check_scheme,
+)
+from payload.core.engines import DEFAULT as DEFAULT_ENGINE
+from payload.core.errors import UserError
+from payload.core.families import positions_needed
+from payload.core.sizes import SHAPE_DEFAULTS, SIZES
+
+
+class DataConfig(Section):
+    corpus: list[str] = Field(min_length=1)
+    text_column: str = "text"
+    # How plain-text files hold documents: one per line, or separated by blank lines.
+    document_split: Literal["line", "blank_line"] = "line"
+    seq_len: int = Field(128, ge=MIN_SEQ_LEN)
+    # 0 holds nothing out: prepare then skips the validation split (what a prepare-only run or
+    # a benchmark may want), and a job that trains is refused (check_stages).
+    validation_fraction: float = Field(0.01, ge=0.0, lt=1.0)
+    records_per_shard: int = Field(10_000, gt=0)
+    # A longer document almost always means a file in the wrong format (a whole book on one line).
+    max_document_mb: float = Field(4.0, gt=0)
+    # For `hf:NAME` corpora.
+    hf_config: str | None = None
+    hf_split: str = "train"
+
+    @field_validator("corpus", mode="before")
+    @classmethod
+    def _listify(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("corpus")
+    @classmethod
+    def _schemes(cls, value: list[str]) -> list[str]:
+        return [check_scheme(entry, "read") for entry in value]
+
+
+class TokenizerConfig(Section):
+    kind: Literal["unigram", "bpe", "wordpiece", "sentencepiece"] = "unigram"
+    vocab_size: int = Field(32_000, gt=0, le=1_000_000)
+    # Reuse an existing Hugging Face tokenizer folder instead of training one.
+    path: str | None = None
+    # Train on the first megabytes of each input (proportionally); null trains on everything.
+    sample_mb: float | None = Field(256.0, gt=0)
+    min_frequency: int = Field(2, ge=1)
+
+    @field_validator("path")
+    @classmethod
+    def _scheme(cls, value: str | None) -> str | None:
+        return value if value is None else check_scheme(value, "read", quote=False)
+
+
+class ModelConfig(Section):
+    family: Literal["bert", "roberta", "gpt2", "t5"]
+    # The architecture, described once: a published size by name, the shape keys (defaults for
+    # any left out; all four defaults when nothing describes it), a transformers config.json,
+    # or a model folder to continue pretraining (its weights, its tokenizer).
+    size: str | None = None
+    hidden_size: int | None = Field(None, gt=0)
+    num_layers: int | None = Field(None, gt=0)
+    num_heads: int | None = Field(None, gt=0)
+    intermediate_size: int | None = Field(None, gt=0)
+    config: str | None = None
+    init_from: str | None = None
+    dropout: float = Field(0.1, ge=0.0, lt=1.0)
+    # Dropout on the attention weights (transformers' attention_probs_dropout_prob / attn_pdrop),
+    # when it should differ from model.dropout: the JAX engine's fused attention kernels have
+    # none, so a rate above 0 keeps it on the reference attention (payload.core.fit.attention).
+    attention_dropout: float | None = Field(None, ge=0.0, lt=1.0)
+    mlm_probability: float = Field(0.15, gt=0.0, lt=1.0)
+    noise_density: float = Field(0.15, gt=0.0, lt=1.0)
+    mean_noise_span_length: float = Field(3.0, ge=1.0)
+
+    @field_validator("init_from")
+    @classmethod
+    def _init_scheme(cls, value: str | None) -> str | None:
+        return value if value is None else check_scheme(value, "read", quote=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_architecture(cls, raw: Any) -> Any:
+        # Unset and null are the same: the resolved config written for the workers says
+        # `size: null` beside the shape keys (or the other way round) and must load again.
+        if not isinstance(raw, dict):
+            return raw
+        given = [key for key in ("size", *SHAPE_DEFAULTS, "config", "init_from")
+                 if raw.get(key) is not None]
+        kinds: dict[str, str] = {}  # one key named per kind of description
+        for key in given:
+            kinds.setdefault("shape" if key in SHAPE_DEFAULTS else key, key)
+        if len(kinds) > 1:
+            first, second = list(kinds.values())[:2]
+            raise ValueError(
+                f"model.{first} and model.{second} both describe the architecture: set only one "
+                "of model.size, the shape keys (hidden_size, num_layers, num_heads, "
+                "intermediate_size), model.config, model.init_from"
+            )
+        if not kinds or "shape" in kinds:
+            raw = {**raw, **{k: v for k, v in SHAPE_DEFAULTS.items() if raw.get(k) is None}}
+        return raw
+
+    @model_validator(mode="after")
+    def _shape_checks(self):
+        sizes = SIZES[self.family]
+        if self.size is not None and self.size not in sizes:
+            raise ValueError(
+                f"model.size '{self.size}' is not a {self.family} size; choose one of "
+                f"{', '.join(sizes)}"
+            )
+        if self.hidden_size is not None and self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"model.num_heads={self.num_heads} does not divide model.hidden_size="
+                f"{self.hidden_size}; pick a hidden size that is a multiple of the head count"
+            )
+        return self
+
+
+class TrainConfig(Section):
+    # Which framework trains (payload.engines): the same shards, checkpoint rules and model/
+    # folder either way. TPU v6e and later have JAX only.
+    engine: EngineName = DEFAULT_ENGINE
+    steps: int = Field(gt=0, le=MAX_STEPS)
+    batch_size: int = Field(gt=0)
+    learning_rate: float = Field(gt=0.0, le=MAX_LEARNING_RATE)
+    warmup_steps: int = Field(0, ge=0, le=MAX_STEPS)
+    weight_decay: float = Field(0.01, ge=0.0)
+    max_grad_norm: float = Field(1.0, gt=0.0)
+    optimizer: Literal["adamw", "adafactor"] = "adamw"
+    bf16: bool = False
+    # The JAX engine's rematerialisation of its layers' activations (recomputed in the backward
+    # pass instead of kept): none, dots (keep the products, recompute the rest), full (keep
+    # each layer's input only, about a third more compute), or auto: the least that fits the
+    # chip's memory by the run plan's estimate (payload.core.fit.memory).
+    remat: Literal["auto", "none", "dots", "full"] = "auto"
+    checkpoint_every: int = Field(500, gt=0)
+    keep_checkpoints: int = Field(3, gt=0)
+    eval_every: int = Field(500, gt=0)
+    eval_batches: int = Field(20, gt=0)
+    seed: int = 0
+    # Hard stops, counted as billed (payload.cloud.budget): at the limit the run checkpoints,
+    # exports and stops.
+    max_hours: float | None = Field(None, gt=0)
+    max_cost: float | None = Field(None, gt=0)  # USD, by the price table (gcp only)
+
+    @field_validator("steps", "warmup_steps", mode="before")
+    @classmethod
+    def _countable(cls, value: Any) -> Any:
+        # 1.0e+30 is a float too large for Pydantic to even parse as an integer: say the limit.
+        if isinstance(value, float) and value > MAX_STEPS:
+            raise ValueError(f"must be at most {MAX_STEPS:,}")
+        return value
+
+
+# A Hub repository id: OWNER/NAME, each letters, digits, '-', '_' and '.', not starting or
+# ending with '-' or '.', NAME at most 96 characters (the Hub's own rule).
+HUB_REPO = re.compile(r"^[A-Za-z0-9]([\w.-]{0,94}[A-Za-z0-9])?/[A-Za-z0-9]([\w.-]{0,94}[A-Za-z0-9])?\Z")
+
+
+class HubConfig(Section):
+    # Publish model/ (with a generated model card) to this Hugging Face model repository after
+    # export; `tpuctl train --push-to-hub OWNER/NAME` sets it for one run.
+    repo: str | None = None
+    private: bool = False  # for a repository the run creates; an existing one stays as it is
+
+    @field_validator("repo")
+    @classmethod
+    def _repo(cls, value: str | None) -> str | None:
+        if value is not None and (not HUB_REPO.match(value) or ".." in value or "--" in value):
+            raise ValueError(f"'{value}' is not a Hub repository id: write OWNER/NAME (letters, "
+                             "digits, '-', '_', '.')")
+        return value
+
+
+def check_model_config_file(path: str, family: str, *, seq_len: int | None = None) -> dict:
+    """`model.config` is a readable transformers config.json for `family` (with positions for
+    rows of `seq_len`, when given): checked without transformers, before a job starts and
+    before the train stage builds the model."""
+    if os.path.isdir(path):
+        raise UserError(f"model.config: {path} is a folder",
+                        hint="point it at the config.json file (a transformers model config)")
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"model.config: cannot read {path} (no such file)",
+                        hint="check the path (relative paths are relative to the config file)"
+                        ) from None
+    except OSError as exc:
+        raise UserError(f"model.config: cannot read {path} ({exc.strerror or exc})") from None
+    try:
+        config = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise UserError(f"model.config: {path} is not JSON",
+                        hint="point it at a transformers config.json") from None
+    if not isinstance(config, dict) or "model_type" not in config:
+        raise UserError(f"model.config: {path} has no model_type",
+                        hint="point it at a transformers config.json")
+    if config["model_type"] != family:
+        raise UserError(f"model.config is a {config['model_type']} config but model.family is "
+                        f"{family}", hint="make them agree")
+    positions = config.get("max_position_embeddings") or config.get("n_positions")
+    if seq_len is not None and isinstance(positions, int) and (
+            positions < positions_needed(family, seq_len)):
+        raise UserError(f"model.config: {path} has {positions} positions, too few for "
+                        f"data.seq_len {seq_len} (a {family} model needs "
+                        f"{positions_needed(family, seq_len)})",
+                        hint="lower data.seq_len or raise the position count in that file")
+    return config

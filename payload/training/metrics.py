@@ -1,0 +1,117 @@
+"""One sink for what training says about itself: progress records, TensorBoard and metrics.json.
+
+    sink = MetricsSink(config, trainer, plan, meter=meter)
+    sink.open(resume=False, start=0)     # the history so far, and the events file
+    sink.say("start", {"step": 0, "steps": 200})
+    sink.compiled(0, 200, {"compile_s": 31.5, "cache": "miss"})   # an engine that compiles ahead
+    sink.report(record, kept=True)       # a progress record, its scalars, metrics.json's "train"
+    sink.evaluation(result)              # the same for an evaluation
+    sink.write(50)                       # metrics.json as it stands
+    sink.write(200, final=final_figures)  # and the run's final figures
+
+The training loop (payload.training.loop) tells the sink once and the sink fans it out, as
+MaxText's MetricLogger does: the chief's log (payload.training.progress: the launcher's live
+view and `tpuctl status` read it back), TensorBoard's events under logs/tensorboard (written
+by the writer the engine's trainer gives, since writing them to gs:// takes TensorFlow's file
+system), and metrics.json, whose "train" and "evals" are the same records. Only the chief
+writes or says anything; the other processes keep the history alike and stay silent.
+"""
+
+from __future__ import annotations
+
+import json
+
+from payload.core import layout, storage
+from payload.training import progress
+
+
+class MetricsSink:
+    def __init__(self, config, trainer, plan, *, meter=None):
+        self.config, self.trainer, self.meter = config, trainer, meter
+        self.is_chief = plan.is_chief
+        self.path = layout.metrics_path(config.output_dir)
+        self.header = {
+            "family": config.model.family,
+            "engine": config.train.engine,
+            "steps": config.train.steps,
+            "global_batch_size": config.train.batch_size,
+            "seq_len": config.data.seq_len,
+            "replicas": trainer.replicas,
+            "strategy": plan.kind.value,
+            **({"utilisation": meter.header()} if meter else {}),
+        }
+        self.history: dict[str, list] = {"evals": [], "train": []}
+        self.writer = None
+
+    def open(self, *, resume: bool, start: int) -> None:
+        """The figures up to `start` of the run this one resumes, and the events file (opened
+        once training has started: it is a write)."""
+        if resume:
+            self.history = self._history_until(start)
+        if self.is_chief:
+            self.writer = self.trainer.summary_writer(
+                layout.join(self.config.output_dir, layout.LOGS_DIR, layout.TENSORBOARD_DIR))
+
+    def _history_until(self, start: int) -> dict:
+        old = self.read()
+        # "compiles": each start's compile of the step (engines that compile ahead).
+        keys = ("evals", "train", *(("compiles",) if "compiles" in old else ()))
+        return {key: [e for e in old.get(key, []) if e["step"] <= start] for key in keys}
+
+    def read(self) -> dict:
+        """metrics.json as written so far ({} without one)."""
+        if not storage.exists(self.path):
+            return {}
+        return json.loads(storage.read_text(self.path))
+
+    def say(self, kind: str, fields: dict) -> None:
+        """A progress record in the chief's log."""
+        if self.is_chief:
+            progress.emit(kind, fields)
+
+    def _scalars(self, step: int, values: dict) -> None:
+        if self.writer is not None:
+            self.writer.scalars(step, values)
+
+    def compiled(self, step: int, steps: int, compiled: dict) -> None:
+        """The training step compiled ahead of the first one (Trainer.compile_step): its time
+        and whether the compilation cache had it."""
+        self.history.setdefault("compiles", []).append({"step": step, **compiled})
+        self.say("compiled", {"step": step, "steps": steps, **compiled})
+
+    def report(self, record: dict, *, kept: bool) -> None:
+        """A training progress record; `kept`: a report, which also goes to TensorBoard and to
+        metrics.json's "train" (between reports the chief only says where training is)."""
+        self.say("train", record)
+        if not kept:
+            return
+        values = {"train/loss": record["loss"], "train/learning_rate": record["learning_rate"]}
+        if record["tokens_per_s"] is not None:
+            values["train/tokens_per_s"] = record["tokens_per_s"]
+        if self.meter and "mfu" in record:
+            values.update(self.meter.scalars(record))
+        self._scalars(record["step"], values)
+        self.history["train"].append(record)
+
+    def evaluation(self, result: dict) -> None:
+        self.say("eval", result)
+        self._scalars(result["step"], {f"eval/{key}": value for key, value in result.items()
+                                       if key != "step"})
+        self.history["evals"].append(result)
+
+    def write(self, step: int, *, final: dict | None = None) -> None:
+        """metrics.json at `step`, with the final figures when the run ends (then also said as
+        the last progress record)."""
+        if not self.is_chief:
+            return
+        family, engine, *rest = self.header.items()  # the step after what trained
+        payload = {**dict((family, engine)), "step": step, **dict(rest), **self.history}
+        if final is not None:
+            payload["final"] = final
+        storage.write_text(self.path, json.dumps(payload, indent=1) + "\n")
+        if final is not None:
+            self.say("final", {"family": self.config.model.family, **final})
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.flush()

@@ -174,8 +174,8 @@ def test_logs_of_a_stopped_job_say_so(local_run):
     wait_for(lambda: _read_logs(config, "step 1 loss"), timeout_s=60)
     assert runner.invoke(app, ["stop", "-c", str(config)]).exit_code == 0
     result = runner.invoke(app, ["logs", "-c", str(config)])
-    assert result.exit_code == 1
-    assert "job was stopped (tpuctl stop) during train" in result.output
+    assert result.exit_code == 1, result.output
+    assert "job was stopped (tpuctl stop) during train" in result.output, result.output[-1500:]
 
 
 def test_download_copies_a_finished_model_and_never_a_users_folder(local_run, tmp_path):

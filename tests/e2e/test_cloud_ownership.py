@@ -18,28 +18,20 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
-from typer.testing import CliRunner
 
-from launcher.cli import app
 from testbed.fakes.tpu_api import FakeTpuApi, Worker
 from tests.support.cloud import storage_server, use_cloud_stand_ins
+from tests.support.cloud_owned import (
+    COPIED_LABEL,
+    FALLBACK,
+    HOST_KEY,
+    PROJECT,
+    ZONE,
+    config_file,
+    invoke,
+    make_by_hand,
+)
 from tests.support.paths import REPO
-
-runner = CliRunner()
-PROJECT, ZONE, FALLBACK = "test-project", "us-central2-b", "us-central2-a"
-
-
-def _host_key() -> str:
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-    public = Ed25519PrivateKey.generate().public_key().public_bytes(
-        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
-    return public.decode().split()[1]
-
-
-HOST_KEY = _host_key()
 
 
 @pytest.fixture(scope="module")
@@ -68,39 +60,14 @@ def cloud(storage_url, tpuctl_home, monkeypatch):
     storage._client = None
 
 
-def config_file(folder: Path, **cluster) -> Path:
-    raw = {
-        "name": "tpurun",
-        "cluster": {"provider": "gcp", "project": PROJECT, "zone": ZONE,
-                    "accelerator_type": "v4-16", "ssh_source_ranges": ["10.0.0.0/8"],
-                    "user": "root", **cluster},
-        "data": {"corpus": "gs://some-corpus/texts.txt", "seq_len": 32},
-        "tokenizer": {"kind": "bpe", "vocab_size": 300},
-        "model": {"family": "gpt2", "hidden_size": 32, "num_layers": 1, "num_heads": 2,
-                  "intermediate_size": 64},
-        "train": {"steps": 4, "batch_size": 8, "learning_rate": 1e-3},
-    }
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "tpuctl.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
 
 
-def make_by_hand(api: FakeTpuApi, zone: str = ZONE, labels: dict | None = None) -> str:
-    """A node named like the run, made outside tpuctl (the console, gcloud): its unique id."""
-    node = api.client().create_node(
-        parent=f"projects/{PROJECT}/locations/{zone}", node_id="tpurun",
-        node={"accelerator_type": "v4-16", "runtime_version": "tpu-ubuntu2204-base",
-              "labels": labels or {}}).result()
-    return str(node.id)
 
 
 def node_ids(api: FakeTpuApi) -> list[str]:
     return sorted(api.node(name)["id"] for name in api.node_names())
 
 
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 def run_cli(*args) -> subprocess.CompletedProcess:
@@ -119,7 +86,6 @@ def one_error_line(proc: subprocess.CompletedProcess, *needles: str) -> str:
     return lines[0]
 
 
-COPIED_LABEL = {"tpuctl-run": "tpurun"}
 
 
 # -- 1. a failed `up` ---------------------------------------------------------------------------

@@ -10,15 +10,7 @@ import socket
 import pytest
 
 from payload.jobs.agent import port_in_use
-
-
-def listening(family: int, address: str) -> socket.socket:
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    if family == socket.AF_INET6:
-        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-    sock.bind((address, 0))
-    sock.listen()
-    return sock
+from tests.support.ports import listening
 
 
 @pytest.mark.parametrize(("family", "address"), [

@@ -15,6 +15,7 @@ from payload.core import folders, layout, ownership, storage
 from payload.core.errors import UserError
 from payload.training.preflight import check_before_start
 from tests.support.configs import base_config, write_config
+from tests.support.data_safety import NEW, OLD, contents, old_folder, run_config
 from tests.support.runners import assert_user_error, payload_main
 
 
@@ -36,8 +37,6 @@ def texts(tmp_path_factory, documents) -> Path:
     return folder
 
 
-def run_config(tmp_path: Path, out: Path, corpus, name: str = "run", **sections) -> Path:
-    return write_config(tmp_path / f"{name}.yaml", base_config(out, corpus, **sections))
 
 
 # --- 1. prepare --overwrite deletes only what prepare wrote; corpus and output_dir apart -----
@@ -182,35 +181,18 @@ def test_output_dir_is_marked_and_an_earlier_run_is_adopted(tmp_path, texts):
 
 # --- 3. complete folders; replacement that survives a kill at every point ----------------------
 
-NEW = {"weights.bin": b"new weights.bin", "config.json": b"new config.json",
-       "sub/extra.txt": b"new sub/extra.txt"}
-OLD = {"weights.bin": b"old weights", "config.json": b"old config", "stale.txt": b"old only"}
 
 
-def _contents(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*")
-            if p.is_file() and p.name != layout.COMPLETE}
 
 
-def _old_folder(root: Path) -> Path:
-    target = root / "model"
-    if root.exists():
-        import shutil
-
-        shutil.rmtree(root)
-    for name, body in OLD.items():
-        (target / name).parent.mkdir(parents=True, exist_ok=True)
-        (target / name).write_bytes(body)
-    folders.mark_complete(str(target), {"stage": "old", "files": sorted(OLD)})
-    return target
 
 
 def test_a_failed_replacement_leaves_the_old_folder(tmp_path):
-    target = _old_folder(tmp_path / "run")
+    target = old_folder(tmp_path / "run")
     with pytest.raises(RuntimeError), folders.replacing_folder(str(target), {}) as folder:
         (Path(folder) / "weights.bin").write_bytes(b"half")
         raise RuntimeError("disk gone")
-    assert _contents(target) == OLD
+    assert contents(target) == OLD
     assert sorted(p.name for p in target.parent.iterdir()) == ["model"]
 
 

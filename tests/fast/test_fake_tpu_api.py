@@ -7,10 +7,7 @@ from google.api_core import exceptions
 
 from testbed.fakes import tpu_api
 from testbed.fakes.tpu_api import FakeTpuApi, Worker
-
-ZONE = "us-central2-b"
-PARENT = f"projects/demo/locations/{ZONE}"
-BASE = "tpu-ubuntu2204-base"
+from tests.support.tpu_api_calls import BASE, PARENT, ZONE, create, name
 
 
 @pytest.fixture
@@ -24,13 +21,8 @@ def client(api):
     return api.client()
 
 
-def create(client, node_id: str, accelerator: str = "v4-8", **node):
-    node = {"accelerator_type": accelerator, "runtime_version": BASE, **node}
-    return client.create_node(parent=PARENT, node_id=node_id, node=node)
 
 
-def name(node_id: str) -> str:
-    return f"{PARENT}/nodes/{node_id}"
 
 
 def test_node_lifecycle_create_list_duplicate_delete_recreate(api, client):

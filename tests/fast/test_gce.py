@@ -14,21 +14,13 @@ from launcher.providers import gce_slice
 from payload.cloud import accelerators
 from payload.config import parse_config
 from payload.core.errors import UserError
+from tests.support.gce_configs import gce_raw
 from tests.support.paths import REPO
 from tests.support.runners import tpuctl
 
 runner = CliRunner()
 
 
-def _raw(name: str = "iron", *, train: dict | None = None, **cluster) -> dict:
-    return {
-        "name": name,
-        "cluster": {"provider": "gce", "project": "my-project", "zone": "us-central1-c",
-                    "machine_type": "tpu7x-standard-4t", "topology": "2x2x1", **cluster},
-        "data": {"corpus": "gs://b/c.txt"}, "model": {"family": "gpt2"},
-        "train": {"steps": 10, "batch_size": 16, "learning_rate": 1e-3, "engine": "jax",
-                  **(train or {})},
-    }
 
 
 def _write(folder: Path, raw: dict) -> Path:
@@ -70,7 +62,7 @@ def test_tpu7x_facts_and_topologies_follow_the_sources():
 
 
 def test_the_tpu_api_provider_refuses_a_compute_engine_only_generation():
-    raw = _raw()
+    raw = gce_raw()
     raw["cluster"] = {"provider": "gcp", "project": "my-project", "zone": "us-central1-c",
                       "accelerator_type": "tpu7x-8"}
     with pytest.raises(UserError, match=r"only as Compute Engine VMs.*provider: gce"):
@@ -78,7 +70,7 @@ def test_the_tpu_api_provider_refuses_a_compute_engine_only_generation():
 
 
 def test_a_gce_config_defaults_output_dir_to_the_bucket_and_prices_from_the_catalog():
-    config = parse_config(_raw(zone="us-east5-b", machine_type="ct6e-standard-4t",
+    config = parse_config(gce_raw(zone="us-east5-b", machine_type="ct6e-standard-4t",
                                topology="4x4"))
     assert config.output_dir == "gs://my-project-tpuctl/iron"
     price = config.cluster.hourly_price()
@@ -114,7 +106,7 @@ BAD = [
 def test_bad_gce_input_is_one_line_and_nothing_is_written(tmp_path, cluster, train, needles):
     train = dict(train)
     model = train.pop("__model__", None)
-    raw = _raw(train=train, **cluster)
+    raw = gce_raw(train=train, **cluster)
     if model:
         raw["model"] = model
     raw["cluster"]["ssh_source_ranges"] = ["203.0.113.7/32"]
@@ -137,7 +129,7 @@ def test_bad_gce_input_is_one_line_and_nothing_is_written(tmp_path, cluster, tra
 def test_up_dry_run_shows_the_slice_and_its_price_without_credentials(tmp_path, tpuctl_home,
                                                                        monkeypatch):
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "none.json"))
-    tpu7x = _write(tmp_path / "tpu7x", _raw())
+    tpu7x = _write(tmp_path / "tpu7x", gce_raw())
     out = runner.invoke(app, ["up", "-c", str(tpu7x), "--dry-run"])
     assert out.exit_code == 0, out.output
     assert "slice iron: tpu7x-8 = 2x2x1 on 1 x tpu7x-standard-4t (4 chips of TPU tpu7x" in (
@@ -150,7 +142,7 @@ def test_up_dry_run_shows_the_slice_and_its_price_without_credentials(tmp_path, 
     assert "missing: cluster.ssh_source_ranges" in out.output
     assert "firewall rules iron-ssh: tcp/22 from (not set); iron-internal" in out.output
 
-    v6e = _write(tmp_path / "v6e", _raw("trillium", zone="us-east5-b",
+    v6e = _write(tmp_path / "v6e", gce_raw("trillium", zone="us-east5-b",
                                         machine_type="ct6e-standard-4t", topology="4x4",
                                         provisioning="spot"))
     out = runner.invoke(app, ["up", "-c", str(v6e), "--dry-run"])
@@ -169,7 +161,7 @@ def test_up_dry_run_shows_the_slice_and_its_price_without_credentials(tmp_path, 
 
 
 def test_what_up_asks_for_a_multi_host_slice():
-    config = parse_config(_raw("trillium", zone="us-east5-b", machine_type="ct6e-standard-4t",
+    config = parse_config(gce_raw("trillium", zone="us-east5-b", machine_type="ct6e-standard-4t",
                                topology="4x4", network="my-vpc", subnetwork="my-subnet",
                                ssh_source_ranges=["203.0.113.7/32"]))
     sent = gce_slice.slice_requests(config, user="me", public_key="ssh-ed25519 AAAA tpuctl\n",
@@ -222,7 +214,7 @@ def test_what_up_asks_for_a_multi_host_slice():
      "SPECIFIC_RESERVATION"),
 ])
 def test_provisioning_becomes_the_templates_scheduling(cluster, scheduling, affinity):
-    config = parse_config(_raw(**cluster))
+    config = parse_config(gce_raw(**cluster))
     sent = gce_slice.slice_requests(config, user="me", public_key="ssh-ed25519 AAAA")
     assert sent.template["properties"]["serviceAccounts"][0]["email"] == "default"
     got = sent.template["properties"]["scheduling"]

@@ -9,23 +9,7 @@ import os
 import pytest
 
 from payload.core import storage
-
-BUCKET = "storage-checks"
-ROOT = f"gs://{BUCKET}"
-
-# One tree, written both locally and on gs://. `sub/` and `deep/` also get the empty
-# placeholder objects TensorFlow's makedirs leaves ("dir/"), which local disks do not need.
-TREE = {
-    "tree/a.txt": b"a",
-    "tree/b.json": b"{}",
-    "tree/.hidden": b"h",
-    "tree/sub/c.txt": b"c",
-    "tree/sub/deep/d.txt": b"d",
-    "tree/sub/deep/e.bin": b"e",
-    "tree/sub2/f.txt": b"f",
-    "treetop.txt": b"not under tree/",
-}
-PLACEHOLDERS = ["tree/sub/", "tree/sub/deep/", "tree/empty/"]
+from tests.support.gcs_tree import BUCKET, PLACEHOLDERS, ROOT, TREE
 
 
 @pytest.fixture(scope="module")

@@ -10,23 +10,9 @@ import yaml
 from payload.config import parse_config
 from payload.core.errors import UserError
 from payload.core.sizes import transformers_config
+from tests.support.jax_plans import V6E, config
 from tests.support.paths import REPO
 from tests.support.runners import invoke
-
-
-def _config(tmp_path, **sections) -> dict:
-    raw = {
-        "name": "speed",
-        "output_dir": str(tmp_path / "out"),
-        "cluster": {"provider": "local", "workers": 1},
-        "data": {"corpus": str(REPO / "payload" / "data" / "corpus.txt.gz"), "seq_len": 128},
-        "tokenizer": {"kind": "bpe", "vocab_size": 8000},
-        "model": {"family": "bert", "size": "tiny"},
-        "train": {"engine": "jax", "steps": 100, "batch_size": 32, "learning_rate": 5e-4},
-    }
-    for key, value in sections.items():
-        raw[key] = {**raw[key], **value} if key in ("train", "model", "data") else value
-    return raw
 
 
 def _dry_run(tmp_path, monkeypatch, raw: dict):
@@ -38,12 +24,10 @@ def _dry_run(tmp_path, monkeypatch, raw: dict):
     return invoke("train", "-c", path, "--dry-run")
 
 
-V6E = {"provider": "gcp", "project": "my-project", "zone": "us-east5-b",
-       "accelerator_type": "v6e-8"}
 
 
 def test_the_dry_run_of_a_v6e_run_names_its_attention_kernel_and_why(tmp_path, monkeypatch):
-    raw = _config(tmp_path, cluster=V6E, data={"seq_len": 1024},
+    raw = config(tmp_path, cluster=V6E, data={"seq_len": 1024},
                   tokenizer={"kind": "bpe", "vocab_size": 50257},
                   model={"family": "gpt2", "size": "small", "dropout": 0.0},
                   train={"batch_size": 256, "bf16": True})
@@ -64,18 +48,18 @@ def test_the_dry_run_of_a_v6e_run_names_its_attention_kernel_and_why(tmp_path, m
 
 
 def test_the_dry_run_of_a_local_run_names_the_reference_and_why(tmp_path, monkeypatch):
-    result = _dry_run(tmp_path, monkeypatch, _config(tmp_path))
+    result = _dry_run(tmp_path, monkeypatch, config(tmp_path))
     assert result.exit_code == 0, result.output
     assert ("attention (self-attention): reference; CPU: the reference attention (einsums, "
             "float32 softmax); the fused kernels are for GPU (cuDNN) and TPU (Pallas)"
             ) in result.output
     # The TensorFlow engine chooses no kernel: nothing said.
-    result = _dry_run(tmp_path, monkeypatch, _config(tmp_path, train={"engine": "tensorflow"}))
+    result = _dry_run(tmp_path, monkeypatch, config(tmp_path, train={"engine": "tensorflow"}))
     assert result.exit_code == 0 and "attention (" not in result.output
 
 
 def test_t5s_self_attentions_say_why_they_take_the_reference(tmp_path, monkeypatch):
-    raw = _config(tmp_path, cluster={**V6E, "accelerator_type": "v6e-4"},
+    raw = config(tmp_path, cluster={**V6E, "accelerator_type": "v6e-4"},
                   data={"seq_len": 512}, tokenizer={"kind": "unigram", "vocab_size": 32000},
                   model={"family": "t5", "size": "base", "dropout": 0.0},
                   train={"batch_size": 64, "bf16": True})
@@ -89,7 +73,7 @@ def test_t5s_self_attentions_say_why_they_take_the_reference(tmp_path, monkeypat
 
 
 def test_gpt2_xl_on_one_v5e_chip_is_refused_before_anything_runs(tmp_path, monkeypatch):
-    raw = _config(tmp_path, cluster={**V6E, "zone": "us-central1-a",
+    raw = config(tmp_path, cluster={**V6E, "zone": "us-central1-a",
                                      "accelerator_type": "v5litepod-1"},
                   data={"seq_len": 1024}, tokenizer={"kind": "bpe", "vocab_size": 50257},
                   model={"family": "gpt2", "size": "xl", "dropout": 0.0},
@@ -111,15 +95,15 @@ def test_gpt2_xl_on_one_v5e_chip_is_refused_before_anything_runs(tmp_path, monke
 
 
 def test_train_remat_is_checked():
-    raw = _config(REPO / "unused")
+    raw = config(REPO / "unused")
     assert parse_config(raw).train.remat == "auto"
-    assert parse_config(_config(REPO / "unused", train={"remat": "full"})).train.remat == "full"
+    assert parse_config(config(REPO / "unused", train={"remat": "full"})).train.remat == "full"
     with pytest.raises(UserError) as caught:
-        parse_config(_config(REPO / "unused", train={"remat": "everything"}))
+        parse_config(config(REPO / "unused", train={"remat": "everything"}))
     assert str(caught.value).endswith("train.remat must be one of 'auto', 'none', 'dots' or 'full' "
                                  "(got 'everything')")
     with pytest.raises(UserError, match="the tensorflow engine has no such setting"):
-        parse_config(_config(REPO / "unused", train={"engine": "tensorflow", "remat": "full"}))
+        parse_config(config(REPO / "unused", train={"engine": "tensorflow", "remat": "full"}))
 
 
 def test_attention_dropout_is_the_models_own_setting():
@@ -132,7 +116,7 @@ def test_attention_dropout_is_the_models_own_setting():
                                vocab_size=100, seq_len=128)
     assert gpt2["attn_pdrop"] == gpt2["resid_pdrop"] == 0.2  # unset: model.dropout
     with pytest.raises(UserError, match="T5 has one dropout rate"):
-        parse_config(_config(REPO / "unused", model={"family": "t5", "size": "tiny",
+        parse_config(config(REPO / "unused", model={"family": "t5", "size": "tiny",
                                                      "attention_dropout": 0.0}))
 
 

@@ -6,23 +6,13 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from payload.config import parse_config
 from payload.core.errors import UserError
 from payload.training.model import TokenIds, model_config
+from tests.support.model_sections import model_section
 
 VOCAB = TokenIds(vocab_size=777, special=(0, 1, 2, 3, 4), pad=1, unk=3, mask=4, bos=0, eos=2)
 
 
-def model_section(**model):
-    return parse_config(
-        {
-            "name": "m",
-            "output_dir": "/tmp/m",
-            "data": {"corpus": ["a.txt"], "seq_len": 64},
-            "model": model,
-            "train": {"steps": 1, "batch_size": 8, "learning_rate": 1e-3},
-        }
-    ).model
 
 
 @pytest.mark.parametrize("family", ["bert", "roberta", "gpt2", "t5"])

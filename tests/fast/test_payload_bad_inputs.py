@@ -19,18 +19,12 @@ from payload.core.errors import UserError
 from payload.training.preflight import check_before_start
 from tests.support.configs import base_config, init_from_config, line_corpus, write_config
 from tests.support.paths import REPO
+from tests.support.payload_inputs import config, tree
 from tests.support.runners import assert_user_error, payload_main
 
 ALL = ("tokenizer", "prepare", "train", "export")
 
 
-def _config(root: Path, *, raw_text: str | None = None, out: str | None = None,
-            **sections) -> Path:
-    path = root / "run.yaml"
-    if raw_text is not None:
-        path.write_text(raw_text)
-        return path
-    return write_config(path, base_config(out or root / "out", line_corpus(root), **sections))
 
 
 def _yaml(root: Path, **sections) -> str:
@@ -85,48 +79,48 @@ def _users_folder(root: Path) -> Path:
 # stage's argv after `python -m payload`, or ("preflight", stages, resume, overwrite).
 CASES = [
     ("config-is-a-folder", lambda r: r, ("tokenizer",), ["is a folder", "case"]),
-    ("learning-rate-inf", lambda r: _config(r, raw_text=_yaml(r).replace(
+    ("learning-rate-inf", lambda r: config(r, raw_text=_yaml(r).replace(
         "learning_rate: 0.001", "learning_rate: .inf")), ("train",),
      ["train.learning_rate", "finite", "inf"]),
-    ("learning-rate-nan", lambda r: _config(r, raw_text=_yaml(r).replace(
+    ("learning-rate-nan", lambda r: config(r, raw_text=_yaml(r).replace(
         "learning_rate: 0.001", "learning_rate: .nan")), ("train",),
      ["train.learning_rate", "finite", "nan"]),
-    ("sample-mb-inf", lambda r: _config(r, raw_text=_yaml(r).replace(
+    ("sample-mb-inf", lambda r: config(r, raw_text=_yaml(r).replace(
         "sample_mb: null", "sample_mb: .inf")), ("tokenizer",),
      ["tokenizer.sample_mb", "finite", "inf"]),
-    ("dropout-nan", lambda r: _config(r, model={"dropout": float("nan")}), ("train",),
+    ("dropout-nan", lambda r: config(r, model={"dropout": float("nan")}), ("train",),
      ["model.dropout", "finite"]),
-    ("two-train-sections", lambda r: _config(r, raw_text=_yaml(r) + "train:\n  steps: 5\n"),
+    ("two-train-sections", lambda r: config(r, raw_text=_yaml(r) + "train:\n  steps: 5\n"),
      ("prepare",), ["duplicate key 'train'", "line", "first at line"]),
-    ("duplicate-nested-key", lambda r: _config(r, raw_text=_yaml(r).replace(
+    ("duplicate-nested-key", lambda r: config(r, raw_text=_yaml(r).replace(
         "  seq_len: 32\n", "  seq_len: 32\n  seq_len: 64\n")), ("prepare",),
      ["duplicate key 'seq_len'", "line"]),
-    ("mistyped-section", lambda r: _config(r, raw_text=_yaml(r).replace("\ntrain:", "\ntrian:")),
+    ("mistyped-section", lambda r: config(r, raw_text=_yaml(r).replace("\ntrain:", "\ntrian:")),
      ("train",), ["unknown key 'trian'", "did you mean 'train'"]),
-    ("mistyped-key", lambda r: _config(r, raw_text=_yaml(r).replace("tokenizer:", "tokeniser:")),
+    ("mistyped-key", lambda r: config(r, raw_text=_yaml(r).replace("tokenizer:", "tokeniser:")),
      ("tokenizer",), ["unknown key 'tokeniser'", "did you mean 'tokenizer'"]),
-    ("output-dir-s3", lambda r: _config(r, out="s3://bucket/x"), ("prepare",),
+    ("output-dir-s3", lambda r: config(r, out="s3://bucket/x"), ("prepare",),
      ["output_dir", "s3://", "s3://bucket/x"]),
-    ("output-dir-root", lambda r: _config(r, out="/"), ("tokenizer",),
+    ("output-dir-root", lambda r: config(r, out="/"), ("tokenizer",),
      ["output_dir", "filesystem root", "'/'"]),
-    ("output-dir-home", lambda r: _config(r, out="~"), ("tokenizer",),
+    ("output-dir-home", lambda r: config(r, out="~"), ("tokenizer",),
      ["output_dir", "home folder"]),
-    ("output-dir-project", lambda r: _config(r, out=str(REPO)), ("tokenizer",),
+    ("output-dir-project", lambda r: config(r, out=str(REPO)), ("tokenizer",),
      ["output_dir", "project's root", str(REPO)]),
-    ("output-dir-bucket", lambda r: _config(r, out="gs://bucket"), ("tokenizer",),
+    ("output-dir-bucket", lambda r: config(r, out="gs://bucket"), ("tokenizer",),
      ["output_dir", "whole bucket", "gs://bucket"]),
-    ("corpus-s3", lambda r: _config(r, data={"corpus": ["s3://bucket/a.txt"]}), ("prepare",),
+    ("corpus-s3", lambda r: config(r, data={"corpus": ["s3://bucket/a.txt"]}), ("prepare",),
      ["data.corpus", "s3://bucket/a.txt"]),
     ("model-config-folder", lambda r: _model_config(r, "folder"),
      ("preflight", ALL, False, False), ["model.config", "model-config", "is a folder"]),
     ("model-config-not-json", lambda r: _model_config(r, "text"),
      ("preflight", ALL, False, False), ["model.config", "config.txt", "not JSON"]),
     # Issue 16, point 12: accepted, to fail at train (or to train to NaN).
-    ("learning-rate-1e308", lambda r: _config(r, train={"learning_rate": 1e308}), ("train",),
+    ("learning-rate-1e308", lambda r: config(r, train={"learning_rate": 1e308}), ("train",),
      ["train.learning_rate must be at most 1.0"]),
-    ("steps-1e30", lambda r: _config(r, train={"steps": 1e30}), ("prepare",),
+    ("steps-1e30", lambda r: config(r, train={"steps": 1e30}), ("prepare",),
      ["train.steps", "at most 1,000,000,000"]),
-    ("corpus-gs-one-slash", lambda r: _config(r, data={"corpus": ["gs:/bucket/a.txt"]}),
+    ("corpus-gs-one-slash", lambda r: config(r, data={"corpus": ["gs:/bucket/a.txt"]}),
      ("prepare",), ["data.corpus", "'gs:/bucket/a.txt' is not a gs:// URL"]),
     ("model-config-too-few-positions", _short_model_config, ("preflight", ALL, False, False),
      ["model.config", "16 positions", "data.seq_len 32"]),
@@ -144,14 +138,14 @@ CASES = [
      ["output_dir", "mine", "notes.txt", "did not write"]),
     ("corpus-inside-output-dir", lambda r: write_config(r / "run.yaml", base_config(
         r / "texts", line_corpus(r))), ("prepare",), ["output_dir", "texts", "a.txt"]),
-    ("usage-unknown-stage", lambda r: _config(r), ("prep",), ["invalid choice: 'prep'"]),
-    ("usage-no-config", lambda r: _config(r), ("prepare", "--no-config"),
+    ("usage-unknown-stage", lambda r: config(r), ("prep",), ["invalid choice: 'prep'"]),
+    ("usage-no-config", lambda r: config(r), ("prepare", "--no-config"),
      ["--no-config"]),
-    ("usage-worker-index-abc", lambda r: _config(r), ("prepare", "--worker-index", "abc"),
+    ("usage-worker-index-abc", lambda r: config(r), ("prepare", "--worker-index", "abc"),
      ["--worker-index", "'abc'"]),
-    ("resume-and-overwrite", lambda r: _config(r), ("train", "--resume", "--overwrite"),
+    ("resume-and-overwrite", lambda r: config(r), ("train", "--resume", "--overwrite"),
      ["--resume", "--overwrite", "contradict"]),
-    ("resume-and-overwrite-preflight", lambda r: _config(r), ("preflight", ALL, True, True),
+    ("resume-and-overwrite-preflight", lambda r: config(r), ("preflight", ALL, True, True),
      ["--resume", "--overwrite", "contradict"]),
     # model.init_from weights that do not fit: read from the safetensors header alone.
     ("init-from-other-family", lambda r: init_from_config(r, "gpt2"), ("preflight", ALL, False, False),
@@ -172,9 +166,6 @@ def _run_stage(argv: tuple[str, ...], config: Path, cwd: Path):
     return payload_main(*args, cwd=cwd)
 
 
-def _tree(root: Path) -> dict[str, tuple[int, bytes]]:
-    return {str(p.relative_to(root)): (p.stat().st_mode, p.read_bytes() if p.is_file() else b"")
-            for p in sorted(root.rglob("*"))}
 
 
 @pytest.mark.parametrize(("build", "command", "needles"), [c[1:] for c in CASES],
@@ -183,7 +174,7 @@ def test_bad_input_is_one_line_exit_2_and_creates_nothing(tmp_path, build, comma
     case = tmp_path / "case"
     case.mkdir()
     config = build(case)
-    before = _tree(tmp_path)
+    before = tree(tmp_path)
     if command[0] == "preflight":
         _, stages, resume, overwrite = command
         with pytest.raises(UserError) as info:
@@ -195,7 +186,7 @@ def test_bad_input_is_one_line_exit_2_and_creates_nothing(tmp_path, build, comma
         line = assert_user_error(_run_stage(command, config, cwd=tmp_path))
     for needle in needles:
         assert needle in line, f"{needle!r} not in {line!r}"
-    assert _tree(tmp_path) == before, "something was created or changed"
+    assert tree(tmp_path) == before, "something was created or changed"
     print(f"{command[0]}: {line}")
 
 
@@ -206,13 +197,13 @@ def test_preflight_reports_every_problem_at_once(tmp_path):
     raw = yaml.safe_load(config.read_text())
     raw["data"]["corpus"] = [str(tmp_path / "nothere.txt")]
     write_config(config, raw)
-    before = _tree(tmp_path)
+    before = tree(tmp_path)
     with pytest.raises(UserError) as info:
         check_before_start(load_config(config), stages=set(ALL), resume=False, overwrite=False)
     lines = str(info.value).splitlines()
     assert len(lines) == 2, lines
     assert "data.corpus: no such file" in lines[0] and "nothere.txt" in lines[0]
     assert "model.config" in lines[1] and "16 positions" in lines[1]
-    assert _tree(tmp_path) == before
+    assert tree(tmp_path) == before
 
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from payload.config import load_config
-from payload.data import shards as records
 from tests.support.configs import base_config, write_config
+from tests.support.prepared_shards import manifest_of, rows_of
 from tests.support.runners import assert_user_error, payload_main
 
 
@@ -30,15 +29,8 @@ def tokenizer_dir(tmp_path_factory, marked_corpus) -> Path:
     return out / "run" / "tokenizer"
 
 
-def manifest_of(run: Path) -> records.Manifest:
-    return records.Manifest.from_json((run / "data" / "manifest.json").read_text())
 
 
-def rows_of(run: Path, split: str) -> np.ndarray:
-    manifest = manifest_of(run)
-    parts = [records.iter_rows((run / "data" / e.name).read_bytes(), dtype=manifest.dtype)
-             for e in manifest.splits[split].shards]
-    return np.concatenate(parts) if parts else np.zeros((0, manifest.record_len))
 
 
 def test_t5_rows_have_the_expanded_length(tmp_path, marked_corpus):

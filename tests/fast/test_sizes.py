@@ -13,20 +13,7 @@ from payload.core.sizes import architecture, count_parameters, parameter_count
 from payload.training.runplan import describe_model
 from tests.support.configs import write_config
 from tests.support.runners import assert_user_error, payload_main
-
-# The vocabularies the published models were counted with.
-PUBLISHED_VOCAB = {"bert": 30522, "roberta": 50265, "gpt2": 50257, "t5": 32128}
-
-
-def run_config(model: dict, **data):
-    return parse_config({
-        "name": "m",
-        "output_dir": "/tmp/m",
-        "data": {"corpus": ["a.txt"], "seq_len": 128, **data},
-        "model": model,
-        "train": {"steps": 1, "batch_size": 8, "learning_rate": 1e-3},
-    })
-
+from tests.support.sizes import PUBLISHED_VOCAB, run_config
 
 # --- one description of the architecture ---------------------------------------------------
 

@@ -9,16 +9,12 @@ from payload.training.strategy import (
     CPU,
     TPU_STEPS_PER_EXECUTION,
     ClusterFacts,
-    Hardware,
     StrategyKind,
     cluster_facts,
     plan_strategy,
     training_workers,
 )
-
-
-def tf_config(index: int, workers: int = 2) -> str:
-    return strategy.tf_config([f"localhost:{2000 + i}" for i in range(workers)], index)
+from tests.support.strategies import tf_config, tpu
 
 
 def gcp_config(accelerator: str = "v4-8", **extra):
@@ -41,9 +37,6 @@ def gcp_config(accelerator: str = "v4-8", **extra):
     )
 
 
-def tpu(accelerator: str = "v4-8", name: str = "pod-run") -> Hardware:
-    """What the launcher's gcp provider reports for a TPU node of this type and name."""
-    return Hardware.tpu(accelerator, name)
 
 
 def test_single_host_tpu_uses_the_local_tpu():

@@ -13,20 +13,7 @@ from pathlib import Path
 import pytest
 
 from launcher.terraform import state_resources
-
-MODULE = """
-resource "terraform_data" "first" {
-  input = "first"
-  provisioner "local-exec" {
-    command = "touch ${path.module}/first-started; sleep 3"
-  }
-}
-
-resource "terraform_data" "second" {
-  input      = "second"
-  depends_on = [terraform_data.first]
-}
-"""
+from tests.support.terraform_session import MODULE
 
 
 @pytest.fixture

@@ -77,12 +77,5 @@ def test_a_coordinator_address_this_host_does_not_hold_falls_back_to_every_inter
     assert bind_address("no-such-host.invalid:8476") is None
 
 
-def listening(family: int, address: str) -> socket.socket:
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    if family == socket.AF_INET6:
-        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-    sock.bind((address, 0))
-    sock.listen()
-    return sock
 
 

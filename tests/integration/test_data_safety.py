@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from payload.core import folders, layout
-from tests.support.configs import base_config, write_config
+from tests.support.data_safety import NEW, OLD, contents, old_folder, run_config
 from tests.support.runners import payload_env
 
 
@@ -26,8 +26,6 @@ def texts(tmp_path_factory, documents) -> Path:
     return folder
 
 
-def run_config(tmp_path: Path, out: Path, corpus, name: str = "run", **sections) -> Path:
-    return write_config(tmp_path / f"{name}.yaml", base_config(out, corpus, **sections))
 
 
 # --- 1. prepare --overwrite deletes only what prepare wrote; corpus and output_dir apart -----
@@ -50,14 +48,8 @@ with folders.replacing_folder(sys.argv[1], {"stage": "test"}) as folder:
     for name in ("weights.bin", "config.json", "sub/extra.txt"):
         storage.write_bytes(os.path.join(folder, name), b"new " + name.encode())
 """
-NEW = {"weights.bin": b"new weights.bin", "config.json": b"new config.json",
-       "sub/extra.txt": b"new sub/extra.txt"}
-OLD = {"weights.bin": b"old weights", "config.json": b"old config", "stale.txt": b"old only"}
 
 
-def _contents(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*")
-            if p.is_file() and p.name != layout.COMPLETE}
 
 
 def _replace(target: Path, how: str, **env) -> subprocess.CompletedProcess:
@@ -65,53 +57,42 @@ def _replace(target: Path, how: str, **env) -> subprocess.CompletedProcess:
                           env=payload_env(**env), capture_output=True, text=True, timeout=60)
 
 
-def _old_folder(root: Path) -> Path:
-    target = root / "model"
-    if root.exists():
-        import shutil
-
-        shutil.rmtree(root)
-    for name, body in OLD.items():
-        (target / name).parent.mkdir(parents=True, exist_ok=True)
-        (target / name).write_bytes(body)
-    folders.mark_complete(str(target), {"stage": "old", "files": sorted(OLD)})
-    return target
 
 
 @pytest.mark.parametrize("how", ["exchange", "rename"])
 def test_replacing_a_folder_survives_a_kill_at_every_point(tmp_path, how):
     log = tmp_path / "changes.log"
-    target = _old_folder(tmp_path / "run")
+    target = old_folder(tmp_path / "run")
     assert _replace(target, how, TPUCTL_TEST_WRITE_LOG=str(log)).returncode == 0
-    assert _contents(target) == NEW  # stale.txt was tpuctl's (in the old marker's list)
+    assert contents(target) == NEW  # stale.txt was tpuctl's (in the old marker's list)
     points = len(log.read_text().splitlines())
     assert points >= 6, log.read_text()
     seen_missing = False
     for point in range(1, points + 1):
-        target = _old_folder(tmp_path / "run")
+        target = old_folder(tmp_path / "run")
         killed = _replace(target, how, TPUCTL_TEST_KILL_AT=str(point))
         assert killed.returncode == -9, (point, killed.stderr)
         if target.exists():
-            assert _contents(target) in (OLD, NEW), point
+            assert contents(target) in (OLD, NEW), point
             assert folders.is_complete(str(target)), point
         else:  # only between the two renames, and the next run puts one back
             assert how == "rename", point
             seen_missing = True
             folders.recover_folder(str(target))
-            assert _contents(target) in (OLD, NEW), point
+            assert contents(target) in (OLD, NEW), point
         assert _replace(target, how).returncode == 0, point
-        assert _contents(target) == NEW, point
+        assert contents(target) == NEW, point
         assert sorted(p.name for p in target.parent.iterdir()) == ["model"], point
         assert json.loads((target / layout.COMPLETE).read_text())["stage"] == "test"
     assert seen_missing == (how == "rename")
 
 
 def test_replacing_a_folder_keeps_files_tpuctl_did_not_write(tmp_path):
-    target = _old_folder(tmp_path / "run")
+    target = old_folder(tmp_path / "run")
     (target / "README.md").write_text("my model card\n")
     assert _replace(target, "exchange").returncode == 0
     assert (target / "README.md").read_text() == "my model card\n"
-    assert _contents(target) == {**NEW, "README.md": b"my model card\n"}
+    assert contents(target) == {**NEW, "README.md": b"my model card\n"}
 
 
 # --- 5. files written through storage honour the umask ---------------------------------------

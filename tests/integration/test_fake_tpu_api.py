@@ -14,10 +14,7 @@ from testbed.fakes import tpu_api
 from testbed.fakes.tpu_api import FakeTpuApi
 from tests.support.paths import REPO
 from tests.support.runners import payload_env
-
-ZONE = "us-central2-b"
-PARENT = f"projects/demo/locations/{ZONE}"
-BASE = "tpu-ubuntu2204-base"
+from tests.support.tpu_api_calls import create, name
 
 
 @pytest.fixture
@@ -31,13 +28,8 @@ def client(api):
     return api.client()
 
 
-def create(client, node_id: str, accelerator: str = "v4-8", **node):
-    node = {"accelerator_type": accelerator, "runtime_version": BASE, **node}
-    return client.create_node(parent=PARENT, node_id=node_id, node=node)
 
 
-def name(node_id: str) -> str:
-    return f"{PARENT}/nodes/{node_id}"
 
 
 def test_runs_as_its_own_process_and_is_driven_over_http(tmp_path):

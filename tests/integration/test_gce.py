@@ -7,18 +7,8 @@ import subprocess
 
 from launcher.providers import gce_slice
 from payload.config import parse_config
+from tests.support.gce_configs import gce_raw
 from tests.support.paths import REPO
-
-
-def _raw(name: str = "iron", *, train: dict | None = None, **cluster) -> dict:
-    return {
-        "name": name,
-        "cluster": {"provider": "gce", "project": "my-project", "zone": "us-central1-c",
-                    "machine_type": "tpu7x-standard-4t", "topology": "2x2x1", **cluster},
-        "data": {"corpus": "gs://b/c.txt"}, "model": {"family": "gpt2"},
-        "train": {"steps": 10, "batch_size": 16, "learning_rate": 1e-3, "engine": "jax",
-                  **(train or {})},
-    }
 
 
 def test_the_slice_module_its_twin_and_the_launcher_agree():
@@ -33,7 +23,7 @@ def test_the_slice_module_its_twin_and_the_launcher_agree():
     # its outputs; the launcher writes exactly those variables.
     assert (twin_dir / "variables.tf").resolve() == (module_dir / "variables.tf").resolve()
     assert list(twin.outputs) == list(module.outputs)
-    config = parse_config(_raw("trillium", zone="us-east5-b", machine_type="ct6e-standard-4t",
+    config = parse_config(gce_raw("trillium", zone="us-east5-b", machine_type="ct6e-standard-4t",
                                topology="4x4", ssh_source_ranges=["203.0.113.7/32"]))
     variables = gce_slice.terraform_variables(config, user="me", public_key="ssh-ed25519 AAAA")
     assert set(variables) == set(module.variables)

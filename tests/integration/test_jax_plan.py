@@ -8,26 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.jax_plans import V6E, config
 from tests.support.paths import REPO
-
-
-def _config(tmp_path, **sections) -> dict:
-    raw = {
-        "name": "speed",
-        "output_dir": str(tmp_path / "out"),
-        "cluster": {"provider": "local", "workers": 1},
-        "data": {"corpus": str(REPO / "payload" / "data" / "corpus.txt.gz"), "seq_len": 128},
-        "tokenizer": {"kind": "bpe", "vocab_size": 8000},
-        "model": {"family": "bert", "size": "tiny"},
-        "train": {"engine": "jax", "steps": 100, "batch_size": 32, "learning_rate": 5e-4},
-    }
-    for key, value in sections.items():
-        raw[key] = {**raw[key], **value} if key in ("train", "model", "data") else value
-    return raw
-
-
-V6E = {"provider": "gcp", "project": "my-project", "zone": "us-east5-b",
-       "accelerator_type": "v6e-8"}
 
 
 def test_the_plan_with_activations_imports_no_framework():
@@ -36,7 +18,7 @@ def test_the_plan_with_activations_imports_no_framework():
         "from payload.config import parse_config\n"
         "from payload.training import runplan\n"
         "from payload.training.strategy import Hardware\n"
-        f"raw = {_config(Path('/tmp/x'), cluster=V6E, train={'bf16': True})!r}\n"
+        f"raw = {config(Path('/tmp/x'), cluster=V6E, train={'bf16': True})!r}\n"
         "del raw['output_dir']\n"
         "plan = runplan.run_plan(parse_config(raw), hardware=Hardware.tpu('v6e-8', 'x'),"
         " num_workers=1)\n"

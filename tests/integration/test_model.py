@@ -5,20 +5,8 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from payload.config import parse_config
 from payload.training.model import TokenIds, model_config
-
-
-def model_section(**model):
-    return parse_config(
-        {
-            "name": "m",
-            "output_dir": "/tmp/m",
-            "data": {"corpus": ["a.txt"], "seq_len": 64},
-            "model": model,
-            "train": {"steps": 1, "batch_size": 8, "learning_rate": 1e-3},
-        }
-    ).model
+from tests.support.model_sections import model_section
 
 
 def _initial_loss(family: str, size: str) -> tuple[float, float]:

@@ -17,30 +17,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.configs import base_config, line_corpus, write_config
+from tests.support.payload_inputs import config, tree
 from tests.support.runners import assert_user_error, payload_env
-
-
-def _config(root: Path, *, raw_text: str | None = None, out: str | None = None,
-            **sections) -> Path:
-    path = root / "run.yaml"
-    if raw_text is not None:
-        path.write_text(raw_text)
-        return path
-    return write_config(path, base_config(out or root / "out", line_corpus(root), **sections))
 
 
 def _unreadable(root: Path) -> Path:
     if os.geteuid() == 0 and not shutil.which("setpriv"):
         pytest.skip("root reads any file; needs setpriv to drop that capability")
-    path = _config(root)
+    path = config(root)
     path.chmod(0)
     return path
 
 
-def _tree(root: Path) -> dict[str, tuple[int, bytes]]:
-    return {str(p.relative_to(root)): (p.stat().st_mode, p.read_bytes() if p.is_file() else b"")
-            for p in sorted(root.rglob("*"))}
 
 
 def test_an_unreadable_config_is_one_line_exit_2_and_creates_nothing(tmp_path):
@@ -49,7 +37,7 @@ def test_an_unreadable_config_is_one_line_exit_2_and_creates_nothing(tmp_path):
     case = tmp_path / "case"
     case.mkdir()
     config = _unreadable(case)
-    before = _tree(tmp_path)
+    before = tree(tmp_path)
     command = [sys.executable, "-m", "payload", "tokenizer", "--config", str(config)]
     if os.geteuid() == 0:
         command = ["setpriv", "--bounding-set=-dac_override,-dac_read_search",
@@ -57,4 +45,4 @@ def test_an_unreadable_config_is_one_line_exit_2_and_creates_nothing(tmp_path):
     result = subprocess.run(command, env=payload_env(), capture_output=True, text=True,
                             timeout=120, cwd=tmp_path)
     assert_user_error(result, "cannot read", "run.yaml", "Permission denied")
-    assert _tree(tmp_path) == before, "something was created or changed"
+    assert tree(tmp_path) == before, "something was created or changed"

@@ -20,6 +20,7 @@ from payload.core.errors import UserError
 from payload.data import shards as records
 from payload.data.prepare import encode_stream, in_validation
 from tests.support.configs import base_config, write_config
+from tests.support.prepared_shards import manifest_of, rows_of
 from tests.support.runners import assert_user_error, payload_env, payload_main
 
 FRACTION = 0.2
@@ -62,15 +63,8 @@ def prepared(tmp_path: Path, corpus, tokenizer_dir: Path, num_workers: int, *, n
     return tmp_path / name
 
 
-def manifest_of(run: Path) -> records.Manifest:
-    return records.Manifest.from_json((run / "data" / "manifest.json").read_text())
 
 
-def rows_of(run: Path, split: str) -> np.ndarray:
-    manifest = manifest_of(run)
-    parts = [records.iter_rows((run / "data" / e.name).read_bytes(), dtype=manifest.dtype)
-             for e in manifest.splits[split].shards]
-    return np.concatenate(parts) if parts else np.zeros((0, manifest.record_len))
 
 
 def test_one_and_three_workers_agree_up_to_the_tails(tmp_path, marked_corpus, tokenizer_dir):

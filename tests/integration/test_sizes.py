@@ -12,19 +12,7 @@ import pytest
 from payload.config import parse_config
 from payload.core.sizes import SIZES, architecture, parameter_count
 from tests.support.paths import SCRIPTS, TORCH_PYTHON, TORCH_READY
-
-# The vocabularies the published models were counted with.
-PUBLISHED_VOCAB = {"bert": 30522, "roberta": 50265, "gpt2": 50257, "t5": 32128}
-
-
-def run_config(model: dict, **data):
-    return parse_config({
-        "name": "m",
-        "output_dir": "/tmp/m",
-        "data": {"corpus": ["a.txt"], "seq_len": 128, **data},
-        "model": model,
-        "train": {"steps": 1, "batch_size": 8, "learning_rate": 1e-3},
-    })
+from tests.support.sizes import PUBLISHED_VOCAB, run_config
 
 
 def every_size():

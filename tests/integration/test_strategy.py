@@ -3,23 +3,13 @@
 import pytest
 
 from payload.core.errors import UserError
-from payload.training import strategy
 from payload.training.strategy import (
     CPU,
     ClusterFacts,
-    Hardware,
     cluster_facts,
     plan_strategy,
 )
-
-
-def tf_config(index: int, workers: int = 2) -> str:
-    return strategy.tf_config([f"localhost:{2000 + i}" for i in range(workers)], index)
-
-
-def tpu(accelerator: str = "v4-8", name: str = "pod-run") -> Hardware:
-    """What the launcher's gcp provider reports for a TPU node of this type and name."""
-    return Hardware.tpu(accelerator, name)
+from tests.support.strategies import tpu
 
 
 def test_cpu_plan_builds_the_default_strategy():

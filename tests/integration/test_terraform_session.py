@@ -17,21 +17,9 @@ import pytest
 
 from launcher.terraform import Terraform
 from tests.support.paths import REPO
+from tests.support.terraform_session import MODULE
 from tests.support.waits import wait_for
 
-MODULE = """
-resource "terraform_data" "first" {
-  input = "first"
-  provisioner "local-exec" {
-    command = "touch ${path.module}/first-started; sleep 3"
-  }
-}
-
-resource "terraform_data" "second" {
-  input      = "second"
-  depends_on = [terraform_data.first]
-}
-"""
 # The launcher: a process that applies the module, as `tpuctl up` would.
 LAUNCHER = ("import sys; from pathlib import Path; from launcher.terraform import Terraform; "
             "tf = Terraform(Path(sys.argv[1]), module=Path(sys.argv[2])); tf.init(); "

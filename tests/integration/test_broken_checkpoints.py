@@ -59,24 +59,6 @@ def biggest_array_file(step: Path) -> Path:
                key=lambda p: p.stat().st_size)
 
 
-def wider_program():
-    """tiny_program's model twice as wide: another run's state."""
-    from types import SimpleNamespace
-
-    import jax
-
-    from payload.core.fit.sharding import plan_sharding
-    from payload.engines.jax import step as jax_step
-
-    raw = {"model_type": "gpt2", "vocab_size": 32, "n_embd": 32, "n_layer": 1, "n_head": 2,
-           "n_positions": 8}
-    cfg = SimpleNamespace(learning_rate=1e-2, warmup_steps=1, steps=4, weight_decay=0.01,
-                          max_grad_norm=1.0, optimizer="adamw", bf16=False, seed=0)
-    plan = plan_sharding(1, num_devices=len(jax.devices()), hbm_bytes_per_chip=1 << 30)
-    return jax_step.TrainProgram(raw, family="gpt2", train_cfg=cfg,
-                                 mesh=jax_step.make_mesh(plan))
-
-
 def restore_error(jax_parts, directory: Path, program) -> str:
     checkpoints, _ = jax_parts
     ckpts = checkpoints(str(directory))
@@ -115,7 +97,8 @@ def test_a_resume_onto_an_orbax_step_of_another_shape_names_both_shapes(jax_part
     _, tiny_program = jax_parts
     program = tiny_program()
     ckpt = tmp_path / "checkpoints"
-    orbax_steps(jax_parts, ckpt, [program, wider_program()])  # step 4: another model's state
+    # Step 4 holds another run's state: the same model twice as wide.
+    orbax_steps(jax_parts, ckpt, [program, tiny_program(n_embd=32)])
     before = tree(tmp_path)
     line = restore_error(jax_parts, ckpt, program)
     for needle in ("step 4", "another shape than this run's model", "step 2 is intact"):

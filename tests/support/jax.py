@@ -83,8 +83,9 @@ def worker_env(devices: int) -> dict:
     return env
 
 
-def tiny_program():
-    """A one-layer GPT-2 train program over this process's devices (4 steps of AdamW)."""
+def tiny_program(n_embd: int = 16):
+    """A one-layer GPT-2 train program over this process's devices (4 steps of AdamW); another
+    `n_embd` gives another run's state."""
     from types import SimpleNamespace
 
     import jax
@@ -92,7 +93,7 @@ def tiny_program():
     from payload.core.fit.sharding import plan_sharding
     from payload.engines.jax import step as jax_step
 
-    raw = {"model_type": "gpt2", "vocab_size": 32, "n_embd": 16, "n_layer": 1, "n_head": 2,
+    raw = {"model_type": "gpt2", "vocab_size": 32, "n_embd": n_embd, "n_layer": 1, "n_head": 2,
            "n_positions": 8}
     cfg = SimpleNamespace(learning_rate=1e-2, warmup_steps=1, steps=4, weight_decay=0.01,
                           max_grad_norm=1.0, optimizer="adamw", bf16=False, seed=0)

@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from testbed.fakes.gcs import StartedOrClosed
+from testbed.fakes.gcs import StartedOrClosed, process_state
 
 SSHD = "/usr/sbin/sshd"
 SSHD_NAMES = ("sshd", "sshd-session", "sshd-auth")
@@ -232,7 +232,7 @@ class Fleet(StartedOrClosed):
                     with contextlib.suppress(OSError):
                         if os.readlink(entry / "ns" / "mnt") == target:
                             pids.append(int(entry.name))
-        return [p for p in pids if p != sshd and _state(p) not in ("Z", "")]
+        return [p for p in pids if p != sshd and process_state(p) not in ("Z", "")]
 
     def job_processes(self, index: int) -> list[str]:
         """Command lines of non-sshd processes on a worker (what a leftover job would be)."""
@@ -290,9 +290,3 @@ def _pids_in_mount_namespaces(namespaces: set[str]) -> list[int]:
     return found
 
 
-def _state(pid: int) -> str:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    return text.rpartition(")")[2].split()[0]

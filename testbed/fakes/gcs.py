@@ -281,7 +281,7 @@ class GcsSandbox(StartedOrClosed):
             if entry.name.isdigit():
                 with contextlib.suppress(OSError):
                     if (os.readlink(entry / "ns" / "net") == self._netns
-                            and _state(int(entry.name)) not in ("Z", "")):
+                            and process_state(int(entry.name)) not in ("Z", "")):
                         found.append(int(entry.name))
         return found
 
@@ -305,7 +305,8 @@ class GcsSandbox(StartedOrClosed):
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def _state(pid: int) -> str:
+def process_state(pid: int) -> str:
+    """A process's state letter from /proc (Z: a zombie; "" when it is gone)."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:

@@ -64,7 +64,9 @@ def read_step(restore: Callable[[], T]) -> T:
     Orbax's other reads unfinished, and Python reports each one ("Task exception was never
     retrieved", "Event loop is closed", with tracebacks) when the error that holds them is
     dropped: pages of noise after the one line that says what is wrong. The error is dropped
-    here, with those reports silenced, and only its description goes on."""
+    here, with those reports silenced, and only its description goes on. Reads still pending
+    when the interpreter ends are reported at its teardown, after this has returned: a stage
+    that failed with its one line drops those too (payload/__main__.py)."""
     hook, asyncio_log = sys.unraisablehook, logging.getLogger("asyncio")
     level = asyncio_log.level
     sys.unraisablehook, asyncio_log.level = (lambda _: None), logging.CRITICAL

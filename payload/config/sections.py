@@ -83,9 +83,10 @@ class ModelConfig(Section):
     config: str | None = None
     init_from: str | None = None
     dropout: float = Field(0.1, ge=0.0, lt=1.0)
-    # Dropout on the attention weights (transformers' attention_probs_dropout_prob / attn_pdrop),
-    # when it should differ from model.dropout: the JAX engine's fused attention kernels have
-    # none, so a rate above 0 keeps it on the reference attention (payload.core.fit.attention).
+    # Dropout on the attention weights (transformers' attention_probs_dropout_prob / attn_pdrop)
+    # of BERT, RoBERTa and GPT-2: none unless set (model.dropout is the other layers'). The JAX
+    # engine's fused attention kernels have none, so a rate above 0 keeps a run on the reference
+    # attention (payload.core.fit.attention). T5 has one rate for every layer: model.dropout.
     attention_dropout: float | None = Field(None, ge=0.0, lt=1.0)
     mlm_probability: float = Field(0.15, gt=0.0, lt=1.0)
     noise_density: float = Field(0.15, gt=0.0, lt=1.0)

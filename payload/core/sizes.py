@@ -74,8 +74,9 @@ def shape_of(model_cfg) -> Shape:
 def transformers_config(model_cfg, *, vocab_size: int, seq_len: int) -> dict:
     """The transformers config (keyword arguments with `model_type`) for a sized model."""
     family, s, dropout = model_cfg.family, shape_of(model_cfg), model_cfg.dropout
-    attention_dropout = dropout if model_cfg.attention_dropout is None else (
-        model_cfg.attention_dropout)
+    # No dropout on the attention weights unless asked for: pretraining goes without it (T5
+    # v1.1, MaxText), and the fused attention kernels have none (payload.core.fit.attention).
+    attention_dropout = model_cfg.attention_dropout or 0.0
     if family in ("bert", "roberta"):
         encoder = {
             "model_type": family,

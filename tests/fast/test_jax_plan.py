@@ -27,24 +27,26 @@ def _dry_run(tmp_path, monkeypatch, raw: dict):
 
 
 def test_the_dry_run_of_a_v6e_run_names_its_attention_kernel_and_why(tmp_path, monkeypatch):
+    # No dropout key at all: the fast program is the default (no attention dropout).
     raw = config(tmp_path, cluster=V6E, data={"seq_len": 1024},
-                  tokenizer={"kind": "bpe", "vocab_size": 50257},
-                  model={"family": "gpt2", "size": "small", "dropout": 0.0},
-                  train={"batch_size": 256, "bf16": True})
+                 tokenizer={"kind": "bpe", "vocab_size": 50257},
+                 model={"family": "gpt2", "size": "small"},
+                 train={"batch_size": 256, "bf16": True})
     del raw["output_dir"]
     result = _dry_run(tmp_path, monkeypatch, raw)
     assert result.exit_code == 0, result.output
     assert ("attention (causal self-attention): splash; TPU v6e: Pallas splash attention, "
             "blocks of 1024 queries x 1024 keys, a causal block mask") in result.output
     assert "with train.remat none (every activation kept)" in result.output
-    # model.dropout applies to the attention weights too: the reference, and the way out.
+    # model.dropout is the other layers': the attention stays fused.
     result = _dry_run(tmp_path, monkeypatch, {**raw, "model": {**raw["model"], "dropout": 0.1}})
+    assert "attention (causal self-attention): splash;" in result.output
+    # Dropout on the attention weights asked for: the reference, and the way out.
+    result = _dry_run(tmp_path, monkeypatch, {**raw, "model": {
+        **raw["model"], "attention_dropout": 0.1}})
     assert ("attention (causal self-attention): reference; attention dropout 0.1: the "
             "reference attention, as the fused kernel (splash) has no dropout; "
             "model.attention_dropout: 0 lets this run use it") in result.output
-    result = _dry_run(tmp_path, monkeypatch, {**raw, "model": {
-        **raw["model"], "dropout": 0.1, "attention_dropout": 0.0}})
-    assert "attention (causal self-attention): splash;" in result.output
 
 
 def test_the_dry_run_of_a_local_run_names_the_reference_and_why(tmp_path, monkeypatch):
@@ -114,7 +116,14 @@ def test_attention_dropout_is_the_models_own_setting():
     assert (arch["hidden_dropout_prob"], arch["attention_probs_dropout_prob"]) == (0.1, 0.0)
     gpt2 = transformers_config(ModelConfig(family="gpt2", size="tiny", dropout=0.2),
                                vocab_size=100, seq_len=128)
-    assert gpt2["attn_pdrop"] == gpt2["resid_pdrop"] == 0.2  # unset: model.dropout
+    # Unset: none on the attention weights (the fused kernels' program), model.dropout elsewhere.
+    assert (gpt2["attn_pdrop"], gpt2["resid_pdrop"], gpt2["embd_pdrop"]) == (0.0, 0.2, 0.2)
+    roberta = transformers_config(ModelConfig(family="roberta", size="tiny"), vocab_size=100,
+                                  seq_len=128)
+    assert (roberta["hidden_dropout_prob"], roberta["attention_probs_dropout_prob"]) == (0.1, 0.0)
+    gpt2 = transformers_config(ModelConfig(family="gpt2", size="tiny", attention_dropout=0.05),
+                               vocab_size=100, seq_len=128)
+    assert gpt2["attn_pdrop"] == 0.05
     with pytest.raises(UserError, match="T5 has one dropout rate"):
         parse_config(config(REPO / "unused", model={"family": "t5", "size": "tiny",
                                                      "attention_dropout": 0.0}))

@@ -11,10 +11,14 @@ export PYTHONDONTWRITEBYTECODE := 1
 TORCH_STAMP := .venv-torch/.installed
 CHECKOV_STAMP := .venv-checkov/.installed
 TERRAFORM_STAMP := .venv-terraform/.installed
+# The TPU compiler (libtpu, as the JAX engine's TPU lock pins it) for the tests of
+# `tpuctl train --dry-run --compile`: in a folder of its own, never in .venv, where JAX would
+# probe for a TPU on every CPU run. A user's first --compile installs it under ~/.tpuctl.
+LIBTPU := .venv-libtpu/libtpu/libtpu.so
 # The terraform that setup-terraform installs where none is; one already on PATH comes first.
 export PATH := $(PATH):$(CURDIR)/.venv-terraform/bin
 
-.PHONY: setup setup-torch setup-checkov setup-terraform demo test test-fast test-slow test-all lint bench up train down clean
+.PHONY: setup setup-torch setup-checkov setup-terraform setup-libtpu demo test test-fast test-slow test-all lint bench up train down clean
 
 setup: $(STAMP)
 
@@ -52,6 +56,11 @@ $(TERRAFORM_STAMP): requirements-terraform.txt scripts/terraform_cli.py
 	chmod +x .venv-terraform/bin/terraform
 	@touch $(TERRAFORM_STAMP)
 
+setup-libtpu: $(LIBTPU)
+
+$(LIBTPU): launcher/tpu_lock.py | $(STAMP)
+	$(BIN)/python -m launcher.tpu_compile .venv-libtpu
+
 # Reinstall only when the dependency list changes.
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -82,14 +91,14 @@ PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile
 test-fast: setup
 	$(PYTEST) tests/fast -m "not slow"
 
-test: setup setup-torch setup-checkov setup-terraform
+test: setup setup-torch setup-checkov setup-terraform setup-libtpu
 	$(PYTEST) tests/fast -m "not slow"
 	$(PYTEST) tests/integration tests/e2e -m "not slow" $(PARALLEL)
 
-test-slow: setup setup-torch setup-checkov setup-terraform
+test-slow: setup setup-torch setup-checkov setup-terraform setup-libtpu
 	$(PYTEST) tests -m slow $(PARALLEL)
 
-test-all: setup setup-torch setup-checkov setup-terraform
+test-all: setup setup-torch setup-checkov setup-terraform setup-libtpu
 	$(PYTEST) tests/fast
 	$(PYTEST) tests/integration tests/e2e $(PARALLEL)
 

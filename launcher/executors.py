@@ -72,6 +72,19 @@ class SshSettings:
     identity_file: str | None = None
 
 
+def run_here(argv: list[str], *, env: dict[str, str] | None = None,
+             timeout_s: float | None = None) -> Result:
+    """A command of the launcher's own on this machine (not a worker's): `env` added to the
+    launcher's environment, no input, its output captured."""
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, errors="replace",
+                              timeout=timeout_s, stdin=subprocess.DEVNULL,
+                              env={**os.environ, **(env or {})})
+    except subprocess.TimeoutExpired:
+        return Result(124, "", f"{argv[0]}: no answer in {timeout_s:.0f} s")
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
 class LocalExecutor:
     """Each worker is a local process group in its own working directory (made on first use)."""
 

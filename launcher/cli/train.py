@@ -81,6 +81,13 @@ def train(
     engine: Annotated[str | None, typer.Option(
         "--engine", metavar="NAME", help="Train with this engine for this run: tensorflow or "
         "jax (sets train.engine).")] = None,
+    compile_steps: Annotated[bool, typer.Option(
+        "--compile", help="With --dry-run: compile the JAX engine's steps for the config's TPU "
+        "(or --accelerator's) with the real TPU compiler on this machine; memory per chip, "
+        "attention kernel, FLOPs.")] = False,
+    accelerator: Annotated[str | None, typer.Option(
+        "--accelerator", metavar="TYPE", help="With --compile: the TPU slice to compile for "
+        "(e.g. v5litepod-4), whatever the provider.")] = None,
 ) -> None:
     """Ship the payload to every worker, set up its environment, run the pipeline stages."""
     from launcher import launch
@@ -88,12 +95,22 @@ def train(
 
     if num_workers is not None and num_workers < 1:
         raise UserError(f"--workers {num_workers}: need at least 1 worker")
+    if compile_steps and not dry_run:
+        raise UserError("--compile goes with --dry-run", hint="tpuctl train --dry-run --compile")
+    if accelerator and not compile_steps:
+        raise UserError("--accelerator goes with --compile",
+                        hint="tpuctl train --dry-run --compile --accelerator TYPE")
     options = launch.TrainOptions(
         local=local, num_workers=num_workers, stages=planning.parse_stages(stages),
         resume=resume, overwrite=overwrite, dry_run=dry_run, down=down,
         auto_resume=auto_resume, max_hours=max_hours, max_cost=max_cost,
         push_to_hub=push_to_hub, download=download, engine=engine)
     the_launch = launch.plan_train(config_path, options)
+    if compile_steps:
+        from launcher import tpu_compile
+
+        tpu_compile.check_can_compile(the_launch.config)
+        target = tpu_compile.compile_target(the_launch, accelerator=accelerator)
     if dry_run:
         typer.echo(planning.render_plan(the_launch.plan))
         typer.echo(f"model: {model_line(the_launch.config)}")
@@ -105,6 +122,10 @@ def train(
             typer.echo("when the job ends: worker 0 deletes the TPU (--down)")
         print_run_plan(*run_plan_lines(the_launch, read_remote=False))
         print_publishing(the_launch)
+        if compile_steps:
+            report = tpu_compile.compile_steps(the_launch, target, on_note=typer.echo)
+            for line in tpu_compile.render(report):
+                typer.echo(line)
         return
     console = render.console()
 

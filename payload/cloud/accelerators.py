@@ -660,3 +660,48 @@ def slice_env(machine_type_name: str, topology: str, *, worker: int,
             "TPU_CHIPS_PER_HOST_BOUNDS": words(per_host),
             "TPU_TOPOLOGY_WRAP": words(_wraps(dims)), "TPU_TOPOLOGY_ALT": "false",
             "TPU_WORKER_ID": str(worker), "TPU_WORKER_HOSTNAMES": ",".join(hostnames)}
+
+
+# --- the slice as the TPU compiler sees it -------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompileTopology:
+    """A slice as `jax.experimental.topologies.get_topology_desc` takes it, to compile for it on
+    a machine without a TPU (payload.engines.jax.tpu_compile)."""
+
+    name: str  # "v5e:2x2", "v4:2x2x2", "tpu7x:2x2x1": libtpu's own names
+    chip_config: str  # "default"; "megacore" where one device drives a chip's two cores (v4)
+    chips_per_host_bounds: tuple[int, int, int]
+    devices: int  # what jax.device_count() is on the slice
+    num_slices: int = 1
+
+
+# The default slice shape for a number of chips, as Google's pages give v5e/v6e (2-D) and v4/
+# v5p (3-D) slices: cloud.google.com/tpu/docs/v5e ("v5litepod-16: 4x4"), .../v6e, .../v4
+# ("v4-32: 2x2x4"), .../v5p. libtpu accepts these names (FINDINGS: v4:2x2x1, v5e:2x2, v5p:2x2x1,
+# v6e:2x2, v6e:4x4, tpu7x:2x2x1 load).
+_SHAPES_2D = {1: "1x1", 4: "2x2", 8: "2x4", 16: "4x4", 32: "4x8", 64: "8x8", 128: "8x16",
+              256: "16x16"}
+_SHAPES_3D = {1: "1x1x1", 4: "2x2x1", 8: "2x2x2", 16: "2x2x4", 32: "2x4x4", 64: "4x4x4",
+              128: "4x4x8", 256: "4x8x8", 512: "8x8x8", 1024: "8x8x16", 2048: "8x16x16",
+              4096: "16x16x16", 6144: "16x16x24"}
+
+
+def compile_topology(acc: Accelerator, topology: str | None = None) -> CompileTopology:
+    """The compiler's view of a slice: `topology` where the config names one (a Compute Engine
+    slice's cluster.topology), else the default shape of the accelerator type's chips."""
+    two_d = acc.generation in ("v5e", "v6e")
+    shape = topology or (_SHAPES_2D if two_d else _SHAPES_3D).get(acc.chips)
+    if shape is None:
+        raise UserError(f"{acc.name}: tpuctl knows no slice shape of {acc.chips} chips of TPU "
+                        f"{acc.generation} to compile for",
+                        hint="compile for one of the sizes in the accelerator table")
+    per_host = acc.chips_per_host
+    bounds = {1: (1, 1, 1), 4: (2, 2, 1), 8: (2, 4, 1)}.get(per_host, (2, 2, 1))
+    return CompileTopology(
+        name=f"{acc.generation}:{shape}",
+        chip_config="megacore" if acc.generation == "v4" else "default",
+        chips_per_host_bounds=bounds,
+        devices=acc.jax_devices,
+    )

@@ -3,9 +3,10 @@
     trainer = build_trainer(config, inputs, plan)    # config.train.engine's; imports its framework
     weights = trained_weights("jax", config, hf_config)   # the export's: restored, nothing written
     weights.write(staging_folder)                    # model.safetensors (+ tf_model.h5)
+    report = compile_for_tpu(config, acc, topology)  # the steps through the TPU compiler
 
 An engine is a folder payload.engines.NAME whose `engine` module has two functions, `trainer`
-and `trained_weights`, giving what payload.training.trainer describes (a Trainer, a
+and `trained_weights` (and `compile_for_tpu` where it can compile for a TPU here), giving what payload.training.trainer describes (a Trainer, a
 TrainedWeights). Everything that is not the model, the step and the checkpoint format is shared
 and lives below the engines, in the neutral core (payload.training: the loop, inputs, schedule,
 checkpoint rules, metrics) and payload.core.engines (every fact about an engine that needs no
@@ -17,6 +18,7 @@ from __future__ import annotations
 import importlib
 
 from payload.core.engines import engine_spec
+from payload.core.errors import UserError
 
 
 def implementation(name: str | None):
@@ -38,3 +40,13 @@ def trained_weights(name: str | None, config, hf_config):
     restored (a UserError when there is none); writes nothing."""
     return implementation(name).trained_weights(config, hf_config)
 
+
+
+def compile_for_tpu(config, acc, topology) -> dict:
+    """config.train.engine's steps compiled for the TPU slice `acc` laid out as `topology`
+    (payload.cloud.accelerators.compile_topology), with the TPU compiler on this machine."""
+    engine = implementation(config.train.engine)
+    if not hasattr(engine, "compile_for_tpu"):
+        raise UserError(f"the {config.train.engine} engine has no TPU compile check",
+                        hint="the JAX engine has one: train.engine: jax")
+    return engine.compile_for_tpu(config, acc, topology)

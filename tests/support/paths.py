@@ -14,6 +14,7 @@ BUNDLED = REPO / "payload" / "data" / "corpus.txt.gz"
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 TORCH_PYTHON = REPO / ".venv-torch" / "bin" / "python"
 TORCH_READY = REPO / ".venv-torch" / ".installed"
+LIBTPU = REPO / ".venv-libtpu" / "libtpu" / "libtpu.so"
 TERRAFORM_TWIN = REPO / "tests" / "terraform_twin"
 TERRAFORM_TWIN_SLICE = REPO / "tests" / "terraform_twin_slice"
 
@@ -23,3 +24,11 @@ def torch_python() -> Path:
     if not TORCH_READY.exists():
         pytest.skip("no transformers 5.x environment (.venv-torch; `make setup-torch`)")
     return TORCH_PYTHON
+
+
+def libtpu() -> Path:
+    """The TPU compiler (libtpu) for the compile tests; skips where `make setup-libtpu` was not
+    run."""
+    if not LIBTPU.is_file():
+        pytest.skip("no TPU compiler (.venv-libtpu; `make setup-libtpu`)")
+    return LIBTPU

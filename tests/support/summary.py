@@ -15,6 +15,7 @@ SKIP_NEEDS = (  # the first key found in a reason names the group: the narrowest
      "run as root where `ip netns` works (apt-get install -y iproute2)"),
     ("terraform", "Terraform", "make setup-terraform"),
     ("checkov", "checkov", "make setup-checkov"),
+    (".venv-libtpu", "the TPU compiler (libtpu)", "make setup-libtpu"),
     (".venv-torch", "PyTorch + transformers 5.x (.venv-torch)", "make setup-torch"),
     ("gs:// sandbox", "the gs:// sandbox (mount and network namespaces)",
      "run as root with util-linux and iproute2; make setup"),

@@ -2,6 +2,7 @@
 
     trainer = trainer(config, inputs, plan)           # payload.training.trainer.Trainer
     weights = trained_weights(config, hf_config)      # the newest Orbax step, restored
+    report = compile_for_tpu(config, acc, topology)   # the steps through the TPU compiler
 
 What needs no JAX (names, the Orbax step folders, the TPU route) is payload.core.engines'.
 """
@@ -19,3 +20,9 @@ def trained_weights(config, hf_config):
     from payload.engines.jax.export import trained_weights
 
     return trained_weights(config, hf_config)
+
+
+def compile_for_tpu(config, acc, topology) -> dict:
+    from payload.engines.jax.tpu_compile import compile_for_tpu
+
+    return compile_for_tpu(config, acc, topology)

@@ -13,6 +13,7 @@ from launcher.executors import Result
 from launcher.tpu_lock import JAX_TPU_LOCK, JAX_TPU_LOCK_SHA256
 from payload.cloud.accelerators import accelerator, compile_topology, compute_slice
 from payload.core.errors import UserError
+from tests.support.gce_configs import gce_raw
 from tests.support.jax_plans import V6E, config
 from tests.support.runners import tpuctl
 
@@ -167,3 +168,34 @@ def test_a_compile_report_is_a_few_lines_that_say_compiled():
         lines[4]
     no_kernel = {**REPORT, "train": {**REPORT["train"], "kernels": {}}}
     assert "the reference (no Pallas TPU attention kernel" in launcher_compile.render(no_kernel)[3]
+
+
+@pytest.mark.parametrize("raw, target", [
+    (gce_raw(topology="2x2x2"), ["--machine-type", "tpu7x-standard-4t", "--topology", "2x2x2"]),
+    (gce_raw(machine_type="ct6e-standard-4t", topology="4x4"),
+     ["--machine-type", "ct6e-standard-4t", "--topology", "4x4"]),
+    ({**gce_raw(), "cluster": {**V6E}}, ["--accelerator", "v6e-8"]),
+])
+def test_the_compile_is_for_the_configs_own_slice(tmp_path, monkeypatch, raw, target):
+    # What the compile process is asked for (its answer here: one error line, passed on).
+    library = tmp_path / "libtpu.so"
+    library.write_bytes(b"")
+    calls = []
+
+    def compile_process(argv, **kwargs):
+        calls.append((argv, kwargs["env"]))
+        return Result(2, "", "libtpu start-up noise\nerror: the compiler said no\n")
+
+    monkeypatch.setattr(executors, "run_here", compile_process)
+    path = tmp_path / "tpuctl.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    result = tpuctl("train", "-c", path, "--dry-run", "--compile", env={
+        "TPUCTL_HOME": str(tmp_path / "home"), "HOME": str(tmp_path),
+        "TPU_LIBRARY_PATH": str(library),
+        "GOOGLE_APPLICATION_CREDENTIALS": str(tmp_path / "none.json")})
+    assert result.returncode == 2, result.stdout + result.stderr
+    errors = [line for line in result.stderr.splitlines() if not line.startswith("warning: ")]
+    assert errors == ["error: the compiler said no"]
+    (argv, env), = calls
+    assert argv[1:4] == ["-m", "payload.stages.tpu_compile", "--config"]
+    assert argv[5:-2] == target and env == {"TPU_LIBRARY_PATH": str(library)}

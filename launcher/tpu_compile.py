@@ -168,7 +168,7 @@ def compile_argv(config_file: Path, target: CompileTarget, report: Path) -> list
 def compile_steps(the_launch, target: CompileTarget, *, on_note=lambda line: None) -> dict:
     """Run payload.stages.tpu_compile for the launch's resolved config; its report, or its one
     line as a UserError."""
-    from payload.config.loading import dump_config
+    from payload.config import dump_config
 
     check_can_compile(the_launch.config)
     library = find_libtpu() or install_libtpu(libtpu_folder(), on_note=on_note)

@@ -36,15 +36,18 @@ OTHERS = {"v4": ("--accelerator", "v4-16"), "v5p": ("--accelerator", "v5p-16"),
 
 
 def rows(only: str | None) -> list[tuple[str, str, int, int, tuple, str]]:
+    """Every row: the base sizes first (each family on v5e, then v6e), then the largest, then
+    the other generations."""
     found = []
-    for family, (base, largest, seq_len, batch) in SHAPES.items():
-        if only and only != family:
-            continue
-        for size in (base, largest):
-            for where in (V5E, V6E):
+    for index in (0, 1):
+        for where in (V5E, V6E):
+            for family, shape in SHAPES.items():
+                if only and only != family:
+                    continue
+                size, seq_len, batch = shape[index], shape[2], shape[3]
                 found += [(family, size, seq_len, batch, where, remat)
                           for remat in ("none", "full")]
-    for (where, target), family in zip(OTHERS.items(), ("bert", "gpt2", "t5"), strict=True):
+    for target, family in zip(OTHERS.values(), ("bert", "gpt2", "t5"), strict=True):
         if only and only != family:
             continue
         base, _, seq_len, batch = SHAPES[family]
@@ -116,13 +119,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.compile_table")
     parser.add_argument("--only", help="one family's rows")
     parser.add_argument("--quick", action="store_true", help="tiny models on each generation")
+    parser.add_argument("--rows", type=int, help="only the first N rows")
     parser.add_argument("--out", default=str(REPO / "bench" / "compile-table.json"))
     args = parser.parse_args()
     if not (os.environ.get("TPU_LIBRARY_PATH") or LIBTPU.is_file()):
         sys.exit("no TPU compiler: run `make setup-libtpu` (or set TPU_LIBRARY_PATH)")
     results = []
     with tempfile.TemporaryDirectory() as work:
-        for row in quick_rows() if args.quick else rows(args.only):
+        for row in (quick_rows() if args.quick else rows(args.only))[:args.rows]:
             results.append(compile_row(row, Path(work)))
             print(table(results)[-1], flush=True)
             Path(args.out).write_text(json.dumps(results, indent=1) + "\n")

@@ -24,7 +24,7 @@ from launcher.worker_python import WORKER_ROOT, Environment, EnvMode
 from payload.core import layout
 from payload.core.errors import UserError, counted
 from payload.core.layout import worker_label
-from payload.core.stages import Stage
+from payload.core.stages import PREFLIGHT, Stage
 from payload.jobs.groups import FUNCTIONS, load_group
 from payload.training.strategy import Hardware, fleet_strategy, uses_tpu
 
@@ -154,6 +154,9 @@ class Plan:
     stale_after_s: float = 120.0
     delete_when_done: NodeToDelete | None = None
     limits: Limits | None = None
+    # Run by the launcher on worker 0 before the job starts (payload.stages.preflight): the
+    # newest checkpoint restored once, as --resume or the export would, and dropped.
+    preflight: Command | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -371,6 +374,12 @@ def build_plan(
     if not steps:
         raise UserError("nothing to run: the tokenizer stage is skipped when tokenizer.path or "
                         "model.init_from brings the tokenizer", hint="choose other --stages")
+    preflight = None
+    if (Stage.TRAIN in wanted and resume) or (Stage.EXPORT in wanted
+                                              and Stage.TRAIN not in wanted):
+        preflight = Command(worker=0, env=base_env, argv=(
+            environment.python, *stage_entry, PREFLIGHT, "--config", paths[0].config,
+            "--stages", ",".join(s.value for s in ALL_STAGES if s in wanted), *flags))
 
 
     return Plan(
@@ -380,7 +389,7 @@ def build_plan(
         barrier_dir=layout.own_path(config.output_dir, layout.JOBS_DIR, job_id),
         log_copies=tuple(layout.log_path(config.output_dir, w.index) for w in workers),
         heartbeat_s=min(5.0, stale_after_s / 4), stale_after_s=stale_after_s,
-        delete_when_done=delete_when_done,
+        delete_when_done=delete_when_done, preflight=preflight,
         limits=(Limits(max_hours=config.train.max_hours, max_cost=config.train.max_cost,
                        usd_per_hour=config.cluster.hourly_usd())
                 if config.train.max_hours is not None or config.train.max_cost is not None
@@ -405,6 +414,10 @@ def render_plan(plan: Plan) -> str:
         lines.append(f"  set-up: check {env.python} has {' '.join(env.requirements)}")
     elif env.setup:
         lines.append(f"  set-up: {shlex.join(env.setup)}")
+    if plan.preflight is not None:
+        lines.append("before the job: the newest checkpoint restored once on worker 0 "
+                     "(nothing written)")
+        lines.append(f"  {worker_label(0)}$ {plan.preflight.shell_line()}")
     for number, step in enumerate(plan.steps, 1):
         lines.append(f"step {number}: {step.name} on workers "
                      f"{', '.join(str(w) for w in step.workers)}; then wait for all")

@@ -26,7 +26,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from payload.core import layout
 from payload.core.errors import UserError, error_lines
-from payload.core.stages import STAGE_NAMES, Stage, check_share
+from payload.core.stages import PREFLIGHT, STAGE_NAMES, Stage, check_share
 
 # Libraries whose Python loggers narrate their own work on every healthy run (Orbax's checkpoint
 # manager through absl: about 20 INFO lines per restore, one of 1,300 characters; JAX,
@@ -45,7 +45,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m payload", description=__doc__.splitlines()[0])
-    parser.add_argument("stage", choices=STAGE_NAMES)
+    parser.add_argument("stage", choices=(*STAGE_NAMES, PREFLIGHT))
     parser.add_argument("--config", "-c", required=True, help="run config (tpuctl.yaml)")
     parser.add_argument("--worker-index", type=int, default=0)
     parser.add_argument("--num-workers", type=int, default=1)
@@ -54,6 +54,8 @@ def _parser() -> argparse.ArgumentParser:
                         "with; prepare: replace shards made with another tokenizer or layout; "
                         "train: start again over an earlier run's checkpoints")
     parser.add_argument("--resume", action="store_true", help="train: continue from a checkpoint")
+    parser.add_argument("--stages", default=",".join(STAGE_NAMES),
+                        help=f"{PREFLIGHT}: the job's stages (comma-separated)")
     parser.add_argument("--hardware", default="cpu",
                         help="what the fleet is: cpu, or tpu/ACCELERATOR_TYPE/NODE_NAME")
     return parser
@@ -67,6 +69,12 @@ def run_stage(args: argparse.Namespace) -> None:
     hardware = Hardware.parse(args.hardware)
     config = load_config(args.config)
     use_private_tempdir()
+    if args.stage == PREFLIGHT:
+        from payload.stages.preflight import run_preflight
+
+        run_preflight(config, stages=[Stage(s) for s in args.stages.split(",") if s],
+                      resume=args.resume)
+        return
     stage = Stage(args.stage)
     if stage is Stage.TOKENIZER:
         from payload.data.tokenizer import run_tokenizer

@@ -3,9 +3,10 @@
     trainer = build_trainer(config, inputs, plan)    # config.train.engine's; imports its framework
     weights = trained_weights("jax", config, hf_config)   # the export's: restored, nothing written
     weights.write(staging_folder)                    # model.safetensors (+ tf_model.h5)
+    check_resumable("jax", config, hf_config)        # the launcher's pre-flight of --resume
 
-An engine is a folder payload.engines.NAME whose `engine` module has two functions, `trainer`
-and `trained_weights`, giving what payload.training.trainer describes (a Trainer, a
+An engine is a folder payload.engines.NAME whose `engine` module has three functions, `trainer`,
+`trained_weights` and `check_resumable`, giving what payload.training.trainer describes (a Trainer, a
 TrainedWeights). Everything that is not the model, the step and the checkpoint format is shared
 and lives below the engines, in the neutral core (payload.training: the loop, inputs, schedule,
 checkpoint rules, metrics) and payload.core.engines (every fact about an engine that needs no
@@ -38,3 +39,9 @@ def trained_weights(name: str | None, config, hf_config):
     restored (a UserError when there is none); writes nothing."""
     return implementation(name).trained_weights(config, hf_config)
 
+
+
+def check_resumable(name: str | None, config, hf_config) -> None:
+    """The newest checkpoint engine `name` wrote restores as `--resume` would restore it, or
+    the one line naming it and the newest intact one; writes nothing."""
+    implementation(name).check_resumable(config, hf_config)

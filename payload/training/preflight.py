@@ -34,7 +34,9 @@ def check_stage_inputs(config: RunConfig, stages: Collection[Stage]) -> None:
                "shards": Stage.PREPARE, "checkpoints": Stage.TRAIN, "model": Stage.EXPORT}
     check = {"tokenizer": lambda: tokenizer.read_tokenizer_json(config),
              "shards": lambda: shards.load_manifest(out),
-             "checkpoints": lambda: checkpoints.check_exportable(out, config.train.engine),
+             # Read by the engine that wrote them, whatever train.engine says now (the export's rule).
+             "checkpoints": lambda: checkpoints.check_exportable(
+                 out, checkpoints.recorded_engine(out) or config.train.engine),
              "model": lambda: folders.check_exported(out)}
     needs = {Stage.PREPARE: ("tokenizer",), Stage.TRAIN: ("shards", "tokenizer"),
              Stage.EXPORT: ("checkpoints", "tokenizer"),

@@ -13,17 +13,7 @@ import pytest
 
 from payload.core import folders
 from payload.core.errors import UserError
-
-
-def tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file()}
-
-
-def truncate(path: Path) -> None:
-    with open(path, "r+b") as f:
-        f.truncate(path.stat().st_size // 2)
-
+from tests.support.broken_checkpoints import array_files, tree, truncate
 
 # --- the JAX engine: Orbax step folders ----------------------------------------------------
 
@@ -52,11 +42,6 @@ def orbax_steps(jax_parts, directory: Path, programs) -> None:
         ckpts = checkpoints(str(directory))
         ckpts.save(trained(program, 2 * i))
         ckpts.close()
-
-
-def array_files(step: Path) -> list[Path]:
-    """The files that hold a step's array data (Orbax's OCDBT `d/` folders)."""
-    return [p for p in step.rglob("*") if p.is_file() and p.parent.name == "d"]
 
 
 def biggest_array_file(step: Path) -> Path:
@@ -228,3 +213,29 @@ def test_the_stages_meet_a_truncated_step_with_one_line_and_write_nothing(tmp_pa
         assert line.startswith("error: --resume" if stage == "train" else "error: export"), line
         assert tree(tmp_path) == before, f"{stage} changed output_dir"
 
+
+
+def test_the_preflight_restores_the_whole_state_and_says_the_one_line(tmp_path):
+    """Issue 38 item 4: what the launcher runs on worker 0 before a job (`python -m payload
+    check`) meets a truncated newest step with the train stage's one line, exit 2, nothing
+    written; truncating only the file of the optimizer's moments (which an export would not
+    read) is met too, since a resume restores the whole state."""
+    pytest.importorskip("optax")
+
+    from tests.support.runners import assert_user_error
+    from tests.support.runs import config_beside, run_stage, trained_run
+
+    out = trained_run(tmp_path, "gpt2", engine="jax", steps=4, checkpoint_every=2,
+                      eval_every=2)
+    config = config_beside(out)
+    assert run_stage("check", config, "--stages", "train,export", "--resume").returncode == 0
+    step = out / "checkpoints" / "4"
+    for data in array_files(step):
+        truncate(data)
+    before = tree(tmp_path)
+    for stages, flags, doing in (("train,export", ("--resume",), "--resume"),
+                                 ("export", (), "export")):
+        line = assert_user_error(run_stage("check", config, "--stages", stages, *flags),
+                                 "step 4", "cannot be restored", "step 2 is intact")
+        assert line.startswith(f"error: {doing}"), line
+        assert tree(tmp_path) == before

@@ -18,7 +18,6 @@ import shutil
 import socket
 import sys
 import tempfile
-import threading
 
 # Transformers' TF models need tf-keras; touching Keras 3 first breaks their optimizers.
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
@@ -172,44 +171,5 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-class _WithoutClosedLoopReports:
-    """A stage's stderr, less one report: when an Orbax restore fails (a truncated step), the
-    reads it left in flight finish on tensorstore's threads and call into the event loop
-    Orbax has closed, and each is printed from C, past sys.excepthook, as a traceback ending
-    in "RuntimeError: Event loop is closed", around the stage's one error line. A traceback a
-    thread starts writing is held until its exception line: that report is dropped, every
-    other is written as it came (threads' reports are held apart, as they interleave)."""
-
-    END = "RuntimeError: Event loop is closed"
-
-    def __init__(self, stream):
-        self._stream = stream
-        self._held: dict[int, str] = {}
-
-    def write(self, text: str) -> int:
-        me = threading.get_ident()
-        held = self._held.pop(me, None)
-        if held is None and not text.startswith("Traceback (most recent call last):"):
-            return self._stream.write(text)
-        held = (held or "") + text
-        lines = held.split("\n")
-        done = [line for line in lines[1:-1] if line and not line[0].isspace()]
-        if not done:  # the exception's line is not written yet
-            self._held[me] = held
-        elif done[0] != self.END:
-            self._stream.write(held)
-        return len(text)
-
-    def flush(self) -> None:
-        self._stream.flush()
-
-    def __getattr__(self, name):
-        return getattr(self._stream, name)
-
-
 if __name__ == "__main__":
-    sys.stderr = _WithoutClosedLoopReports(sys.stderr)
-    status = main()
-    if status:  # the run has said why in its one line: what Orbax or tensorstore leave
-        sys.unraisablehook = lambda _: None  # unfinished at teardown is not news to the user
-    sys.exit(status)
+    sys.exit(main())

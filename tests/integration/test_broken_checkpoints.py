@@ -186,6 +186,14 @@ def test_a_tensorflow_resume_whose_files_are_gone_never_starts_from_zero(tf, tmp
     assert "ckpt-4" in line and "missing" in line and "no older one can" in line, line
 
 
+def stderr_lines(proc) -> list[str]:
+    """What the launcher's view shows of a stage's stderr (less the libraries' start-up notes
+    of every healthy run: launcher.view.NOISE)."""
+    from launcher.view import shown_lines
+
+    return [line for line in shown_lines(proc.stderr.splitlines()) if line.strip()]
+
+
 # --- through the stages: `python -m payload train --resume` and `export` -------------------
 
 def test_the_stages_meet_a_truncated_step_with_one_line_and_write_nothing(tmp_path):
@@ -208,9 +216,11 @@ def test_the_stages_meet_a_truncated_step_with_one_line_and_write_nothing(tmp_pa
         truncate(data)
     before = tree(tmp_path)
     for stage, args in (("train", ("--resume",)), ("export", ())):
-        line = assert_user_error(run_stage(stage, config, *args), "step 4",
-                                 "cannot be restored", "step 2 is intact", f"move {step} out")
+        proc = run_stage(stage, config, *args)
+        line = assert_user_error(proc, "step 4", "cannot be restored", "step 2 is intact",
+                                 f"move {step} out")
         assert line.startswith("error: --resume" if stage == "train" else "error: export"), line
+        assert stderr_lines(proc) == [line], proc.stderr  # nothing of the reads left in flight
         assert tree(tmp_path) == before, f"{stage} changed output_dir"
 
 
@@ -235,7 +245,8 @@ def test_the_preflight_restores_the_whole_state_and_says_the_one_line(tmp_path):
     before = tree(tmp_path)
     for stages, flags, doing in (("train,export", ("--resume",), "--resume"),
                                  ("export", (), "export")):
-        line = assert_user_error(run_stage("check", config, "--stages", stages, *flags),
-                                 "step 4", "cannot be restored", "step 2 is intact")
+        proc = run_stage("check", config, "--stages", stages, *flags)
+        line = assert_user_error(proc, "step 4", "cannot be restored", "step 2 is intact")
         assert line.startswith(f"error: {doing}"), line
+        assert stderr_lines(proc) == [line], proc.stderr
         assert tree(tmp_path) == before

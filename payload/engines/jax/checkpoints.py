@@ -16,8 +16,8 @@ tf.io.gfile whenever TensorFlow is installed (etils 1.x `gpath._backend`), else 
 (not installed here); EPATH_USE_TF=false turns that off.
 
 A step that cannot be restored (truncated files, another model's arrays) is one line naming it
-and the newest intact step (payload.training.checkpoints.restore_newest); Orbax's own error and
-the reads it left in flight are waited for before its event loop closes (`read_step`).
+and the newest intact step (payload.training.checkpoints.restore_newest); Orbax's own error is dropped, and the reads it
+left in flight are waited for before its event loop closes (`read_step`).
 """
 
 from __future__ import annotations

@@ -138,6 +138,7 @@ def up(config: RunConfig, site: Site, tf: terraform.Terraform,
         if missing:
             on_event(f"terraform: {', '.join(missing)}")
         tf.init(on_event)
+        tf.plan(on_event, vet=owned.vet)  # refused: nothing was applied, nothing to undo
         applied = True
         apply(tf, owned, on_event)
         vms = wait_ready(config, api, on_event)
@@ -174,8 +175,9 @@ def up(config: RunConfig, site: Site, tf: terraform.Terraform,
 
 def apply(tf: terraform.Terraform, owned: gce_owned.Ownership,
           on_event: Callable[[str], None]) -> None:
-    """Terraform's apply, with the ids of what it makes recorded as it makes them, whatever
-    ends it (a failure, Ctrl-C; after a SIGKILL, the next `up` or `down` records them)."""
+    """Terraform's apply of the plan `owned.vet` let through, with the ids of what it makes
+    recorded as it makes them, whatever ends it (a failure, Ctrl-C; after a SIGKILL, the next
+    `up` or `down` records them)."""
 
     def made() -> None:
         with contextlib.suppress(UserError):  # Compute Engine not answering: recorded after
@@ -183,7 +185,7 @@ def apply(tf: terraform.Terraform, owned: gce_owned.Ownership,
 
     owned.before_apply(tf)
     try:
-        tf.apply(on_event, on_made=made)
+        tf.apply_plan(on_event, on_made=made)
     finally:
         owned.after_apply(tf)
 
@@ -208,7 +210,7 @@ def destroy(tf: terraform.Terraform, owned: gce_owned.Ownership,
                         hint="run `tpuctl up` once, then `tpuctl down`")
     tf.init(on_event)
     owned.spare_foreign(tf, on_event)
-    tf.destroy(on_event)
+    tf.destroy(on_event, vet=owned.vet)
 
 
 def wait_ready(config: RunConfig, api: gce_api.ComputeApi,

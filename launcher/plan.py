@@ -350,7 +350,9 @@ def build_plan(
         servers = strategy.serves_tpu_runtime(hardware, n, engine)
         commands = []
         for index in trainers:
-            extra = strategy.trainer_env(hardware, n, engine, addresses=addresses, index=index)
+            extra = strategy.trainer_env(
+                hardware, n, engine, addresses=addresses, index=index,
+                coordinator_bind=getattr(config.cluster, "coordinator_bind", None))
             # Always the full count: on a pod slice worker 0 drives all n hosts.
             commands.append(stage(Stage.TRAIN, index, (index, n),
                                   (*extra, *workers[index].slice_env)))

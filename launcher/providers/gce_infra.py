@@ -63,8 +63,7 @@ def up_plan(config: RunConfig, site: Site) -> list[str]:
         f"{', '.join(cluster.ssh_source_ranges or ['(not set)'])}; {names.internal_rule}: "
         f"the slice's VMs to each other (network tag {names.tag})",
         f"slice {names.group}: {acc.name} = {cluster.topology} on {acc.hosts} x "
-        f"{cluster.machine_type} ({acc.chips} chips of TPU {acc.generation}, "
-        f"{acc.chips_per_host} per VM)",
+        f"{cluster.machine_type} ({acc.in_words()}; {acc.chips_per_host} chips per VM)",
     ]
     if requests.policy is not None:
         lines.append(f"workload policy {names.policy}: HIGH_THROUGHPUT, accelerator "
@@ -85,7 +84,7 @@ def up_plan(config: RunConfig, site: Site) -> list[str]:
          f"in that order (TPU_WORKER_HOSTNAMES)" if acc.is_multi_host else
          f"slice bring-up: libtpu on the VM is told the slice ({facts}), TPU_WORKER_ID 0 and "
          "TPU_WORKER_HOSTNAMES localhost, as GKE tells a one-host slice")
-        + f"; JAX then sees {acc.jax_devices} TPU devices",
+        + f"; JAX then sees the {acc.jax_devices} devices",
         f"SSH as {site.user} with {site.identity_file}; engine {config.train.engine}; the "
         "VMs run as the project's default service account (provider gce makes no bucket or "
         "service account yet)",

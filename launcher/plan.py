@@ -177,6 +177,16 @@ class Plan:
             return self.workers[worker].coordination_port
         return None
 
+    def coordination_label(self) -> str:
+        """What listens on a worker's coordination port, as the dry run labels it: TensorFlow's
+        collectives (`tf`) or the JAX coordinator (`jax-coordinator`)."""
+        from payload.training.strategy import JAX_COORDINATOR_ENV
+
+        train = next((s for s in self.steps if s.name == Stage.TRAIN.value), None)
+        command = train.command_for(0) if train else None
+        return ("jax-coordinator" if command and JAX_COORDINATOR_ENV in dict(command.env)
+                else "tf")
+
     def secret_names(self, worker: int) -> tuple[str, ...]:
         """The secrets this worker's commands need, by name."""
         return tuple(sorted({name for step in self.steps for c in step.commands
@@ -353,7 +363,9 @@ def build_plan(
         servers = strategy.serves_tpu_runtime(hardware, n, engine)
         commands = []
         for index in trainers:
-            extra = strategy.trainer_env(hardware, n, engine, addresses=addresses, index=index)
+            extra = strategy.trainer_env(
+                hardware, n, engine, addresses=addresses, index=index,
+                coordinator_bind=getattr(config.cluster, "coordinator_bind", None))
             # Always the full count: on a pod slice worker 0 drives all n hosts.
             commands.append(stage(Stage.TRAIN, index, (index, n),
                                   (*extra, *workers[index].slice_env)))
@@ -404,7 +416,10 @@ def render_plan(plan: Plan) -> str:
              f"{plan.hardware.spec()})", f"output_dir: {plan.output_dir}", "workers:"]
     for w in plan.workers:
         where = w.base_dir or f"{w.host}:{w.ssh_port} (home)"
-        lines.append(f"  {w.label}: {where}  tf={w.address}:{w.coordination_port}")
+        port = plan.coordination_port(w.index)
+        listens = (f"  {plan.coordination_label()}={w.address}:{port}" if port is not None
+                   else "")
+        lines.append(f"  {w.label}: {where}{listens}")
     env = plan.environment
     lines += [f"environment: {env.mode.value} {env.python}  (key {env.key})",
               f"payload: {plan.paths[0].payload_dir}",

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import secrets
 import shlex
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -29,7 +31,7 @@ from launcher.job_shell import JobState
 from launcher.plan import Plan, Worker
 from launcher.records import JobRecord
 from payload.core import layout
-from payload.core.errors import UserError, one_line
+from payload.core.errors import UserError, UserErrors, one_line
 from payload.jobs.agent import ABORTED, LIMIT_RC
 
 POLL_S = 0.5
@@ -78,6 +80,37 @@ def check_shared_output(executor, plan: Plan) -> None:
             f"output_dir {plan.output_dir} is not shared: {', '.join(blind)} cannot see what "
             f"{first.label} wrote there",
             hint="use gs://BUCKET/PREFIX or a folder mounted on every worker (NFS, gcsfuse)")
+
+
+def preflight(executor, plan: Plan, config_text: str) -> None:
+    """The plan's pre-flight (payload.stages.preflight) on worker 0, before the job: what its
+    stages would refuse in the checkpoints found there is the stages' one line, as a UserError,
+    with nothing written in output_dir. The config goes into the job's folder on the worker,
+    where the job's own copy will go; a refused job's folder is removed again."""
+    command = plan.preflight
+    if command is None:
+        return
+    first, paths = plan.workers[0], plan.paths[0]
+    made = executor.run(first, f"mkdir -p {shlex.quote(paths.job_dir)}")
+    if not made.ok:
+        raise UserError(f"{first.label}: cannot make the job folder {paths.job_dir}: "
+                        f"{one_line(made.stderr or made.stdout)[-200:]}")
+    with tempfile.TemporaryDirectory(prefix="tpuctl-preflight-") as local:
+        config_file = os.path.join(local, "config.yaml")
+        with open(config_file, "w", encoding="utf-8") as f:
+            f.write(config_text)
+        executor.put(first, config_file, paths.config)
+    res = executor.run(first, command.shell_line(), timeout_s=None)
+    if res.ok:
+        return
+    executor.run(first, f"rm -rf {shlex.quote(paths.job_dir)}")
+    refused = [ln.removeprefix("error: ") for ln in res.stderr.splitlines()
+               if ln.startswith("error: ")]
+    if refused:
+        raise UserErrors(refused) if len(refused) > 1 else UserError(refused[0])
+    last = (res.stderr or res.stdout).strip().splitlines()
+    raise UserError(f"{first.label}: the pre-flight of the checkpoints failed: "
+                    f"{last[-1] if last else 'exit ' + str(res.rc)}")
 
 
 def take_run_lock(executor, plan: Plan, holder: dict, *, dead_job: str | None = None) -> str:

@@ -275,6 +275,9 @@ def start(launch: Launch, *, on_event: Callable[[Worker, str], None] = lambda w,
         wheel = ship.write_wheel(base / "wheels", launch.wheel)
         done = ship.ship(executor, the_plan.workers, the_plan.environment, the_plan.paths, wheel,
                          wheelhouse=launch.wheelhouse, on_event=on_event)
+        # Before output_dir is touched (its shared-output marker, the run lock): a checkpoint
+        # the stages would refuse is refused here, once, with nothing written.
+        job_control.preflight(executor, the_plan, dump_config(launch.config))
         job_control.check_shared_output(executor, the_plan)
         holder = {"job": the_plan.job_id, "run": the_plan.name, "from": launch.started_from,
                   "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

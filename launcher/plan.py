@@ -24,7 +24,7 @@ from launcher.worker_python import WORKER_ROOT, Environment, EnvMode
 from payload.core import layout
 from payload.core.errors import UserError, counted
 from payload.core.layout import worker_label
-from payload.core.stages import Stage
+from payload.core.stages import PREFLIGHT, Stage
 from payload.jobs.groups import FUNCTIONS, load_group
 from payload.training.strategy import Hardware, fleet_strategy, uses_tpu
 
@@ -154,6 +154,9 @@ class Plan:
     stale_after_s: float = 120.0
     delete_when_done: NodeToDelete | None = None
     limits: Limits | None = None
+    # Run by the launcher on worker 0 before the job starts (payload.stages.preflight): the
+    # newest checkpoint restored once, as --resume or the export would, and dropped.
+    preflight: Command | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -173,6 +176,16 @@ class Plan:
         if "TF_CONFIG" in env or (JAX_COORDINATOR_ENV in env and worker == 0):
             return self.workers[worker].coordination_port
         return None
+
+    def coordination_label(self) -> str:
+        """What listens on a worker's coordination port, as the dry run labels it: TensorFlow's
+        collectives (`tf`) or the JAX coordinator (`jax-coordinator`)."""
+        from payload.training.strategy import JAX_COORDINATOR_ENV
+
+        train = next((s for s in self.steps if s.name == Stage.TRAIN.value), None)
+        command = train.command_for(0) if train else None
+        return ("jax-coordinator" if command and JAX_COORDINATOR_ENV in dict(command.env)
+                else "tf")
 
     def secret_names(self, worker: int) -> tuple[str, ...]:
         """The secrets this worker's commands need, by name."""
@@ -350,7 +363,9 @@ def build_plan(
         servers = strategy.serves_tpu_runtime(hardware, n, engine)
         commands = []
         for index in trainers:
-            extra = strategy.trainer_env(hardware, n, engine, addresses=addresses, index=index)
+            extra = strategy.trainer_env(
+                hardware, n, engine, addresses=addresses, index=index,
+                coordinator_bind=getattr(config.cluster, "coordinator_bind", None))
             # Always the full count: on a pod slice worker 0 drives all n hosts.
             commands.append(stage(Stage.TRAIN, index, (index, n),
                                   (*extra, *workers[index].slice_env)))
@@ -371,6 +386,12 @@ def build_plan(
     if not steps:
         raise UserError("nothing to run: the tokenizer stage is skipped when tokenizer.path or "
                         "model.init_from brings the tokenizer", hint="choose other --stages")
+    preflight = None
+    if (Stage.TRAIN in wanted and resume) or (Stage.EXPORT in wanted
+                                              and Stage.TRAIN not in wanted):
+        preflight = Command(worker=0, env=base_env, argv=(
+            environment.python, *stage_entry, PREFLIGHT, "--config", paths[0].config,
+            "--stages", ",".join(s.value for s in ALL_STAGES if s in wanted), *flags))
 
 
     return Plan(
@@ -380,7 +401,7 @@ def build_plan(
         barrier_dir=layout.own_path(config.output_dir, layout.JOBS_DIR, job_id),
         log_copies=tuple(layout.log_path(config.output_dir, w.index) for w in workers),
         heartbeat_s=min(5.0, stale_after_s / 4), stale_after_s=stale_after_s,
-        delete_when_done=delete_when_done,
+        delete_when_done=delete_when_done, preflight=preflight,
         limits=(Limits(max_hours=config.train.max_hours, max_cost=config.train.max_cost,
                        usd_per_hour=config.cluster.hourly_usd())
                 if config.train.max_hours is not None or config.train.max_cost is not None
@@ -395,7 +416,10 @@ def render_plan(plan: Plan) -> str:
              f"{plan.hardware.spec()})", f"output_dir: {plan.output_dir}", "workers:"]
     for w in plan.workers:
         where = w.base_dir or f"{w.host}:{w.ssh_port} (home)"
-        lines.append(f"  {w.label}: {where}  tf={w.address}:{w.coordination_port}")
+        port = plan.coordination_port(w.index)
+        listens = (f"  {plan.coordination_label()}={w.address}:{port}" if port is not None
+                   else "")
+        lines.append(f"  {w.label}: {where}{listens}")
     env = plan.environment
     lines += [f"environment: {env.mode.value} {env.python}  (key {env.key})",
               f"payload: {plan.paths[0].payload_dir}",
@@ -405,6 +429,10 @@ def render_plan(plan: Plan) -> str:
         lines.append(f"  set-up: check {env.python} has {' '.join(env.requirements)}")
     elif env.setup:
         lines.append(f"  set-up: {shlex.join(env.setup)}")
+    if plan.preflight is not None:
+        lines.append("before the job: the newest checkpoint restored once on worker 0 "
+                     "(nothing written)")
+        lines.append(f"  {worker_label(0)}$ {plan.preflight.shell_line()}")
     for number, step in enumerate(plan.steps, 1):
         lines.append(f"step {number}: {step.name} on workers "
                      f"{', '.join(str(w) for w in step.workers)}; then wait for all")

@@ -4,15 +4,20 @@
     variables = TerraformVars(...)  # project, zone, tpu_name, accelerator_type, ...
     write_vars(tf.folder, variables)
     tf.init()
-    tf.apply(on_line=print)      # ChangeSummary(add=..., change=0, remove=0); again: none
-    outputs = tf.outputs()       # InfraOutputs(bucket=..., tpu_name=..., ...)
-    tf.destroy(on_line=print)
+    tf.apply(print, vet=owned.vet)    # ChangeSummary(add=..., change=0, remove=0); again: none
+    outputs = tf.outputs()            # InfraOutputs(bucket=..., tpu_name=..., ...)
+    tf.destroy(print, vet=owned.vet)  # vet: sees what the plan would change, raises to refuse
 
 Every run has its own working folder under the launcher's state folder (TPUCTL_HOME/infra/RUN):
 a copy of the module (the repository's infra/ unless told otherwise), the variables file and
 the run's local state, so runs never share state and nothing is written into the checkout.
 Terraform runs with -json; its messages reach `on_line` as text, and when it fails, its own
 last error becomes a one-line UserError.
+
+Every apply and destroy is a saved plan first (`plan -out`, read back with `show -json`): the
+caller's `vet` sees each resource the plan would delete, replace or update (`PlannedChange`) and
+raises to refuse, so nothing is applied that the caller's ownership rule has not seen; then
+Terraform applies exactly that plan (a state changed meanwhile makes it stale: refused too).
 
 Terraform runs in a session of its own and writes to a file in the folder (LOG_FILE), not to a
 pipe: nothing that ends the launcher (SIGKILL, a closed terminal) cuts an apply off between
@@ -50,6 +55,7 @@ LOG_FILE = ".tpuctl-terraform.log"  # the last Terraform command's own output, i
 # command waits for the state lock (another command's Terraform, starting at the same moment).
 BUSY_WAIT_S = 30 * 60
 LOCK_TIMEOUT = "-lock-timeout=120s"
+PLAN_FILE = ".tpuctl-plan"  # the plan being vetted, then applied, in the run's folder
 STAGED_LIST = ".tpuctl-module-files"  # what stage_module copied, so the next copy replaces it
 INSTALL_HINT = ("install Terraform 1.9 or newer (https://developer.hashicorp.com/terraform/install) "
                 "and make sure `terraform` is on PATH")
@@ -62,7 +68,7 @@ _RUN_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 # test twin's `terraform_data.tpu_vm` both carry this name.
 TPU_RESOURCE = "tpu_vm"
 
-Verb = Literal["init", "apply", "destroy", "output"]
+Verb = Literal["init", "plan", "apply", "show", "output"]
 OnLine = Callable[[str], None]
 
 
@@ -208,13 +214,22 @@ def work_dir(run_name: str, home: Path | None = None) -> Path:
     return home / layout.INFRA_DIR / run_name
 
 
-def terraform_argv(binary: str, folder: Path, verb: Verb) -> list[str]:
-    """The command line for one Terraform step in `folder`, never asking for input."""
+def terraform_argv(binary: str, folder: Path, verb: Verb, *, destroy: bool = False
+                   ) -> list[str]:
+    """The command line for one Terraform step in `folder`, never asking for input: `plan`
+    saves the plan (of a destroy, with `destroy`) to PLAN_FILE, `show` reads it back as JSON,
+    `apply` applies exactly that saved plan."""
     common = [binary, f"-chdir={folder}", verb]
     if verb == "init":
         return [*common, "-input=false", "-no-color", "-json"]
-    if verb in ("apply", "destroy"):
-        return [*common, "-input=false", "-no-color", "-json", "-auto-approve", LOCK_TIMEOUT]
+    if verb == "plan":
+        return [*common, "-input=false", "-no-color", "-json", LOCK_TIMEOUT, f"-out={PLAN_FILE}",
+                *(["-destroy"] if destroy else [])]
+    if verb == "show":
+        return [*common, "-no-color", "-json", PLAN_FILE]
+    if verb == "apply":
+        return [*common, "-input=false", "-no-color", "-json", "-auto-approve", LOCK_TIMEOUT,
+                PLAN_FILE]
     if verb == "output":
         return [*common, "-no-color", "-json"]
     raise ValueError(f"unknown Terraform step {verb!r}")
@@ -228,6 +243,18 @@ def state_argv(binary: str, folder: Path, *args: str) -> list[str]:
 def is_tpu_address(address: str) -> bool:
     """Whether a state address names the TPU (`module.tpu_vm[0].google_tpu_v2_vm.main`)."""
     return any(part.split("[", 1)[0] == TPU_RESOURCE for part in address.split("."))
+
+
+def recorded(attributes: dict, key: str) -> str | None:
+    """The value a state entry (or a planned change's `before`) says its resource has under
+    `key` (`name`, `zone`): the google provider's own attribute, or, for the test twins'
+    terraform_data stand-ins, the one in its output (the state file wraps it in `value`)."""
+    value = attributes.get(key)
+    if not value:
+        output = attributes.get("output")
+        inner = output.get("value", output) if isinstance(output, dict) else None
+        value = inner.get(key) if isinstance(inner, dict) else None
+    return value if isinstance(value, str) and value else None
 
 
 def terraform_env(base: Mapping[str, str]) -> dict[str, str]:
@@ -300,6 +327,43 @@ def state_resources(text: str) -> list[StateResource]:
                 address=base if key is None else f"{base}[{json.dumps(key)}]",
                 type=resource["type"], attributes=instance.get("attributes") or {},
                 tainted=instance.get("status") == "tainted"))
+    return found
+
+
+@dataclass(frozen=True)
+class PlannedChange:
+    """One resource instance a saved plan would change, as `terraform show -json` says it."""
+
+    address: str
+    type: str
+    actions: tuple[str, ...]  # ("delete",), ("update",), ("delete", "create") (a replace), ...
+    attributes: dict  # the values before the change (what the state holds): empty for a create
+
+    @property
+    def verb(self) -> str | None:
+        """What the plan would do to what exists, in words (`delete`, `replace`, `update`), or
+        None when it touches nothing that exists (a create, a read, no change)."""
+        if "delete" in self.actions:
+            return "replace" if "create" in self.actions else "delete"
+        return "update" if "update" in self.actions else None
+
+
+Vet = Callable[[list[PlannedChange]], None]
+
+
+def planned_changes(text: str) -> list[PlannedChange]:
+    """What a saved plan (`terraform show -json PLAN`) would do to existing managed resources:
+    each delete, replace and update (creates and no-ops are left out)."""
+    found = []
+    for change in json.loads(text).get("resource_changes") or []:
+        if change.get("mode", "managed") != "managed":
+            continue
+        body = change.get("change") or {}
+        planned = PlannedChange(address=change["address"], type=change.get("type", ""),
+                                actions=tuple(body.get("actions") or ()),
+                                attributes=body.get("before") or {})
+        if planned.verb is not None:
+            found.append(planned)
     return found
 
 
@@ -389,18 +453,63 @@ class Terraform:
         self.stage_module()
         self._run("init", on_line or _ignore)
 
-    def apply(self, on_line: OnLine, *, on_made: Callable[[], None] | None = None
-              ) -> ChangeSummary:
-        """`apply` with the variables file; returns what changed (nothing, the second time).
-        `on_made` is called each time Terraform says it finished a resource (the state file
-        has it then or at the next call: Terraform writes it just after saying so)."""
-        return self._run("apply", on_line, on_made).changes or ChangeSummary(0, 0, 0)
+    def plan(self, on_line: OnLine, *, vet: Vet, destroy: bool = False) -> list[PlannedChange]:
+        """Plan an apply with the variables file (or, with `destroy`, of removing everything in
+        the state) into PLAN_FILE and hand `vet` what it would delete, replace or update; `vet`
+        raises to refuse (the plan is removed: nothing can apply it). Terraform's plan messages
+        are not shown, its warnings and errors are."""
+        self._discard_plan()
+        verb = "destroy" if destroy else "apply"  # what the user asked for, in its errors
+        self._run("plan", _diagnostics_only(on_line), label=verb, destroy=destroy)
+        argv = terraform_argv(require_terraform(self.binary), self.folder, "show")
+        proc = subprocess.run(argv, capture_output=True, text=True, errors="replace",
+                              stdin=subprocess.DEVNULL, env=terraform_env(self._base_env()),
+                              check=False)
+        try:
+            if proc.returncode != 0:
+                lines = [ln for ln in proc.stderr.splitlines() if ln.strip()] or [
+                    f"exit status {proc.returncode}"]
+                raise UserError(f"terraform {verb} failed: its plan cannot be read "
+                                f"({one_line(lines[-1])})",
+                                hint=f"Terraform's working folder is {self.folder}")
+            changes = planned_changes(proc.stdout)
+            vet(changes)
+        except BaseException:
+            self._discard_plan()
+            raise
+        return changes
 
-    def destroy(self, on_line: OnLine) -> ChangeSummary:
-        """`destroy` everything in the run's state; nothing to do when nothing was applied."""
+    def apply_plan(self, on_line: OnLine, *, on_made: Callable[[], None] | None = None
+                   ) -> ChangeSummary:
+        """Apply the plan that `plan` saved and its `vet` let through, exactly that; returns
+        what changed. `on_made` is called each time Terraform says it finished a resource (the
+        state file has it then or at the next call: Terraform writes it just after saying so).
+        """
+        if not (self.folder / PLAN_FILE).exists():
+            raise ValueError("apply_plan without a plan: call plan() first")
+        try:
+            return self._run("apply", on_line, on_made).changes or ChangeSummary(0, 0, 0)
+        finally:
+            self._discard_plan()
+
+    def apply(self, on_line: OnLine, *, vet: Vet, on_made: Callable[[], None] | None = None
+              ) -> ChangeSummary:
+        """Plan with the variables file, let `vet` refuse it, apply it; returns what changed
+        (nothing, the second time)."""
+        self.plan(on_line, vet=vet)
+        return self.apply_plan(on_line, on_made=on_made)
+
+    def destroy(self, on_line: OnLine, *, vet: Vet) -> ChangeSummary:
+        """Remove everything in the run's state, once `vet` has seen what that deletes;
+        nothing to do when nothing was applied."""
         if not self.state_file.exists():
             return ChangeSummary(0, 0, 0)
-        return self._run("destroy", on_line).changes or ChangeSummary(0, 0, 0)
+        self.plan(on_line, vet=vet, destroy=True)
+        return self.apply_plan(on_line)
+
+    def _discard_plan(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            (self.folder / PLAN_FILE).unlink()
 
     def outputs(self) -> InfraOutputs:
         """The outputs of the last apply, checked against the contract."""
@@ -472,10 +581,6 @@ class Terraform:
             return []
         return self._state("list").stdout.split()
 
-    def tpu_addresses(self) -> list[str]:
-        """The TPU's resource instances in the run's state (none when nothing was applied)."""
-        return [a for a in self.addresses() if is_tpu_address(a)]
-
     def forget(self, addresses: list[str]) -> None:
         """Take resources out of the state: Terraform stops managing them and never deletes
         them; they stay in the cloud as they are."""
@@ -520,9 +625,9 @@ class Terraform:
     def _base_env(self) -> Mapping[str, str]:
         return self._env if self._env is not None else os.environ
 
-    def _run(self, verb: Verb, on_line: OnLine,
-             on_made: Callable[[], None] | None = None) -> _Outcome:
-        argv = terraform_argv(require_terraform(self.binary), self.folder, verb)
+    def _run(self, verb: Verb, on_line: OnLine, on_made: Callable[[], None] | None = None, *,
+             label: str | None = None, destroy: bool = False) -> _Outcome:
+        argv = terraform_argv(require_terraform(self.binary), self.folder, verb, destroy=destroy)
         self.wait_idle(on_line)
         outcome = _Outcome()
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -547,10 +652,19 @@ class Terraform:
         if outcome.rc != 0:
             error = (outcome.errors[-1] if outcome.errors
                      else outcome.plain[-1] if outcome.plain else f"exit status {outcome.rc}")
-            raise UserError(f"terraform {verb} failed: {one_line(error)}",
+            raise UserError(f"terraform {label or verb} failed: {one_line(error)}",
                             hint=f"Terraform's working folder is {self.folder}")
         return outcome
 
 
 def _ignore(_line: str) -> None:
     pass
+
+
+def _diagnostics_only(on_line: OnLine) -> OnLine:
+    """A plan's lines as shown: its warnings and errors, not what it plans (the apply says
+    what it does)."""
+    def show(line: str) -> None:
+        if line.startswith(("Error: ", "Warning: ")):
+            on_line(line)
+    return show

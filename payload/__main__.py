@@ -18,7 +18,6 @@ import shutil
 import socket
 import sys
 import tempfile
-import threading
 
 # Transformers' TF models need tf-keras; touching Keras 3 first breaks their optimizers.
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
@@ -26,7 +25,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from payload.core import layout
 from payload.core.errors import UserError, error_lines
-from payload.core.stages import STAGE_NAMES, Stage, check_share
+from payload.core.stages import PREFLIGHT, STAGE_NAMES, Stage, check_share
 
 # Libraries whose Python loggers narrate their own work on every healthy run (Orbax's checkpoint
 # manager through absl: about 20 INFO lines per restore, one of 1,300 characters; JAX,
@@ -45,7 +44,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m payload", description=__doc__.splitlines()[0])
-    parser.add_argument("stage", choices=STAGE_NAMES)
+    parser.add_argument("stage", choices=(*STAGE_NAMES, PREFLIGHT))
     parser.add_argument("--config", "-c", required=True, help="run config (tpuctl.yaml)")
     parser.add_argument("--worker-index", type=int, default=0)
     parser.add_argument("--num-workers", type=int, default=1)
@@ -54,6 +53,8 @@ def _parser() -> argparse.ArgumentParser:
                         "with; prepare: replace shards made with another tokenizer or layout; "
                         "train: start again over an earlier run's checkpoints")
     parser.add_argument("--resume", action="store_true", help="train: continue from a checkpoint")
+    parser.add_argument("--stages", default=",".join(STAGE_NAMES),
+                        help=f"{PREFLIGHT}: the job's stages (comma-separated)")
     parser.add_argument("--hardware", default="cpu",
                         help="what the fleet is: cpu, or tpu/ACCELERATOR_TYPE/NODE_NAME")
     return parser
@@ -67,6 +68,12 @@ def run_stage(args: argparse.Namespace) -> None:
     hardware = Hardware.parse(args.hardware)
     config = load_config(args.config)
     use_private_tempdir()
+    if args.stage == PREFLIGHT:
+        from payload.stages.preflight import run_preflight
+
+        run_preflight(config, stages=[Stage(s) for s in args.stages.split(",") if s],
+                      resume=args.resume)
+        return
     stage = Stage(args.stage)
     if stage is Stage.TOKENIZER:
         from payload.data.tokenizer import run_tokenizer
@@ -164,44 +171,5 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-class _WithoutClosedLoopReports:
-    """A stage's stderr, less one report: when an Orbax restore fails (a truncated step), the
-    reads it left in flight finish on tensorstore's threads and call into the event loop
-    Orbax has closed, and each is printed from C, past sys.excepthook, as a traceback ending
-    in "RuntimeError: Event loop is closed", around the stage's one error line. A traceback a
-    thread starts writing is held until its exception line: that report is dropped, every
-    other is written as it came (threads' reports are held apart, as they interleave)."""
-
-    END = "RuntimeError: Event loop is closed"
-
-    def __init__(self, stream):
-        self._stream = stream
-        self._held: dict[int, str] = {}
-
-    def write(self, text: str) -> int:
-        me = threading.get_ident()
-        held = self._held.pop(me, None)
-        if held is None and not text.startswith("Traceback (most recent call last):"):
-            return self._stream.write(text)
-        held = (held or "") + text
-        lines = held.split("\n")
-        done = [line for line in lines[1:-1] if line and not line[0].isspace()]
-        if not done:  # the exception's line is not written yet
-            self._held[me] = held
-        elif done[0] != self.END:
-            self._stream.write(held)
-        return len(text)
-
-    def flush(self) -> None:
-        self._stream.flush()
-
-    def __getattr__(self, name):
-        return getattr(self._stream, name)
-
-
 if __name__ == "__main__":
-    sys.stderr = _WithoutClosedLoopReports(sys.stderr)
-    status = main()
-    if status:  # the run has said why in its one line: what Orbax or tensorstore leave
-        sys.unraisablehook = lambda _: None  # unfinished at teardown is not news to the user
-    sys.exit(status)
+    sys.exit(main())

@@ -40,6 +40,7 @@ def main() -> int:
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--overwrite", action="store_true")
     parser.add_argument("--hardware", default="cpu")
+    parser.add_argument("--stages", default="")
     args = parser.parse_args()
     behaviour_file = Path(__file__).with_suffix(".json")
     behaviour = json.loads(behaviour_file.read_text()) if behaviour_file.exists() else {}
@@ -61,6 +62,8 @@ def main() -> int:
         return 3
     if behaviour.get("raise", {}).get(args.stage) == me:
         raise RuntimeError(f"the stub's {args.stage} broke on worker {me}")
+    if args.stage == "check":  # the launcher's pre-flight: it writes nothing
+        return 0
     # Like every real stage, take output_dir first (payload.core.ownership.claim_output_dir).
     if not (out / ".tpuctl" / "owner").exists():
         _write(out / ".tpuctl" / "owner", "{}")

@@ -63,8 +63,7 @@ def up_plan(config: RunConfig, site: Site) -> list[str]:
         f"{', '.join(cluster.ssh_source_ranges or ['(not set)'])}; {names.internal_rule}: "
         f"the slice's VMs to each other (network tag {names.tag})",
         f"slice {names.group}: {acc.name} = {cluster.topology} on {acc.hosts} x "
-        f"{cluster.machine_type} ({acc.chips} chips of TPU {acc.generation}, "
-        f"{acc.chips_per_host} per VM)",
+        f"{cluster.machine_type} ({acc.in_words()}; {acc.chips_per_host} chips per VM)",
     ]
     if requests.policy is not None:
         lines.append(f"workload policy {names.policy}: HIGH_THROUGHPUT, accelerator "
@@ -85,7 +84,7 @@ def up_plan(config: RunConfig, site: Site) -> list[str]:
          f"in that order (TPU_WORKER_HOSTNAMES)" if acc.is_multi_host else
          f"slice bring-up: libtpu on the VM is told the slice ({facts}), TPU_WORKER_ID 0 and "
          "TPU_WORKER_HOSTNAMES localhost, as GKE tells a one-host slice")
-        + f"; JAX then sees {acc.jax_devices} TPU devices",
+        + f"; JAX then sees the {acc.jax_devices} devices",
         f"SSH as {site.user} with {site.identity_file}; engine {config.train.engine}; the "
         "VMs run as the project's default service account (provider gce makes no bucket or "
         "service account yet)",
@@ -138,6 +137,7 @@ def up(config: RunConfig, site: Site, tf: terraform.Terraform,
         if missing:
             on_event(f"terraform: {', '.join(missing)}")
         tf.init(on_event)
+        tf.plan(on_event, vet=owned.vet)  # refused: nothing was applied, nothing to undo
         applied = True
         apply(tf, owned, on_event)
         vms = wait_ready(config, api, on_event)
@@ -174,8 +174,9 @@ def up(config: RunConfig, site: Site, tf: terraform.Terraform,
 
 def apply(tf: terraform.Terraform, owned: gce_owned.Ownership,
           on_event: Callable[[str], None]) -> None:
-    """Terraform's apply, with the ids of what it makes recorded as it makes them, whatever
-    ends it (a failure, Ctrl-C; after a SIGKILL, the next `up` or `down` records them)."""
+    """Terraform's apply of the plan `owned.vet` let through, with the ids of what it makes
+    recorded as it makes them, whatever ends it (a failure, Ctrl-C; after a SIGKILL, the next
+    `up` or `down` records them)."""
 
     def made() -> None:
         with contextlib.suppress(UserError):  # Compute Engine not answering: recorded after
@@ -183,7 +184,7 @@ def apply(tf: terraform.Terraform, owned: gce_owned.Ownership,
 
     owned.before_apply(tf)
     try:
-        tf.apply(on_event, on_made=made)
+        tf.apply_plan(on_event, on_made=made)
     finally:
         owned.after_apply(tf)
 
@@ -208,7 +209,7 @@ def destroy(tf: terraform.Terraform, owned: gce_owned.Ownership,
                         hint="run `tpuctl up` once, then `tpuctl down`")
     tf.init(on_event)
     owned.spare_foreign(tf, on_event)
-    tf.destroy(on_event)
+    tf.destroy(on_event, vet=owned.vet)
 
 
 def wait_ready(config: RunConfig, api: gce_api.ComputeApi,

@@ -2,7 +2,7 @@
 and the one rule that every gce delete asks.
 
     owned = Ownership("trillium", api, policy=True)  # api: gce_api.ComputeApi (project, region)
-    owned.before_apply(tf)                           # then tf.apply(..., on_made=...)
+    owned.before_apply(tf)                           # then tf.apply_plan(..., on_made=...)
     owned.record_made(tf)                            # ids of what the apply has made so far
     owned.after_apply(tf)                            # all of it, and the apply is over
     owned.take_over(tf, print)                       # the same, after an `up` cut short
@@ -10,6 +10,7 @@ and the one rule that every gce delete asks.
     owned.foreign_note("groups", "trillium", uid)    # the one line for one that is not
     owned.delete_own("groups", "trillium", print)    # deleted only if it is the run's own
     owned.spare_foreign(tf, print)                   # before Terraform deletes by name
+    owned.vet(tf.plan(...))                          # a plan touching one not its own: refused
     own, foreign = owned.left()                      # what of the run's names is still there
 
 A name proves nothing, and neither a workload policy nor a MIG carries labels: a firewall rule,
@@ -25,8 +26,9 @@ state says it made where the state says it. Only the kinds the apply makes are e
 record until the apply is seen to end, so that after an `up` cut short the next `up` or `down`
 takes over what its Terraform made (Terraform runs in a session of its own and finishes what
 it was doing: launcher.terraform). Terraform's state is held to the same rule: a resource of the
-run's names that is not the run's own leaves the state before Terraform could delete it.
-Anything else of the run's names is reported with the commands to inspect and delete it by
+run's names that is not the run's own leaves the state before Terraform could delete it, and
+no plan that would delete, replace or update one that is not the run's own is applied (`vet`,
+before every apply and destroy: Terraform finds what it changes by name). Anything else of the run's names is reported with the commands to inspect and delete it by
 hand, and never touched.
 """
 
@@ -112,16 +114,18 @@ class Ownership:
         return f"{WHAT[kind]} {name}" + ("" if kind == "firewalls" else f" in {self.api.region}")
 
     # -- what Terraform made ---------------------------------------------------------------------
-    def resource_of(self, entry: terraform.StateResource) -> tuple[str, str] | None:
+    def resource_of(self, entry: terraform.StateResource | terraform.PlannedChange
+                    ) -> tuple[str, str] | None:
         """(kind, name) of a state entry of the slice module (infra/modules/tpu_slice, or its
-        twin's terraform_data stand-ins, whose addresses carry the same type names), or None.
+        twin's terraform_data stand-ins, whose addresses carry the same type names), or of a
+        planned change to one (its attributes are the state's), or None.
         The name is the one the google provider recorded, where it did (a template's, which the
         provider derives from its name_prefix, is known only there); else the run's."""
         address = entry.address
         kind = next((k for t, k in STATE_TYPES.items() if t in address), None)
         if kind is None:
             return None
-        recorded = _recorded_name(entry.attributes)
+        recorded = terraform.recorded(entry.attributes, "name")
         if recorded:
             return kind, recorded
         if kind == "templates":  # not made yet: no name to go by
@@ -232,6 +236,26 @@ class Ownership:
                          "not the run's own), so that Terraform does not delete it")
         tf.forget(doomed)
 
+    def vet(self, changes: list[terraform.PlannedChange]) -> None:
+        """Refuse a plan that would delete, replace or update a resource of the run's names
+        that is not the run's own: what Compute Engine has under that name now, by its id (the
+        run's was deleted and someone made another; a create met someone's 409)."""
+        for change in changes:
+            resource = self.resource_of(change)
+            if resource is None:
+                continue
+            kind, name = resource
+            found = self.api.get(kind, name)
+            if found is None or self.is_ours(kind, name, str(found.id)):
+                continue
+            raise UserError(
+                f"Terraform would {change.verb} {self._called(kind, name)} (id {found.id}), "
+                f"which tpuctl has no record of making for run {self.run_name} (its name alone "
+                "proves nothing): nothing was applied",
+                hint=f"inspect it with `{self.command(kind, 'describe', name)}`; if it is not "
+                     "the run's, `tpuctl down` takes it out of the run's state without touching "
+                     "it and removes the run's own, then `tpuctl up` again")
+
     def run_names(self) -> list[tuple[str, str]]:
         """(kind, name) of the run's names: those its `up` makes under fixed names, in that
         order, then any other it recorded making (its templates, a config changed since)."""
@@ -264,17 +288,6 @@ class Ownership:
                   f"making: inspect it with `{self.command(kind, 'describe', name)}`"
                   for kind, name, uid in foreign]
         return "; ".join(parts)
-
-
-def _recorded_name(attributes: dict) -> str | None:
-    """The name a state entry says its resource has: the google provider's `name`, or (the
-    twin's terraform_data stand-ins) the `name` in its output."""
-    name = attributes.get("name")
-    if not name:
-        output = attributes.get("output")
-        value = output.get("value", output) if isinstance(output, dict) else None
-        name = value.get("name") if isinstance(value, dict) else None
-    return name if isinstance(name, str) and name else None
 
 
 def _is_the_one(attributes: dict, found) -> bool:

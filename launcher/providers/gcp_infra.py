@@ -207,8 +207,9 @@ def up(config: RunConfig, site: Site, on_event: Callable[[str], None], *,
                 public_key=public_key))
             try:
                 tf.init(on_event)
+                tf.plan(on_event, vet=owned.vet)  # refused: nothing applied, nothing to undo
                 made_tpu = not queued
-                tf.apply(on_event)
+                tf.apply_plan(on_event)
             except UserError as exc:
                 if _is_capacity(exc) and i + 1 < len(zones):
                     on_event(f"no capacity in {zone}: {exc}; trying {zones[i + 1]}")
@@ -260,8 +261,8 @@ def recreate(config: RunConfig, site: Site, on_event: Callable[[str], None]) -> 
             config, site, zone=recorded, create_tpu=False, create_bucket=before.bucket_created,
             public_key=gcp_site.ensure_key(Path(site.identity_file))))
         tf.init(on_event)
-        _spare_foreign_tpu(tf, owned, recorded, on_event)
-        tf.apply(on_event)
+        _spare_foreign_tpu(tf, owned, on_event)
+        tf.apply(on_event, vet=owned.vet)
     for zone in site.zones:
         owned.delete_queued(zone)
     up(config, site, on_event, zones=[recorded, *(z for z in site.zones if z != recorded)])
@@ -284,7 +285,7 @@ def allow_self_delete(config: RunConfig, site: Site, on_event: Callable[[str], N
         create_bucket=before.bucket_created,
         public_key=gcp_site.ensure_key(Path(site.identity_file))))
     tf.init(on_event)
-    tf.apply(on_event)
+    tf.apply(on_event, vet=_ownership(config, site).vet)
 
 
 def _ownership(config: RunConfig, site: Site) -> gcp_owned.Ownership:
@@ -312,19 +313,16 @@ def _record_made(owned: gcp_owned.Ownership, zone: str) -> None:
         owned.record_node(node, zone)
 
 
-def _spare_foreign_tpu(tf: terraform.Terraform, owned: gcp_owned.Ownership, zone: str,
+def _spare_foreign_tpu(tf: terraform.Terraform, owned: gcp_owned.Ownership,
                        on_event: Callable[[str], None]) -> None:
-    """Before an apply that removes the TPU: Terraform finds its TPU by name, so a node of that
-    name that is not the run's own (the run's was deleted, someone made another) leaves
-    Terraform's state instead of being deleted with it."""
-    addresses = tf.tpu_addresses()
-    if not addresses:
-        return
-    node = owned.site.api.get_node(owned.site.tpu_name, zone)
-    if node is not None and not owned.node_is_ours(node):
-        tf.forget(addresses)
-        on_event(f"terraform: took TPU {node.name} out of the run's state (it is not the "
-                 "run's own), so that Terraform does not delete it")
+    """Before an apply that removes the TPU: Terraform finds its TPU by the name and zone in its
+    state, so a node there that is not the run's own (the run's was deleted, someone made
+    another) leaves Terraform's state instead of being deleted with it."""
+    foreign = owned.foreign_in_state(tf)
+    tf.forget([address for address, _, _ in foreign])
+    for _, node, zone in foreign:
+        on_event(f"terraform: took TPU {node.name} in {zone} out of the run's state (it is not "
+                 "the run's own), so that Terraform does not delete it")
 
 
 def _zones_to_try(site: Site) -> list[str]:
@@ -401,8 +399,8 @@ def _undo_tpu(config: RunConfig, site: Site, owned: gcp_owned.Ownership, tf: ter
                                                    create_bucket=create_bucket,
                                                    public_key=public_key))
     try:
-        _spare_foreign_tpu(tf, owned, zone, on_event)
-        tf.apply(on_event)
+        _spare_foreign_tpu(tf, owned, on_event)
+        tf.apply(on_event, vet=owned.vet)
     except UserError as exc:
         on_event(f"terraform could not remove the TPU: {exc}")
     for zone in site.zones:
@@ -442,10 +440,11 @@ def down(config: RunConfig, site: Site, on_event: Callable[[str], None], *,
             config, site, zone=zone, create_tpu=False, create_bucket=created_bucket,
             public_key=public_key))
         tf.init(on_event)
-        _spare_foreign_tpu(tf, owned, zone, on_event)
-        tf.apply(on_event)
+        _spare_foreign_tpu(tf, owned, on_event)
+        tf.apply(on_event, vet=owned.vet)
         if bucket_plan is not None and _empty_bucket(config, bucket_plan, on_event):
-            tf.destroy(on_event)  # the bucket, the firewall rule, the service account
+            # the bucket, the firewall rule, the service account
+            tf.destroy(on_event, vet=owned.vet)
             kept_bucket = False
     for zone in site.zones:
         if owned.delete_node(zone):

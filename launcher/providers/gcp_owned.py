@@ -4,6 +4,7 @@
     owned.record_node(node, zone)          # the moment Terraform or the queue said it made it
     owned.node_is_ours(node)               # the run's label AND a unique id tpuctl recorded
     owned.foreign_note(node, zone)         # the one line shown for a node that is not
+    owned.vet(tf.plan(...))                # a plan touching a TPU not its own: refused
     bucket_plan(listing, locks, run=..., output_prefix=..., staged=..., staged_by_others=...)
 
 A name proves nothing: anyone can make a TPU named after the run, and a label can be copied. A
@@ -14,7 +15,10 @@ made) or in the run's billing record (output_dir/.tpuctl/billing.json, written w
 started on a node of its own). A queued request has no unique id: its node's label and the
 creation time tpuctl recorded when it made the request stand in for one. Terraform's state is
 held to the same rule: before Terraform removes the TPU, a node of its name that is not the
-run's own is taken out of the state, so Terraform does not delete it either. In a bucket, the
+run's own is taken out of the state, so Terraform does not delete it either; and no plan that
+would delete, replace or update a TPU that is not the run's own is applied (`vet`, before every
+apply: the TPU a state entry names, by its own name and zone, which a changed `tpu_name` or
+zone no longer is). In a bucket, the
 run's own objects are those under its output prefix (marked `.tpuctl/owner`) and the staged
 corpus objects its staging record lists. Anything else, whatever its name, is reported with
 how to delete it by hand, and never touched.
@@ -28,10 +32,11 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from launcher import staging
+from launcher import staging, terraform
 from launcher.providers.gcp_site import Site, run_state
 from payload.cloud import budget, tpu_api
 from payload.core import layout, storage
+from payload.core.errors import UserError
 
 RUN_LABEL = "tpuctl-run"
 OWNED_FILE = layout.OWNED
@@ -108,6 +113,47 @@ class Ownership:
                 f"{self.site.run_name} ({self.why_not(request.labels)}): left alone; to delete "
                 f"it yourself: gcloud compute tpus queued-resources delete {request.name} "
                 f"--zone {zone} --project {self.site.project} --force")
+
+    def foreign_in_state(self, tf: terraform.Terraform) -> list[tuple[str, tpu_api.Node, str]]:
+        """The TPUs Terraform's state holds (by the name and zone the state gives each) that
+        are there and not the run's own, as (address, node, zone)."""
+        entries = tf.resources()
+        if entries is None:  # Terraform is not running here (the runner waits for it)
+            raise UserError(f"Terraform's state in {tf.folder} cannot be read",
+                            hint=f"look at {tf.state_file}")
+        found = []
+        for entry in entries:
+            node, zone = self._node_of(entry)
+            if node is not None and not self.node_is_ours(node):
+                found.append((entry.address, node, zone))
+        return found
+
+    def vet(self, changes: list[terraform.PlannedChange]) -> None:
+        """Refuse a plan that would delete, replace or update a TPU that is not the run's own
+        (Terraform finds its TPU by the name and zone in its state)."""
+        for change in changes:
+            node, zone = self._node_of(change)
+            if node is None or self.node_is_ours(node):
+                continue
+            raise UserError(
+                f"Terraform would {change.verb} TPU {node.name} in {zone} (id {node.uid}), "
+                f"which is not run {self.site.run_name}'s own ({self.why_not(node.labels)}): "
+                "nothing was applied",
+                hint=f"inspect it with `gcloud compute tpus tpu-vm describe {node.name} --zone "
+                     f"{zone} --project {self.site.project}`; if it is not the run's, `tpuctl "
+                     "down` takes it out of the run's state without touching it and removes "
+                     "the run's own, then `tpuctl up` again")
+
+    def _node_of(self, entry: terraform.StateResource | terraform.PlannedChange
+                 ) -> tuple[tpu_api.Node | None, str]:
+        """The node a TPU entry of the state (or a planned change to one) names, as the TPU
+        API has it now (None when there is none, or the entry is no TPU), and its zone."""
+        if not terraform.is_tpu_address(entry.address):
+            return None, ""
+        name = terraform.recorded(entry.attributes, "name") or self.site.tpu_name
+        zone = (terraform.recorded(entry.attributes, "zone") or self.site.recorded_zone()
+                or self.site.zones[0])
+        return self.site.api.get_node(name.rsplit("/", 1)[-1], zone), zone
 
     # -- looking -------------------------------------------------------------------------------
     def survey(self, zones: Iterable[str] | None = None) -> Survey:

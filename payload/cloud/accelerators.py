@@ -173,6 +173,28 @@ class Accelerator:
         return self.chips // self.hosts
 
     @property
+    def hbm_bytes_per_device(self) -> int:
+        """The HBM one device holds: a chip's, shared by the devices it shows."""
+        return (self.hbm_gib_per_chip << 30) // self.jax_devices_per_chip
+
+    def in_words(self) -> str:
+        """The slice's chips, their TensorCores and the devices those make, in the one
+        vocabulary every plan, price and fit line uses ("device": what JAX counts, each holding
+        a replica or a shard; "chip": what is priced), e.g. "8 chips of TPU tpu7x, 2 TensorCores
+        each, one device per TensorCore: 16 devices"."""
+        chips = f"{self.chips} chip{'s' if self.chips != 1 else ''} of TPU {self.generation}"
+        cores = (f"{self.cores_per_chip} TensorCore{'s' if self.cores_per_chip != 1 else ''} "
+                 "each")
+        if self.cores_per_chip == 1:
+            how = "one device per chip"
+        elif self.jax_devices_per_chip == 1:
+            how = "joined as one device per chip (megacore)"
+        else:
+            how = "one device per TensorCore"
+        devices = f"{self.jax_devices} device{'s' if self.jax_devices != 1 else ''}"
+        return f"{chips}, {cores}, {how}: {devices}"
+
+    @property
     def is_multi_host(self) -> bool:
         return self.hosts > 1
 
@@ -344,7 +366,7 @@ def _refuse_base_image(acc: Accelerator, runtime_version: str, accepted: tuple[s
 
 def larger_slices(name: str) -> tuple[tuple[str, int], ...]:
     """The TPU API's slices of type `name`'s generation with more chips, smallest first, as
-    (type, chips): what a refusal that the model does not fit can name instead; () for a name
+    (type, devices): what a refusal that the model does not fit can name instead; () for a name
     outside the table."""
     try:
         here = accelerator(name)
@@ -353,7 +375,8 @@ def larger_slices(name: str) -> tuple[tuple[str, int], ...]:
     generation = GENERATIONS.get(here.generation)
     if generation is None:
         return ()
-    return tuple((f"{generation.prefix}-{size}", generation.chips(size))
+    return tuple((f"{generation.prefix}-{size}",
+                  generation.chips(size) * generation.jax_devices_per_chip)
                  for size in generation.sizes if generation.chips(size) > here.chips)
 
 

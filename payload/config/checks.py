@@ -85,7 +85,7 @@ def _state_problems(*, cluster, data, tokenizer, model, train) -> list[str]:
                            generation=acc.generation)
     key = f"model.size {model.size}" if model.size else "model"
     return problems_of(key, lambda: engine_spec(train.engine).plan_sharding(
-        params, num_devices=acc.chips, hbm_bytes_per_chip=acc.hbm_gib_per_chip << 30,
+        params, num_devices=acc.jax_devices, hbm_bytes_per_chip=acc.hbm_bytes_per_device,
         optimizer=train.optimizer, where=acc.name, workload=workload,
         larger=larger_slices(acc.name)))
 

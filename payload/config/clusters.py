@@ -64,6 +64,26 @@ class SshCluster(ClusterBase):
     identity_file: str | None = None
     known_hosts: str
     port: int = Field(22, ge=1, le=65535)
+    # Where worker 0's JAX coordinator listens when hosts[0] is not an address of its own (a
+    # NAT address): its own address there, or 0.0.0.0 / :: for every interface, said on purpose.
+    coordinator_bind: str | None = None
+
+    @field_validator("coordinator_bind")
+    @classmethod
+    def _bind(cls, value: str | None) -> str | None:
+        import ipaddress
+
+        if value is None:
+            return value
+        try:
+            address = ipaddress.ip_address(value)
+        except ValueError:
+            raise ValueError("not an IP address (worker 0's own address, or 0.0.0.0 to listen "
+                             "on every interface)") from None
+        if address.is_loopback or address.is_multicast:
+            raise ValueError(f"a {'loopback' if address.is_loopback else 'multicast'} address, "
+                             "which the other workers cannot reach")
+        return str(address)
 
     @field_validator("hosts")
     @classmethod

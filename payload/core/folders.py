@@ -25,7 +25,7 @@ from collections.abc import Iterator
 
 from payload.core import storage
 from payload.core.errors import UserError
-from payload.core.layout import COMPLETE
+from payload.core.layout import COMPLETE, model_dir
 from payload.core.storage import exists, is_gcs, join, note_change, raise_disk_error, remove
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,14 @@ def mark_complete(folder: str, info: dict) -> None:
 
 def is_complete(folder: str) -> bool:
     return exists(complete_marker(folder))
+
+
+def check_exported(output_dir: str) -> None:
+    """output_dir/model/ is a finished export, or one line (what publish reads)."""
+    model = model_dir(output_dir)
+    if not is_complete(model):
+        raise UserError(f"{model} is not a complete export",
+                        hint="run the export stage first (`--stages export,publish`)")
 
 
 def read_complete(folder: str) -> dict | None:

@@ -23,6 +23,9 @@ class Stage(str, Enum):
 
 
 STAGE_NAMES = tuple(s.value for s in Stage)
+# `python -m payload check --stages LIST [--resume]`: not a stage; what the launcher runs on
+# worker 0 before a job whose stages read a checkpoint (payload.stages.preflight).
+PREFLIGHT = "check"
 
 
 def check_share(worker_index: int, num_workers: int) -> None:

@@ -3,10 +3,12 @@
     trainer = build_trainer(config, inputs, plan)    # config.train.engine's; imports its framework
     weights = trained_weights("jax", config, hf_config)   # the export's: restored, nothing written
     weights.write(staging_folder)                    # model.safetensors (+ tf_model.h5)
+    check_resumable("jax", config, hf_config)        # the launcher's pre-flight of --resume
     report = compile_for_tpu(config, acc, topology)  # the steps through the TPU compiler
 
-An engine is a folder payload.engines.NAME whose `engine` module has two functions, `trainer`
-and `trained_weights` (and `compile_for_tpu` where it can compile for a TPU here), giving what payload.training.trainer describes (a Trainer, a
+An engine is a folder payload.engines.NAME whose `engine` module has three functions, `trainer`,
+`trained_weights` and `check_resumable` (and `compile_for_tpu` where it can compile for a TPU
+here), giving what payload.training.trainer describes (a Trainer, a
 TrainedWeights). Everything that is not the model, the step and the checkpoint format is shared
 and lives below the engines, in the neutral core (payload.training: the loop, inputs, schedule,
 checkpoint rules, metrics) and payload.core.engines (every fact about an engine that needs no
@@ -41,7 +43,6 @@ def trained_weights(name: str | None, config, hf_config):
     return implementation(name).trained_weights(config, hf_config)
 
 
-
 def compile_for_tpu(config, acc, topology) -> dict:
     """config.train.engine's steps compiled for the TPU slice `acc` laid out as `topology`
     (payload.cloud.accelerators.compile_topology), with the TPU compiler on this machine."""
@@ -50,3 +51,9 @@ def compile_for_tpu(config, acc, topology) -> dict:
         raise UserError(f"the {config.train.engine} engine has no TPU compile check",
                         hint="the JAX engine has one: train.engine: jax")
     return engine.compile_for_tpu(config, acc, topology)
+
+
+def check_resumable(name: str | None, config, hf_config) -> None:
+    """The newest checkpoint engine `name` wrote restores as `--resume` would restore it, or
+    the one line naming it and the newest intact one; writes nothing."""
+    implementation(name).check_resumable(config, hf_config)

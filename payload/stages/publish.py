@@ -46,10 +46,8 @@ def run_publish(config) -> None:
     if not repo:
         raise UserError("nothing to publish to: hub.repo is not set",
                         hint="pass --push-to-hub OWNER/NAME or set hub.repo")
+    folders.check_exported(config.output_dir)
     model_dir = layout.model_dir(config.output_dir)
-    if not model_is_complete(model_dir):
-        raise UserError(f"{model_dir} is not a complete export", hint="run the export stage "
-                        "first (`--stages export,publish`)")
     token = get_token()
     if not token:
         raise UserError("no Hugging Face token reached the publish stage",

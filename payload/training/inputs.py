@@ -43,6 +43,25 @@ class RunInputs:
             start_batch=start_batch)
 
 
+def run_identity(config, hf_config, tokenizer_fingerprint: str) -> dict:
+    """What the checkpoints' run.json records of the run that wrote them (a resume must match)."""
+    from payload.training import model as model_lib
+
+    return {"model": model_lib.config_fingerprint(hf_config), "tokenizer": tokenizer_fingerprint,
+            "family": config.model.family, "engine": config.train.engine}
+
+
+def run_model(config) -> tuple[object, dict]:
+    """(the transformers config of this run's model, its identity), from the tokenizer and the
+    model settings alone: what a resume restores into, without reading the shards."""
+    from payload.training import model as model_lib
+
+    tokenizer, fingerprint = model_lib.load_tokenizer(config)
+    vocab = model_lib.token_ids(tokenizer, config.model.family)
+    hf_config = model_lib.model_config(config.model, vocab=vocab, seq_len=config.data.seq_len)
+    return hf_config, run_identity(config, hf_config, fingerprint)
+
+
 def check_inputs(config) -> RunInputs:
     """The manifest, the shards and the tokenizer agree with the config; nothing is written."""
     from payload.training import model as model_lib
@@ -84,12 +103,7 @@ def check_inputs(config) -> RunInputs:
             storage.join(layout.data_dir(out), s.name) for s in manifest.splits[split].shards if s.records
         ]
 
-    identity = {
-        "model": model_lib.config_fingerprint(hf_config),
-        "tokenizer": fingerprint,
-        "family": family,
-        "engine": config.train.engine,
-    }
+    identity = run_identity(config, hf_config, fingerprint)
     return RunInputs(
         manifest=manifest,
         train_files=files("train"),

@@ -14,11 +14,39 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from payload.config import RunConfig, check_model_config_file
-from payload.core import ownership
+from payload.core import folders, ownership
 from payload.core.errors import UserError, UserErrors
 from payload.core.stages import Stage
 from payload.data import corpus, tokenizer
 from payload.training import checkpoints
+
+
+def check_stage_inputs(config: RunConfig, stages: Collection[Stage]) -> None:
+    """What a stage of `stages` reads that an earlier stage left out of them would have written
+    (`--stages export` on an empty output_dir: no checkpoint): one line, for the first such
+    input in pipeline order (what the stages after it would say only repeats it)."""
+    from payload.data import shards
+
+    stages = {Stage(s) for s in stages}
+    out = config.output_dir
+    # A reused tokenizer (tokenizer.path, init_from's) is checked with its folder, not here.
+    made_by = {"tokenizer": Stage.TOKENIZER if config.trains_tokenizer else None,
+               "shards": Stage.PREPARE, "checkpoints": Stage.TRAIN, "model": Stage.EXPORT}
+    check = {"tokenizer": lambda: tokenizer.read_tokenizer_json(config),
+             "shards": lambda: shards.load_manifest(out),
+             # Read by the engine that wrote them, whatever train.engine says now (the export's rule).
+             "checkpoints": lambda: checkpoints.check_exportable(
+                 out, checkpoints.recorded_engine(out) or config.train.engine),
+             "model": lambda: folders.check_exported(out)}
+    needs = {Stage.PREPARE: ("tokenizer",), Stage.TRAIN: ("shards", "tokenizer"),
+             Stage.EXPORT: ("checkpoints", "tokenizer"),
+             Stage.PUBLISH: ("model",) if config.hub.repo else ()}
+    for stage in Stage:
+        if stage not in stages:
+            continue
+        for need in needs.get(stage, ()):
+            if made_by[need] is not None and made_by[need] not in stages:
+                check[need]()
 
 
 def check_before_start(config: RunConfig, *, stages: Collection[Stage], resume: bool,
@@ -72,6 +100,8 @@ def check_before_start(config: RunConfig, *, stages: Collection[Stage], resume: 
     if Stage.TRAIN in stages and output_dir_ok and flags_ok:
         passes(checkpoints.check_start, config.output_dir, resume=resume, overwrite=overwrite,
                engine=config.train.engine)
+    if output_dir_ok and folder_ok:
+        passes(check_stage_inputs, config, stages)
     if len(problems) == 1:
         raise problems[0]
     if problems:

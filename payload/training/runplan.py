@@ -159,16 +159,18 @@ def row_flops(config, architecture: dict | None = None) -> StepFlops:
 
 def replicas_of(hardware, num_workers: int) -> tuple[int, str]:
     """What a global batch is split over, and what that is in words. On a TPU: one replica per
-    chip. TensorFlow's TPUStrategy makes one replica per TPU device, and the TPU runtime shows
-    one device per chip on every generation in the table: v5e and v6e chips have one TensorCore,
-    and v4 and v5p chips run their two TensorCores as one "megacore" device (a v4-8 shows 4
-    devices, a v4-32 16; see docs/costs.md, "The run plan", for the sources). On CPU workers:
-    one replica per training process (MultiWorkerMirroredStrategy), 1 for a single process."""
+    device, as the accelerator table counts them (payload.cloud.accelerators.Accelerator.
+    in_words, the one wording of chips, TensorCores and devices): TensorFlow's TPUStrategy makes
+    one replica per TPU device and JAX one per device of its mesh; v5e and v6e chips have one
+    TensorCore, v4 and v5p chips run their two as one "megacore" device (a v4-8 shows 4
+    devices, a v4-32 16; see docs/costs.md, "The run plan", for the sources), and a TPU7x chip
+    shows each of its two as a device. On CPU workers: one replica per training process
+    (MultiWorkerMirroredStrategy), 1 for a single process."""
     from payload.training.strategy import tpu_accelerator, training_workers
 
     acc = tpu_accelerator(hardware)
     if acc is not None:
-        return acc.chips, f"one per chip: {acc.chips} chips of TPU {acc.generation}"
+        return acc.jax_devices, f"one per device: {acc.in_words()}"
     trainers = len(training_workers(hardware, num_workers))
     if trainers == 1:
         return 1, "one CPU training process"
@@ -203,8 +205,8 @@ def state_sharding(config, hardware, architecture: dict | None = None):
         return None
     arch = architecture if architecture is not None else run_architecture(config)
     return engine_spec(config.train.engine).plan_sharding(
-        count_parameters(arch).total, num_devices=acc.chips,
-        hbm_bytes_per_chip=acc.hbm_gib_per_chip << 30, optimizer=config.train.optimizer,
+        count_parameters(arch).total, num_devices=acc.jax_devices,
+        hbm_bytes_per_chip=acc.hbm_bytes_per_device, optimizer=config.train.optimizer,
         where=acc.name, workload=workload(config, hardware, arch),
         larger=larger_slices(acc.name))
 

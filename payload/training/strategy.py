@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from payload.core.engines import DEFAULT, engine_spec
 from payload.core.errors import UserError
 from payload.core.stages import check_share
+from payload.training import coordinator
 
 # A pod slice's driver reaches every host's TPU worker server at these grpc:// addresses (set by
 # the launcher's plan on worker 0, as TF_CONFIG is for CPU workers).
@@ -44,6 +45,10 @@ TPU_STEPS_PER_EXECUTION = 100
 # A multi-process JAX run's coordinator, "HOST:PORT" (worker 0's per-job coordination port),
 # set by the launcher's plan on every worker as TF_CONFIG is for TensorFlow's CPU workers.
 JAX_COORDINATOR_ENV = "TPUCTL_JAX_COORDINATOR"
+# What worker 0 alone is told to choose where the coordinator listens (payload.training.
+# coordinator): the other workers' hosts, comma-separated, and cluster.coordinator_bind, if set.
+JAX_PEERS_ENV = "TPUCTL_JAX_PEERS"
+JAX_BIND_ENV = "TPUCTL_JAX_BIND"
 
 
 class StrategyKind(enum.Enum):
@@ -131,6 +136,8 @@ class ClusterFacts:
     libtpu: str | None = None  # this environment's libtpu.so, when the libtpu package is there
     engine: str = DEFAULT  # train.engine
     jax_coordinator: str | None = None  # TPUCTL_JAX_COORDINATOR: process 0's HOST:PORT
+    jax_peers: tuple[str, ...] = ()  # TPUCTL_JAX_PEERS (process 0): the other workers' hosts
+    jax_bind: str | None = None  # TPUCTL_JAX_BIND (process 0): cluster.coordinator_bind
     tpu_present: bool = False  # this host has TPU device files
 
 
@@ -145,6 +152,8 @@ class StrategyPlan:
     stand_in: bool = False  # no TPU to be found is expected: fall back to the CPU
     # JAX: every training host is one process of one program; process 0 serves `coordinator`.
     coordinator: str | None = None
+    coordinator_peers: tuple[str, ...] = ()  # process 0: the other workers' hosts
+    coordinator_bind: str | None = None  # process 0: cluster.coordinator_bind
     num_processes: int = 1
     process_id: int = 0
 
@@ -204,7 +213,7 @@ def _one_program_plan(facts: ClusterFacts, kind: StrategyKind) -> StrategyPlan:
         steps_per_execution=TPU_STEPS_PER_EXECUTION if on_tpu else 1,
         is_chief=index == 0, stand_in=facts.stand_in,
         coordinator=facts.jax_coordinator if n > 1 else None, num_processes=n,
-        process_id=index,
+        process_id=index, coordinator_peers=facts.jax_peers, coordinator_bind=facts.jax_bind,
     )
 
 
@@ -266,17 +275,25 @@ def serves_tpu_runtime(hardware: Hardware, num_workers: int, engine: str = DEFAU
 
 
 def trainer_env(hardware: Hardware, num_workers: int, engine: str, *, addresses: list[str],
-                index: int) -> tuple[tuple[str, str], ...]:
+                index: int, coordinator_bind: str | None = None
+                ) -> tuple[tuple[str, str], ...]:
     """What the launcher tells training worker `index` so the trainers find each other
     (`addresses`: every worker's HOST:PORT, in worker order): a pod slice's driver the hosts'
-    TPU servers, one program's processes worker 0's coordinator, TensorFlow's CPU workers
-    TF_CONFIG; nothing to a lone trainer."""
+    TPU servers, one program's processes worker 0's coordinator (and worker 0 the others' hosts
+    and `coordinator_bind`, to choose where it listens), TensorFlow's CPU workers TF_CONFIG;
+    nothing to a lone trainer."""
     if serves_tpu_runtime(hardware, num_workers, engine):  # no TPU API needed
         return ((TPU_WORKERS_ENV, tpu_workers(addresses)),)
     if len(training_workers(hardware, num_workers, engine)) < 2:
         return ()
     if engine_spec(engine).one_program:
-        return ((JAX_COORDINATOR_ENV, jax_coordinator(addresses)),)
+        env = [(JAX_COORDINATOR_ENV, jax_coordinator(addresses))]
+        if index == 0:
+            env.append((JAX_PEERS_ENV, ",".join(
+                coordinator.split_address(a)[0] for a in addresses[1:])))
+            if coordinator_bind:
+                env.append((JAX_BIND_ENV, coordinator_bind))
+        return tuple(env)
     return (("TF_CONFIG", tf_config(addresses, index)),)
 
 
@@ -294,6 +311,8 @@ def cluster_facts(
                         stand_in=stand_ins.active(environ),
                         libtpu=libtpu or _libtpu_library(), engine=engine,
                         jax_coordinator=environ.get(JAX_COORDINATOR_ENV) or None,
+                        jax_peers=tuple(p for p in environ.get(JAX_PEERS_ENV, "").split(",") if p),
+                        jax_bind=environ.get(JAX_BIND_ENV) or None,
                         tpu_present=uses_tpu(hardware) and tpu_devices_present())
 
 

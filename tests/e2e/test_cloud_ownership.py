@@ -32,6 +32,7 @@ from tests.support.cloud_owned import (
     make_by_hand,
 )
 from tests.support.paths import REPO
+from tests.support.runners import assert_user_error, tpuctl
 
 
 @pytest.fixture(scope="module")
@@ -155,9 +156,34 @@ def test_down_spares_a_node_made_by_hand_where_the_runs_was(cloud, tmp_path, tpu
     assert down.exit_code == 0, down.output
     assert node_ids(cloud) == [mine]
     assert "was not made by tpuctl for run tpurun" in down.output
-    assert "took TPU tpurun out of the run's state" in down.output
+    assert "took TPU tpurun in us-central2-b out of the run's state" in down.output
     assert "nothing of run tpurun is left billing" in down.output
     assert len(cloud.requests("DeleteNode")) == 1  # the one the test made, outside tpuctl
+
+
+def test_up_and_down_after_a_new_tpu_name_never_delete_a_hand_made_node_of_the_old(
+        cloud, tmp_path, tpuctl_home):
+    """Issue 32, item 1: the run's TPU was replaced by hand under its name, then the config
+    names another TPU. The plan would replace the state's TPU, found by its old name: `up`
+    refuses in one line with nothing applied, and `down` takes the hand-made node out of the
+    state (Terraform finds the TPU by the name in its state, not the config's)."""
+    config = config_file(tmp_path)
+    assert invoke("up", "-c", config).exit_code == 0
+    mine = _replace_by_hand(cloud)
+    config = config_file(tmp_path, tpu_name="tpurun-b")
+    state = (tpuctl_home / "infra" / "tpurun" / "terraform.tfstate").read_text()
+    assert_user_error(tpuctl("up", "-c", config),  # in this process: Terraform is the twin
+                      f"Terraform would replace TPU tpurun in {ZONE} (id {mine})",
+                      "nothing was applied", "gcloud compute tpus tpu-vm describe tpurun")
+    assert node_ids(cloud) == [mine]
+    assert len(cloud.requests("DeleteNode")) == 1  # the one the test made, outside tpuctl
+    assert len(cloud.requests("CreateNode")) == 2  # the run's first, the hand-made: no more
+    assert (tpuctl_home / "infra" / "tpurun" / "terraform.tfstate").read_text() == state
+    down = invoke("down", "-c", config)
+    assert down.exit_code == 0, down.output
+    assert "took TPU tpurun in us-central2-b out of the run's state" in down.output
+    assert node_ids(cloud) == [mine]
+    assert len(cloud.requests("DeleteNode")) == 1
 
 
 def test_train_down_refuses_a_hand_made_node(cloud, tmp_path, tpuctl_home):

@@ -1,5 +1,5 @@
 """Provider gce never deletes what it did not make, and never loses track of what it did make
-(issue 27, items 1-3): ownership comes from what Terraform made, read from its state while and
+(issue 27, items 1-3; issue 32, item 1: not by `up` either): ownership comes from what Terraform made, read from its state while and
 after it applies, and at the next command after an `up` that was killed. Real terraform applies
 tests/terraform_twin_slice against the fake Compute Engine (testbed/fakes/compute.py, driven by
 the real google-cloud-compute client); `up` is killed for real (SIGKILL) mid-apply, at the moment
@@ -19,12 +19,15 @@ from pathlib import Path
 import pytest
 import yaml
 
+from launcher import terraform
 from launcher.providers import gce, gce_api, gcp_site
+from launcher.records import state_dir
+from payload.core import layout
 from payload.core.errors import UserError
 from testbed.fakes.compute import FakeCompute
 from testbed.fakes.tpu_api import Worker
 from tests.support.paths import REPO
-from tests.support.runners import invoke
+from tests.support.runners import assert_user_error, invoke, tpuctl
 
 PROJECT, REGION, ZONE = "test-project", "us-east5", "us-east5-b"
 TWIN = REPO / "tests" / "terraform_twin_slice"
@@ -208,3 +211,43 @@ def test_down_after_a_crash_that_took_terraform_too_names_what_it_cannot_own(
     again = invoke("down", "-c", config)
     assert again.exit_code == 0, _said(again)
     assert _nothing_left(cloud)
+
+
+def test_up_never_deletes_a_policy_of_the_runs_name_that_the_new_config_drops(cloud, tmp_path,
+                                                                               tpuctl_home):
+    """Issue 32, item 1: a 2x4 slice is up; its MIG disappears (as after `train --down`: the
+    provider's refresh drops a 404); its workload policy is deleted out of band and someone
+    makes one of the same name; the config changes to 2x2, a one-VM slice with no policy. The
+    plan would delete that policy by name: `up` refuses in one line, with nothing applied. Once
+    `down` has taken it out of the run's state (untouched), `up` makes the 2x2 slice."""
+    config = _config(tmp_path)
+    up = invoke("up", "-c", config)
+    assert up.exit_code == 0, _said(up)
+    api = gce_api.ComputeApi(project=PROJECT, region=REGION)
+    api.delete("groups", "trillium")
+    tf = terraform.Terraform(state_dir() / layout.INFRA_DIR / gce.NAME / "trillium", module=TWIN)
+    tf.forget([a for a in tf.addresses() if "instance_group_manager" in a])  # the refresh
+    api.delete("policies", "trillium-topology")
+    theirs = cloud.add_policy(PROJECT, REGION, "trillium-topology", {"workloadPolicy": {
+        "type": "HIGH_THROUGHPUT", "acceleratorTopology": "2x4"}})
+    state, made = tf.state_file.read_text(), len(cloud.requests())
+    deleted = len(cloud.requests("resourcePolicies.delete"))  # the one done out of band
+    config = _config(tmp_path, topology="2x2")
+
+    refused = tpuctl("up", "-c", config)
+    assert_user_error(refused, f"Terraform would delete workload policy trillium-topology in "
+                      f"{REGION} (id {theirs['id']})", "nothing was applied",
+                      "gcloud compute resource-policies describe trillium-topology")
+    assert cloud.policy_names() == ["trillium-topology"]  # theirs, untouched
+    assert [r.rpc for r in cloud.requests()[made:]
+            if not r.rpc.endswith((".get", ".list"))] == []  # nothing made, changed, deleted
+    assert tf.state_file.read_text() == state
+
+    down = invoke("down", "-c", config)  # names theirs as not the run's, deletes the rest
+    assert "took workload policy trillium-topology out of the run's state" in down.output
+    assert cloud.policy_names() == ["trillium-topology"]
+    again = invoke("up", "-c", config)
+    assert again.exit_code == 0, _said(again)
+    assert cloud.policy_names() == ["trillium-topology"]
+    assert len(cloud.requests("resourcePolicies.delete")) == deleted
+    assert api.get("policies", "trillium-topology").id == int(theirs["id"])

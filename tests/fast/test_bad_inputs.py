@@ -237,21 +237,21 @@ ROWS = [
     ("fsdp-gpt2-xl-on-v5litepod-1-train-dry-run", lambda b: ['train', '--dry-run', "-c", _gcp_run(
         b, zone="us-central1-a", accelerator_type="v5litepod-1", train={"engine": "jax"},
         model={"family": "gpt2", "size": "xl"})], {},
-     ["model.size xl", "GiB of training state", "v5litepod-1", "a chip has 16 GiB"]),
+     ["model.size xl", "GiB of training state", "v5litepod-1", "a device has 16 GiB"]),
     ("tensorflow-on-v6e-up-dry-run", lambda b: ['up', '--dry-run', "-c", _gcp(
         b, zone="us-east5-b", accelerator_type="v6e-8")], {},
      ["cluster.accelerator_type", "v6e-8", "set train.engine: jax"]),
     ("fsdp-gpt2-xl-on-v5litepod-1-up-dry-run", lambda b: ['up', '--dry-run', "-c", _gcp_run(
         b, zone="us-central1-a", accelerator_type="v5litepod-1", train={"engine": "jax"},
         model={"family": "gpt2", "size": "xl"})], {},
-     ["model.size xl", "GiB of training state", "v5litepod-1", "a chip has 16 GiB"]),
+     ["model.size xl", "GiB of training state", "v5litepod-1", "a device has 16 GiB"]),
     ("tensorflow-on-v6e-doctor", lambda b: ['doctor', "-c", _gcp(
         b, zone="us-east5-b", accelerator_type="v6e-8")], {},
      ["cluster.accelerator_type", "v6e-8", "set train.engine: jax"]),
     ("fsdp-gpt2-xl-on-v5litepod-1-doctor", lambda b: ['doctor', "-c", _gcp_run(
         b, zone="us-central1-a", accelerator_type="v5litepod-1", train={"engine": "jax"},
         model={"family": "gpt2", "size": "xl"})], {},
-     ["model.size xl", "GiB of training state", "v5litepod-1", "a chip has 16 GiB"]),
+     ["model.size xl", "GiB of training state", "v5litepod-1", "a device has 16 GiB"]),
     # `tpuctl train --engine NAME` sets train.engine for the run, checked as the file would be.
     ("unknown-engine-option", ["train", "--local", "--engine", "pytorch"], {},
      ["--engine 'pytorch' is not an engine", "use one of tensorflow, jax"]),

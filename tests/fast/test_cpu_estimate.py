@@ -79,9 +79,14 @@ def test_every_stage_is_timed_from_the_table(tmp_path, table):
                         f"on a {TABLE['machine']['cores']}-core machine, 2026-01-02)")
     assert lines[3].startswith(f"    prepare: {runplan._duration(prepare)} (2.0 MB of text")
     assert lines[4].startswith("    export: 8s (")
-    # Only the stages asked for.
+    # Only the stages asked for (prepare's input, the tokenizer, made by an earlier run).
+    out = tmp_path / "out"
+    ownership.claim_output_dir(str(out))
+    (out / "tokenizer").mkdir(parents=True)
+    (out / "tokenizer" / "tokenizer.json").write_text("{}")
     assert [line.split(":")[0].strip() for line in time_lines(
-        tmp_path, path, "--stages", "train,export")[1:3]] == ["train", "export"]
+        tmp_path, path, "--stages", "prepare,train,export")[1:4]] == ["train", "prepare",
+                                                                     "export"]
 
 
 def test_what_is_there_already_counts_nothing(tmp_path, table):

@@ -188,5 +188,7 @@ def test_the_dry_runs_of_an_on_demand_v6e_and_a_flex_start_tpu7x_say_mode_and_im
         out.output)
     assert f"image {TPU7X_IMAGES} (Google's TPU image for TPU tpu7x)" in out.output
     assert "DELETE when Compute Engine ends one" in out.output
-    assert "JAX then sees 8 TPU devices" in out.output  # 4 chips, 2 TensorCores each
+    assert "4 chips of TPU tpu7x, 2 TensorCores each, one device per TensorCore: 8 devices" in (
+        out.output)
+    assert "JAX then sees the 8 devices" in out.output
     assert not tpuctl_home.exists()

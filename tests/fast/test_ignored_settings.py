@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from payload.config import ignored_settings, load_config
-from payload.core import ownership
+from payload.core import folders, ownership
 from tests.support.configs import init_from_config
 from tests.support.runners import tpuctl
 
@@ -103,6 +103,11 @@ def test_an_export_of_another_engines_checkpoints_says_the_engine_asked_for_is_n
     (out / "checkpoints").mkdir()
     (out / "checkpoints" / "checkpoint").write_text('model_checkpoint_path: "ckpt-10"\n')
     (out / "checkpoints" / "run.json").write_text(json.dumps({"engine": "tensorflow"}))
+    for name in ("ckpt-10.index", "ckpt-10.data-00000-of-00001"):
+        (out / "checkpoints" / name).write_bytes(b"")
+    folders.mark_complete(str(out / "checkpoints"), {})
+    (out / "tokenizer").mkdir()
+    (out / "tokenizer" / "tokenizer.json").write_text("{}")
     result = tpuctl("train", "-c", path, "--local", "--dry-run", "--stages", "export",
                     "--engine", "jax", cwd=tmp_path, env={"TPUCTL_HOME": str(tmp_path / "h")})
     assert result.returncode == 0, result.stderr

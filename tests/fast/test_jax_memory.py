@@ -105,7 +105,7 @@ def test_a_step_whose_activations_cannot_fit_is_refused_with_what_would():
     with pytest.raises(UserError) as caught:
         plan_sharding(params, **v5e(4), workload=work)
     message = str(caught.value)
-    assert "64 rows per chip (train.batch_size 256 over 4 chips)" in message
+    assert "64 rows per device (train.batch_size 256 over 4 devices)" in message
     assert "with train.remat none" in message and "16 GiB (14.4 GiB usable)" in message
     assert "train.batch_size 8 or less" in message and "train.remat: full" in message
     from payload.cloud.accelerators import ACCELERATORS

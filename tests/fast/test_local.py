@@ -58,3 +58,20 @@ def test_logs_without_a_job_is_a_user_error(local_run):
     assert result.exit_code != 0 and "no job of run 't'" in str(result.exception)
 
 
+
+
+@pytest.mark.parametrize(("stages", "extra", "needle"), [
+    ("export", [], "nothing to export: no checkpoint in"),
+    ("train,export", [], "no shard manifest at"),
+    ("prepare", [], "no tokenizer at"),
+    ("publish", ["--push-to-hub", "me/m", "--dry-run"], "is not a complete export"),
+])
+def test_a_stage_whose_input_an_earlier_stage_makes_is_refused_before_a_job(
+        local_run, tpuctl_home, tmp_path, stages, extra, needle):
+    """Issue 38 item 5: `--stages export` on an empty output_dir starts no job: one line for
+    the first stage whose input is missing, exit 2, nothing written (no .tpuctl/, no logs/)."""
+    config = local_run()
+    result = tpuctl("train", "-c", config, "--local", "--stages", stages, *extra, cwd=REPO)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1 and needle in result.stderr, result.stderr
+    assert not (tmp_path / "out").exists() and not tpuctl_home.exists(), "nothing is written"

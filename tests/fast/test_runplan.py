@@ -40,7 +40,7 @@ def test_flops_time_and_cost_match_a_hand_calculation():
     # Spot v5e in us-central1: $0.213 per chip-hour x 16 chips = $3.408/h; x 1.3468 h.
     assert plan.usd_per_hour == pytest.approx(3.408)
     assert plan.cost_usd == pytest.approx(4.5898, abs=1e-4)
-    # One replica per chip (16), 4 rows each.
+    # One replica per device (16: one per chip on v5e), 4 rows each.
     assert plan.replicas == 16
     text = "\n".join(runplan.render(plan))
     for needle in ("6.11e12 per step", "6.11e18 in total", "6 x N per token",
@@ -268,11 +268,11 @@ def test_the_jax_engine_says_how_it_lays_the_state_over_the_chips():
     plan = runplan.run_plan(parse_config(xl), hardware=hardware, num_workers=4)
     # 1.5B parameters x 16 bytes of AdamW state = 22 GiB: a 16 GiB v5e chip gives it 9.6 GiB,
     # so the smallest group of the 16 chips that splits it small enough is 4.
-    assert plan.sharding.startswith("FSDP over 4 chips (4 replica groups of 4 chips")
-    assert "sharding: FSDP over 4 chips" in "\n".join(runplan.render(plan))
+    assert plan.sharding.startswith("FSDP over 4 devices (4 replica groups of 4 devices")
+    assert "sharding: FSDP over 4 devices" in "\n".join(runplan.render(plan))
     small = runplan.run_plan(parse_config(plan_config(train={"engine": "jax"})), hardware=hardware,
                              num_workers=4)
-    assert small.sharding.startswith("data parallel (every chip holds the whole state")
+    assert small.sharding.startswith("data parallel (every device holds the whole state")
     tf = runplan.run_plan(parse_config(plan_config(model={"family": "gpt2", "size": "xl"})),
                           hardware=hardware, num_workers=4)
     assert tf.sharding == "" and "sharding:" not in "\n".join(runplan.render(tf))
@@ -295,5 +295,5 @@ def test_dry_run_refuses_a_model_file_the_chips_cannot_hold(tmp_path):
     assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
     errors = [line for line in bad.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, bad.stderr
-    assert "GiB of training state" in errors[0] and "the one chip of v5litepod-1" in errors[0]
+    assert "GiB of training state" in errors[0] and "the one device of v5litepod-1" in errors[0]
     assert not (tmp_path / "home").exists()

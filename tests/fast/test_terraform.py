@@ -12,11 +12,13 @@ import pytest
 
 from launcher.terraform import (
     OUTPUTS,
+    PLAN_FILE,
     STAGED_LIST,
     VARS_FILE,
     InfraOutputs,
     Terraform,
     TerraformVars,
+    planned_changes,
     require_terraform,
     staged_files,
     terraform_argv,
@@ -41,12 +43,16 @@ def output_json(**changes) -> str:
 
 
 def test_argv_never_asks_for_input_and_runs_in_the_working_folder(tmp_path):
-    for verb in ("init", "apply", "destroy"):
+    for verb in ("init", "plan", "apply"):
         argv = terraform_argv("terraform", tmp_path, verb)
         assert argv[:3] == ["terraform", f"-chdir={tmp_path}", verb]
         assert {"-input=false", "-no-color", "-json"} <= set(argv)
-    assert "-auto-approve" in terraform_argv("terraform", tmp_path, "apply")
-    assert "-auto-approve" in terraform_argv("terraform", tmp_path, "destroy")
+    # Every apply is of the plan saved (and vetted) before it: nothing planned anew.
+    assert f"-out={PLAN_FILE}" in terraform_argv("terraform", tmp_path, "plan")
+    assert "-destroy" in terraform_argv("terraform", tmp_path, "plan", destroy=True)
+    assert "-destroy" not in terraform_argv("terraform", tmp_path, "plan")
+    assert terraform_argv("terraform", tmp_path, "apply")[-1] == PLAN_FILE
+    assert terraform_argv("terraform", tmp_path, "show")[-1] == PLAN_FILE
     assert terraform_argv("tf", tmp_path, "output") == ["tf", f"-chdir={tmp_path}", "output",
                                                          "-no-color", "-json"]
     with pytest.raises(ValueError):
@@ -191,3 +197,23 @@ def terraform(tmp_path, monkeypatch):
     return lambda name="run": Terraform(tmp_path / "state" / name, module=TWIN)
 
 
+
+
+def test_a_plan_is_read_as_what_it_would_do_to_what_exists():
+    shown = {"resource_changes": [
+        {"address": "a.new", "mode": "managed", "type": "t", "change": {"actions": ["create"],
+                                                                       "before": None}},
+        {"address": "a.same", "mode": "managed", "type": "t", "change": {"actions": ["no-op"]}},
+        {"address": "a.gone", "mode": "managed", "type": "t",
+         "change": {"actions": ["delete"], "before": {"name": "x"}}},
+        {"address": "a.moved", "mode": "managed", "type": "t",
+         "change": {"actions": ["create", "delete"], "before": {"name": "y"}}},
+        {"address": "a.edited", "mode": "managed", "type": "t",
+         "change": {"actions": ["update"], "before": {"name": "z"}}},
+        {"address": "data.d", "mode": "data", "type": "t", "change": {"actions": ["delete"]}},
+    ]}
+    found = planned_changes(json.dumps(shown))
+    assert [(c.address, c.verb, c.attributes) for c in found] == [
+        ("a.gone", "delete", {"name": "x"}), ("a.moved", "replace", {"name": "y"}),
+        ("a.edited", "update", {"name": "z"})]
+    assert planned_changes("{}") == []

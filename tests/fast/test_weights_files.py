@@ -93,8 +93,8 @@ def test_the_well_formed_file_is_accepted_and_loads_to_the_byte(tmp_path):
 
     folder = model_folder(tmp_path)
     path = str(folder / "model.safetensors")
-    check_before_start(run_config(tmp_path, folder), stages={Stage.TRAIN}, resume=False,
-                       overwrite=False)
+    check_before_start(run_config(tmp_path, folder), stages={Stage.PREPARE, Stage.TRAIN},
+                       resume=False, overwrite=False)
     assert read_header(path) == {EMBEDDINGS: ("F32", (600, 32)), LAYER: ("F32", (32, 32))}
     ours, theirs = load_tensors(path), load_file(path)  # safetensors' reader agrees it is whole
     assert ours.keys() == theirs.keys()

@@ -13,17 +13,7 @@ import pytest
 
 from payload.core import folders
 from payload.core.errors import UserError
-
-
-def tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file()}
-
-
-def truncate(path: Path) -> None:
-    with open(path, "r+b") as f:
-        f.truncate(path.stat().st_size // 2)
-
+from tests.support.broken_checkpoints import array_files, tree, truncate
 
 # --- the JAX engine: Orbax step folders ----------------------------------------------------
 
@@ -52,11 +42,6 @@ def orbax_steps(jax_parts, directory: Path, programs) -> None:
         ckpts = checkpoints(str(directory))
         ckpts.save(trained(program, 2 * i))
         ckpts.close()
-
-
-def array_files(step: Path) -> list[Path]:
-    """The files that hold a step's array data (Orbax's OCDBT `d/` folders)."""
-    return [p for p in step.rglob("*") if p.is_file() and p.parent.name == "d"]
 
 
 def biggest_array_file(step: Path) -> Path:
@@ -201,6 +186,14 @@ def test_a_tensorflow_resume_whose_files_are_gone_never_starts_from_zero(tf, tmp
     assert "ckpt-4" in line and "missing" in line and "no older one can" in line, line
 
 
+def stderr_lines(proc) -> list[str]:
+    """What the launcher's view shows of a stage's stderr (less the libraries' start-up notes
+    of every healthy run: launcher.view.NOISE)."""
+    from launcher.view import shown_lines
+
+    return [line for line in shown_lines(proc.stderr.splitlines()) if line.strip()]
+
+
 # --- through the stages: `python -m payload train --resume` and `export` -------------------
 
 def test_the_stages_meet_a_truncated_step_with_one_line_and_write_nothing(tmp_path):
@@ -223,8 +216,37 @@ def test_the_stages_meet_a_truncated_step_with_one_line_and_write_nothing(tmp_pa
         truncate(data)
     before = tree(tmp_path)
     for stage, args in (("train", ("--resume",)), ("export", ())):
-        line = assert_user_error(run_stage(stage, config, *args), "step 4",
-                                 "cannot be restored", "step 2 is intact", f"move {step} out")
+        proc = run_stage(stage, config, *args)
+        line = assert_user_error(proc, "step 4", "cannot be restored", "step 2 is intact",
+                                 f"move {step} out")
         assert line.startswith("error: --resume" if stage == "train" else "error: export"), line
+        assert stderr_lines(proc) == [line], proc.stderr  # nothing of the reads left in flight
         assert tree(tmp_path) == before, f"{stage} changed output_dir"
 
+
+
+def test_the_preflight_restores_the_whole_state_and_says_the_one_line(tmp_path):
+    """Issue 38 item 4: what the launcher runs on worker 0 before a job (`python -m payload
+    check`) meets a truncated newest step with the train stage's one line, exit 2, nothing
+    written; truncating only the file of the optimizer's moments (which an export would not
+    read) is met too, since a resume restores the whole state."""
+    pytest.importorskip("optax")
+
+    from tests.support.runners import assert_user_error
+    from tests.support.runs import config_beside, run_stage, trained_run
+
+    out = trained_run(tmp_path, "gpt2", engine="jax", steps=4, checkpoint_every=2,
+                      eval_every=2)
+    config = config_beside(out)
+    assert run_stage("check", config, "--stages", "train,export", "--resume").returncode == 0
+    step = out / "checkpoints" / "4"
+    for data in array_files(step):
+        truncate(data)
+    before = tree(tmp_path)
+    for stages, flags, doing in (("train,export", ("--resume",), "--resume"),
+                                 ("export", (), "export")):
+        proc = run_stage("check", config, "--stages", stages, *flags)
+        line = assert_user_error(proc, "step 4", "cannot be restored", "step 2 is intact")
+        assert line.startswith(f"error: {doing}"), line
+        assert stderr_lines(proc) == [line], proc.stderr
+        assert tree(tmp_path) == before

@@ -65,17 +65,23 @@ def test_the_jax_coordinator_listens_only_on_the_workers_address(tmp_path):
         proc.wait()
 
 
-def test_a_coordinator_address_this_host_does_not_hold_falls_back_to_every_interface():
+def test_the_coordinator_binds_a_resolved_address_the_others_reach():
+    """Issue 32, item 6, with this machine's own resolver and interfaces: a name is bound by
+    its address; loopback only when every worker is here; NAT only as the config says."""
     pytest.importorskip("jax")
+    from payload.core.errors import UserError
     from payload.engines.jax.distributed import bind_address
 
     assert bind_address("127.0.0.1:8476") == "127.0.0.1:8476"
-    assert bind_address("localhost:8476") == "localhost:8476"
-    assert bind_address("[::1]:8476") == "[::1]:8476"
-    # An address no interface here has (TEST-NET-3, RFC 5737): a worker reached through NAT.
-    assert bind_address("203.0.113.7:8476") is None
-    assert bind_address("no-such-host.invalid:8476") is None
-
-
-
-
+    assert bind_address("localhost:8476", peers=("localhost",)) == "127.0.0.1:8476"
+    assert bind_address("[::1]:8476", peers=("::1",)) == "[::1]:8476"
+    # A name that is loopback here while a worker is elsewhere (TEST-NET-3, RFC 5737): Debian's
+    # 127.0.1.1 for a machine's own name.
+    with pytest.raises(UserError, match="a loopback address the other workers cannot reach"):
+        bind_address("localhost:8476", peers=("localhost", "203.0.113.8"))
+    # An address no interface here has: a worker reached through NAT.
+    with pytest.raises(UserError, match="is not an address of worker 0"):
+        bind_address("203.0.113.7:8476", peers=("203.0.113.8",))
+    assert bind_address("203.0.113.7:8476", bind="0.0.0.0") == "0.0.0.0:8476"
+    with pytest.raises(UserError, match="cannot resolve"):
+        bind_address("no-such-host.invalid:8476")

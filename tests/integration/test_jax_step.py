@@ -51,7 +51,7 @@ def test_a_model_no_slice_can_hold_is_one_line_with_the_figures():
     with pytest.raises(UserError) as caught:
         plan_sharding(gpt2_params("xl"), num_devices=1, hbm_bytes_per_chip=16 * GIB)
     message = str(caught.value)
-    assert "GiB per chip" in message and "a chip has 16 GiB" in message and "\n" not in message
+    assert "GiB per device" in message and "a device has 16 GiB" in message and "\n" not in message
 
 
 def test_parameter_specs_split_large_tensors_along_a_divisible_dimension():

@@ -190,7 +190,9 @@ def test_the_launchers_preflight_refuses_a_resume_across_engines(tmp_path):
     with pytest.raises(UserError, match="written by the jax engine"):
         check_before_start(tensorflow, stages={Stage.TRAIN}, resume=True, overwrite=False)
     jax = parse_config(training_config(out, "gpt2", engine="jax"))
-    check_before_start(jax, stages={Stage.TRAIN}, resume=True, overwrite=False)
+    with pytest.raises(UserError) as caught:  # the engines agree; what is left: no shards
+        check_before_start(jax, stages={Stage.TRAIN}, resume=True, overwrite=False)
+    assert str(caught.value).startswith("no shard manifest at"), caught.value
 
 
 def test_a_stopped_jax_job_names_the_step_of_its_newest_checkpoint(tmp_path):

@@ -10,15 +10,23 @@ import sys
 import pytest
 
 from launcher.terraform import (
+    PLAN_FILE,
     VARS_FILE,
     ChangeSummary,
+    PlannedChange,
     Terraform,
+    recorded,
     write_vars,
 )
 from payload.core.errors import UserError
 from testbed.fakes.tpu_api import FakeTpuApi
 from tests.support.paths import REPO
 from tests.support.terraform_vars import TWIN, make_vars
+
+
+def no_refusal(changes: list[PlannedChange]) -> None:
+    """These tests own the twin's state alone: no plan of theirs is refused."""
+
 
 # --- plans, parser, writer: no terraform needed ------------------------------------------------
 
@@ -55,11 +63,11 @@ def test_init_apply_output_destroy_and_twice_changes_nothing(terraform):
     assert not any(line.startswith("{") for line in lines)  # JSON messages arrive as text
 
     lines.clear()
-    first = tf.apply(lines.append)
+    first = tf.apply(lines.append, vet=no_refusal)
     assert first == ChangeSummary(add=5, change=0, remove=0)
     assert any(line.startswith("Apply complete! Resources: 5 added") for line in lines)
     assert any("terraform_data.tpu_vm[0]: Creation complete" in line for line in lines)
-    assert tf.apply(lambda line: None).none  # the second apply changes nothing
+    assert tf.apply(lambda line: None, vet=no_refusal).none  # the second apply changes nothing
 
     outputs = tf.outputs()
     assert outputs.bucket == "my-project-1-tpuctl" and outputs.bucket_created is True
@@ -73,9 +81,9 @@ def test_init_apply_output_destroy_and_twice_changes_nothing(terraform):
     assert tf.state_file.exists() and (tf.folder / VARS_FILE).exists()
     assert not list(TWIN.glob("*.tfstate*")) and not (TWIN / ".terraform").exists()
 
-    assert tf.destroy(lambda line: None) == ChangeSummary(add=0, change=0, remove=5)
-    assert tf.destroy(lambda line: None).none  # twice is fine
-    assert Terraform(tf.folder.parent / "never-applied", module=TWIN).destroy(print).none
+    assert tf.destroy(lambda line: None, vet=no_refusal) == ChangeSummary(add=0, change=0, remove=5)
+    assert tf.destroy(lambda line: None, vet=no_refusal).none  # twice is fine
+    assert Terraform(tf.folder.parent / "never-applied", module=TWIN).destroy(print, vet=no_refusal).none
     with pytest.raises(UserError, match="no Terraform outputs"):
         tf.outputs()
 
@@ -84,15 +92,15 @@ def test_changing_a_variable_changes_only_what_depends_on_it(terraform):
     tf = terraform()
     write_vars(tf.folder, make_vars())
     tf.init()
-    tf.apply(lambda line: None)
+    tf.apply(lambda line: None, vet=no_refusal)
     # A queued request instead: the TPU goes, the rest stays, the name is still the contract's.
     write_vars(tf.folder, make_vars(create_tpu=False))
-    assert tf.apply(lambda line: None) == ChangeSummary(add=0, change=0, remove=2)
+    assert tf.apply(lambda line: None, vet=no_refusal) == ChangeSummary(add=0, change=0, remove=2)
     outputs = tf.outputs()
     assert outputs.tpu_created is False and outputs.tpu_name == "demo"
     # An existing bucket is used as it is.
     write_vars(tf.folder, make_vars(create_tpu=False, create_bucket=False, bucket="theirs"))
-    tf.apply(lambda line: None)
+    tf.apply(lambda line: None, vet=no_refusal)
     assert (tf.outputs().bucket, tf.outputs().bucket_created) == ("theirs", False)
 
 
@@ -106,13 +114,13 @@ def test_a_second_up_with_the_same_inputs_replaces_no_tpu(terraform, provisionin
         tf = terraform()
         write_vars(tf.folder, make_vars(provisioning=provisioning))
         tf.init()
-        tf.apply(lambda line: None)
+        tf.apply(lambda line: None, vet=no_refusal)
         lines: list[str] = []
-        assert tf.apply(lines.append).none, [line for line in lines if "tpu" in line]
-        assert tf.apply(lambda line: None).none
+        assert tf.apply(lines.append, vet=no_refusal).none, [line for line in lines if "tpu" in line]
+        assert tf.apply(lambda line: None, vet=no_refusal).none
         # The apply `train --down` makes to grant the self-delete right before training.
         write_vars(tf.folder, make_vars(provisioning=provisioning, allow_self_delete=True))
-        granted = tf.apply(lambda line: None)
+        granted = tf.apply(lambda line: None, vet=no_refusal)
         assert (granted.add, granted.remove) == (0, 0) and granted.change >= 1
         assert len(api.requests("CreateNode")) == 1 and api.requests("DeleteNode") == []
         sent = api.requests("CreateNode")[0].body.get("schedulingConfig")
@@ -125,18 +133,18 @@ def test_fields_the_provider_forces_new_replace_the_tpu_and_labels_do_not(terraf
     tf = terraform()
     write_vars(tf.folder, make_vars())
     tf.init()
-    tf.apply(lambda line: None)
+    tf.apply(lambda line: None, vet=no_refusal)
     # Labels, metadata, tags and description: updated in place.
     write_vars(tf.folder, make_vars(labels={"team": "nlp"}))
-    changed = tf.apply(lambda line: None)
+    changed = tf.apply(lambda line: None, vet=no_refusal)
     assert changed.add == changed.remove == 0 and changed.change >= 1
     for forced in ({"runtime_version": "tpu-ubuntu2204-base"}, {"provisioning": "spot"},
                    {"accelerator_type": "v4-8"}, {"enable_external_ips": False}):
         write_vars(tf.folder, make_vars(labels={"team": "nlp"}, **forced))
-        replaced = tf.apply(lambda line: None)
+        replaced = tf.apply(lambda line: None, vet=no_refusal)
         assert (replaced.add, replaced.remove) == (1, 1), forced
         write_vars(tf.folder, make_vars(labels={"team": "nlp"}))
-        tf.apply(lambda line: None)
+        tf.apply(lambda line: None, vet=no_refusal)
 
 
 def test_derived_names_fit_googles_limits_for_the_longest_tpu_name(terraform):
@@ -144,7 +152,7 @@ def test_derived_names_fit_googles_limits_for_the_longest_tpu_name(terraform):
     longest = "t" + "-x" * 31  # 63 characters
     write_vars(tf.folder, make_vars(tpu_name=longest))
     tf.init()
-    tf.apply(lambda line: None)
+    tf.apply(lambda line: None, vet=no_refusal)
     outputs = tf.outputs()
     account_id = outputs.service_account.split("@")[0]
     assert 6 <= len(account_id) <= 30 and account_id[0].isalpha() and account_id[-1] != "-"
@@ -169,9 +177,54 @@ def test_a_failing_apply_is_one_line_with_terraforms_own_error(terraform, change
     write_vars(tf.folder, make_vars(**changes))
     tf.init()
     with pytest.raises(UserError) as err:
-        tf.apply(lambda line: None)
+        tf.apply(lambda line: None, vet=no_refusal)
     message = str(err.value)
     assert message.startswith("terraform apply failed: Invalid value for variable: ")
     assert needle in message and "\n" not in message
     assert str(tf.folder) in err.value.hint
     assert not tf.state_file.exists()  # nothing was made
+
+
+def test_every_apply_and_destroy_is_a_plan_the_vet_sees_first_and_may_refuse(terraform):
+    """The vet sees each resource a plan would delete, replace or update, with what the state
+    holds for it; one that raises leaves the state and the variables' effect unapplied."""
+    tf = terraform()
+    write_vars(tf.folder, make_vars())
+    tf.init()
+    first: list[list[PlannedChange]] = []
+    tf.apply(lambda line: None, vet=first.append)
+    assert first == [[]]  # creates only: nothing that exists is touched
+    state = tf.state_file.read_text()
+
+    write_vars(tf.folder, make_vars(create_tpu=False, labels={"team": "nlp"}))
+
+    def refuse(changes: list[PlannedChange]) -> None:
+        seen.extend(changes)
+        raise UserError("not this one")
+
+    seen: list[PlannedChange] = []
+    with pytest.raises(UserError, match="not this one"):
+        tf.apply(lambda line: None, vet=refuse)
+    verbs = {change.address: change.verb for change in seen}
+    assert verbs["terraform_data.tpu_vm[0]"] == "delete"
+    assert verbs["terraform_data.bucket[0]"] == "update"  # its labels
+    (tpu,) = [change for change in seen if change.address == "terraform_data.tpu_vm[0]"]
+    assert recorded(tpu.attributes, "name") == "demo"  # what the state says it made
+    assert recorded(tpu.attributes, "zone") == "us-central2-b"
+    assert tf.state_file.read_text() == state  # nothing applied
+    assert not (tf.folder / PLAN_FILE).exists()  # and no plan left to apply
+    with pytest.raises(ValueError, match="without a plan"):
+        tf.apply_plan(lambda line: None)
+
+    write_vars(tf.folder, make_vars(tpu_name="other"))
+    replaced: list[PlannedChange] = []
+    tf.apply(lambda line: None, vet=replaced.extend)
+    assert {c.address: c.verb for c in replaced}["terraform_data.tpu_vm[0]"] == "replace"
+    assert tf.outputs().tpu_name == "other"
+
+    with pytest.raises(UserError, match="not this one"):
+        tf.destroy(lambda line: None, vet=refuse)
+    assert tf.outputs().tpu_name == "other"  # the destroy was refused: all still there
+    gone: list[PlannedChange] = []
+    tf.destroy(lambda line: None, vet=gone.extend)
+    assert {c.verb for c in gone} == {"delete"} and len(gone) == 5  # as many as made

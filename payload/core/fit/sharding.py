@@ -1,15 +1,16 @@
-"""How the JAX engine lays the training state over a slice's chips, and whether a step's
+"""How the JAX engine lays the training state over a slice's devices, and whether a step's
 activations fit beside it, worked out without JAX.
 
     plan = plan_sharding(1_557_611_200, num_devices=16, hbm_bytes_per_chip=16 << 30)
-    plan.kind            # "FSDP over 4 chips": the smallest group whose share fits a chip
+    plan.kind            # "FSDP over 4 devices": the smallest group whose share fits a device
     plan_sharding(1_557_611_200, num_devices=1, hbm_bytes_per_chip=16 << 30, where="v5litepod-1",
                   larger=accelerators.larger_slices("v5litepod-1"))
     # UserError: "... need 23.2 GiB of training state ..." hint: "use v5litepod-4 or larger ..."
     plan_sharding(..., workload=Workload.of(...))   # also activations and train.remat: auto
 
 Pure arithmetic on the parameter count, the step's shapes (payload.core.fit.memory) and the
-accelerator table's memory per chip, so the run plan, the launcher's dry run and the config
+accelerator table's memory per device (a chip's, shared by the devices it shows: two on
+TPU7x, one elsewhere), so the run plan, the launcher's dry run and the config
 check say what the step (payload.engines.jax.step, which builds the mesh from the same plan)
 will do, and refuse what cannot fit, naming what would (the caller names the larger slices of
 the same chips, from the accelerator table), before any JAX import or TPU hour.
@@ -53,23 +54,23 @@ class ShardingPlan:
 
     @property
     def kind(self) -> str:
-        return "data parallel" if self.fsdp == 1 else f"FSDP over {self.fsdp} chips"
+        return "data parallel" if self.fsdp == 1 else f"FSDP over {self.fsdp} devices"
 
     def describe(self) -> str:
         """The plan in words, with the memory figures it was chosen by."""
         share = self.hbm_bytes_per_chip * STATE_SHARE_OF_HBM
-        layout = (f"every chip holds the whole state, the batch split over {self.data}"
+        layout = (f"every device holds the whole state, the batch split over {self.data}"
                   if self.fsdp == 1 else
                   f"{self.data} replica group{'s' if self.data > 1 else ''} of {self.fsdp} "
-                  "chips, each chip holding 1/" f"{self.fsdp} of the state")
+                  "devices, each holding 1/" f"{self.fsdp} of the state")
         said = (f"{self.kind} ({layout}): {self.state_bytes_per_chip / GIB:.1f} GiB of "
-                f"weights, gradients and optimizer state per chip, of the "
+                f"weights, gradients and optimizer state per device, of the "
                 f"{share / GIB:.1f} GiB ({STATE_SHARE_OF_HBM:.0%} of "
-                f"{self.hbm_bytes_per_chip / GIB:.0f} GiB) a chip gives them")
+                f"{self.hbm_bytes_per_chip / GIB:.0f} GiB) a device gives them")
         if self.activation_bytes_per_chip is None:
             return said
         return (f"{said}; activations about {self.activation_bytes_per_chip / GIB:.1f} GiB per "
-                f"chip with train.remat {self.remat} ({_REMAT_WORDS[self.remat]}), "
+                f"device with train.remat {self.remat} ({_REMAT_WORDS[self.remat]}), "
                 f"{self.total_bytes_per_chip / GIB:.1f} GiB in all of the "
                 f"{self.hbm_bytes_per_chip * USABLE_SHARE_OF_HBM / GIB:.1f} GiB usable")
 
@@ -169,18 +170,18 @@ def _larger_slice(num_params: int, *, optimizer: str, hbm_bytes_per_chip: int, w
 def _no_room_for_state(num_params, state, *, num_devices, hbm_bytes_per_chip, optimizer,
                        where, workload, larger) -> UserError:
     budget = int(hbm_bytes_per_chip * STATE_SHARE_OF_HBM)
-    chips = (f"the {num_devices} chips" if num_devices > 1 else "the one chip") + (
+    chips = (f"the {num_devices} devices" if num_devices > 1 else "the one device") + (
         f" of {where}" if where else "")
     fits = math.ceil(state / budget)
     smaller = ", or train.optimizer: adafactor (half the state)" if optimizer == "adamw" else ""
     bigger = _larger_slice(num_params, optimizer=optimizer, hbm_bytes_per_chip=hbm_bytes_per_chip,
                            workload=workload, larger=larger)
     slices = (f"use {bigger} or larger" if bigger else
-              f"use a slice of at least {fits} such chips")
+              f"use a slice of at least {fits} such devices")
     return UserError(
         f"the model's {num_params / 1e6:,.0f}M parameters need {state / GIB:.1f} GiB of "
-        f"training state ({optimizer}): {state / num_devices / GIB:.1f} GiB per chip even split "
-        f"(FSDP) over {chips}, but a chip has {hbm_bytes_per_chip / GIB:.0f} GiB "
+        f"training state ({optimizer}): {state / num_devices / GIB:.1f} GiB per device even "
+        f"split (FSDP) over {chips}, but a device has {hbm_bytes_per_chip / GIB:.0f} GiB "
         f"({budget / GIB:.1f} GiB of it for the state)",
         hint=f"{slices}, chips with more memory or a smaller model{smaller}",
     )
@@ -210,13 +211,14 @@ def _no_room_for_activations(num_params, state, groups, *, num_devices, hbm_byte
     bigger = _larger_slice(num_params, optimizer=optimizer, hbm_bytes_per_chip=hbm_bytes_per_chip,
                            workload=workload, larger=larger)
     if bigger:
-        ways.append(f"{bigger} (the same batch over more chips)")
+        ways.append(f"{bigger} (the same batch over more devices)")
     ways.append("a shorter data.seq_len or a smaller model")
-    what = f"{where}'s chips" if where else "a chip"
+    what = f"{where}'s devices" if where else "a device"
     return UserError(
-        f"a training step of {rows} rows per chip (train.batch_size {workload.batch_size} over "
-        f"{num_devices} chip{'s' if num_devices > 1 else ''}) at seq_len {workload.seq_len} "
-        f"needs about {held / GIB:.1f} GiB of activations per chip with train.remat {policy}, "
+        f"a training step of {rows} rows per device (train.batch_size {workload.batch_size} "
+        f"over {num_devices} device{'s' if num_devices > 1 else ''}) at seq_len "
+        f"{workload.seq_len} needs about {held / GIB:.1f} GiB of activations per device with "
+        f"train.remat {policy}, "
         f"beside {math.ceil(state / fsdp) / GIB:.1f} GiB of training state, but {what} have "
         f"{hbm_bytes_per_chip / GIB:.0f} GiB ({usable / GIB:.1f} GiB usable)",
         hint="use " + "; or ".join(ways),

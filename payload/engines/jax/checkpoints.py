@@ -16,12 +16,14 @@ tf.io.gfile whenever TensorFlow is installed (etils 1.x `gpath._backend`), else 
 (not installed here); EPATH_USE_TF=false turns that off.
 
 A step that cannot be restored (truncated files, another model's arrays) is one line naming it
-and the newest intact step (payload.training.checkpoints.restore_newest); Orbax's own error and
-the noise its unfinished reads make are dropped (`read_step`).
+and the newest intact step (payload.training.checkpoints.restore_newest); Orbax's own error is dropped, and the reads it
+left in flight are waited for before its event loop closes (`read_step`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import logging
 import re
@@ -40,6 +42,9 @@ _SHAPES = re.compile(r"Requested shape: (\(.*?\)) is not compatible with the sto
                      r"(\(.*?\))")
 
 
+_READING = re.compile(r'Error reading "([^"/]+)')
+
+
 def describe_failure(exc: BaseException) -> str:
     """Why Orbax could not restore a step, in words (its own messages run to pages)."""
     text = str(exc)
@@ -51,28 +56,69 @@ def describe_failure(exc: BaseException) -> str:
         return "it holds another model's arrays (their names and nesting differ)"
     if text.startswith("Encountered error while reading array"):
         return "its array data are truncated or unreadable"
+    reading = _READING.search(text)  # tensorstore's: which array's file it could not read
+    if reading:
+        return (f"its array data are truncated or unreadable: {reading.group(1)} could not "
+                "be read")
     first = (text.strip().splitlines() or [type(exc).__name__])[0]
-    return f"its files are truncated or unreadable: {first[:120]}"
+    if len(first) > 120:  # cut between words, never inside a quotation
+        first = first[:120].rsplit(" ", 1)[0].replace('"', "") + " ..."
+    return f"its files are truncated or unreadable: {first}"
 
 
 class UnreadableStep(Exception):
     """A step Orbax could not restore, and why in words."""
 
 
+# How long a failed restore waits for the reads it left in flight (tensorstore's, each bounded
+# by its file's size) before it lets their event loop go.
+DRAIN_S = 30.0
+
+
+class _DrainingLoop(asyncio.SelectorEventLoop):
+    """An event loop that, closed while tasks of its own are pending, first lets them finish
+    (at most DRAIN_S): a restore whose first read failed leaves the others in flight on
+    tensorstore's threads, and each one that completes into a closed loop is reported from C
+    as a traceback ending in "RuntimeError: Event loop is closed"."""
+
+    def close(self) -> None:
+        if not self.is_running() and not self.is_closed():
+            pending = [t for t in asyncio.all_tasks(self) if not t.done()]
+            if pending:
+                self.run_until_complete(asyncio.wait(pending, timeout=DRAIN_S))
+        super().close()
+
+
+class _DrainingPolicy(asyncio.DefaultEventLoopPolicy):
+    def new_event_loop(self) -> asyncio.AbstractEventLoop:
+        return _DrainingLoop()
+
+
+@contextlib.contextmanager
+def _loops_that_drain():
+    """While a restore runs, the event loops Orbax makes for it (asyncio_utils.run_sync: a
+    fresh loop per call, closed when its coroutine ends) wait for their pending reads."""
+    policy = asyncio.get_event_loop_policy()
+    asyncio.set_event_loop_policy(_DrainingPolicy())
+    try:
+        yield
+    finally:
+        asyncio.set_event_loop_policy(policy)
+
+
 def read_step(restore: Callable[[], T]) -> T:
     """`restore()`, with Orbax's failure turned into UnreadableStep. A failed restore leaves
-    Orbax's other reads unfinished, and Python reports each one ("Task exception was never
-    retrieved", "Event loop is closed", with tracebacks) when the error that holds them is
-    dropped: pages of noise after the one line that says what is wrong. The error is dropped
-    here, with those reports silenced, and only its description goes on. Reads still pending
-    when the interpreter ends are reported at its teardown, after this has returned: a stage
-    that failed with its one line drops those too (payload/__main__.py)."""
+    Orbax's other reads unfinished: its event loop waits for them before it closes
+    (_DrainingLoop), and Python's reports of the ones whose results nobody retrieves ("Task
+    exception was never retrieved", with tracebacks) are silenced while the error that holds
+    them is dropped here; only its description goes on."""
     hook, asyncio_log = sys.unraisablehook, logging.getLogger("asyncio")
     level = asyncio_log.level
     sys.unraisablehook, asyncio_log.level = (lambda _: None), logging.CRITICAL
     try:
         try:
-            return restore()
+            with _loops_that_drain():
+                return restore()
         except MemoryError:
             raise
         except Exception as exc:  # Orbax and tensorstore raise bare Exceptions too

@@ -5,8 +5,9 @@
 On a TPU slice each host is one process over its own chips; in the local CPU mode each worker
 process is one host over its CPU, and the processes reduce over gloo (JAX's CPU collectives),
 so the multi-host path is the one that runs in tests. Process 0's coordination service has no
-authentication, so it listens only on the address the other processes are given
-(`bind_address`), not on every interface as JAX would by default.
+authentication, so it listens only on the address the other processes reach it at, resolved
+here (`bind_address`; payload.training.coordinator decides), not on every interface as JAX
+would by default, unless the config says so (cluster.coordinator_bind).
 """
 
 from __future__ import annotations
@@ -16,12 +17,21 @@ import socket
 
 import jax
 
+from payload.training.coordinator import (
+    BIND_KEY,
+    EVERY_INTERFACE,
+    listen_address,
+    split_address,
+)
+
 log = logging.getLogger(__name__)
 
 
-def join(*, coordinator: str, num_processes: int, process_id: int) -> None:
-    """Connect this process to the others (process 0 serves `coordinator`, "HOST:PORT").
-    One process needs nothing. Call before anything touches a device."""
+def join(*, coordinator: str, num_processes: int, process_id: int,
+         peers: tuple[str, ...] = (), bind: str | None = None) -> None:
+    """Connect this process to the others (process 0 serves `coordinator`, "HOST:PORT"; `peers`:
+    the other workers' hosts; `bind`: cluster.coordinator_bind). One process needs nothing.
+    Call before anything touches a device."""
     if num_processes <= 1:
         return
     # CPU arrays that span processes need a collectives library to reduce; the setting only
@@ -33,29 +43,41 @@ def join(*, coordinator: str, num_processes: int, process_id: int) -> None:
     # not name. Without it SIGTERM ends the stage at once, as it ends a TensorFlow one, and the
     # newest complete checkpoint is the one --resume takes (payload.jobs.agent.stop_words).
     jax.config.update("jax_enable_preemption_service", False)
-    bind = bind_address(coordinator) if process_id == 0 else None
-    if process_id == 0 and bind is None:
-        log.warning("the JAX coordinator listens on every interface: %s is not an address of "
-                    "this host (a NAT address?), so it cannot listen there alone", coordinator)
+    listen = bind_address(coordinator, peers=peers, bind=bind) if process_id == 0 else None
+    if listen is not None and split_address(listen)[0] in EVERY_INTERFACE:
+        log.info("the JAX coordinator listens on every interface (%s: %s)", BIND_KEY, bind)
     jax.distributed.initialize(coordinator, num_processes=num_processes, process_id=process_id,
-                               coordinator_bind_address=bind)
+                               coordinator_bind_address=listen)
 
 
-def bind_address(coordinator: str) -> str | None:
-    """`coordinator` ("HOST:PORT", "[V6]:PORT") when this host can listen on that address,
-    else None (JAX's default then: every interface). A worker addressed through NAT (an
-    external address that no interface of the host holds) keeps working that way; every
-    address a provider gives as a worker's own internal one is bound alone."""
-    host = coordinator.rsplit(":", 1)[0].strip("[]")
+def bind_address(coordinator: str, *, peers: tuple[str, ...] = (), bind: str | None = None
+                 ) -> str:
+    """The "ADDRESS:PORT" worker 0's coordinator listens on (payload.training.coordinator
+    decides; a UserError when none the others reach): `coordinator`'s host and each peer
+    resolved here, and which of those addresses this host holds."""
+    host, _ = split_address(coordinator)
+    resolved = _resolve(host)
+    found = [_resolve(peer) for peer in peers]
+    candidates = {*resolved, *(a for each in found for a in each), *([bind] if bind else [])}
+    own = {address for address in candidates if _holds(address)}
+    return listen_address(coordinator, resolved=resolved, peers=found, own=own, bind=bind)
+
+
+def _resolve(host: str) -> list[str]:
+    """The addresses `host` resolves to here, in the resolver's order; none when it does not."""
     try:
         found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError):
-        return None
-    for family, _, _, _, address in found:
-        try:
-            with socket.socket(family, socket.SOCK_STREAM) as probe:
-                probe.bind((address[0], 0))  # a free port of that address: is it ours?
-        except OSError:
-            continue
-        return coordinator
-    return None
+        return []
+    return list(dict.fromkeys(str(address[0]) for *_, address in found))
+
+
+def _holds(address: str) -> bool:
+    """Whether this host can listen on `address` (an interface of its own holds it)."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((address, 0))  # a free port of that address: is it ours?
+    except OSError:
+        return False
+    return True

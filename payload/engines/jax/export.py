@@ -56,6 +56,20 @@ def trained_weights(config, hf_config) -> TrainedWeights:
                           checkpoint=storage.join(directory, str(step)))
 
 
+def check_resumable(config, hf_config) -> None:
+    """What `--resume` would restore, restored once on this host's CPU and dropped: the whole
+    newest train state (parameters and optimizer moments), placed as the train stage's program
+    has it; one that cannot be restored is the one line naming the newest intact step."""
+    jax.config.update("jax_platforms", "cpu")  # as the export: never the TPU (see above)
+    program = jax_step.TrainProgram(hf_config.to_dict(), family=config.model.family,
+                                    train_cfg=config.train, mesh=one_cpu_mesh())
+    ckpts = Checkpoints(layout.checkpoints_dir(config.output_dir))
+    try:
+        ckpts.restore_latest(program.abstract_state(), doing="--resume")
+    finally:
+        ckpts.close()
+
+
 def _restore_params(step_dir: str, program: jax_step.TrainProgram):
     """The parameters alone of a train state Orbax saved in `step_dir`: a third of the state's
     memory (no optimizer moments), and an export that does not care which optimizer trained."""

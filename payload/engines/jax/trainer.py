@@ -35,7 +35,8 @@ class JaxTrainer:
         from payload.engines.jax.distributed import join
 
         join(coordinator=plan.coordinator, num_processes=plan.num_processes,
-             process_id=plan.process_id)
+             process_id=plan.process_id, peers=plan.coordinator_peers,
+             bind=plan.coordinator_bind)
         import jax
 
         from payload.core.fit.attention import generation_of

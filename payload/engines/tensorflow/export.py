@@ -115,6 +115,25 @@ def restored_model(output_dir: str, hf_config):
     return model, path
 
 
+def check_resumable(config, hf_config) -> None:
+    """What `--resume` would restore, read once and dropped: the newest checkpoint's model
+    variables into a model of this run's shapes, and every tensor it holds (the optimizer's
+    slots too) through the checkpoint's reader, which checks each one's size and checksum; one
+    that cannot be read is the one line naming the newest intact checkpoint."""
+    import tensorflow as tf
+
+    model = float32_model(hf_config)
+    checkpoint = tf.train.Checkpoint(model=model)
+
+    def restore(path: str) -> None:
+        checkpoint.restore(path).expect_partial().assert_existing_objects_matched()
+        reader = tf.train.load_checkpoint(path)
+        for name in reader.get_variable_to_shape_map():
+            reader.get_tensor(name)
+
+    restore_newest(config.output_dir, restore, doing="--resume")
+
+
 def trained_weights(config, hf_config) -> TrainedWeights:
     """The newest complete checkpoint in output_dir/checkpoints/, its weights under PyTorch's
     names (payload.training.trainer)."""

@@ -206,6 +206,8 @@ def render(report: dict) -> list[str]:
     attention kernel in the program, FLOPs beside the formula, the compile time."""
     train, evaluation = report["train"], report["eval"]
     memory = train["memory"]
+    # Per chip where a chip is one device; TPU7x's two TensorCores are two devices of half its HBM.
+    per = "chip" if report["devices"] == report["chips"] else "device"
     mesh = report["mesh"]
     layout_words = ("data parallel" if mesh["fsdp"] == 1 else
                     f"FSDP over {mesh['fsdp']} devices")
@@ -213,12 +215,12 @@ def render(report: dict) -> list[str]:
         f"compile: {report['accelerator']} = {report['devices']} {report['device_kind']} "
         f"devices ({report['topology']}), mesh data {mesh['data']} x fsdp {mesh['fsdp']} "
         f"({layout_words}), train.remat {report['remat']}",
-        f"compiled train step: {_gib(train['hbm_bytes'])} HBM per chip (arguments "
+        f"compiled train step: {_gib(train['hbm_bytes'])} HBM per {per} (arguments "
         f"{_gib(memory['arguments'])} + temporaries {_gib(memory['temporaries'])} + outputs "
         f"{_gib(memory['outputs'])} - aliased {_gib(memory['aliased'])}) of "
         f"{report['hbm_bytes_per_device'] / GIB:.0f} GiB; the plan estimated "
         f"{_gib(report['estimate_bytes'])}",
-        f"compiled eval step: {_gib(evaluation['hbm_bytes'])} HBM per chip",
+        f"compiled eval step: {_gib(evaluation['hbm_bytes'])} HBM per {per}",
         f"attention in the compiled program: {attention_words(train['kernels'])}",
     ]
     formula = report["flops_per_step_formula"]

@@ -53,7 +53,7 @@ def compile_for_tpu(config, acc: Accelerator, target: CompileTopology) -> dict:
     devices = list(topology.devices)
     architecture = run_architecture(config)
     num_params = count_parameters(architecture).total
-    hbm = (acc.hbm_gib_per_chip << 30) // acc.jax_devices_per_chip
+    hbm = acc.hbm_bytes_per_device
     workload = Workload.of(architecture, model=config.model, data=config.data,
                            train=config.train, platform="tpu", generation=acc.generation)
 

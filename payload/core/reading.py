@@ -140,6 +140,9 @@ def _depth(value) -> int:
     return deepest
 
 
+NOT_JSON = "is not JSON"
+
+
 def json_value(raw: bytes | str):
     """`raw` parsed as JSON, and what is wrong with it (None when nothing): not JSON (or not
     UTF-8), or nested deeper than JSON_DEPTH."""
@@ -148,7 +151,7 @@ def json_value(raw: bytes | str):
     except RecursionError:
         return None, f"nests deeper than {JSON_DEPTH} levels"
     except ValueError:  # UnicodeDecodeError included
-        return None, "is not JSON"
+        return None, NOT_JSON
     if _depth(value) > JSON_DEPTH:
         return None, f"nests deeper than {JSON_DEPTH} levels"
     return value, None

@@ -58,9 +58,13 @@ def planned_vocab_size(config: RunConfig) -> int:
         raw = _folder_files(config).get(TOKENIZER_FILE)
         if raw is not None:
             what = tokenizer_label(config)
+            value, problem = reading.json_value(raw)
+            if problem and problem != reading.NOT_JSON:  # too deep to be anything
+                raise UserError(f"{what} {problem}", hint="save it with a Hugging Face fast "
+                                                         "tokenizer's save_pretrained")
             try:
-                return tokenizer_json_size(reading.parse_json(raw, what=what))
-            except (KeyError, TypeError, AttributeError, ValueError):  # JSON, not a tokenizer's
+                return tokenizer_json_size(value)
+            except (KeyError, TypeError, AttributeError, ValueError):  # not a tokenizer's JSON
                 raise UserError(f"{what} is not a tokenizer (no model vocabulary in it)",
                                 hint="save it with a Hugging Face fast tokenizer's "
                                      "save_pretrained") from None
@@ -97,6 +101,8 @@ def _folder_files(config: RunConfig) -> dict[str, bytes]:
     """The run's tokenizer files (TOKENIZER_FILES) its folder holds, read once into a private
     copy (payload.core.reading.read_folder: the folder's own plain files, no link followed)."""
     folder = tokenizer_source(config)
+    if not _reused_from(config) and not storage.is_gcs(folder) and not os.path.isdir(folder):
+        return {}  # not trained yet: read_tokenizer_files says so
     return reading.read_folder(folder, TOKENIZER_FILES, source=_reused_from(config) or folder)
 
 

@@ -265,6 +265,9 @@ def _points_elsewhere(key: str) -> bool:
     return key in ("auto_map", "name_or_path") or key.endswith(("_file", "_files"))
 
 
+_WARNED: set[str] = set()
+
+
 def _own_settings(raw: bytes, what: str) -> bytes:
     """tokenizer_config.json without the keys that point elsewhere (one line in the log when
     one pointed somewhere): what is loaded is then the tokenizer.json that was fingerprinted."""
@@ -277,7 +280,8 @@ def _own_settings(raw: bytes, what: str) -> bytes:
     if not dropped:
         return raw
     shown = [key for key in dropped if key != "name_or_path" and settings[key]]
-    if shown:
+    if shown and what not in _WARNED:  # once a process: the stages read the files more than once
+        _WARNED.add(what)
         log.warning("%s: %s ignored: tpuctl reads only the folder's own tokenizer files",
                     what, ", ".join(f"{k}={json.dumps(settings[k])[:60]}" for k in shown))
     return _settings_bytes({k: v for k, v in settings.items() if k not in dropped})

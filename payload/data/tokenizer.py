@@ -339,7 +339,8 @@ def load_tokenizer(config: RunConfig, files: dict[str, bytes] | None = None):
     try:
         tok = Tokenizer.from_str(raw.decode("utf-8"))
     except Exception as exc:  # the Rust side raises a plain Exception for bad files
-        raise UserError(f"{tokenizer_label(config)} is not a valid tokenizer ({one_line(str(exc))[:200]})") from None
+        raise UserError(f"{tokenizer_label(config)} is not a valid tokenizer "
+                        f"({one_line(str(exc))[:200]})") from None
     return tok, tokenizer_fp
 
 
@@ -381,10 +382,12 @@ def check_replacement(config: RunConfig, *, overwrite: bool,
     current = storage.join(out, TOKENIZER_FILE)
     if not storage.exists(current):
         return True
-    held = fingerprint(reading.read_file(current, limit=reading.JSON_LIMIT))
+    def held() -> str:
+        return fingerprint(reading.read_file(current, limit=reading.JSON_LIMIT), what=current)
+
     if _reused_from(config):
         wanted = (files or read_tokenizer_files(config))[TOKENIZER_FILE]
-        if fingerprint(wanted) == held:
+        if fingerprint(wanted) == held():
             return True  # the same tokenizer: copying it again changes nothing
         why = f"{_reused_from(config)} is another tokenizer"
     else:
@@ -393,7 +396,7 @@ def check_replacement(config: RunConfig, *, overwrite: bool,
         if storage.exists(stamp_path) and _read_json(stamp_path) == stamp:
             return False
         why = "the tokenizer settings or the corpus changed"
-    users = made_with(config.output_dir, held)
+    users = made_with(config.output_dir, held())
     if users and not overwrite:
         raise UserError(
             f"{out} would be replaced ({why}), but {' and '.join(users)} were made with it",

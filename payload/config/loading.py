@@ -26,6 +26,7 @@ from payload.config.checks import cross_problems
 from payload.config.clusters import CLUSTERS, Cluster
 from payload.config.run import RUN_NAME, RunConfig
 from payload.config.sections import DataConfig, HubConfig, ModelConfig, TokenizerConfig, TrainConfig
+from payload.core import reading
 from payload.core.errors import UserError, UserErrors
 
 
@@ -321,15 +322,12 @@ def load_config(path: str | os.PathLike, *, engine: str | None = None) -> RunCon
     if path.is_dir():
         raise UserError(f"{path} is a folder, not a config file",
                         hint=f"pass -c {path / 'tpuctl.yaml'}, or run `tpuctl init {path}`")
-    if not path.is_file():
+    if not path.exists():
         raise UserError(
             f"no config file at {path}", hint="pass -c PATH, or run `tpuctl init` to write one"
         )
-    try:
-        text = path.read_bytes()
-    except OSError as exc:
-        raise UserError(f"cannot read the config {path}: {exc.strerror or exc}",
-                        hint="check the file's permissions") from None
+    # A named pipe or a device is refused (never waited on), a huge file too.
+    text = reading.read_file(str(path), what=f"the config {path}", limit=reading.CONFIG_LIMIT)
     try:
         raw = yaml.load(text.decode("utf-8"), Loader=_StrictLoader)  # a SafeLoader
     except _DuplicateKey as dup:

@@ -6,10 +6,7 @@
 
 from __future__ import annotations
 
-import json
-import os
 import re
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -22,10 +19,11 @@ from payload.config.base import (
     Section,
     check_scheme,
 )
+from payload.core import reading
 from payload.core.engines import DEFAULT as DEFAULT_ENGINE
 from payload.core.errors import UserError
-from payload.core.families import positions_needed
-from payload.core.sizes import SHAPE_DEFAULTS, SIZES
+from payload.core.families import check_shape
+from payload.core.sizes import SHAPE_DEFAULTS, SIZES, config_settings
 
 
 class DataConfig(Section):
@@ -194,35 +192,14 @@ class HubConfig(Section):
 
 def check_model_config_file(path: str, family: str, *, seq_len: int | None = None) -> dict:
     """`model.config` is a readable transformers config.json for `family` (with positions for
-    rows of `seq_len`, when given): checked without transformers, before a job starts and
-    before the train stage builds the model."""
-    if os.path.isdir(path):
-        raise UserError(f"model.config: {path} is a folder",
-                        hint="point it at the config.json file (a transformers model config)")
-    try:
-        raw = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise UserError(f"model.config: cannot read {path} (no such file)",
-                        hint="check the path (relative paths are relative to the config file)"
-                        ) from None
-    except OSError as exc:
-        raise UserError(f"model.config: cannot read {path} ({exc.strerror or exc})") from None
-    try:
-        config = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise UserError(f"model.config: {path} is not JSON",
-                        hint="point it at a transformers config.json") from None
-    if not isinstance(config, dict) or "model_type" not in config:
-        raise UserError(f"model.config: {path} has no model_type",
-                        hint="point it at a transformers config.json")
+    rows of `seq_len`, when given), as its settings: checked without transformers, before a job
+    starts and before the train stage builds the model (which builds it from these settings,
+    so both read the same bytes)."""
+    what = f"model.config {path}"
+    hint = "point it at the config.json file (a transformers model config)"
+    config = config_settings(reading.read_file(path, what=what, hint=hint), what=what)
     if config["model_type"] != family:
         raise UserError(f"model.config is a {config['model_type']} config but model.family is "
                         f"{family}", hint="make them agree")
-    positions = config.get("max_position_embeddings") or config.get("n_positions")
-    if seq_len is not None and isinstance(positions, int) and (
-            positions < positions_needed(family, seq_len)):
-        raise UserError(f"model.config: {path} has {positions} positions, too few for "
-                        f"data.seq_len {seq_len} (a {family} model needs "
-                        f"{positions_needed(family, seq_len)})",
-                        hint="lower data.seq_len or raise the position count in that file")
+    check_shape(config, family, seq_len=seq_len, what=what)
     return config

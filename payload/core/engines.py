@@ -20,7 +20,7 @@ import importlib.util
 import re
 from dataclasses import dataclass
 
-from payload.core import folders, layout, storage
+from payload.core import folders, layout, reading, storage
 from payload.core.errors import UserError
 from payload.core.pytorch_weights import TF_WEIGHTS, WEIGHTS
 
@@ -180,7 +180,8 @@ class TensorFlowSpec(EngineSpec):
         index = self.index_path(output_dir)
         if not storage.exists(index):
             return []
-        text = storage.read_text(index)
+        text = reading.read_file(index, hint="restore checkpoints/ from a copy, or train again "
+                                             "with --overwrite").decode("utf-8", "replace")
         named = self._NAMED.search(text)
         if not named:
             return []

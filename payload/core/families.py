@@ -36,6 +36,28 @@ def positions_needed(family: str, seq_len: int) -> int:
     return seq_len + (ROBERTA_POSITION_PADDING + 1 if family == "roberta" else 0)
 
 
+def check_shape(settings: dict, family: str, *, seq_len: int | None, what: str) -> None:
+    """What a config.json of `family` (its settings, sizes already whole numbers) must hold for
+    the model to build and take rows of `seq_len` tokens (None: not checked): heads that divide
+    the hidden size (T5 sizes its heads by d_kv instead), and position embeddings for every
+    token of a row (T5's positions are relative: it has none to run out of). One line, or
+    nothing."""
+    from payload.core.errors import UserError
+
+    if family != "t5":
+        hidden = settings.get("hidden_size") or settings.get("n_embd")
+        heads = settings.get("num_attention_heads") or settings.get("n_head")
+        if hidden and heads and hidden % heads:
+            raise UserError(f"{what}: {heads} heads do not divide hidden size {hidden}",
+                            hint="pick a hidden size that is a multiple of the head count")
+        positions = settings.get("max_position_embeddings") or settings.get("n_positions")
+        if seq_len is not None and positions and positions < positions_needed(family, seq_len):
+            raise UserError(f"{what} has {positions} positions, too few for data.seq_len "
+                            f"{seq_len} (a {family} model needs "
+                            f"{positions_needed(family, seq_len)})",
+                            hint="lower data.seq_len or raise the position count in that file")
+
+
 @dataclass(frozen=True, kw_only=True)
 class PyTorchNames:
     """How PyTorch transformers names the family's weights (payload.core.pytorch_weights)."""

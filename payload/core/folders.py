@@ -23,7 +23,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 
-from payload.core import storage
+from payload.core import reading, storage
 from payload.core.errors import UserError
 from payload.core.layout import COMPLETE, model_dir
 from payload.core.storage import exists, is_gcs, join, note_change, raise_disk_error, remove
@@ -62,9 +62,10 @@ def read_complete(folder: str) -> dict | None:
     if not exists(path):
         return None
     try:
-        return json.loads(storage.read_text(path))
-    except (ValueError, UnicodeDecodeError):
+        found = reading.read_json(path)
+    except UserError:  # unreadable: the marker says nothing more than that it is there
         return {}
+    return found if isinstance(found, dict) else {}
 
 
 def clear_complete(folder: str) -> None:

@@ -3,13 +3,12 @@
     check_output_dir(out)          # refuses someone else's folder; True when it is tpuctl's
     claim_output_dir(out)          # the owner marker, first of anything a stage writes
     remove_owned(out, [storage.join(out, "checkpoints", "ckpt-1.index")])
-    path = inside_path(folder, "config.json", source="model.init_from m")
 
 - `output_dir/.tpuctl/owner`: tpuctl made (or adopted) this output_dir; it deletes only in
   folders that carry it (`claim_output_dir`, `remove_owned`).
 - No symbolic link between output_dir and what tpuctl writes or deletes there
-  (`check_no_link`), and none out of a folder someone else made that tpuctl reads
-  (`inside_path`).
+  (`check_no_link`); what tpuctl reads from a folder someone else made is payload.core.reading's
+  rule.
 """
 
 from __future__ import annotations
@@ -125,23 +124,6 @@ def check_no_link(output_dir: str, folder: str) -> None:
                             "writes and deletes only inside output_dir",
                             hint="replace the link with a folder (move what it points to "
                                  "yourself if you want it there)")
-
-
-def inside_path(folder: str, name: str, *, source: str | None = None) -> str:
-    """`folder`/`name`, to read from a folder someone else made (a model.init_from or
-    tokenizer.path folder); refuses, in one line, a local symbolic link that leads out of the
-    folder, so nothing from outside it reaches what tpuctl writes or publishes (a link inside
-    the folder is fine; gs:// has no links). `source` names the folder in the message."""
-    path = join(folder, name)
-    if is_gcs(path):
-        return path
-    root, real = os.path.realpath(folder), os.path.realpath(path)
-    if os.path.commonpath([root, real]) != root:
-        raise UserError(f"{source or folder}: {name} is a symbolic link to {real}, outside the "
-                        "folder", hint="tpuctl reads only what is inside the folder: replace "
-                        "the link with a copy of the file (cp --remove-destination TARGET LINK)"
-                        " or remove it")
-    return path
 
 
 def _inside(path: str, folder: str) -> bool:

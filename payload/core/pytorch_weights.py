@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import struct
 
-from payload.core import storage
+from payload.core import reading, storage
 from payload.core.errors import UserError
 from payload.core.families import FAMILIES
 
@@ -66,27 +67,30 @@ def _not_safetensors(path: str, why: str) -> UserError:
                      hint="save the model again with save_pretrained(safe_serialization=True)")
 
 
-def read_header(path: str) -> dict[str, tuple[str, tuple[int, ...]]]:
+def read_header(path: str, *, what: str | None = None) -> dict[str, tuple[str, tuple[int, ...]]]:
     """Each tensor's dtype and shape from a .safetensors file's header (local or gs://; the
     header alone is read). Every entry is checked against the format as the safetensors reader
     checks it (an 8-byte little-endian length, then a JSON object of entries whose
     data_offsets tile the rest of the file): a broken file is one line here, not an error deep
-    in a loader."""
-    total = storage.size(path)
-    with storage.open_read(path) as f:
+    in a loader. `what` names the file in that line (default: `path`, which may be a path to
+    an opened file: payload.core.reading.opened_in_folder)."""
+    shown = what or path
+    hint = "save the model again with save_pretrained(safe_serialization=True)"
+    with reading.open_file(path, what=shown, hint=hint) as f:
+        total = storage.size(path) if storage.is_gcs(path) else os.fstat(f.fileno()).st_size
         head = f.read(8)
         length = struct.unpack("<Q", head)[0] if len(head) == 8 else None
         if length is None or not 0 < length <= _HEADER_LIMIT:
-            raise _not_safetensors(path, f"no header (the file is {total} bytes)"
+            raise _not_safetensors(shown, f"no header (the file is {total} bytes)"
                                    if length is None else f"a header length of {length}")
         if 8 + length > total:
-            raise _not_safetensors(path, f"its header length {length} runs past the end of "
-                                         f"the file ({total} bytes)")
+            raise _not_safetensors(shown, f"its header length {length} runs past the end of "
+                                          f"the file ({total} bytes)")
         raw = f.read(length)
-    try:
-        entries = json.loads(raw)
-    except ValueError:  # UnicodeDecodeError included
-        raise _not_safetensors(path, "its header is not JSON") from None
+    entries, problem = reading.json_value(raw)
+    if problem:
+        raise _not_safetensors(shown, f"its header {problem}")
+    path = shown  # what the lines below name
     if not isinstance(entries, dict):
         raise _not_safetensors(path, "its header is not a JSON object")
     data_bytes, found, spans = total - 8 - length, {}, []
@@ -137,18 +141,18 @@ def _count(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def load_tensors(path: str) -> dict:
+def load_tensors(path: str, *, what: str | None = None) -> dict:
     """Every tensor of a .safetensors file (local, or gs:// read whole) as numpy arrays; its
-    header checked first (read_header)."""
+    header checked first (read_header; `what` names the file as there)."""
     from safetensors import SafetensorError
     from safetensors.numpy import load, load_file
 
-    read_header(path)
+    read_header(path, what=what)
     try:
         return load(storage.read_bytes(path)) if storage.is_gcs(path) else load_file(path)
     except SafetensorError as exc:  # changed since its header was read
-        raise _not_safetensors(path, str(exc).splitlines()[0] if str(exc) else "unreadable"
-                               ) from exc
+        raise _not_safetensors(what or path, str(exc).splitlines()[0] if str(exc)
+                               else "unreadable") from exc
 
 
 def check_fits(header: dict, family: str, settings: dict, *, source: str) -> None:

@@ -12,6 +12,8 @@ models' own counts, TensorFlow's and PyTorch's, for every family and size.
 from __future__ import annotations
 
 import json
+import logging
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -177,40 +179,81 @@ def architecture(source: Any, vocab_size: int | None = None) -> dict:
 CONFIG_SIZES = ("vocab_size", "hidden_size", "n_embd", "d_model", "num_hidden_layers", "n_layer",
                 "num_layers", "num_decoder_layers", "num_attention_heads", "n_head", "num_heads",
                 "intermediate_size", "n_inner", "d_ff", "d_kv", "max_position_embeddings",
-                "n_positions")
+                "n_positions", "n_ctx", "type_vocab_size", "relative_attention_num_buckets",
+                "relative_attention_max_distance", "num_key_value_heads")
+# Its other numbers, which transformers takes as they are and fails on only once a model is
+# built: finite numbers above 0 (epsilons, initial scales), or shares in [0, 1) (dropouts).
+CONFIG_POSITIVE = ("layer_norm_eps", "layer_norm_epsilon", "initializer_range",
+                   "initializer_factor")
+CONFIG_SHARES = ("hidden_dropout_prob", "attention_probs_dropout_prob", "resid_pdrop",
+                 "embd_pdrop", "attn_pdrop", "summary_first_dropout", "dropout_rate",
+                 "classifier_dropout")
+# Keys that send a loader elsewhere (code from another repository): never carried into the run
+# or its export.
+CONFIG_ELSEWHERE = ("auto_map", "custom_pipelines")
+_CONFIG_HINT = "point it at a Hugging Face model's config.json (save_pretrained writes one)"
 
 
-def read_config_json(path: str, *, source: str | None = None) -> dict:
-    """A transformers config.json (or the one in a model folder, which must lie inside it),
-    local or gs://: a JSON object with a model_type whose sizes (CONFIG_SIZES) are whole
-    numbers, else one line saying what is wrong. `source` names the file or folder in that
-    line (default: its path)."""
-    from payload.core import ownership, storage
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def config_settings(raw: bytes, *, what: str) -> dict:
+    """A transformers config.json's bytes as its settings, or one line saying what is wrong: a
+    JSON object with a model_type whose sizes (CONFIG_SIZES) are whole numbers above 0 and
+    whose other numbers (CONFIG_POSITIVE, CONFIG_SHARES) are in range; keys that point
+    elsewhere (CONFIG_ELSEWHERE) dropped, with a line in the log."""
+    from payload.core import reading
     from payload.core.errors import UserError
 
-    if path.endswith(".json"):
-        what = source or path
-    else:
-        what = f"{source or path}: config.json"
-        path = ownership.inside_path(path, "config.json", source=source)
-    hint = "point it at a Hugging Face model's config.json (save_pretrained writes one)"
-    if not storage.exists(path):
-        raise UserError(f"{what} does not exist", hint=hint)
-    try:
-        settings = json.loads(storage.read_text(path))
-    except ValueError:  # UnicodeDecodeError included
-        raise UserError(f"{what} is not JSON", hint=hint) from None
+    settings = reading.parse_json(raw, what=what, hint=_CONFIG_HINT)
     if not isinstance(settings, dict):
-        raise UserError(f"{what} is not a JSON object", hint=hint)
+        raise UserError(f"{what} is not a JSON object", hint=_CONFIG_HINT)
     if not isinstance(settings.get("model_type"), str):
-        raise UserError(f"{what} has no model_type", hint=hint)
+        raise UserError(f"{what} has no model_type", hint=_CONFIG_HINT)
+    wrong = None
     for key in CONFIG_SIZES:
         value = settings.get(key)
         if value is not None and not (isinstance(value, int) and not isinstance(value, bool)
                                       and value > 0):
-            raise UserError(f"{what}'s {key} is {json.dumps(value)[:40]}, not a whole number "
-                            "above 0", hint="its config.json must describe the model")
+            wrong = wrong or (key, value, "a whole number above 0")
+    for key in CONFIG_POSITIVE:
+        value = settings.get(key)
+        if value is not None and not (_number(value) and value > 0):
+            wrong = wrong or (key, value, "a number above 0")
+    for key in CONFIG_SHARES:
+        value = settings.get(key)
+        if value is not None and not (_number(value) and 0 <= value < 1):
+            wrong = wrong or (key, value, "a share from 0 up to 1")
+    if wrong:
+        key, value, kind = wrong
+        raise UserError(f"{what}'s {key} is {json.dumps(value)[:40]}, not {kind}",
+                        hint="its config.json must describe the model")
+    dropped = [key for key in CONFIG_ELSEWHERE if key in settings]
+    if dropped:
+        logging.getLogger(__name__).warning(
+            "%s: %s ignored (it points at code elsewhere; tpuctl builds the model itself)",
+            what, ", ".join(dropped))
+        settings = {k: v for k, v in settings.items() if k not in dropped}
     return settings
+
+
+def read_config_json(path: str, *, source: str | None = None) -> dict:
+    """A transformers config.json file (a user's model.config: links followed), or the one in a
+    model folder (its own file: payload.core.reading), local or gs://, as `config_settings`
+    reads it. `source` names the file or folder in every refusal (default: its path)."""
+    from payload.core import reading
+    from payload.core.errors import UserError
+
+    if path.endswith(".json"):
+        what = source or path
+        return config_settings(reading.read_file(path, what=what, hint=_CONFIG_HINT), what=what)
+    what = f"{source or path}: config.json"
+    raw = reading.read_folder(path, ("config.json",), source=source or path,
+                              limit=reading.CONFIG_LIMIT).get("config.json")
+    if raw is None:
+        raise UserError(f"{what} does not exist", hint=_CONFIG_HINT)
+    return config_settings(raw, what=what)
 
 
 def tokenizer_json_size(raw: dict) -> int:

@@ -23,7 +23,7 @@ from typing import IO
 import google_crc32c
 import numpy as np
 
-from payload.core import layout, storage
+from payload.core import layout, reading, storage
 from payload.core.errors import UserError
 
 FEATURE = "ids"
@@ -253,7 +253,7 @@ class Manifest:
         return json.dumps(asdict(self), indent=1, sort_keys=False) + "\n"
 
     @classmethod
-    def from_json(cls, text: str) -> Manifest:
+    def from_json(cls, text: str | bytes) -> Manifest:
         raw = json.loads(text)
         if raw.get("format") != FORMAT:
             raise ValueError(f"unknown shard format {raw.get('format')!r}")
@@ -276,9 +276,13 @@ def load_manifest(output_dir: str) -> Manifest:
     if not storage.exists(path):
         raise UserError(f"no shard manifest at {path}",
                         hint="run the prepare stage first (`--stages prepare`)")
+    hint = "rerun prepare with --overwrite"
+    raw = reading.read_file(path, limit=reading.JSON_LIMIT, hint=hint)
     try:
-        return Manifest.from_json(storage.read_text(path))
-    except (ValueError, KeyError, TypeError) as exc:
+        return Manifest.from_json(raw)
+    except RecursionError:
+        raise UserError(f"{path} is not a valid manifest (nested too deep)", hint=hint) from None
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise UserError(f"{path} is not a valid manifest ({exc})",
                         hint="rerun prepare with --overwrite") from None
 

@@ -20,8 +20,8 @@ import time
 from collections.abc import Iterable, Iterator
 
 from payload.config import RunConfig
-from payload.core import folders, layout, ownership, storage
-from payload.core.errors import UserError
+from payload.core import folders, layout, ownership, reading, storage
+from payload.core.errors import UserError, one_line
 from payload.core.families import FAMILIES, FamilySpec
 from payload.data import corpus
 
@@ -54,15 +54,18 @@ def planned_vocab_size(config: RunConfig) -> int:
     """The vocabulary a run's model gets: the reused tokenizer's, or the one it will train."""
     from payload.core.sizes import tokenizer_json_size
 
-    if config.tokenizer.path or config.model.init_from:
-        path = ownership.inside_path(tokenizer_source(config), TOKENIZER_FILE,
-                                   source=_reused_from(config))
-        if storage.exists(path):
+    if _reused_from(config):
+        raw = _folder_files(config).get(TOKENIZER_FILE)
+        if raw is not None:
+            what = tokenizer_label(config)
+            value, problem = reading.json_value(raw)
+            if problem and problem != reading.NOT_JSON:  # too deep to be anything
+                raise UserError(f"{what} {problem}", hint="save it with a Hugging Face fast "
+                                                         "tokenizer's save_pretrained")
             try:
-                return tokenizer_json_size(json.loads(storage.read_text(path)))
-            except (ValueError, KeyError, TypeError, AttributeError):  # JSON, not a tokenizer's
-                raise UserError(f"{_reused_from(config)}: {TOKENIZER_FILE} is not a tokenizer "
-                                "(no model vocabulary in it)",
+                return tokenizer_json_size(value)
+            except (KeyError, TypeError, AttributeError, ValueError):  # not a tokenizer's JSON
+                raise UserError(f"{what} is not a tokenizer (no model vocabulary in it)",
                                 hint="save it with a Hugging Face fast tokenizer's "
                                      "save_pretrained") from None
     return config.tokenizer.vocab_size
@@ -86,17 +89,28 @@ TOKENIZER_FILES = (
 )
 
 
-def tokenizer_files(folder: str, *, source: str | None = None) -> list[str]:
-    """The paths of the tokenizer files present in `folder`, each refused in one line when it
-    is a symbolic link out of the folder (`source` names the folder in that line)."""
-    present = {os.path.basename(path) for path in storage.listdir(folder)}
-    return [ownership.inside_path(folder, name, source=source)
-            for name in TOKENIZER_FILES if name in present]
+def tokenizer_label(config: RunConfig) -> str:
+    """How messages name the run's tokenizer.json: by the config key that brings it, or its
+    path in output_dir."""
+    reused = _reused_from(config)
+    return f"{reused}: {TOKENIZER_FILE}" if reused else storage.join(tokenizer_dir(config),
+                                                                        TOKENIZER_FILE)
 
 
-def fingerprint(tokenizer_json: bytes) -> str:
-    """Identifies a tokenizer by what it encodes with: its canonical tokenizer.json."""
-    canonical = json.dumps(json.loads(tokenizer_json), sort_keys=True, separators=(",", ":"))
+def _folder_files(config: RunConfig) -> dict[str, bytes]:
+    """The run's tokenizer files (TOKENIZER_FILES) its folder holds, read once into a private
+    copy (payload.core.reading.read_folder: the folder's own plain files, no link followed)."""
+    folder = tokenizer_source(config)
+    if not _reused_from(config) and not storage.is_gcs(folder) and not os.path.isdir(folder):
+        return {}  # not trained yet: read_tokenizer_files says so
+    return reading.read_folder(folder, TOKENIZER_FILES, source=_reused_from(config) or folder)
+
+
+def fingerprint(tokenizer_json: bytes, *, what: str = TOKENIZER_FILE) -> str:
+    """Identifies a tokenizer by what it encodes with: its canonical tokenizer.json (one line
+    naming `what` when it is not JSON)."""
+    value = reading.parse_json(tokenizer_json, what=what)
+    canonical = json.dumps(value, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
 
 
@@ -244,66 +258,97 @@ def save_tokenizer(tok, family: FamilySpec, out_dir: str, *, model_max_length: i
                 json.dump(stamp, f, indent=1)
 
 
-# Where a reused tokenizer was loaded from and its files' paths, on the machine that saved it
-# (older transformers wrote them; its own save_pretrained drops them as private).
-_LOCAL_PATHS = ("name_or_path", "special_tokens_map_file", "tokenizer_file")
+def _points_elsewhere(key: str) -> bool:
+    """A tokenizer_config.json key that sends transformers to a file other than the folder's own
+    (tokenizer_file, fast_tokenizer_files, vocab_file, special_tokens_map_file: every *_file and
+    *_files) or to code elsewhere (auto_map), or names where it was saved (name_or_path)."""
+    return key in ("auto_map", "name_or_path") or key.endswith(("_file", "_files"))
 
 
-def set_model_inputs(folder: str, family: FamilySpec) -> None:
-    """Make the tokenizer in a local folder return what the family's model takes (a tokenizer
-    saved before this was recorded, or reused from elsewhere, may return token_type_ids), and
-    drop the paths a reused tokenizer_config.json may carry from the machine that saved it."""
-    path = os.path.join(folder, TOKENIZER_CONFIG)
-    settings = {}
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            settings = json.load(f)  # an object: read_tokenizer_json checked it
-    for key in _LOCAL_PATHS:
-        settings.pop(key, None)
+_WARNED: set[str] = set()
+
+
+def _own_settings(raw: bytes, what: str) -> bytes:
+    """tokenizer_config.json without the keys that point elsewhere (one line in the log when
+    one pointed somewhere): what is loaded is then the tokenizer.json that was fingerprinted."""
+    settings = reading.parse_json(raw, what=what, hint="save the tokenizer again with "
+                                                       "save_pretrained")
+    if not isinstance(settings, dict):
+        raise UserError(f"{what} is not a JSON object",
+                        hint="save the tokenizer again with save_pretrained")
+    dropped = [key for key in settings if _points_elsewhere(key)]
+    if not dropped:
+        return raw
+    shown = [key for key in dropped if key != "name_or_path" and settings[key]]
+    if shown and what not in _WARNED:  # once a process: the stages read the files more than once
+        _WARNED.add(what)
+        log.warning("%s: %s ignored: tpuctl reads only the folder's own tokenizer files",
+                    what, ", ".join(f"{k}={json.dumps(settings[k])[:60]}" for k in shown))
+    return _settings_bytes({k: v for k, v in settings.items() if k not in dropped})
+
+
+def _settings_bytes(settings: dict) -> bytes:
+    return (json.dumps(settings, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def with_model_inputs(files: dict[str, bytes], family: FamilySpec) -> dict[str, bytes]:
+    """The tokenizer files with a tokenizer_config.json that makes the tokenizer return what the
+    family's model takes (a tokenizer saved before this was recorded, or reused from
+    elsewhere, may return token_type_ids)."""
+    settings = json.loads(files.get(TOKENIZER_CONFIG, b"{}"))  # read_tokenizer_files' object
     settings["model_input_names"] = list(family.model_inputs)
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(settings, f, indent=2, ensure_ascii=False)
-        f.write("\n")
+    return {**files, TOKENIZER_CONFIG: _settings_bytes(settings)}
 
 
-def read_tokenizer_json(config: RunConfig) -> tuple[str, bytes]:
-    """The folder later stages read the tokenizer from, and its tokenizer.json; every tokenizer
-    file there must lie inside the folder (what later stages copy from it)."""
+def read_tokenizer_files(config: RunConfig) -> dict[str, bytes]:
+    """The run's tokenizer files by name, read once from its folder (`tokenizer_source`) into a
+    private copy: every later use (the fingerprint, prepare's encoder, transformers' tokenizer,
+    the copies into output_dir and model/) takes these bytes, never the folder again.
+    tokenizer.json must be there; tokenizer_config.json, when there, is an object, without the
+    keys that point elsewhere (`_own_settings`)."""
     folder = tokenizer_source(config)
-    if not storage.is_gcs(folder):  # (gs:// has no links)
-        tokenizer_files(folder, source=_reused_from(config))
-    path = storage.join(folder, TOKENIZER_FILE)
-    if not storage.exists(path):
+    files = _folder_files(config)
+    if TOKENIZER_FILE not in files:
         if _reused_from(config):
             raise UserError(f"{_reused_from(config)} has no {TOKENIZER_FILE}",
                             hint="point it at a folder saved by a Hugging Face fast tokenizer "
                             "(AutoTokenizer.from_pretrained(P).save_pretrained(P) writes one)")
         raise UserError(f"no tokenizer at {folder}",
                         hint="run the tokenizer stage first, or set tokenizer.path")
-    settings = storage.join(folder, TOKENIZER_CONFIG)
-    if storage.exists(settings) and not isinstance(_read_json(settings), dict):
-        raise UserError(f"{_reused_from(config) or folder}: {TOKENIZER_CONFIG} is not a JSON "
-                        "object", hint="save the tokenizer again with save_pretrained")
-    return folder, storage.read_bytes(path)
+    if TOKENIZER_CONFIG in files:
+        files[TOKENIZER_CONFIG] = _own_settings(
+            files[TOKENIZER_CONFIG], f"{_reused_from(config) or folder}: {TOKENIZER_CONFIG}")
+    return files
 
 
-def load_tokenizer(config: RunConfig):
-    """The `tokenizers.Tokenizer` prepare encodes with, and its fingerprint."""
+def write_tokenizer_files(files: dict[str, bytes], dest: str) -> None:
+    """Write the tokenizer files read once (`read_tokenizer_files`) into a folder, local or
+    gs://: the exported model, a reused tokenizer's place in output_dir."""
+    for name, data in files.items():
+        storage.write_bytes(storage.join(dest, name), data)
+
+
+def load_tokenizer(config: RunConfig, files: dict[str, bytes] | None = None):
+    """The `tokenizers.Tokenizer` prepare encodes with, and its fingerprint, from the tokenizer
+    files read once (`read_tokenizer_files`, unless given)."""
     from tokenizers import Tokenizer
 
-    folder, raw = read_tokenizer_json(config)
+    files = read_tokenizer_files(config) if files is None else files
+    raw = files[TOKENIZER_FILE]
+    tokenizer_fp = fingerprint(raw, what=tokenizer_label(config))  # refuses what is not JSON
     try:
         tok = Tokenizer.from_str(raw.decode("utf-8"))
     except Exception as exc:  # the Rust side raises a plain Exception for bad files
-        raise UserError(f"{storage.join(folder, TOKENIZER_FILE)} is not a valid tokenizer "
-                        f"({exc})") from None
-    return tok, fingerprint(raw)
+        raise UserError(f"{tokenizer_label(config)} is not a valid tokenizer "
+                        f"({one_line(str(exc))[:200]})") from None
+    return tok, tokenizer_fp
 
 
 def _read_json(path: str):
+    """One of tpuctl's own records, or None when it is unreadable in any way."""
     try:
-        return json.loads(storage.read_text(path))
-    except (ValueError, UnicodeDecodeError):
+        return reading.read_json(path)
+    except UserError:
         return None
 
 
@@ -329,16 +374,20 @@ def made_with(output_dir: str, tokenizer_fp: str) -> list[str]:
 
 
 def check_replacement(config: RunConfig, *, overwrite: bool,
-                      sources: list[corpus.Source] | None = None) -> bool:
+                      sources: list[corpus.Source] | None = None,
+                      files: dict[str, bytes] | None = None) -> bool:
     """Whether the tokenizer stage would (re)write output_dir/tokenizer; refuses, without
     --overwrite, to replace one that shards or checkpoints were made with. Writes nothing."""
     out = tokenizer_dir(config)
     current = storage.join(out, TOKENIZER_FILE)
     if not storage.exists(current):
         return True
+    def held() -> str:
+        return fingerprint(reading.read_file(current, limit=reading.JSON_LIMIT), what=current)
+
     if _reused_from(config):
-        _, wanted = read_tokenizer_json(config)
-        if fingerprint(wanted) == fingerprint(storage.read_bytes(current)):
+        wanted = (files or read_tokenizer_files(config))[TOKENIZER_FILE]
+        if fingerprint(wanted) == held():
             return True  # the same tokenizer: copying it again changes nothing
         why = f"{_reused_from(config)} is another tokenizer"
     else:
@@ -347,7 +396,7 @@ def check_replacement(config: RunConfig, *, overwrite: bool,
         if storage.exists(stamp_path) and _read_json(stamp_path) == stamp:
             return False
         why = "the tokenizer settings or the corpus changed"
-    users = made_with(config.output_dir, fingerprint(storage.read_bytes(current)))
+    users = made_with(config.output_dir, held())
     if users and not overwrite:
         raise UserError(
             f"{out} would be replaced ({why}), but {' and '.join(users)} were made with it",
@@ -357,10 +406,10 @@ def check_replacement(config: RunConfig, *, overwrite: bool,
     return True
 
 
-def _check_reused(config: RunConfig) -> None:
+def _check_reused(config: RunConfig, files: dict[str, bytes]) -> None:
     """A reused tokenizer must carry the special tokens the family's objective needs."""
     family = FAMILIES[config.model.family]
-    tok, _ = load_tokenizer(config)  # reads tokenizer.path
+    tok, _ = load_tokenizer(config, files)
     needed = [t for t in (family.pad, family.unk, family.mask, family.separator, family.row_start,
                           *family.extra) if t]
     missing = [t for t in needed if tok.token_to_id(t) is None]
@@ -386,13 +435,14 @@ def run_tokenizer(config: RunConfig, *, overwrite: bool = False) -> None:
     if _reused_from(config):
         corpus.check_apart(config.data, config.output_dir)
         ownership.check_output_dir(config.output_dir)
-        _check_reused(config)
-        write = check_replacement(config, overwrite=overwrite)
+        files = read_tokenizer_files(config)  # once: what is checked is what is copied
+        _check_reused(config, files)
+        write = check_replacement(config, overwrite=overwrite, files=files)
         _start(config)
         if write:
             with folders.replacing_folder(out, {"stage": "tokenizer",
                                                 "source": tokenizer_source(config)}) as folder:
-                copy_tokenizer_files(config, folder)
+                write_tokenizer_files(files, folder)
         log.info("reusing the tokenizer of %s -> %s", _reused_from(config), out)
         return
     family = FAMILIES[config.model.family]
@@ -433,11 +483,3 @@ def _training_stamp(config: RunConfig, sources: list[corpus.Source]) -> dict:
         "seq_len": d.seq_len, "sources": [[s.path, s.size] for s in sources],
         "data": [d.document_split, d.text_column, d.max_document_mb, d.hf_config, d.hf_split],
     }
-
-
-def copy_tokenizer_files(config: RunConfig, dest: str) -> None:
-    """Copy the run's tokenizer files (TOKENIZER_FILES, none of them a link out of its folder)
-    into another folder (local or gs://): the exported model, a reused tokenizer's place in
-    output_dir, or a local copy of one on GCS."""
-    for path in tokenizer_files(tokenizer_source(config), source=_reused_from(config)):
-        storage.write_bytes(storage.join(dest, os.path.basename(path)), storage.read_bytes(path))

@@ -37,14 +37,15 @@ from payload.training import checkpoints
 log = logging.getLogger(__name__)
 
 
-def trained_weights(config):
+def trained_weights(config, tokenizer_files: dict[str, bytes] | None = None):
     """The weights of the newest checkpoint, restored by the engine that wrote it (run.json's
     `engine`; none recorded: TensorFlow, as runs before the JAX engine were), after checking
-    they were made with this config's tokenizer and model settings. Nothing is written."""
+    they were made with this config's tokenizer (its files as read once, when given) and model
+    settings. Nothing is written."""
     from payload.engines import trained_weights as engine_weights
     from payload.training import model as model_lib
 
-    tokenizer, tokenizer_fp = model_lib.load_tokenizer(config)
+    tokenizer, tokenizer_fp = model_lib.load_tokenizer(config, tokenizer_files)
     identity = checkpoints.read_identity(config.output_dir)
     if identity and identity.get("tokenizer") not in (None, tokenizer_fp):
         from payload.data.tokenizer import tokenizer_source
@@ -76,14 +77,20 @@ def engine_note(named: str, engine: str, written_by: str | None) -> str | None:
 
 
 def run_export(config) -> None:
-    from payload.data.tokenizer import copy_tokenizer_files, set_model_inputs
+    from payload.data.tokenizer import (
+        read_tokenizer_files,
+        with_model_inputs,
+        write_tokenizer_files,
+    )
 
     ownership.check_output_dir(config.output_dir)
     note = engine_note(f"train.engine {config.train.engine}", config.train.engine,
                        checkpoints.recorded_engine(config.output_dir))
     if note:
         log.info(note)
-    weights = trained_weights(config)
+    # Read once: the fingerprint checked against the checkpoints is of the bytes model/ gets.
+    tokenizer_files = read_tokenizer_files(config)
+    weights = trained_weights(config, tokenizer_files)
     path = weights.checkpoint
     ownership.claim_output_dir(config.output_dir)
     family = config.model.family
@@ -96,8 +103,7 @@ def run_export(config) -> None:
         hf_config = weights.hf_config
         hf_config.architectures = [FAMILIES[family].architecture]
         hf_config.save_pretrained(staging)
-        copy_tokenizer_files(config, staging)
-        set_model_inputs(staging, FAMILIES[family])
+        write_tokenizer_files(with_model_inputs(tokenizer_files, FAMILIES[family]), staging)
         _add_export_note(staging, source)
     log.info("exported %s to %s", path, target)
 

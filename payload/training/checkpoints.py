@@ -27,7 +27,7 @@ import re
 from collections.abc import Callable
 from typing import TypeVar
 
-from payload.core import folders, layout, ownership, storage
+from payload.core import folders, layout, ownership, reading, storage
 from payload.core.engines import DEFAULT, ENGINES, engine_spec, newest_checkpoint
 from payload.core.errors import UserError
 
@@ -132,8 +132,16 @@ def check_flags(*, resume: bool, overwrite: bool) -> None:
 
 
 def read_identity(output_dir: str) -> dict | None:
+    """checkpoints/run.json (what the checkpoints were made with), None without one; one line
+    when it is not a JSON object (payload.core.reading's refusals included)."""
     path = layout.run_identity_path(output_dir)
-    return json.loads(storage.read_text(path)) if storage.exists(path) else None
+    if not storage.exists(path):
+        return None
+    hint = "restore it from a copy, or train again with --overwrite"
+    identity = reading.read_json(path, hint=hint)
+    if not isinstance(identity, dict):
+        raise UserError(f"{path} is not a JSON object", hint=hint)
+    return identity
 
 
 def recorded_engine(output_dir: str) -> str | None:

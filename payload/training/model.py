@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 
 from payload.config import check_model_config_file
@@ -75,26 +76,9 @@ def model_config(model_cfg, *, vocab: TokenIds, seq_len: int):
 
         hf = pretrained_config(model_cfg.init_from, family=family, vocab_size=vocab.vocab_size)
     elif model_cfg.config:
-        check_model_config_file(model_cfg.config, family)
-        try:
-            hf = transformers.AutoConfig.from_pretrained(model_cfg.config)
-        except (OSError, ValueError) as exc:
-            raise UserError(
-                f"model.config: cannot read {model_cfg.config} ({exc})".split("\n")[0],
-                hint="point it at a transformers config.json",
-            ) from None
-        if hf.model_type != family:  # transformers' model types are the family names
-            raise UserError(
-                f"model.config is a {hf.model_type} config but model.family is {family}",
-                hint="make them agree",
-            )
-        hidden = getattr(hf, "hidden_size", None) or getattr(hf, "d_model", None)
-        heads = getattr(hf, "num_attention_heads", None) or getattr(hf, "num_heads", None)
-        if family != "t5" and hidden % heads:
-            raise UserError(
-                f"{model_cfg.config}: {heads} heads do not divide hidden size {hidden}",
-                hint="pick a hidden size that is a multiple of the head count",
-            )
+        # The settings the pre-flight checked, read once: transformers gets them, not the path.
+        settings = dict(check_model_config_file(model_cfg.config, family, seq_len=seq_len))
+        hf = transformers.AutoConfig.for_model(settings.pop("model_type"), **settings)
         hf.vocab_size = vocab.vocab_size
     else:
         hf = _sized_config(model_cfg, vocab=vocab, seq_len=seq_len)
@@ -138,18 +122,25 @@ def config_fingerprint(hf_config) -> str:
     return hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest()
 
 
-def load_tokenizer(config):
-    """The run's tokenizer as a `PreTrainedTokenizerFast` (copied down first from GCS), and the
-    fingerprint prepare recorded for it."""
+def load_tokenizer(config, files: dict[str, bytes] | None = None):
+    """The run's tokenizer as a `PreTrainedTokenizerFast`, and the fingerprint prepare recorded
+    for it: both from the same bytes, the tokenizer files read once (`read_tokenizer_files`,
+    unless given), which transformers loads from a private folder of their own."""
     import tempfile
 
     from transformers import PreTrainedTokenizerFast
 
-    from payload.core import storage
-    from payload.data.tokenizer import copy_tokenizer_files, fingerprint, read_tokenizer_json
+    from payload.data.tokenizer import (
+        TOKENIZER_FILE,
+        fingerprint,
+        read_tokenizer_files,
+        tokenizer_label,
+    )
 
-    folder, raw = read_tokenizer_json(config)
-    if storage.is_gcs(folder):
-        folder = tempfile.mkdtemp(prefix="tpuctl-tokenizer-")
-        copy_tokenizer_files(config, folder)
-    return PreTrainedTokenizerFast.from_pretrained(folder), fingerprint(raw)
+    files = read_tokenizer_files(config) if files is None else files
+    tokenizer_fp = fingerprint(files[TOKENIZER_FILE], what=tokenizer_label(config))
+    with tempfile.TemporaryDirectory(prefix="tpuctl-tokenizer-") as folder:
+        for name, data in files.items():  # private: not one of the run's writes
+            with open(os.path.join(folder, name), "wb") as f:
+                f.write(data)
+        return PreTrainedTokenizerFast.from_pretrained(folder), tokenizer_fp

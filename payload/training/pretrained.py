@@ -12,14 +12,15 @@ transformers' own TF loader. The JAX engine reads the same file into its models
 (payload/engines/jax/pretrained.py). Before a job starts, the file's header is checked against
 the folder's config.json (family, embeddings, layer count). No torch needed.
 
-Only those files are read (config.json, the weights, the tokenizer's files by name), and none
-of them may be a symbolic link out of the folder: nothing from outside it reaches output_dir,
-model/ or the Hub.
+Only those files are read (config.json, the weights, the tokenizer's files by name), each the
+folder's own plain file, opened once without following a link (payload.core.reading): nothing
+from outside the folder reaches output_dir, model/ or the Hub, and what was checked is what is
+read.
 """
 
 from __future__ import annotations
 
-from payload.core import ownership, storage
+from payload.core import reading, storage
 from payload.core.errors import UserError
 from payload.core.pytorch_weights import TF_WEIGHTS
 from payload.core.pytorch_weights import WEIGHTS as PT_WEIGHTS
@@ -34,23 +35,24 @@ def init_from_label(folder: str) -> str:
 
 
 def check_folder(config) -> None:
-    """The folder holds a config of the run's family and weights the run's engine reads, whose
-    family and shape agree with that config (no framework: what the launcher checks before
-    starting anything)."""
+    """The folder holds a config of the run's family, with a shape the model builds with and
+    positions for data.seq_len, and weights the run's engine reads, whose family and shape
+    agree with that config (no framework: what the launcher checks before starting
+    anything)."""
     from payload.core.engines import engine_spec
+    from payload.core.families import check_shape
     from payload.core.pytorch_weights import check_fits, read_header
-    from payload.core.sizes import read_config_json
+    from payload.data.tokenizer import TOKENIZER_FILES
 
     folder, family = config.model.init_from, config.model.family
     label = init_from_label(folder)
-    check_inside(folder)
-    if not storage.exists(storage.join(folder, CONFIG)):
-        raise UserError(f"{label} has no {CONFIG}",
-                        hint="point it at a Hugging Face model folder (save_pretrained output)")
-    settings = read_config_json(folder, source=label)
+    # Every file tpuctl would read, whether it is the folder's own (one line if not).
+    reading.read_folder(folder, TOKENIZER_FILES, source=label)
+    settings = read_settings(folder)
     _check_family(folder, settings, family)
+    check_shape(settings, family, seq_len=config.data.seq_len, what=f"{label}: {CONFIG}")
     present = [name for name in (PT_WEIGHTS, TF_WEIGHTS)
-               if storage.exists(storage.join(folder, name))]
+               if reading.folder_has(folder, name, source=label)]
     if not present:
         raise UserError(
             f"{init_from_label(folder)} has neither {PT_WEIGHTS} nor {TF_WEIGHTS}",
@@ -65,22 +67,23 @@ def check_folder(config) -> None:
                  "from_pretrained(folder, from_tf=True), then save_pretrained)",
         )
     if PT_WEIGHTS in present:  # the header alone: family and shape, before anything starts
-        header = read_header(storage.join(folder, PT_WEIGHTS))
+        with opened_weights(folder, PT_WEIGHTS) as path:
+            header = read_header(path, what=storage.join(folder, PT_WEIGHTS))
         check_fits(header, family, settings, source=label)
 
 
-def check_inside(folder: str) -> None:
-    """None of the files tpuctl reads from the folder (MODEL_FILES and the tokenizer's) is a
-    symbolic link out of it; nothing else in the folder is ever read."""
-    from payload.data.tokenizer import TOKENIZER_FILES
+def read_settings(folder: str) -> dict:
+    """The folder's config.json, read once (payload.core.sizes.config_settings' checks)."""
+    from payload.core.sizes import read_config_json
 
-    for name in (*MODEL_FILES, *TOKENIZER_FILES):
-        ownership.inside_path(folder, name, source=init_from_label(folder))
+    return read_config_json(folder, source=init_from_label(folder))
 
 
-def weights_path(folder: str, name: str) -> str:
-    """The path of one of the folder's weight files, refused when it is a link out of it."""
-    return ownership.inside_path(folder, name, source=init_from_label(folder))
+def opened_weights(folder: str, name: str):
+    """`with opened_weights(folder, name) as path:` a path to read the folder's own weights
+    file through (None when it has none): the opened file, whatever its name leads to by then
+    (payload.core.reading.opened_in_folder)."""
+    return reading.opened_in_folder(folder, name, source=init_from_label(folder))
 
 
 def _check_family(folder: str, settings: dict, family: str) -> None:
@@ -95,10 +98,11 @@ def pretrained_config(folder: str, *, family: str, vocab_size: int):
     embeddings have rows (fewer is fine: checkpoints often pad the matrix, as T5's do)."""
     import transformers
 
-    from payload.core.sizes import read_config_json
+    from payload.core.families import check_shape
 
-    settings = read_config_json(folder, source=init_from_label(folder))
+    settings = read_settings(folder)
     _check_family(folder, settings, family)
+    check_shape(settings, family, seq_len=None, what=f"{init_from_label(folder)}: {CONFIG}")
     found = settings.pop("model_type")
     hf = transformers.AutoConfig.for_model(found, **settings)
     if vocab_size > hf.vocab_size:

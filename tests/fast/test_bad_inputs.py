@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support.crafted import CRAFTED
 from tests.support.keys import ed25519_key
 from tests.support.runners import tpuctl
 
@@ -106,6 +107,17 @@ def _init_from_gpt2(box: Path) -> str:
     raw = yaml.safe_load(init_from_config(folder, "gpt2", engine="jax").read_text())
     raw["output_dir"] = str(box / "out")
     return _write(box, "init-from.yaml", raw)
+
+
+def _crafted(box: Path, change) -> str:
+    """A run continuing from a model folder crafted to break a reader (tests/support/crafted),
+    rows of 32 tokens."""
+    from tests.support.crafted import crafted_folder
+
+    raw = _config(box, model={"family": "roberta", "init_from": str(crafted_folder(box, change))},
+                  data={"corpus": str(box / "corpus.txt"), "seq_len": 32})
+    del raw["tokenizer"]  # the folder's own
+    return _write(box, "crafted.yaml", raw)
 
 
 # (id, arguments or a function of the run folder giving them, environment, needles)
@@ -300,6 +312,10 @@ ROWS = [
      {}, ["cluster.tpu_name", "is not a TPU name"]),
     ("gcp-bucket-ends-in-a-newline", lambda b: ["train", "-c", _gcp(b, bucket="my-bucket\n")],
      {}, ["cluster.bucket", "is not a bucket name"]),
+    # Issue 32: `train --dry-run` of each crafted model folder.
+    *[(f"init-from-{name}-dry-run", lambda b, c=change: [
+        "train", "--local", "--dry-run", "-c", _crafted(b, c)], {}, needles)
+      for name, change, needles in CRAFTED],
     ("ssh-cluster-bad-key-on-ssh", lambda b: ["ssh", "-c", _ssh(
         b, identity_file=_key(b, "locked2", passphrase="x" * 8)), "--", "true"], {},
      ["passphrase"]),

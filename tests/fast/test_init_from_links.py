@@ -1,8 +1,10 @@
-"""What tpuctl takes from a model folder it did not make (issue 27, item 4): `model.init_from`
-(and `tokenizer.path`) give only the known tokenizer and model files, and a symbolic link
-among them that leads out of the folder is refused in one line before anything is written, so
-nothing from outside the folder reaches output_dir/tokenizer, model/ or the Hub. In-process:
-the stage through `payload.__main__.main`, the launcher's pre-flight, the readers themselves."""
+"""What tpuctl takes from a model folder it did not make (issue 27, item 4; issue 32, item 2):
+`model.init_from` (and `tokenizer.path`) give only the known tokenizer and model files, each
+the folder's own plain file; a symbolic link among them (out of the folder or not) or a hard
+link is refused in one line before anything is written, and a tokenizer_config.json key that
+points elsewhere is dropped, so nothing from outside the folder reaches output_dir/tokenizer,
+model/ or the Hub, and what is loaded is what was fingerprinted. In-process: the stage through
+`payload.__main__.main`, the launcher's pre-flight, the readers themselves."""
 
 from __future__ import annotations
 
@@ -102,12 +104,13 @@ def test_only_the_known_tokenizer_files_are_taken_from_the_folder(tmp_path, stag
                   ) == ["tokenizer.json", "tokenizer_config.json", "vocab.json"]
     leaked = [name for name, text in files_under(out).items() if "private notes" in text]
     assert not leaked, leaked
-    # The export's copy into model/ is the same function, over the same names.
-    from payload.data.tokenizer import copy_tokenizer_files
+    # The export's copy into model/ is the same read, over the same names.
+    from payload.data.tokenizer import read_tokenizer_files, write_tokenizer_files
 
     model = tmp_path / "model-copy"
     model.mkdir()
-    copy_tokenizer_files(parse_config(yaml.safe_load(config.read_text())), str(model))
+    write_tokenizer_files(read_tokenizer_files(parse_config(yaml.safe_load(config.read_text()))),
+                          str(model))
     assert sorted(p.name for p in model.iterdir()) == [
         "tokenizer.json", "tokenizer_config.json", "vocab.json"]
 
@@ -128,7 +131,7 @@ def test_a_tokenizer_file_linked_out_of_the_folder_is_one_line_and_nothing_writt
     status, errors = stage("tokenizer", "--config", str(config))
     assert status == 2 and len(errors) == 1, errors
     for needle in ("model.init_from", f"{name} is a symbolic link to {secret}",
-                   "outside the folder", "replace the link with a copy"):
+                   "never through a link", "replace the link with a copy"):
         assert needle in errors[0], f"{needle!r} not in {errors[0]!r}"
     assert not (tmp_path / "out").exists()  # nothing written
     with pytest.raises(UserError, match=f"{name} is a symbolic link"):
@@ -147,24 +150,35 @@ def test_a_model_file_linked_out_of_the_folder_is_refused_by_every_reader(tmp_pa
     os.replace(folder / name, elsewhere / name)
     (folder / name).symlink_to(elsewhere / name)
     config = parse_config(yaml.safe_load(run_config(tmp_path, folder).read_text()))
-    with pytest.raises(UserError, match=f"{name} is a symbolic link to .*outside the folder"):
+    with pytest.raises(UserError, match=f"{name} is a symbolic link to .*never through a link"):
         check_before_start(config, stages={Stage.TRAIN}, resume=False, overwrite=False)
     # What the train stage reads the folder with, whichever engine.
     with pytest.raises(UserError, match=f"{name} is a symbolic link"):
         if name == "config.json":
             pretrained.pretrained_config(str(folder), family="roberta", vocab_size=300)
         else:
-            pretrained.weights_path(str(folder), name)
+            with pretrained.opened_weights(str(folder), name):
+                pass
     assert not (tmp_path / "out").exists()
 
 
-def test_a_link_that_stays_inside_the_folder_is_followed(tmp_path, stage):
+def test_a_link_that_stays_inside_the_folder_is_refused_too(tmp_path, stage):
+    """No link is followed (O_NOFOLLOW): a link inside the folder could be swapped for one out
+    of it between a check and the read, so the folder's files must be its own plain files."""
     folder = model_folder(tmp_path)
     (folder / "versions").mkdir()
     os.replace(folder / "tokenizer_config.json", folder / "versions" / "tokenizer_config.json")
     (folder / "tokenizer_config.json").symlink_to(Path("versions") / "tokenizer_config.json")
     config = run_config(tmp_path, folder)
+    status, errors = stage("tokenizer", "--config", str(config))
+    assert status == 2 and len(errors) == 1, errors
+    assert "tokenizer_config.json is a symbolic link to versions/tokenizer_config.json" in errors[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_folder_itself_may_be_reached_through_a_link(tmp_path, stage):
+    folder = model_folder(tmp_path)
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "current").symlink_to(folder)
+    config = run_config(tmp_path, tmp_path / "models" / "current")
     assert stage("tokenizer", "--config", str(config)) == (0, [])
-    copied = tmp_path / "out" / "tokenizer" / "tokenizer_config.json"
-    assert not copied.is_symlink()
-    assert json.loads(copied.read_text()) == {"model_max_length": 32}

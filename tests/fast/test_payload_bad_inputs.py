@@ -18,6 +18,7 @@ from payload.config import load_config
 from payload.core.errors import UserError
 from payload.training.preflight import check_before_start
 from tests.support.configs import base_config, init_from_config, line_corpus, write_config
+from tests.support.crafted import CRAFTED, crafted_folder
 from tests.support.paths import REPO
 from tests.support.payload_inputs import config, tree
 from tests.support.runners import assert_user_error, payload_main
@@ -73,6 +74,14 @@ def _users_folder(root: Path) -> Path:
     mine.mkdir()
     (mine / "notes.txt").write_text("my notes\n")
     return write_config(root / "run.yaml", base_config(mine, line_corpus(root)))
+
+
+def _crafted(root: Path, change) -> Path:
+    """A run continuing from a model folder crafted to break a reader (tests/support/crafted)."""
+    raw = base_config(root / "out", line_corpus(root))
+    raw["model"] = {"family": "roberta", "init_from": str(crafted_folder(root, change))}
+    del raw["tokenizer"]  # the folder's own
+    return write_config(root / "run.yaml", raw)
 
 
 # (id, build the config path from the case folder, command, needles). The command is the
@@ -156,6 +165,13 @@ CASES = [
      ["has 3 layers (encoder.layer.N)", "num_hidden_layers 1"]),
     ("init-from-h5-for-jax", lambda r: init_from_config(r, "h5", engine="jax"),
      ("preflight", ALL, False, False), ["has only tf_model.h5", "jax engine does not read"]),
+    # Issue 32: a model folder crafted to break a reader, refused before anything starts
+    # (every case), and by the tokenizer stage itself where it reads the crafted file.
+    *[(f"init-from-{name}", lambda r, c=change: _crafted(r, c), ("preflight", ALL, False, False),
+       needles) for name, change, needles in CRAFTED],
+    *[(f"init-from-{name}-stage", lambda r, c=change: _crafted(r, c), ("tokenizer",),
+       needles) for name, change, needles in CRAFTED
+      if name.startswith("tokenizer-")],
 ]
 
 

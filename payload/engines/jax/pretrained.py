@@ -21,27 +21,28 @@ from __future__ import annotations
 
 import numpy as np
 
-from payload.core import storage
+from payload.core import reading, storage
 from payload.core.errors import UserError
 from payload.core.pytorch_weights import TF_WEIGHTS, check_fits, load_tensors, spellings
 from payload.core.pytorch_weights import WEIGHTS as PT_WEIGHTS
 from payload.engines.jax import models
-from payload.training.pretrained import weights_path
+from payload.training.pretrained import opened_weights
 
 
 def read_pretrained(folder: str, hf_config) -> dict[str, np.ndarray]:
     """Every parameter of the model `hf_config` describes, float32, under its PyTorch name, from
     the folder's model.safetensors."""
     family, source = hf_config.model_type, f"model.init_from {folder}"
-    path = weights_path(folder, PT_WEIGHTS)
-    if not storage.exists(path):
-        has_h5 = storage.exists(storage.join(folder, TF_WEIGHTS))
-        raise UserError(
-            f"{source} has {'only ' + TF_WEIGHTS if has_h5 else 'no ' + PT_WEIGHTS}, and the "
-            f"jax engine reads {PT_WEIGHTS}",
-            hint="save it with PyTorch transformers: from_pretrained(folder, from_tf=True), then "
-                 "save_pretrained" if has_h5 else "save the model with safe_serialization=True")
-    tensors = load_tensors(path)
+    with opened_weights(folder, PT_WEIGHTS) as path:
+        if path is None:
+            has_h5 = reading.folder_has(folder, TF_WEIGHTS, source=source)
+            raise UserError(
+                f"{source} has {'only ' + TF_WEIGHTS if has_h5 else 'no ' + PT_WEIGHTS}, and "
+                f"the jax engine reads {PT_WEIGHTS}",
+                hint="save it with PyTorch transformers: from_pretrained(folder, from_tf=True), "
+                     "then save_pretrained" if has_h5 else
+                     "save the model with safe_serialization=True")
+        tensors = load_tensors(path, what=storage.join(folder, PT_WEIGHTS))
     settings = hf_config.to_dict()
     # Family, embeddings and depth first: their message says what kind of folder it is.
     check_fits({k: (str(v.dtype), tuple(v.shape)) for k, v in tensors.items()}, family,

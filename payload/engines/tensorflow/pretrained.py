@@ -18,7 +18,7 @@ from payload.core import storage
 from payload.core.errors import UserError
 from payload.core.pytorch_weights import TF_WEIGHTS
 from payload.core.pytorch_weights import WEIGHTS as PT_WEIGHTS
-from payload.training.pretrained import init_from_label, weights_path
+from payload.training.pretrained import init_from_label, opened_weights
 
 
 def load_weights(model, folder: str) -> str:
@@ -26,24 +26,28 @@ def load_weights(model, folder: str) -> str:
     from payload.core.pytorch_weights import load_tensors
     from payload.engines.tensorflow.export import assign_pytorch_state
 
-    path = weights_path(folder, PT_WEIGHTS)
-    if storage.exists(path):
-        assign_pytorch_state(model, load_tensors(path), source=init_from_label(folder))
-        return path
-    path = weights_path(folder, TF_WEIGHTS)
-    if not storage.exists(path):
-        raise UserError(f"{init_from_label(folder)} has neither {PT_WEIGHTS} nor {TF_WEIGHTS}")
-    local = tempfile.mkdtemp(prefix="tpuctl-init-") if storage.is_gcs(folder) else None
-    try:
-        if local:  # transformers' h5 loader reads a local file
-            copy = os.path.join(local, TF_WEIGHTS)
-            with storage.open_read(path) as src, open(copy, "wb") as dst:
-                shutil.copyfileobj(src, dst, 1 << 24)
-        _assign_from_h5(model, copy if local else path, folder)
-    finally:
-        if local:
-            shutil.rmtree(local, ignore_errors=True)
-    return path
+    named = storage.join(folder, PT_WEIGHTS)
+    with opened_weights(folder, PT_WEIGHTS) as path:
+        if path is not None:
+            assign_pytorch_state(model, load_tensors(path, what=named),
+                                 source=init_from_label(folder))
+            return named
+    named = storage.join(folder, TF_WEIGHTS)
+    with opened_weights(folder, TF_WEIGHTS) as path:
+        if path is None:
+            raise UserError(f"{init_from_label(folder)} has neither {PT_WEIGHTS} nor "
+                            f"{TF_WEIGHTS}")
+        local = tempfile.mkdtemp(prefix="tpuctl-init-") if storage.is_gcs(folder) else None
+        try:
+            if local:  # transformers' h5 loader reads a local file
+                copy = os.path.join(local, TF_WEIGHTS)
+                with storage.open_read(path) as src, open(copy, "wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 24)
+            _assign_from_h5(model, copy if local else path, folder)
+        finally:
+            if local:
+                shutil.rmtree(local, ignore_errors=True)
+    return named
 
 
 def _assign_from_h5(model, path: str, folder: str) -> None:

@@ -32,7 +32,7 @@ def check_stage_inputs(config: RunConfig, stages: Collection[Stage]) -> None:
     # A reused tokenizer (tokenizer.path, init_from's) is checked with its folder, not here.
     made_by = {"tokenizer": Stage.TOKENIZER if config.trains_tokenizer else None,
                "shards": Stage.PREPARE, "checkpoints": Stage.TRAIN, "model": Stage.EXPORT}
-    check = {"tokenizer": lambda: tokenizer.read_tokenizer_json(config),
+    check = {"tokenizer": lambda: tokenizer.read_tokenizer_files(config),
              "shards": lambda: shards.load_manifest(out),
              # Read by the engine that wrote them, whatever train.engine says now (the export's rule).
              "checkpoints": lambda: checkpoints.check_exportable(

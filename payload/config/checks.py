@@ -1,7 +1,7 @@
 """What is wrong between the run config's sections, every problem at once, and what a valid
 config gives that its run will not use.
 
-    problems = run_checks(CROSS_CHECKS, config, partial=False)   # RunConfig does this
+    problems = [line for check in CROSS_CHECKS for line in check(config)]   # RunConfig's
     ignored_settings(config)   # ["tokenizer.vocab_size is ignored: model.init_from ... "]
 
 Each check takes the whole config and returns its problems. On a config some of whose keys did

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from launcher.plan import HUB_TOKEN_ENV
 from payload.core.errors import UserError
+from payload.stages.publish import check_online
 
 ENDPOINT_ENV = "HF_ENDPOINT"
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -61,6 +62,7 @@ def check_access(repo: str) -> HubAccess:
     UserError otherwise (nothing has started yet)."""
     from huggingface_hub import HfApi
 
+    check_online()
     token, where = find_token(), endpoint()
     try:
         me = HfApi(endpoint=where, token=token).whoami(token=token)

@@ -12,12 +12,20 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
+from tests.support.environment import suite_environment
 
-from tests.support import corpora, runs  # noqa: F401  (makes the run's shared cache here, first)
-from tests.support.guard import FastGuard
-from tests.support.paths import REPO
-from tests.support.summary import skipped_groups
+# Before anything reads it (huggingface_hub reads HF_HUB_OFFLINE once, at import): the suite runs
+# the same whatever the user's shell exports.
+_SUITE_ENVIRONMENT = suite_environment(os.environ)
+os.environ.clear()
+os.environ.update(_SUITE_ENVIRONMENT)
+
+import pytest  # noqa: E402
+
+from tests.support import corpora, runs  # noqa: E402, F401  (the run's shared cache, first)
+from tests.support.guard import FastGuard  # noqa: E402
+from tests.support.paths import REPO  # noqa: E402
+from tests.support.summary import skipped_groups  # noqa: E402
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

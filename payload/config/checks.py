@@ -1,9 +1,12 @@
 """What is wrong between the run config's sections, every problem at once, and what a valid
 config gives that its run will not use.
 
-    problems = cross_problems(name="run", cluster=cluster, data=data, tokenizer=tokenizer,
-                              model=model, train=train)   # a section may be None (invalid)
+    problems = [line for check in CROSS_CHECKS for line in check(config)]   # RunConfig's
     ignored_settings(config)   # ["tokenizer.vocab_size is ignored: model.init_from ... "]
+
+Each check takes the whole config and returns its problems. On a config some of whose keys did
+not parse (payload.config.base.partial), a check that reads one of them is left out and the
+others still run, so a file's problems come in one round.
 """
 
 from __future__ import annotations
@@ -14,62 +17,94 @@ from payload.core.engines import JAX, engine_spec
 from payload.core.families import FAMILIES
 
 
-def cross_problems(*, name: str | None, cluster, data, tokenizer, model, train) -> list[str]:
-    """What is wrong between sections. Each section is None when it is itself invalid (its own
-    problems are reported): the checks that need it are left out, the others still run."""
-    problems = []
-    if (name is not None and isinstance(cluster, GcpCluster) and cluster.tpu_name is None
-            and not TPU_NAME.match(name)):
-        problems.append(f"name: '{name}' also names the TPU, and TPU names start with a "
-                        "letter; rename the run or set cluster.tpu_name")
-    if name is not None and isinstance(cluster, GceCluster):
-        problems += gce_name_problems(name)
-    if train is not None and isinstance(cluster, GceCluster) and train.engine != JAX:
+def _tpu_name(config) -> list[str]:
+    if (isinstance(config.cluster, GcpCluster) and config.cluster.tpu_name is None
+            and not TPU_NAME.match(config.name)):
+        return [f"name: '{config.name}' also names the TPU, and TPU names start with a letter; "
+                "rename the run or set cluster.tpu_name"]
+    return []
+
+
+def _gce_names(config) -> list[str]:
+    return gce_name_problems(config.name) if isinstance(config.cluster, GceCluster) else []
+
+
+def _gce_engine(config) -> list[str]:
+    if isinstance(config.cluster, GceCluster) and config.train.engine != JAX:
         # Google documents JAX and PyTorch on TPU7x, and no TensorFlow route reaches v6e.
-        problems.append(f"train.engine: {train.engine} does not run on provider gce (Compute "
-                        "Engine TPU VMs run JAX only); set train.engine: jax")
-    family = FAMILIES[model.family] if model is not None else None
-    if family is not None and data is not None and data.seq_len > family.max_positions:
-        problems.append(f"data.seq_len={data.seq_len} is over what {family.name} allows "
-                        f"({family.max_positions}); lower data.seq_len")
-    if model is not None and tokenizer is not None:
-        if model.init_from and tokenizer.path:
-            problems.append("model.init_from brings its own tokenizer: remove tokenizer.path")
-        if tokenizer.path is None and model.init_from is None:  # the tokenizer stage trains
-            minimum = len(family.special_tokens) + (
-                BYTE_ALPHABET if tokenizer.kind == "bpe" else MIN_LEARNED_PIECES)
-            if tokenizer.vocab_size < minimum:
-                problems.append(
-                    f"tokenizer.vocab_size={tokenizer.vocab_size} is too small for "
-                    f"{tokenizer.kind} with {family.name}'s {len(family.special_tokens)} "
-                    f"special tokens; use at least {minimum}")
-    if train is not None and cluster is not None and train.max_cost is not None and (
-            cluster.hourly_usd() is None):
-        problems.append("train.max_cost needs a price per hour, and tpuctl's price table has "
-                        "none for this cluster (only cloud TPUs are priced, and not every "
-                        "type or provisioning); use train.max_hours instead")
-    if train is not None and train.engine != JAX and train.remat != "auto":
-        problems.append(f"train.remat: {train.remat} rematerialises the JAX engine's layers; "
-                        f"the {train.engine} engine has no such setting: remove it or set "
-                        "train.engine: jax")
-    if (model is not None and model.family == "t5" and model.attention_dropout is not None
+        return [f"train.engine: {config.train.engine} does not run on provider gce (Compute "
+                "Engine TPU VMs run JAX only); set train.engine: jax"]
+    return []
+
+
+def _positions(config) -> list[str]:
+    family = FAMILIES[config.model.family]
+    if config.data.seq_len > family.max_positions:
+        return [f"data.seq_len={config.data.seq_len} is over what {family.name} allows "
+                f"({family.max_positions}); lower data.seq_len"]
+    return []
+
+
+def _one_tokenizer(config) -> list[str]:
+    if config.model.init_from and config.tokenizer.path:
+        return ["model.init_from brings its own tokenizer: remove tokenizer.path"]
+    return []
+
+
+def _vocabulary(config) -> list[str]:
+    model, tokenizer = config.model, config.tokenizer
+    if tokenizer.path is not None or model.init_from is not None:
+        return []  # the tokenizer stage trains none
+    family = FAMILIES[model.family]
+    minimum = len(family.special_tokens) + (
+        BYTE_ALPHABET if tokenizer.kind == "bpe" else MIN_LEARNED_PIECES)
+    if tokenizer.vocab_size < minimum:
+        return [f"tokenizer.vocab_size={tokenizer.vocab_size} is too small for "
+                f"{tokenizer.kind} with {family.name}'s {len(family.special_tokens)} special "
+                f"tokens; use at least {minimum}"]
+    return []
+
+
+def _priced(config) -> list[str]:
+    if config.train.max_cost is not None and config.cluster.hourly_usd() is None:
+        return ["train.max_cost needs a price per hour, and tpuctl's price table has none for "
+                "this cluster (only cloud TPUs are priced, and not every type or provisioning); "
+                "use train.max_hours instead"]
+    return []
+
+
+def _remat(config) -> list[str]:
+    train = config.train
+    if train.engine != JAX and train.remat != "auto":
+        return [f"train.remat: {train.remat} rematerialises the JAX engine's layers; the "
+                f"{train.engine} engine has no such setting: remove it or set train.engine: jax"]
+    return []
+
+
+def _t5_dropout(config) -> list[str]:
+    model = config.model
+    if (model.family == "t5" and model.attention_dropout is not None
             and model.attention_dropout != model.dropout):
-        problems.append("model.attention_dropout: T5 has one dropout rate for all its layers "
-                        "(transformers' dropout_rate); set model.dropout instead")
-    if train is not None and train.warmup_steps > train.steps:
-        problems.append(f"train.warmup_steps={train.warmup_steps} is more than train.steps="
-                        f"{train.steps}")
-    problems += _state_problems(cluster=cluster, data=data, tokenizer=tokenizer, model=model,
-                                train=train)
-    return problems
+        return ["model.attention_dropout: T5 has one dropout rate for all its layers "
+                "(transformers' dropout_rate); set model.dropout instead"]
+    return []
 
 
-def _state_problems(*, cluster, data, tokenizer, model, train) -> list[str]:
+def _warmup(config) -> list[str]:
+    train = config.train
+    if train.warmup_steps > train.steps:
+        return [f"train.warmup_steps={train.warmup_steps} is more than train.steps={train.steps}"]
+    return []
+
+
+def _state_fits(config) -> list[str]:
     """A model whose training state the TPU's chips cannot hold, as the engine would lay it
-    out (payload.core.engines: its spec's plan_sharding), refused with the engine and the type: here when the
-    config alone gives the shape and vocabulary; a model read from files is checked by the run
-    plan (`train --dry-run`) and the train stage."""
-    if not (isinstance(cluster, GoogleCloud) and None not in (data, tokenizer, model, train)):
+    out (payload.core.engines: its spec's plan_sharding), refused with the engine and the type:
+    here when the config alone gives the shape and vocabulary; a model read from files is
+    checked by the run plan (`train --dry-run`) and the train stage."""
+    cluster, data, tokenizer, model, train = (config.cluster, config.data, config.tokenizer,
+                                              config.model, config.train)
+    if not isinstance(cluster, GoogleCloud):
         return []
     if model.init_from or model.config or tokenizer.path:
         return []
@@ -88,6 +123,11 @@ def _state_problems(*, cluster, data, tokenizer, model, train) -> list[str]:
         params, num_devices=acc.jax_devices, hbm_bytes_per_chip=acc.hbm_bytes_per_device,
         optimizer=train.optimizer, where=acc.name, workload=workload,
         larger=larger_slices(acc.name)))
+
+
+# In the order their problems are shown.
+CROSS_CHECKS = (_tpu_name, _gce_names, _gce_engine, _positions, _one_tokenizer, _vocabulary,
+                _priced, _remat, _t5_dropout, _warmup, _state_fits)
 
 
 # What only the tokenizer stage reads when it trains a tokenizer.

@@ -9,18 +9,21 @@ the accelerator table says of the TPU it rents (payload.cloud.accelerators).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from typing import Annotated, Literal, get_args
 
-from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator
 
 from payload.config.base import (
     MAX_LOCAL_WORKERS,
+    PathText,
     Section,
+    UserName,
+    check,
     engine_of,
     problems_of,
-    raise_all,
 )
 from payload.core.engines import DEFAULT as DEFAULT_ENGINE
 from payload.core.errors import UserError
@@ -28,15 +31,15 @@ from payload.core.errors import UserError
 
 class ClusterBase(Section):
     # An environment already on the workers (custom image, shared venv), used as it is.
-    python: str | None = None
+    python: PathText | None = None
     # A folder of wheels to install from, for workers with no package index.
-    wheelhouse: str | None = None
+    wheelhouse: PathText | None = None
 
-    @model_validator(mode="after")
-    def _one_environment_source(self):
+    @check
+    def _one_environment_source(self) -> list[str]:
         if self.python and self.wheelhouse:
-            raise ValueError("set at most one of cluster.python and cluster.wheelhouse")
-        return self
+            return ["set at most one of cluster.python and cluster.wheelhouse"]
+        return []
 
     def hourly_price(self):
         """The price catalog's entry for this cluster (None: tpuctl bills nothing for it)."""
@@ -60,9 +63,9 @@ _HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:%-]*\Z")
 class SshCluster(ClusterBase):
     provider: Literal["ssh"]
     hosts: list[str] = Field(min_length=1)
-    user: str
-    identity_file: str | None = None
-    known_hosts: str
+    user: UserName
+    identity_file: PathText | None = None
+    known_hosts: PathText
     port: int = Field(22, ge=1, le=65535)
     # Where worker 0's JAX coordinator listens when hosts[0] is not an address of its own (a
     # NAT address): its own address there, or 0.0.0.0 / :: for every interface, said on purpose.
@@ -150,8 +153,8 @@ class GoogleCloud(ClusterBase):
     subnetwork: str | None = None
     # Default: PROJECT-tpuctl, created by `up` unless it exists (then used, never deleted).
     bucket: str | None = None
-    user: str | None = None  # default: the login name of whoever runs tpuctl
-    identity_file: str | None = None  # default: a key tpuctl makes and `up` installs
+    user: UserName | None = None  # default: the login name of whoever runs tpuctl
+    identity_file: PathText | None = None  # default: a key tpuctl makes and `up` installs
 
     @field_validator("project")
     @classmethod
@@ -270,21 +273,29 @@ class GcpCluster(GoogleCloud):
                              "lowercase letters, digits and dashes")
         return value
 
-    @model_validator(mode="after")
-    def _offered(self, info: ValidationInfo):
+    def take_context(self, context: dict) -> None:
+        self._engine = engine_of(context)
+
+    # Every problem at once, what the type can run first, then where: a v6e-8 in us-central2-b
+    # is refused for both in one round, not for the zone and then the route.
+    @check
+    def _route(self) -> list[str]:
         from payload.cloud import accelerators
 
-        self._engine = engine_of(info)
-        # Every problem at once, what the type can run first, then where: a v6e-8 in
-        # us-central2-b is refused for both in one round, not for the zone and then the route.
-        problems = []
         acc = accelerators.accelerator(self.accelerator_type)
-        problems += problems_of("cluster.accelerator_type", accelerators.check_engine, acc,
-                                 self._engine)
+        problems = problems_of("cluster.accelerator_type", accelerators.check_engine, acc,
+                               self._engine)
         if not problems and self.runtime_version is not None:
             problems += problems_of("cluster.runtime_version", accelerators.runtime_for, acc,
-                                     self._engine, self.runtime_version)
-        problems += problems_of("cluster.zone", accelerators.check_zone, acc, self.zone)
+                                    self._engine, self.runtime_version)
+        return problems
+
+    @check
+    def _zones(self) -> list[str]:
+        from payload.cloud import accelerators
+
+        acc = accelerators.accelerator(self.accelerator_type)
+        problems = problems_of("cluster.zone", accelerators.check_zone, acc, self.zone)
         region = accelerators.region_of(self.zone)
         for zone in self.fallback_zones:
             if zone == self.zone or accelerators.region_of(zone) != region:
@@ -292,33 +303,38 @@ class GcpCluster(GoogleCloud):
                                 f"{region} (the bucket's region), not {self.zone} itself")
             else:
                 problems += problems_of("cluster.fallback_zones", accelerators.check_zone, acc,
-                                         zone)
-        if self.reservation and self.provisioning != "on_demand":
-            problems.append(f"cluster.reservation takes on_demand capacity, not "
-                            f"{self.provisioning}; drop one of them")
-        raise_all(problems)
-        return self
+                                        zone)
+        return problems
 
-    @model_validator(mode="after")
-    def _queued_capacity(self):
+    @check
+    def _reservation_capacity(self) -> list[str]:
+        if self.reservation and self.provisioning != "on_demand":
+            return [f"cluster.reservation takes on_demand capacity, not {self.provisioning}; "
+                    "drop one of them"]
+        return []
+
+    @check
+    def _reservation_zone(self) -> list[str]:
         # The TPU API names a reservation by its full path, in the zone the request is made in
         # (Google's TF release CI: projects/P/locations/Z/reservations/R).
-        if self.reservation is not None:
-            found = _RESERVATION.match(self.reservation)
-            if not found:
-                raise ValueError(f"cluster.reservation: '{self.reservation}' is not a "
-                                 f"reservation path; write projects/PROJECT/locations/"
-                                 f"{self.zone}/reservations/NAME")
-            if found.group(2) != self.zone:
-                raise ValueError(f"cluster.reservation is in {found.group(2)}, but the TPU "
-                                 f"is asked for in {self.zone}; use a reservation of that zone "
-                                 "or set cluster.zone to its zone")
+        if self.reservation is None:
+            return []
+        found = _RESERVATION.match(self.reservation)
+        if not found:
+            return [f"cluster.reservation: '{self.reservation}' is not a reservation path; "
+                    f"write projects/PROJECT/locations/{self.zone}/reservations/NAME"]
+        if found.group(2) != self.zone:
+            return [f"cluster.reservation is in {found.group(2)}, but the TPU is asked for in "
+                    f"{self.zone}; use a reservation of that zone or set cluster.zone to its zone"]
+        return []
+
+    @check
+    def _queued_capacity(self) -> list[str]:
         # A queued request asks for spot or on-demand capacity: preemptible has no queue.
         if self.provisioning == "preemptible" and (self.queued or self.reservation):
-            raise ValueError("cluster.provisioning: preemptible cannot be queued (a queued "
-                             "request takes spot or on-demand capacity); use provisioning: "
-                             "spot, or queued: false")
-        return self
+            return ["cluster.provisioning: preemptible cannot be queued (a queued request "
+                    "takes spot or on-demand capacity); use provisioning: spot, or queued: false"]
+        return []
 
     def hourly_price(self):
         from payload.cloud import prices
@@ -443,23 +459,41 @@ class GceCluster(GoogleCloud):
                              "projects/PROJECT/reservations/NAME for a shared one")
         return value
 
-    @model_validator(mode="after")
-    def _offered(self):
+    @check
+    def _topology(self) -> list[str]:
         from payload.cloud import accelerators
 
-        problems = problems_of("cluster.topology", accelerators.compute_slice,
-                                self.machine_type, self.topology)
-        if not problems:
-            problems += problems_of("cluster.zone", accelerators.check_zone, self.slice,
-                                     self.zone)
+        return problems_of("cluster.topology", accelerators.compute_slice, self.machine_type,
+                           self.topology)
+
+    @check
+    def _zone_offers(self) -> list[str]:
+        """The zone against the slice, or against the machine type's generation when the
+        topology is wrong (the zone is then named in the same round as the topology)."""
+        from payload.cloud import accelerators
+
+        try:
+            acc = self.slice
+        except UserError:
+            machine = accelerators.machine_type(self.machine_type)
+            acc = dataclasses.replace(
+                accelerators.compute_slice(machine.name, machine.topologies[0]),
+                name=machine.name)
+        return problems_of("cluster.zone", accelerators.check_zone, acc, self.zone)
+
+    @check
+    def _flex_start_limit(self) -> list[str]:
         if self.provisioning == "flex_start" and self.max_run_hours is None:
-            problems.append("cluster.provisioning: flex_start needs cluster.max_run_hours (how "
-                            f"long the VMs may run, at most {MAX_RUN_HOURS} hours)")
+            return ["cluster.provisioning: flex_start needs cluster.max_run_hours (how long the "
+                    f"VMs may run, at most {MAX_RUN_HOURS} hours)"]
+        return []
+
+    @check
+    def _reservation_capacity(self) -> list[str]:
         if self.reservation and self.provisioning != "on_demand":
-            problems.append(f"cluster.reservation takes on_demand capacity, not "
-                            f"{self.provisioning.replace('_', '-')}; drop one of them")
-        raise_all(problems)
-        return self
+            return [f"cluster.reservation takes on_demand capacity, not "
+                    f"{self.provisioning.replace('_', '-')}; drop one of them"]
+        return []
 
     @property
     def slice(self):

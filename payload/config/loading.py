@@ -19,39 +19,55 @@ from typing import Any, get_args
 
 import yaml
 from pydantic import BaseModel, ValidationError
-from pydantic_core import PydanticUndefined
 
-from payload.config.base import EngineName, Problems
-from payload.config.checks import cross_problems
-from payload.config.clusters import CLUSTERS, Cluster
-from payload.config.run import RUN_NAME, RunConfig
-from payload.config.sections import DataConfig, HubConfig, ModelConfig, TokenizerConfig, TrainConfig
+from payload.config.base import UNPARSED, EngineName, Problems, Section, partial
+from payload.config.clusters import CLUSTERS
+from payload.config.run import RunConfig
+from payload.config.sections import HubConfig
 from payload.core import reading
 from payload.core.errors import UserError, UserErrors
 
 
-def _valid_sections(raw: dict) -> dict:
-    """Each section the cross-section checks read, validated on its own (None where invalid),
-    so that a config with a bad section still gets those checks for the others."""
-    from pydantic import TypeAdapter
-
+def _unreached(raw: dict, errors: list[dict]) -> list[dict]:
+    """What the checks pydantic did not reach find, as errors located as its own are: a key
+    that failed leaves its section's checks and those across sections unrun, so each failed
+    section is rebuilt from the keys that parsed (payload.config.base.partial) and its checks
+    run, then the checks across sections on the config they make."""
     context = _context(raw)
-    found: dict[str, Any] = {}
-    for key, kind in (("cluster", Cluster), ("data", DataConfig),
-                      ("tokenizer", TokenizerConfig), ("model", ModelConfig),
-                      ("train", TrainConfig)):
-        info = RunConfig.model_fields[key]
-        try:
-            found[key] = (TypeAdapter(kind).validate_python(raw[key], context=context)
-                          if key in raw
-                          else info.get_default(call_default_factory=True))
-        except (ValidationError, TypeError):
-            found[key] = None
-        if found[key] is PydanticUndefined:
-            found[key] = None
-    name = raw.get("name")
-    found["name"] = name if isinstance(name, str) and RUN_NAME.match(name) else None
+    failed: dict[str, set[str]] = {}
+    for error in errors:
+        key, *inner = error["loc"]
+        keys = [p for p in inner if not (isinstance(p, str) and ("[" in p or p in CLUSTERS))]
+        failed.setdefault(key, set()).update(keys[:1] if keys and isinstance(keys[0], str)
+                                             else ())
+    found, values = [], {}
+    for key, keys in failed.items():
+        kind = _section_kind(key, raw)
+        section = (partial(kind, raw[key], keys, context)
+                   if kind is not None and isinstance(raw.get(key), dict) else None)
+        values[key] = UNPARSED if section is None else section
+        if section is not None and keys:  # its checks did not run: a key of it failed
+            found += [_located((key,), line) for line in section.problems()]
+    config = partial(RunConfig, {**raw, **values}, set(), context)
+    if config is not None:
+        found += [_located((), line) for line in config.problems()]
     return found
+
+
+def _section_kind(key: str, raw: dict) -> type[Section] | None:
+    """The section class of a top-level key (the provider's, for cluster); None for a plain
+    key or a provider that is not one."""
+    if key == "cluster":
+        cluster = raw.get("cluster")
+        provider = cluster.get("provider") if isinstance(cluster, dict) else None
+        return CLUSTERS.get(provider) if isinstance(provider, str) else None
+    info = RunConfig.model_fields.get(key)
+    kind = info.annotation if info is not None else None
+    return kind if isinstance(kind, type) and issubclass(kind, Section) else None
+
+
+def _located(loc: tuple, line: str) -> dict:
+    return {"type": "value_error", "loc": loc, "msg": line, "input": None}
 
 
 def _field_name(loc: tuple) -> str:
@@ -212,12 +228,11 @@ def parse_config(raw: Any, *, base_dir: Path | None = None, source: str = "confi
         return RunConfig.model_validate(raw, context=_context(raw))
     except ValidationError as exc:
         errors = exc.errors()
-        problems = _problems(errors)
         if not any(not e["loc"] for e in errors):
-            # A section failed, so the checks across sections did not run: run those the
-            # valid sections allow, so that nothing is left for a second round.
-            extra = cross_problems(**_valid_sections(raw))
-            problems += [p for p in extra if p not in problems]
+            # A key failed, so checks were left unrun: run those the keys that parsed allow,
+            # so that nothing is left for a second round.
+            errors += _unreached(raw, errors)
+        problems = _problems(errors)
     problems = [f"{source}: {p}" for p in problems]
     raise (UserError(problems[0]) if len(problems) == 1 else UserErrors(problems)) from None
 
@@ -287,9 +302,32 @@ class _DuplicateKey(Exception):
         self.key, self.line, self.first = key, line, first
 
 
+# How deep a config's values may nest: a real one is four levels deep (cluster, its ranges);
+# a deeper document is not a config, and PyYAML would compose it by recursion.
+MAX_NESTING = 32
+
+
+class _TooDeep(Exception):
+    def __init__(self, line: int):
+        super().__init__(line)
+        self.line = line
+
+
 class _StrictLoader(yaml.SafeLoader):
     """YAML without silent overrides: a key given twice in one mapping is an error (plain
-    YAML keeps the last one, so a second `train:` section would quietly replace the first)."""
+    YAML keeps the last one, so a second `train:` section would quietly replace the first).
+    Nesting deeper than MAX_NESTING is refused as the composer reaches it."""
+
+    _depth = 0
+
+    def compose_node(self, parent, index):
+        self._depth += 1
+        try:
+            if self._depth > MAX_NESTING:
+                raise _TooDeep(self.peek_event().start_mark.line + 1)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep=False):
@@ -333,6 +371,10 @@ def load_config(path: str | os.PathLike, *, engine: str | None = None) -> RunCon
     except _DuplicateKey as dup:
         raise UserError(f"{path} line {dup.line}: duplicate key '{dup.key}' (first at line "
                         f"{dup.first})", hint="keep one of them") from None
+    except _TooDeep as deep:
+        raise UserError(f"{path} line {deep.line}: values nested more than {MAX_NESTING} "
+                        "levels deep", hint="a tpuctl config is a few levels deep (sections, "
+                        "their keys, lists); check the file is the config") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

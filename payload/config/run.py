@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from payload.config.base import Section, check_scheme, raise_all
-from payload.config.checks import cross_problems
+from payload.config.base import UNPARSED, PathText, Section, check, check_scheme, run_checks
+from payload.config.checks import CROSS_CHECKS
 from payload.config.clusters import Cluster, LocalCluster, default_bucket
 from payload.config.sections import (
     DataConfig,
@@ -61,7 +61,7 @@ def check_output_dir_path(value: str) -> str:
 
 class RunConfig(Section):
     name: str
-    output_dir: str  # gcp default: gs://BUCKET/NAME
+    output_dir: PathText  # gcp default: gs://BUCKET/NAME
     cluster: Cluster = Field(default_factory=lambda: LocalCluster(provider="local"))
     data: DataConfig
     tokenizer: TokenizerConfig = Field(default_factory=lambda: TokenizerConfig())
@@ -96,11 +96,14 @@ class RunConfig(Section):
             )
         return value
 
-    @model_validator(mode="after")
-    def _cross_checks(self):
-        raise_all(cross_problems(name=self.name, cluster=self.cluster, data=self.data,
-                                   tokenizer=self.tokenizer, model=self.model, train=self.train))
-        return self
+    @check
+    def _across_sections(self) -> list[str]:
+        """What is wrong between sections (payload.config.checks), each check on its own: on a
+        partial config, those that read nothing unparsed still run."""
+        values = [getattr(self, key) for key in type(self).model_fields]
+        partial = any(v is UNPARSED or (isinstance(v, Section) and v.is_partial)
+                      for v in values)
+        return run_checks(CROSS_CHECKS, self, partial=partial)
 
     @property
     def trains_tokenizer(self) -> bool:

@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 import re
 from typing import Any, Literal
 
@@ -16,7 +18,9 @@ from payload.config.base import (
     MAX_STEPS,
     MIN_SEQ_LEN,
     EngineName,
+    PathText,
     Section,
+    check,
     check_scheme,
 )
 from payload.core import reading
@@ -24,10 +28,11 @@ from payload.core.engines import DEFAULT as DEFAULT_ENGINE
 from payload.core.errors import UserError
 from payload.core.families import check_shape
 from payload.core.sizes import SHAPE_DEFAULTS, SIZES, config_settings
+from payload.core.storage import has_magic
 
 
 class DataConfig(Section):
-    corpus: list[str] = Field(min_length=1)
+    corpus: list[PathText] = Field(min_length=1)
     text_column: str = "text"
     # How plain-text files hold documents: one per line, or separated by blank lines.
     document_split: Literal["line", "blank_line"] = "line"
@@ -50,14 +55,32 @@ class DataConfig(Section):
     @field_validator("corpus")
     @classmethod
     def _schemes(cls, value: list[str]) -> list[str]:
-        return [check_scheme(entry, "read") for entry in value]
+        for entry in value:
+            check_scheme(entry, "read")
+            if _walks_the_root(entry):
+                raise ValueError(f"'{entry}' would walk the whole filesystem; name the folder "
+                                 "that holds the corpus (such as /data/corpus/**/*.txt)")
+        return value
+
+
+def _walks_the_root(entry: str) -> bool:
+    """Whether a local corpus entry is the filesystem's root folder, or a recursive pattern
+    (`**`) whose folders before the first wildcard end at the root (/**, /*/**)."""
+    if entry.startswith(("gs:", "hf:")):
+        return False
+    parts = entry.split(os.sep)
+    fixed = list(itertools.takewhile(lambda part: not has_magic(part), parts))
+    root = os.path.realpath(os.sep.join(fixed) or os.sep)
+    if root != os.path.dirname(root):  # not the root
+        return False
+    return len(fixed) == len(parts) or "**" in parts[len(fixed):]
 
 
 class TokenizerConfig(Section):
     kind: Literal["unigram", "bpe", "wordpiece", "sentencepiece"] = "unigram"
     vocab_size: int = Field(32_000, gt=0, le=1_000_000)
     # Reuse an existing Hugging Face tokenizer folder instead of training one.
-    path: str | None = None
+    path: PathText | None = None
     # Train on the first megabytes of each input (proportionally); null trains on everything.
     sample_mb: float | None = Field(256.0, gt=0)
     min_frequency: int = Field(2, ge=1)
@@ -78,8 +101,8 @@ class ModelConfig(Section):
     num_layers: int | None = Field(None, gt=0)
     num_heads: int | None = Field(None, gt=0)
     intermediate_size: int | None = Field(None, gt=0)
-    config: str | None = None
-    init_from: str | None = None
+    config: PathText | None = None
+    init_from: PathText | None = None
     dropout: float = Field(0.1, ge=0.0, lt=1.0)
     # Dropout on the attention weights (transformers' attention_probs_dropout_prob / attn_pdrop)
     # of BERT, RoBERTa and GPT-2: none unless set (model.dropout is the other layers'). The JAX
@@ -118,20 +141,21 @@ class ModelConfig(Section):
             raw = {**raw, **{k: v for k, v in SHAPE_DEFAULTS.items() if raw.get(k) is None}}
         return raw
 
-    @model_validator(mode="after")
-    def _shape_checks(self):
+    @check
+    def _known_size(self) -> list[str]:
         sizes = SIZES[self.family]
         if self.size is not None and self.size not in sizes:
-            raise ValueError(
-                f"model.size '{self.size}' is not a {self.family} size; choose one of "
-                f"{', '.join(sizes)}"
-            )
+            return [f"model.size '{self.size}' is not a {self.family} size; choose one of "
+                    f"{', '.join(sizes)}"]
+        return []
+
+    @check
+    def _heads_divide(self) -> list[str]:
         if self.hidden_size is not None and self.hidden_size % self.num_heads:
-            raise ValueError(
-                f"model.num_heads={self.num_heads} does not divide model.hidden_size="
-                f"{self.hidden_size}; pick a hidden size that is a multiple of the head count"
-            )
-        return self
+            return [f"model.num_heads={self.num_heads} does not divide model.hidden_size="
+                    f"{self.hidden_size}; pick a hidden size that is a multiple of the head "
+                    "count"]
+        return []
 
 
 class TrainConfig(Section):

@@ -470,18 +470,37 @@ def children(path: str) -> list[str]:
     return sorted(os.listdir(path)) if os.path.isdir(path) else []
 
 
-def glob(pattern: str) -> list[str]:
+class TooManyPaths(Exception):
+    """A glob or folder walk went past its limit of paths (glob's `limit`)."""
+
+    def __init__(self, limit: int):
+        super().__init__(limit)
+        self.limit = limit
+
+
+def glob(pattern: str, *, limit: int | None = None) -> list[str]:
     """Files matching a glob, sorted; `**` recurses. On gs:// with the local rules: `*`, `?`
-    and `[...]` stay within one folder level and skip names starting with a dot."""
+    and `[...]` stay within one folder level and skip names starting with a dot. With `limit`,
+    TooManyPaths as soon as more paths than that match (the folders `**` passes through count
+    too: they are the walk's work), before the rest of the tree is looked at."""
     if is_gcs(pattern):
         bucket, name = _split_gcs(pattern)
         literal = name.split("*")[0].split("?")[0].split("[")[0]
         matches = _glob_regex(name).match
-        return sorted(
-            f"{layout.GCS}{bucket}/{b.name}" for b in _gcs().list_blobs(bucket, prefix=literal)
-            if matches(b.name) and not b.name.endswith("/")  # not folder markers
-        )
-    return sorted(p for p in _glob.glob(pattern, recursive=True) if os.path.isfile(p))
+        found = (f"{layout.GCS}{bucket}/{b.name}" for b in _gcs().list_blobs(bucket, prefix=literal)
+                 if matches(b.name) and not b.name.endswith("/"))  # not folder markers
+        return sorted(_at_most(found, limit))
+    paths = _at_most(_glob.iglob(pattern, recursive=True), limit)
+    return sorted(p for p in paths if os.path.isfile(p))
+
+
+def _at_most(paths: Iterator[str], limit: int | None) -> list[str]:
+    found = []
+    for path in paths:
+        if limit is not None and len(found) >= limit:
+            raise TooManyPaths(limit)
+        found.append(path)
+    return found
 
 
 def _glob_regex(pattern: str) -> re.Pattern:

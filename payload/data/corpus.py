@@ -37,6 +37,10 @@ _BATCH_BYTES = 1 << 20  # text handed to the tokenizer at a time
 _BATCH_DOCS = 4096
 _SNIFF = 8192
 HF_PREFIX = "hf:"
+# How many paths one data.corpus entry may reach (a glob's matches and the folders its ** walks
+# through, or a folder's files): a corpus of more files than this is joined into fewer first,
+# and an entry past it is nearly always a pattern rooted too high (~/**), walked for minutes.
+MAX_CORPUS_PATHS = 100_000
 
 
 @dataclass(frozen=True)
@@ -118,7 +122,10 @@ def resolve_sources(data: DataConfig) -> list[Source]:
             sources.append(Source(path=entry, kind="hf", compressed=False, size=0))
             continue
         if storage.has_magic(entry):
-            matches = storage.glob(entry)
+            try:
+                matches = storage.glob(entry, limit=MAX_CORPUS_PATHS)
+            except storage.TooManyPaths:
+                raise _too_many(entry) from None
             if not matches:
                 raise UserError(f"data.corpus: no file matches '{entry}'",
                                 hint="check the pattern and the working folder")
@@ -126,7 +133,9 @@ def resolve_sources(data: DataConfig) -> list[Source]:
         elif storage.exists(entry) and not storage.is_dir(entry):
             paths.append(entry)
         elif storage.is_dir(entry):
-            found = list(storage.walk_files(entry))
+            found = list(itertools.islice(storage.walk_files(entry), MAX_CORPUS_PATHS + 1))
+            if len(found) > MAX_CORPUS_PATHS:
+                raise _too_many(entry)
             if not found:
                 raise UserError(f"data.corpus: folder '{entry}' has no files")
             paths.extend(found)
@@ -149,6 +158,13 @@ def resolve_sources(data: DataConfig) -> list[Source]:
         raise UserError("the corpus is empty (every input file has 0 bytes)",
                         hint="check data.corpus")
     return sources
+
+
+def _too_many(entry: str) -> UserError:
+    return UserError(f"data.corpus: '{entry}' reaches more than {MAX_CORPUS_PATHS:,} paths "
+                     "(files, and the folders a ** pattern walks through)",
+                     hint="point it at the corpus' own folder, or join small files into "
+                     "fewer (a .jsonl of documents)")
 
 
 def _parts(path: str) -> list[str]:

@@ -29,6 +29,23 @@ log = logging.getLogger(__name__)
 CARD = "README.md"
 
 
+# huggingface_hub's switch off the network (its constants.HF_HUB_OFFLINE, read as it reads it):
+# set, every call to the Hub fails with a word about connections, not about the switch.
+OFFLINE_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+_TRUE = ("1", "ON", "YES", "TRUE")
+
+
+def check_online(environ=os.environ) -> None:
+    """Refuse to publish where huggingface_hub is switched offline, naming the switch (the
+    launcher's check before a job, and the publish stage's on worker 0)."""
+    name = next((n for n in OFFLINE_ENV if environ.get(n)), None)
+    if name and environ[name].strip().upper() in _TRUE:
+        raise UserError(f"--push-to-hub publishes to the Hugging Face Hub, and {name}="
+                        f"{environ[name]} keeps huggingface_hub offline",
+                        hint=f"unset {name} for this run, or leave out --push-to-hub and "
+                        "publish later")
+
+
 def model_is_complete(folder: str) -> bool:
     """Whether export finished writing `folder` (its completeness marker, written last);
     publishing never reads a folder that fails this."""
@@ -46,6 +63,7 @@ def run_publish(config) -> None:
     if not repo:
         raise UserError("nothing to publish to: hub.repo is not set",
                         hint="pass --push-to-hub OWNER/NAME or set hub.repo")
+    check_online()
     folders.check_exported(config.output_dir)
     model_dir = layout.model_dir(config.output_dir)
     token = get_token()

@@ -319,6 +319,58 @@ ROWS = [
     ("ssh-cluster-bad-key-on-ssh", lambda b: ["ssh", "-c", _ssh(
         b, identity_file=_key(b, "locked2", passphrase="x" * 8)), "--", "true"], {},
      ["passphrase"]),
+    # Issue 32, item 5: true is no number, a user name is one line of ssh-keys, a path one line.
+    ("workers-true", lambda b: ["train", "--local", "-c", _write(b, "w.yaml", _config(
+        b, cluster={"provider": "local", "workers": True}))], {},
+     ["cluster.workers must be a whole number (an integer) (got True)"]),
+    ("ssh-port-true", lambda b: ["train", "-c", _ssh(b, port=True)], {},
+     ["cluster.port must be a whole number (an integer) (got True)"]),
+    ("batch-size-true", lambda b: ["train", "--local", "-c", _with(b, "train", batch_size=True)],
+     {}, ["train.batch_size must be a whole number (an integer) (got True)"]),
+    ("learning-rate-false", lambda b: ["train", "--local", "-c", _with(
+        b, "train", learning_rate=False)], {}, ["train.learning_rate must be a number (got False)"]),
+    ("gcp-queue-hours-true", lambda b: ["train", "-c", _gcp(b, queued=True, queue_hours=True)],
+     {}, ["cluster.queue_hours must be a number (got True)"]),
+    ("ssh-user-with-a-newline", lambda b: ["train", "-c", _ssh(b, user="me\nroot")], {},
+     ["cluster.user", "'me\\nroot' is not a user name"]),
+    ("ssh-user-empty", lambda b: ["train", "-c", _ssh(b, user="")], {},
+     ["cluster.user", "'' is not a user name"]),
+    ("ssh-user-an-option", lambda b: ["train", "-c", _ssh(b, user="-oProxyCommand=x")], {},
+     ["cluster.user", "is not a user name"]),
+    ("gce-user-with-a-space", lambda b: ["up", "--dry-run", "-c", _gce(b, user="me you")], {},
+     ["cluster.user", "'me you' is not a user name", "ssh-keys"]),
+    ("gce-user-with-a-colon", lambda b: ["up", "--dry-run", "-c", _gce(b, user="me:x")], {},
+     ["cluster.user", "'me:x' is not a user name"]),
+    ("gcp-user-with-a-newline", lambda b: ["train", "-c", _gcp(b, user="me\nroot:ssh-ed25519")],
+     {}, ["cluster.user", "is not a user name"]),
+    ("ssh-identity-file-with-a-newline", lambda b: ["train", "-c", _ssh(
+        b, identity_file=str(b / "key") + "\nProxyCommand x")], {},
+     ["cluster.identity_file", "holds a line break or a NUL byte"]),
+    ("gce-identity-file-with-a-nul", lambda b: ["up", "--dry-run", "-c", _gce(
+        b, identity_file="/tmp/key\0x")], {},
+     ["cluster.identity_file", "holds a line break or a NUL byte"]),
+    ("known-hosts-with-a-newline", lambda b: ["train", "-c", _ssh(
+        b, known_hosts=str(b / "known_hosts") + "\n")], {},
+     ["cluster.known_hosts", "holds a line break"]),
+    ("corpus-walks-the-root", lambda b: ["train", "--local", "--dry-run", "-c", _with(
+        b, "data", corpus="/**")], {}, ["data.corpus", "'/**' would walk the whole filesystem"]),
+    ("corpus-walks-the-root-below-a-wildcard", lambda b: ["train", "--local", "-c", _with(
+        b, "data", corpus=["corpus.txt", "/*/**/*.txt"])], {},
+     ["data.corpus", "'/*/**/*.txt' would walk the whole filesystem"]),
+    ("corpus-the-root-folder", lambda b: ["train", "--local", "-c", _with(
+        b, "data", corpus="/")], {}, ["data.corpus", "'/' would walk the whole filesystem"]),
+    ("config-nested-5000-deep", lambda b: ["train", "--local", "-c", _write(
+        b, "deep.yaml", "name: " + "[" * 5000 + "]" * 5000 + "\n")], {},
+     ["deep.yaml line 1", "nested more than 32 levels deep"]),
+    ("config-mappings-nested-5000-deep", lambda b: ["up", "--dry-run", "-c", _write(
+        b, "deep.yaml", "name: " + "{a: " * 5000 + "1" + "}" * 5000 + "\n")], {},
+     ["nested more than 32 levels deep"]),
+    # Issue 38, item 9: the switch that keeps huggingface_hub offline is named, not a connection.
+    ("push-to-hub-offline", ["train", "--local", "--push-to-hub", "lab/model"],
+     {"HF_HUB_OFFLINE": "1", "HF_TOKEN": "hf_x"}, ["--push-to-hub", "HF_HUB_OFFLINE=1",
+                                                   "unset HF_HUB_OFFLINE"]),
+    ("push-to-hub-transformers-offline", ["train", "--local", "--push-to-hub", "lab/model"],
+     {"TRANSFORMERS_OFFLINE": "yes", "HF_TOKEN": "hf_x"}, ["TRANSFORMERS_OFFLINE=yes"]),
 ]
 
 
@@ -431,3 +483,39 @@ def test_a_resume_across_engines_is_one_line_and_touches_nothing(box, written_by
     assert f"set train.engine: {written_by}" in lines[0]
     assert result.stdout == "" and not (box / "home").exists()
     assert _snapshot(box) == before, "files changed in the run folder"
+
+
+@pytest.mark.parametrize("command", [["up", "--dry-run"], ["train", "--dry-run"], ["doctor"]])
+def test_a_gce_file_with_a_mistake_of_every_kind_is_refused_in_one_round(box, command):
+    """Issue 38, item 2: a key's own value, what is wrong inside a section, the slice's
+    topology, its zone, the run's name as the slice's names and what is wrong between sections
+    come in one report, though keys of the same sections failed (they took four rounds)."""
+    raw = _config(box, name="a" * 60, data={"corpus": str(box / "corpus.txt"), "seq_len": 8},
+                  model={"family": "gpt2", "hidden_size": 32, "num_layers": 1, "num_heads": 3})
+    raw["cluster"] = {"provider": "gce", "project": "My_Project", "zone": "europe-west9-b",
+                      "machine_type": "ct6e-standard-4t", "topology": "3x3",
+                      "provisioning": "flex_start", "user": "me you",
+                      "ssh_source_ranges": ["203.0.113.7/32"]}
+    raw["train"] = {**raw["train"], "batch_size": True, "warmup_steps": 10}
+    config = _write(box, "gce-all.yaml", raw)
+    before = _snapshot(box)
+    result = run_row(box, [*command, "-c", config], {})
+    lines = result.stderr.splitlines()
+    assert result.returncode == 2 and all(line.startswith("error: ") for line in lines), lines
+    expected = [
+        "cluster.project: 'My_Project' is not a Google Cloud project id",  # a key's value
+        "cluster.user: 'me you' is not a user name",
+        "cluster.topology: topology '3x3' does not exist for ct6e-standard-4t",  # the slice
+        "cluster.zone: zone europe-west9-b does not offer ct6e-standard-4t",  # where
+        "cluster.provisioning: flex_start needs cluster.max_run_hours",  # within the section
+        "data.seq_len must be at least 16 (got 8)",
+        "model.num_heads=3 does not divide model.hidden_size=32",
+        "train.batch_size must be a whole number (an integer) (got True)",
+        f"name: '{'a' * 60}' is 60 characters; on provider gce",  # between sections
+        "train.engine: tensorflow does not run on provider gce",
+        "train.warmup_steps=10 is more than train.steps=4",
+    ]
+    assert len(lines) == len(expected), "\n".join(lines)
+    for line, needle in zip(lines, expected, strict=True):
+        assert needle in line, f"{needle!r} not in {line!r}"
+    assert result.stdout == "" and not (box / "home").exists() and _snapshot(box) == before

@@ -197,3 +197,54 @@ def test_values_are_refused_in_the_projects_words(key, value, wording):
     message = error_for(lambda r: r["train"].update({key: value}))
     assert message == f"config: {wording}", message
     assert "Input should" not in message
+
+
+_CLUSTERS = {
+    "local": {"provider": "local"},
+    "ssh": {"provider": "ssh", "hosts": ["w1"], "user": "me", "known_hosts": "kh"},
+    "gcp": {"provider": "gcp", "project": "my-project", "zone": "us-central2-b",
+            "accelerator_type": "v4-8"},
+    "gce": {"provider": "gce", "project": "my-project", "zone": "us-east5-b",
+            "machine_type": "ct6e-standard-4t", "topology": "2x4"},
+}
+
+
+def _numeric_keys() -> list[tuple[str, str, str]]:
+    """(provider, section, key) for every key of every section that takes a number."""
+    from typing import get_args
+
+    from payload.config import CLUSTERS, RunConfig
+
+    found = []
+    for provider, kind in CLUSTERS.items():
+        sections = [("cluster", kind)] + [(name, info.annotation) for name, info in
+                                           RunConfig.model_fields.items()
+                                           if name not in ("cluster",) and provider == "local"
+                                           and hasattr(info.annotation, "model_fields")]
+        for section, model in sections:
+            for key, info in model.model_fields.items():
+                kinds = set(get_args(info.annotation)) or {info.annotation}
+                if kinds & {int, float} and bool not in kinds:
+                    found.append((provider, section, key))
+    return found
+
+
+@pytest.mark.parametrize(("provider", "section", "key"), _numeric_keys(),
+                         ids=lambda part: str(part))
+@pytest.mark.parametrize("value", [True, False])
+def test_no_key_that_takes_a_number_takes_true_or_false(provider, section, key, value):
+    """Issue 32, item 5: YAML's true and false are refused wherever a number is wanted (lax
+    parsing took `port: true` as port 1), on every provider's section and every other one."""
+    raw = copy.deepcopy(GOOD)
+    raw["cluster"] = dict(_CLUSTERS[provider])
+    raw["train"]["engine"] = "jax"
+    raw[section] = {**raw[section], key: value}
+    lines = _problems_of(raw)
+    assert any(line.startswith(f"config: {section}.{key} must be a ") and "number" in line
+               and line.endswith(f"(got {value})") for line in lines), lines
+
+
+def test_the_table_of_numeric_keys_is_whole():
+    keys = {(section, key) for _, section, key in _numeric_keys()}
+    assert {("cluster", "port"), ("cluster", "workers"), ("train", "batch_size"),
+            ("cluster", "max_run_hours"), ("data", "seq_len"), ("train", "seed")} <= keys

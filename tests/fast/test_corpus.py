@@ -189,3 +189,52 @@ def test_resume_from_a_cursor_continues_exactly(tmp_path):
                 t for b in batches[cut:] for t in b.texts]
     finally:
         corpus._BATCH_DOCS = saved
+
+
+@pytest.mark.parametrize("entry", ["*.txt", "**/*.txt", "deep/**", "deep"])
+def test_an_entry_that_reaches_too_many_paths_is_one_line(tmp_path, monkeypatch, entry):
+    """Issue 32, item 5: a glob, a ** walk or a folder past MAX_CORPUS_PATHS is refused in one
+    line naming the entry and the limit (a pattern rooted too high would walk for minutes)."""
+    monkeypatch.setattr(corpus, "MAX_CORPUS_PATHS", 5)
+    for i in range(6):
+        (tmp_path / f"{i}.txt").write_text(f"document {i}\n")
+    deep = tmp_path / "deep" / "a" / "b"
+    deep.mkdir(parents=True)
+    for i in range(6):
+        (deep / f"{i}.txt").write_text(f"document {i}\n")
+    with pytest.raises(UserError) as info:
+        corpus.resolve_sources(DataConfig(corpus=[str(tmp_path / entry)]))
+    assert f"'{tmp_path / entry}' reaches more than 5 paths" in str(info.value)
+    assert "\n" not in str(info.value)
+    monkeypatch.setattr(corpus, "MAX_CORPUS_PATHS", 100)
+    assert corpus.resolve_sources(DataConfig(corpus=[str(tmp_path / entry)]))
+
+
+def test_a_glob_stops_at_the_limit_without_walking_the_rest(monkeypatch):
+    """The limit ends the walk itself: a glob over an endless tree is refused, not walked."""
+    import itertools
+
+    from payload.core import storage
+
+    walked = []
+
+    def endless(pattern, recursive):
+        for n in itertools.count():
+            walked.append(n)
+            yield f"/endless/{n}.txt"
+
+    monkeypatch.setattr(storage._glob, "iglob", endless)
+    with pytest.raises(UserError, match="reaches more than 100,000 paths"):
+        corpus.resolve_sources(DataConfig(corpus=["/endless/**"]))
+    assert len(walked) == corpus.MAX_CORPUS_PATHS + 1
+
+
+@pytest.mark.parametrize("entry", ["/**", "/", "/*/**", "//**/*.txt", "/tmp/../**"])
+def test_a_corpus_that_would_walk_the_whole_filesystem_is_refused_at_load(entry):
+    with pytest.raises(ValueError, match="would walk the whole filesystem"):
+        DataConfig(corpus=[entry])
+
+
+@pytest.mark.parametrize("entry", ["/*.txt", "/tmp/**", "gs://bucket/**", "hf:owner/name"])
+def test_a_corpus_rooted_below_the_root_or_not_recursive_loads(entry):
+    assert DataConfig(corpus=[entry]).corpus == [entry]

@@ -151,3 +151,22 @@ def test_module_has_no_shell_quoting_surprises():
     line = start_command(job_paths("j", "d", 0), "/usr/bin/python3", secrets=True)
     assert shlex.split(line)  # parses
     assert '"$TPUCTL_SECRETS"' in line and "env -u TPUCTL_SECRETS" in line
+
+
+@pytest.mark.parametrize(("name", "value"), [("HF_HUB_OFFLINE", "1"), ("HF_HUB_OFFLINE", "true"),
+                                             ("TRANSFORMERS_OFFLINE", "YES")])
+def test_publishing_offline_is_refused_naming_the_switch(hub, monkeypatch, name, value):
+    """Issue 38, item 9: with huggingface_hub switched offline, the launcher's check and the
+    publish stage say which variable does it, instead of failing to connect; nothing is asked."""
+    from payload.stages.publish import check_online
+
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    monkeypatch.setenv(name, value)
+    with pytest.raises(UserError) as info:
+        launcher_hub.check_access("lab/model")
+    assert f"{name}={value} keeps huggingface_hub offline" in str(info.value)
+    assert f"unset {name}" in info.value.hint and not hub.requests
+    with pytest.raises(UserError, match=name):
+        check_online({name: value})
+    check_online({name: "0"})
+    check_online({})

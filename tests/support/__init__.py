@@ -10,5 +10,6 @@ each other; the local stand-ins of clouds and workers are the top-level `testbed
     cloud      the cloud stand-ins wired to the launcher: storage emulator, fleet-backed clouds
     waits      polling with a deadline
     guard      the fast tier's guard (no process, no ML framework)
+    environment  the suite's environment: what a user exports for the tools under test, dropped
     scripts/   programs run in other Pythons (PyTorch 5.x checks, JAX worker processes)
 """

@@ -49,8 +49,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--worker-index", type=int, default=0)
     parser.add_argument("--num-workers", type=int, default=1)
     parser.add_argument("--overwrite", action="store_true",
-                        help="tokenizer: replace a tokenizer that shards or checkpoints were made "
-                        "with; prepare: replace shards made with another tokenizer or layout; "
+                        help="do the stage again over its earlier outputs, removing only what "
+                        "tpuctl wrote: tokenizer: train it again (also one that shards or "
+                        "checkpoints were made with); prepare: make this worker's share again; "
                         "train: start again over an earlier run's checkpoints")
     parser.add_argument("--resume", action="store_true", help="train: continue from a checkpoint")
     parser.add_argument("--stages", default=",".join(STAGE_NAMES),

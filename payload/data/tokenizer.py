@@ -275,7 +275,8 @@ def read_tokenizer_json(config: RunConfig) -> tuple[str, bytes]:
     path = storage.join(folder, TOKENIZER_FILE)
     if not storage.exists(path):
         if _reused_from(config):
-            raise UserError(f"{_reused_from(config)} has no {TOKENIZER_FILE}",
+            why = storage.not_a_folder(folder) or f"has no {TOKENIZER_FILE}"
+            raise UserError(f"{_reused_from(config)} {why}",
                             hint="point it at a folder saved by a Hugging Face fast tokenizer "
                             "(AutoTokenizer.from_pretrained(P).save_pretrained(P) writes one)")
         raise UserError(f"no tokenizer at {folder}",

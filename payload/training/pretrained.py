@@ -45,7 +45,7 @@ def check_folder(config) -> None:
     label = init_from_label(folder)
     check_inside(folder)
     if not storage.exists(storage.join(folder, CONFIG)):
-        raise UserError(f"{label} has no {CONFIG}",
+        raise UserError(f"{label} {storage.not_a_folder(folder) or 'has no ' + CONFIG}",
                         hint="point it at a Hugging Face model folder (save_pretrained output)")
     settings = read_config_json(folder, source=label)
     _check_family(folder, settings, family)

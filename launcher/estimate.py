@@ -236,7 +236,8 @@ def other_stages(launch, table: dict | None,
                  *, read_remote: bool) -> tuple[tuple[str, float | None, str], ...]:
     """(stage, seconds or None, how) for the tokenizer, prepare and export stages the run
     will run, from the calibration's rates and the corpus's size; a stage whose output is
-    there already (tokenizer, prepare: each keeps what matches) counts nothing."""
+    there already (tokenizer, prepare: each keeps what matches) counts nothing, unless
+    --overwrite does it again."""
     from payload.core import storage
     from payload.data import shards
     from payload.data.tokenizer import TOKENIZER_FILE, tokenizer_dir
@@ -249,6 +250,8 @@ def other_stages(launch, table: dict | None,
     found = []
 
     def there(path: str) -> bool:
+        if launch.options.overwrite:  # every stage that runs is done again
+            return False
         if storage.is_gcs(path) and not read_remote:
             return False
         try:
@@ -337,13 +340,30 @@ def describe(launch, *, read_remote: bool) -> tuple[list[str], list[str]]:
         speed = cpu_speed(launch, read_remote=read_remote)
     try:
         plan = runplan.run_plan(config, hardware=fleet.hardware, num_workers=len(fleet.workers),
-                                cpu_speed=speed)
+                                cpu_speed=speed, start_step=resumed_at(launch,
+                                                                      read_remote=read_remote))
     except UserError as exc:  # e.g. an init_from folder on gs:// a dry run does not read
         return [f"run plan: not worked out here ({exc})"], ignored
     if Stage.TRAIN not in launch.options.stages:
         return runplan.render(plan), ignored
     rows = dataset_rows(config, read_remote=read_remote)
     return runplan.render(plan), ignored + runplan.warnings(plan, dataset_rows=rows)
+
+
+def resumed_at(launch, *, read_remote: bool) -> int:
+    """The step a `--resume` continues from (the newest checkpoint's), 0 for a fresh start or
+    where it cannot be read here (a dry run asks no cloud): the estimate counts the steps
+    left."""
+    from payload.core import storage
+    from payload.training.checkpoints import newest_step
+
+    output_dir = launch.config.output_dir
+    if not launch.options.resume or (storage.is_gcs(output_dir) and not read_remote):
+        return 0
+    try:
+        return newest_step(output_dir) or 0
+    except (OSError, ValueError, UserError):
+        return 0
 
 
 def export_engine_notes(launch, *, read_remote: bool) -> list[str]:

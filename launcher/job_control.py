@@ -32,13 +32,16 @@ from launcher.plan import Plan, Worker
 from launcher.records import JobRecord
 from payload.core import layout
 from payload.core.errors import UserError, UserErrors, one_line
-from payload.jobs.agent import ABORTED, LIMIT_RC
+from payload.jobs.agent import ABORTED, LIMIT_RC, stopped_words
 
 POLL_S = 0.5
 TAIL_LINES = 60  # of which the launcher shows the last 20 the live view would show
 # Workers that stopped because a peer failed report it at once; the peer's own exit may reach
 # the launcher a poll later. Wait this long for it, so the right worker is named.
 ABORT_GRACE_S = 3.0
+# A stop reaches every worker within the stop command's grace (launcher.job_shell): a worker
+# still running this long after another was stopped is stopped by the launcher too.
+STOPPING_GRACE_S = 2 * job_shell.STOP_GRACE_S + 5.0
 # How often the provider is asked whether the fleet is still there (an API call for a cloud).
 TROUBLE_EVERY_S = 10.0
 _ABORTED_RANK = 2
@@ -230,6 +233,9 @@ class Outcome:
     reason: str = ""
     tail: list[str] = field(default_factory=list)
     lost_fleet: bool = False  # the provider says the machines were taken away (preempted)
+    # Stopped (`tpuctl stop`, or the launcher), with no worker failing: not a failure. The
+    # reason is then the stopped job's last words (payload.jobs.agent.stop_words).
+    stopped: bool = False
 
 
 @dataclass
@@ -269,9 +275,15 @@ def _follow_worker(executor, plan: Plan, worker: Worker, book: LogBook, sink, se
         halt.wait(POLL_S)
 
 
+def _was_stopped(s: _Seen) -> bool:
+    return s.state is JobState.EXITED and s.rc == job_shell.STOPPED_RC
+
+
 def _failure(plan: Plan, seen: dict[int, _Seen]) -> tuple[int, int, str] | None:
     """(rank, worker, reason) of the worker that failed first in spirit: an own failure (rank 0)
-    beats an unreachable worker (1), a peer-abort (2) and a stop (3)."""
+    beats an unreachable worker (1) and a peer-abort (2). A stopped worker has not failed, and
+    neither has one that ended because a peer was stopped (its abort)."""
+    stopping = any(_was_stopped(s) for s in seen.values())
     found = []
     for w in plan.workers:
         s = seen[w.index]
@@ -283,14 +295,33 @@ def _failure(plan: Plan, seen: dict[int, _Seen]) -> tuple[int, int, str] | None:
         elif s.state is JobState.EXITED and s.rc == LIMIT_RC:
             found.append((0, w.index, f"{w.label}: the run's limit (train.max_hours / "
                           f"max_cost) ended the job during {s.stage or 'start'}"))
-        elif s.state is JobState.EXITED and s.rc == job_shell.STOPPED_RC:
-            found.append((3, w.index, f"{w.label}'s job was stopped (tpuctl stop) during "
-                          f"{s.stage or 'start'}"))
+        elif _was_stopped(s) or (stopping and s.stage == ABORTED):
+            continue
         elif s.state is JobState.EXITED and s.rc not in (0, None):
             rank = _ABORTED_RANK if s.stage == ABORTED else 0
             found.append((rank, w.index, f"{w.label} failed in {s.stage or 'start'} "
                           f"(exit {s.rc})"))
     return min(found) if found else None
+
+
+def _stopped(plan: Plan, seen: dict[int, _Seen], book: LogBook) -> Outcome | None:
+    """A job that ended stopped (and failed nowhere): its last words, from the first worker
+    whose log says them (worker 0's name the step and the checkpoint `--resume` takes)."""
+    stopped = [w for w in plan.workers if _was_stopped(seen[w.index])]
+    if not stopped:
+        return None
+    for w in plan.workers:
+        words = last_stop_words(book.tails[w.index])
+        if words:
+            return Outcome(ok=False, stopped=True, reason=words)
+    first = stopped[0]
+    return Outcome(ok=False, stopped=True,
+                   reason=f"stopped during {seen[first.index].stage or 'start'}")
+
+
+def last_stop_words(lines: list[str]) -> str | None:
+    """The words of the last stop line among a log's lines (payload.jobs.agent.stop_line)."""
+    return next(filter(None, map(stopped_words, reversed(lines))), None)
 
 
 def _failed(book: LogBook, rank: int, index: int, reason: str) -> Outcome:
@@ -309,7 +340,7 @@ def watch(executor, plan: Plan, book: LogBook, sink: Callable[[int, str], None],
                for w in plan.workers]
     for t in threads:
         t.start()
-    aborted_since, failure = None, None
+    aborted_since, stopped_since, stopped_rest, failure = None, None, False, None
     next_trouble_check = time.monotonic() + TROUBLE_EVERY_S
     try:
         while True:
@@ -322,6 +353,13 @@ def watch(executor, plan: Plan, book: LogBook, sink: Callable[[int, str], None],
                     failure = None  # give the worker that failed first time to say so
             if failure is not None:
                 break
+            if fail_fast and not stopped_rest and any(map(_was_stopped, seen.values())):
+                stopped_since = stopped_since or time.monotonic()
+                if time.monotonic() - stopped_since > STOPPING_GRACE_S:
+                    # Stopped on some workers only (a SIGTERM by hand?): the rest cannot go on.
+                    stopped_rest = True
+                    stop(executor, plan, who="the launcher (the job was stopped on " + ", ".join(
+                        w.label for w in plan.workers if _was_stopped(seen[w.index])) + ")")
             if follow and time.monotonic() >= next_trouble_check:
                 next_trouble_check = time.monotonic() + TROUBLE_EVERY_S
                 reason = trouble()
@@ -357,6 +395,9 @@ def watch(executor, plan: Plan, book: LogBook, sink: Callable[[int, str], None],
         if lost:
             return Outcome(ok=False, reason=lost, lost_fleet=True)
         return _failed(book, *failure)
+    stopped = _stopped(plan, seen, book)
+    if stopped is not None:
+        return stopped
     running = [w.label for w in plan.workers if seen[w.index].state is JobState.RUNNING]
     if running:  # not following: a snapshot of a job still going
         return Outcome(ok=True, reason=f"still running on {', '.join(running)}")
@@ -401,6 +442,50 @@ def stop(executor, plan: Plan, *, who: str = job_shell.BY_USER,
 
 def stopped_everywhere(results: dict[int, str]) -> bool:
     return all(r == STOPPED or r.startswith(ENDED) for r in results.values())
+
+
+@dataclass(frozen=True)
+class Stop:
+    """What a stop did: each worker's result (stop) and the stopped job's last words in worker
+    0's log (payload.jobs.agent.stop_words: who, at which step, which checkpoint)."""
+
+    results: dict[int, str]
+    words: str | None = None
+
+    @property
+    def stopped(self) -> bool:
+        """Nothing of the job is left running."""
+        return stopped_everywhere(self.results)
+
+    @property
+    def already_ended(self) -> bool:
+        """The job had ended on every worker before: nothing was stopped."""
+        return all(r.startswith(ENDED) for r in self.results.values())
+
+
+def stop_and_say(executor, plan: Plan, *,
+                 on_result: Callable[[int, str], None] = lambda worker, result: None) -> Stop:
+    """`stop`, then the words worker 0's job ended with, when it was stopped just now."""
+    results = stop(executor, plan, on_result=on_result)
+    first = plan.workers[0]
+    words = None
+    if results.get(first.index) == STOPPED:
+        try:
+            res = executor.run(first, job_shell.progress_command(plan.paths[first.index]),
+                               timeout_s=60)
+        except WorkerUnreachable:
+            pass
+        else:
+            words = last_stop_words(job_shell.parse_progress(res.stdout)[1])
+    return Stop(results, words)
+
+
+def ended_stopped(rows: list[dict]) -> bool:
+    """Whether status rows (status) are those of a job that ended stopped: stopped on some
+    worker, and on the others finished or ended because of it (aborted)."""
+    return any(r["state"] == STOPPED for r in rows) and all(
+        r["state"] == STOPPED or (r["state"] == JobState.EXITED.value
+                                  and (r["rc"] == 0 or r["stage"] == ABORTED)) for r in rows)
 
 
 def live_processes(executor, plan: Plan) -> dict[int, int]:

@@ -351,7 +351,8 @@ def follow(job: Job, sink: Callable[[int, str], None], *, worker: int | None = N
         book.close()
     ended = not outcome.detached and not (outcome.ok and outcome.reason)  # not still running
     if ended and worker is None:
-        job.record.save_outcome("finished" if outcome.ok else "failed", outcome.reason)
+        state = "finished" if outcome.ok else "stopped" if outcome.stopped else "failed"
+        job.record.save_outcome(state, outcome.reason)
     return outcome
 
 
@@ -363,11 +364,13 @@ def select(workers: tuple[Worker, ...], index: int, *, of: str = "the job") -> W
 
 
 def stop_job(job: Job, on_result: Callable[[int, str], None] = lambda worker, result: None
-             ) -> dict[int, str]:
-    results = job_control.stop(job.executor, job.plan, on_result=on_result)
-    if job_control.stopped_everywhere(results) and not job.record.outcome():
-        job.record.save_outcome("stopped", "tpuctl stop")
-    return results
+             ) -> job_control.Stop:
+    """Stop the job on every worker (job_control.stop); recorded as stopped when it was running
+    somewhere, and with the last words of worker 0's log (which checkpoint `--resume` takes)."""
+    stop = job_control.stop_and_say(job.executor, job.plan, on_result=on_result)
+    if stop.stopped and not stop.already_ended and not job.record.outcome():
+        job.record.save_outcome("stopped", stop.words or "tpuctl stop")
+    return stop
 
 
 def job_status(job: Job) -> list[dict]:
@@ -571,6 +574,8 @@ def _asked_state(config_path: Path, job_id: str) -> str:
         return f"running ({stage})" if stage else "running"
     if all(row["state"] == "exited" and row["rc"] == 0 for row in rows):
         return "finished"
+    if job_control.ended_stopped(rows):
+        return job_control.STOPPED
     if all(state == "none" for state in states):
         return "never started"
     odd = next(row for row in rows if row["state"] != "exited" or row["rc"] != 0)

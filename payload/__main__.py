@@ -49,8 +49,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--worker-index", type=int, default=0)
     parser.add_argument("--num-workers", type=int, default=1)
     parser.add_argument("--overwrite", action="store_true",
-                        help="tokenizer: replace a tokenizer that shards or checkpoints were made "
-                        "with; prepare: replace shards made with another tokenizer or layout; "
+                        help="do the stage again over its earlier outputs, removing only what "
+                        "tpuctl wrote: tokenizer: train it again (also one that shards or "
+                        "checkpoints were made with); prepare: make this worker's share again; "
                         "train: start again over an earlier run's checkpoints")
     parser.add_argument("--resume", action="store_true", help="train: continue from a checkpoint")
     parser.add_argument("--stages", default=",".join(STAGE_NAMES),
@@ -68,6 +69,7 @@ def run_stage(args: argparse.Namespace) -> None:
     hardware = Hardware.parse(args.hardware)
     config = load_config(args.config)
     use_private_tempdir()
+    use_own_keras_home()
     if args.stage == PREFLIGHT:
         from payload.stages.preflight import run_preflight
 
@@ -131,6 +133,15 @@ def use_private_tempdir() -> None:
     atexit.register(shutil.rmtree, mine, True)
 
 
+def use_own_keras_home() -> None:
+    """Keras (and tf-keras) write keras.json into their home when they load, ~/.keras unless
+    KERAS_HOME says otherwise: a stage's Keras home is tpuctl's local state
+    (TPUCTL_HOME/keras), so nothing of a run lands outside output_dir and ~/.tpuctl, and a
+    keras.json of the user's (floatx, ...) does not change what trains. A KERAS_HOME the user
+    set is kept."""
+    os.environ.setdefault("KERAS_HOME", str(layout.state_dir() / layout.KERAS_DIR))
+
+
 def _name_the_library(record: logging.LogRecord) -> bool:
     """A library's record says whose it is ("[absl] ..."): the stage's own lines and what a
     library says read apart, in the log and in the launcher's view."""
@@ -145,6 +156,23 @@ def _fail(exc: UserError) -> int:
     for line in error_lines(exc):  # several problems (a config's): one line each
         print(f"error: {line}", file=sys.stderr, flush=True)
     return exc.exit_code
+
+
+# What is left of a stage cut short by Ctrl-C, and how to go on (each stage writes so that a
+# crash leaves the old result or the new one).
+INTERRUPTED = {
+    "tokenizer": "the earlier tokenizer, if any, is as it was; run it again",
+    "prepare": "the shards finished so far stay; run it again to continue after the last one",
+    "train": "the newest checkpoint stays; --resume continues from it",
+    "export": "an earlier model/, if any, is as it was; run it again",
+}
+INTERRUPTED_RC = 130  # 128 + SIGINT, as a shell reports a process Ctrl-C ended
+
+
+def _interrupted(stage: str) -> int:
+    print(f"error: {stage} interrupted (Ctrl-C): "
+          f"{INTERRUPTED.get(stage, 'run it again')}", file=sys.stderr, flush=True)
+    return INTERRUPTED_RC
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -168,6 +196,10 @@ def main(argv: list[str] | None = None) -> int:
         run_stage(args)
     except UserError as exc:
         return _fail(exc)
+    except KeyboardInterrupt:
+        if os.environ.get("TPUCTL_DEBUG"):
+            raise
+        return _interrupted(args.stage)
     return 0
 
 

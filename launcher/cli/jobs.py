@@ -45,7 +45,6 @@ def stop(config_path: ConfigOpt = DEFAULT_CONFIG, job: JobOpt = None) -> None:
     import threading
 
     from launcher import launch
-    from launcher.job_control import stopped_everywhere
     from launcher.job_shell import STOP_GRACE_S
     from launcher.view import visible
     from payload.core.layout import worker_label
@@ -74,12 +73,16 @@ def stop(config_path: ConfigOpt = DEFAULT_CONFIG, job: JobOpt = None) -> None:
 
         threading.Thread(target=waiting, daemon=True).start()
         try:
-            results = launch.stop_job(opened, on_result=answered)
+            stopped = launch.stop_job(opened, on_result=answered)
         finally:
             done.set()
-    if not stopped_everywhere(results):
+    if not stopped.stopped:
         raise typer.Exit(1)
-    typer.echo(f"job {opened.plan.job_id} stopped on every worker")
+    if stopped.already_ended:
+        typer.echo(f"job {opened.plan.job_id} had already ended on every worker: nothing to stop")
+        return
+    typer.echo(render.stopped_line(opened.plan.job_id, stopped.words, config_path,
+                                   everywhere=True))
 
 
 WAITING_EVERY_S = 3.0

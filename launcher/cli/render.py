@@ -121,8 +121,24 @@ def progress_line(record: dict, width: int):
     return line
 
 
+def stopped_line(job_id: str, words: str | None, config_path: Path, *,
+                 everywhere: bool = False) -> str:
+    """How a stopped job ended, in its last words (payload.jobs.agent.stop_words), and the
+    command that continues it when they name a checkpoint."""
+    from launcher import view as views
+    from payload.jobs.agent import names_checkpoint
+
+    if not words:
+        return f"job {job_id} stopped" + (" on every worker" if everywhere else "")
+    line = f"job {job_id}{' stopped on every worker' if everywhere else ''}: {views.visible(words)}"
+    if names_checkpoint(words):
+        line += f"; `tpuctl train -c {config_path} --resume` continues from it"
+    return line
+
+
 def report(outcome, job, config_path: Path, view=None) -> None:
-    """How the job ended, then what is still billing; exit status 1 when it failed."""
+    """How the job ended, then what is still billing; exit status 1 when it failed (a stopped
+    job has not: 0)."""
     failed = report_outcome(outcome, job, config_path, view)
     note = job.provider.billing()
     if note:
@@ -142,6 +158,9 @@ def report_outcome(outcome, job, config_path: Path, view) -> bool:
         err.print(f"\ndetached; job {plan.job_id} keeps running on the workers.\n"
                   f"  re-attach: tpuctl logs -c {config_path}\n"
                   f"  stop:      tpuctl stop -c {config_path}", markup=False)
+        return False
+    if outcome.stopped:
+        out.print("\n" + stopped_line(plan.job_id, outcome.reason, config_path), markup=False)
         return False
     if outcome.ok:
         if outcome.reason:

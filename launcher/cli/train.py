@@ -57,8 +57,9 @@ def train(
         help="Comma-separated subset of: tokenizer, prepare, train, export, publish.")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the newest "
                                          "checkpoint.")] = False,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Redo stages whose outputs "
-                                            "exist.")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Do every stage that runs "
+                                            "again over its earlier outputs (removing only "
+                                            "what tpuctl wrote).")] = False,
     dry_run: DryRunOpt = False,
     detach: Annotated[bool, typer.Option("--detach", help="Start the job and return "
                                          "without streaming its logs.")] = False,

@@ -68,6 +68,20 @@ def read_complete(folder: str) -> dict | None:
     return found if isinstance(found, dict) else {}
 
 
+def replacing_words(folder: str) -> str:
+    """What replacing `folder` (replacing_folder) removes, in words for a log line: the files
+    tpuctl wrote there, as its completeness marker lists them; the others stay.
+
+    >>> replacing_words("/nowhere/tokenizer")
+    'replacing in /nowhere/tokenizer the files it writes (the others stay)'
+    """
+    record = read_complete(folder) or {}
+    if "files" not in record:  # no list: what the new one writes is replaced, nothing else
+        return f"replacing in {folder} the files it writes (the others stay)"
+    return (f"replacing in {folder}: {', '.join(sorted(record['files'])) or 'no files'} "
+            "(files tpuctl did not write stay)")
+
+
 def clear_complete(folder: str) -> None:
     """Readers stop trusting `folder`: the first step of changing it in place."""
     remove(complete_marker(folder))

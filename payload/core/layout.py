@@ -55,6 +55,7 @@ INFRA_DIR = "infra"  # TPUCTL_HOME/infra/RUN: the run's Terraform folder
 GCP_DIR = "gcp"  # TPUCTL_HOME/gcp/RUN: the key, known_hosts and ownership record
 LOCAL_DIR = "local"  # TPUCTL_HOME/local/RUN/worker-N: a local worker's own folder
 TMP_DIR = "tmp"  # TPUCTL_HOME/tmp/HOST-PID: a stage's temporary files, also on workers
+KERAS_DIR = "keras"  # TPUCTL_HOME/keras: Keras' home (keras.json) for the stages, not ~/.keras
 OWNED = "owned.json"  # GCP_DIR/RUN/owned.json: the cloud resources tpuctl recorded making
 SITE = "site.json"  # GCP_DIR/RUN/site.json: the zone the run's TPU is in
 # A job's record, TPUCTL_HOME/jobs/RUN/JOB/: its plan, how to reach the workers, its outcome,

@@ -565,6 +565,15 @@ def is_dir(path: str) -> bool:
     return os.path.isdir(path)
 
 
+def not_a_folder(path: str) -> str | None:
+    """Why `path` is no folder to read from ("does not exist", "is a file"), None when it is
+    one: for a folder given in the config whose expected file is missing, so that the line
+    names what is really wrong."""
+    if is_dir(path):
+        return None
+    return "is a file, not a folder" if exists(path) else "does not exist"
+
+
 @contextlib.contextmanager
 def bucket_errors(path: str) -> Iterator[None]:
     """A missing bucket or a refused write on gs:// as one line naming what to do (output_dir

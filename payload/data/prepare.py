@@ -365,29 +365,36 @@ def _other_current_worker(ctx: _Context, name: str) -> bool:
 
 
 def _guard_existing(ctx: _Context, overwrite: bool) -> None:
+    """Refuse shards of an earlier, different prepare; with --overwrite, remove what this
+    worker makes again (its share is redone, whether what is there is an earlier prepare's or
+    this one's)."""
     for folder in ["", *records.SPLITS, PARTS_DIR]:  # prepare writes and deletes in these
         ownership.check_no_link(ctx.config.output_dir, ctx.path(folder) if folder else ctx.data_dir)
-    stale = [(path, reason) for path, stamp in _existing_stamps(ctx)
-             if (reason := _mismatch_reason(ctx, stamp))]
-    if not stale:
-        return
     if not overwrite:
-        path, reason = stale[0]
-        raise UserError(
-            f"{ctx.data_dir} holds shards made with {reason}",
-            hint="pass --overwrite to replace them, or choose another output_dir",
-        )
+        stale = [(path, reason) for path, stamp in _existing_stamps(ctx)
+                 if (reason := _mismatch_reason(ctx, stamp))]
+        if stale:
+            raise UserError(f"{ctx.data_dir} holds shards made with {stale[0][1]}",
+                            hint="pass --overwrite to replace them, or choose another output_dir")
+        return
     # Each worker deletes what it owns and what no current worker owns; never another
     # current worker's files, which may already be this run's, and never a file whose name
-    # prepare does not write (the user's notes in data/ stay).
-    doomed = [storage.join(ctx.data_dir, records.MANIFEST)]
+    # prepare does not write (the user's notes in data/ stay). The manifest goes first: until
+    # the last worker writes a new one, no stage reads data/ as whole.
+    manifest = storage.join(ctx.data_dir, records.MANIFEST)
+    had_manifest = storage.exists(manifest)
+    doomed, names = [manifest] if had_manifest else [], []
     for folder in [*records.SPLITS, PARTS_DIR]:
         for path in storage.listdir(ctx.path(folder)):
             name = f"{folder}/{os.path.basename(path)}"
             if records.written_by_prepare(name) and not _other_current_worker(ctx, name):
                 doomed.append(path)
-    log.info("--overwrite: removing %d files of an earlier, different prepare from %s",
-             len(doomed), ctx.data_dir)
+                names.append(name)
+    if not doomed:
+        return
+    log.info("--overwrite: removing what prepare wrote in %s for worker %d of %d: %s",
+             ctx.data_dir, ctx.worker_index, ctx.num_workers,
+             records.prepared_words(names, manifest=had_manifest))
     ownership.remove_owned(ctx.config.output_dir, doomed)
 
 
@@ -463,7 +470,8 @@ def run_prepare(config: RunConfig, *, worker_index: int = 0, num_workers: int = 
     part_path = ctx.path(records.worker_part_name(worker_index, num_workers))
     if storage.exists(part_path) and json.loads(storage.read_text(part_path)).get(
             "data_fingerprint") == ctx.data_fp:
-        log.info("worker %d already prepared its share; nothing to do", worker_index)
+        log.info("worker %d already prepared its share; nothing to do (--overwrite prepares it "
+                 "again)", worker_index)
         finalize_manifest(ctx)
         return
     started = time.monotonic()

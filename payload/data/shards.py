@@ -68,6 +68,24 @@ def written_by_prepare(relative: str) -> bool:
     return bool(_PREPARED.match(relative.replace("\\", "/")))
 
 
+def prepared_words(names: list[str], *, manifest: bool = False) -> str:
+    """Files prepare wrote (names under data/, written_by_prepare), counted by kind for a line.
+
+    >>> prepared_words(["train/train-w00000of00002-00000.tfrecord",
+    ...                 "parts/train-w00000of00002-00000.json", "parts/worker-00000of00002.json"],
+    ...                manifest=True)
+    'manifest.json, 1 shard, 1 receipt, 1 part'
+    """
+    counts = {"shard": 0, "receipt": 0, "part": 0}
+    for name in names:
+        kind = ("shard" if name.endswith(".tfrecord") else
+                "part" if name.removeprefix("parts/").startswith("worker-") else "receipt")
+        counts[kind] += 1
+    words = [MANIFEST] if manifest else []
+    words += [f"{n} {kind}{'s' if n != 1 else ''}" for kind, n in counts.items() if n]
+    return ", ".join(words) or "nothing"
+
+
 def owned_by(name: str, worker_index: int, num_workers: int) -> bool:
     """Whether a file under data/ (shard, receipt, part, or a temporary of one) is written by
     that worker of that worker count."""

@@ -310,7 +310,8 @@ def read_tokenizer_files(config: RunConfig) -> dict[str, bytes]:
     files = _folder_files(config)
     if TOKENIZER_FILE not in files:
         if _reused_from(config):
-            raise UserError(f"{_reused_from(config)} has no {TOKENIZER_FILE}",
+            why = storage.not_a_folder(folder) or f"has no {TOKENIZER_FILE}"
+            raise UserError(f"{_reused_from(config)} {why}",
                             hint="point it at a folder saved by a Hugging Face fast tokenizer "
                             "(AutoTokenizer.from_pretrained(P).save_pretrained(P) writes one)")
         raise UserError(f"no tokenizer at {folder}",
@@ -394,7 +395,7 @@ def check_replacement(config: RunConfig, *, overwrite: bool,
         stamp_path = storage.join(out, TRAINING_STAMP)
         stamp = _training_stamp(config, sources or corpus.resolve_sources(config.data))
         if storage.exists(stamp_path) and _read_json(stamp_path) == stamp:
-            return False
+            return overwrite  # the same settings: trained again only when asked to
         why = "the tokenizer settings or the corpus changed"
     users = made_with(config.output_dir, held())
     if users and not overwrite:
@@ -452,10 +453,13 @@ def run_tokenizer(config: RunConfig, *, overwrite: bool = False) -> None:
     stamp = _training_stamp(config, sources)
     if not check_replacement(config, overwrite=overwrite, sources=sources):
         _start(config)
-        log.info("tokenizer already trained with these settings: %s (delete it to retrain)", out)
+        log.info("tokenizer already trained with these settings: %s (--overwrite trains it "
+                 "again)", out)
         return
     _start(config)
-    if storage.exists(storage.join(out, TOKENIZER_FILE)):
+    if overwrite and storage.exists(storage.join(out, TOKENIZER_FILE)):
+        log.info("--overwrite: training the tokenizer again, %s", folders.replacing_words(out))
+    elif storage.exists(storage.join(out, TOKENIZER_FILE)):
         log.info("tokenizer settings or corpus changed: training a new one")
     sample_bytes = None if config.tokenizer.sample_mb is None else int(
         config.tokenizer.sample_mb * 1e6)

@@ -383,6 +383,43 @@ def _terminated(signum, frame):
 STOP_LOG_TAIL = 4 << 20  # bytes of the log read for the step a stopped job reached
 
 
+# A stopped job's last line: `== tpuctl: WORDS ==`, WORDS starting with STOPPED_BY (stop_words).
+_SAYS, _SAID = "== tpuctl: ", " =="
+STOPPED_BY = "stopped by "
+NO_CHECKPOINT = "(no checkpoint yet)"
+
+
+def stop_line(words: str) -> str:
+    """The log line a stopped job ends with; `stopped_words` reads it back (the launcher)."""
+    return f"{_SAYS}{words}{_SAID}"
+
+
+def stopped_words(line: str) -> str | None:
+    """The words of a stop line (stop_line), None for any other line.
+
+    >>> stopped_words("== tpuctl: stopped by `tpuctl stop` at step 4 (checkpoint of step 4) ==")
+    'stopped by `tpuctl stop` at step 4 (checkpoint of step 4)'
+    >>> stopped_words("== tpuctl: train on worker-0 ==") is None
+    True
+    """
+    if line.startswith(_SAYS + STOPPED_BY) and line.endswith(_SAID):
+        return line[len(_SAYS):-len(_SAID)]
+    return None
+
+
+def names_checkpoint(words: str) -> bool:
+    """Whether a stopped job's words (stop_words) name a checkpoint for `--resume` to take.
+
+    >>> names_checkpoint("stopped by `tpuctl stop` at step 9 (checkpoint of step 8)")
+    True
+    >>> names_checkpoint("stopped by `tpuctl stop` at step 2 (no checkpoint yet)")
+    False
+    >>> names_checkpoint("stopped by the launcher (worker-1 failed) during prepare")
+    False
+    """
+    return words.endswith(")") and not words.endswith(NO_CHECKPOINT)
+
+
 def stop_words(job_dir: Path, plan: dict, stage: str) -> str:
     """What a stopped job says last: who stopped it (the stop command's note), and in training
     at which step (the newest progress record in this worker's log: worker 0 has them) and from
@@ -391,7 +428,7 @@ def stop_words(job_dir: Path, plan: dict, stage: str) -> str:
 
     note = job_dir / STOP_NOTE
     who = note.read_text().strip() if note.is_file() else ""
-    words = f"stopped by {who or 'SIGTERM'}"
+    words = f"{STOPPED_BY}{who or 'SIGTERM'}"
     if stage != "train":
         return f"{words} during {stage or 'start'}"
     step = None
@@ -412,7 +449,7 @@ def stop_words(job_dir: Path, plan: dict, stage: str) -> str:
     except Exception:  # a stop must not fail over a checkpoint it cannot read
         newest = None
     if newest is None:
-        return words + " (no checkpoint yet)"
+        return f"{words} {NO_CHECKPOINT}"
     spec, saved = newest
     return words + f" ({spec.checkpoint_words(saved)})"
 
@@ -431,7 +468,7 @@ def run(plan_path: str) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once is enough: say so, then end
         stage_file = job_dir / "stage"  # left as it is: the stage the job was stopped in
         stage = stage_file.read_text().strip() if stage_file.is_file() else ""
-        print(f"== tpuctl: {stop_words(job_dir, plan, stage)} ==", flush=True)
+        print(stop_line(stop_words(job_dir, plan, stage)), flush=True)
         _copy_log(plan["log"], plan["log_copy"])
         return 128 + signal.SIGTERM
     finally:

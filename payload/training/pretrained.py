@@ -46,6 +46,10 @@ def check_folder(config) -> None:
 
     folder, family = config.model.init_from, config.model.family
     label = init_from_label(folder)
+    missing = storage.not_a_folder(folder)
+    if missing:
+        raise UserError(f"{label} {missing}",
+                        hint="point it at a Hugging Face model folder (save_pretrained output)")
     # Every file tpuctl would read, whether it is the folder's own (one line if not).
     reading.read_folder(folder, TOKENIZER_FILES, source=label)
     settings = read_settings(folder)

@@ -72,7 +72,8 @@ class RunPlan:
     model: str  # "roberta base", or the family when the shape is given otherwise
     parameters: int
     non_embedding_parameters: int
-    steps: int
+    steps: int  # train.steps: the whole run's
+    start_step: int = 0  # a resumed run's newest checkpoint: time and cost count the rest
     batch_size: int
     seq_len: int
     tokens_per_step: int  # batch x seq_len: the input tokens a step trains on
@@ -111,6 +112,15 @@ class RunPlan:
     # What the engine says of how it runs the step (the JAX engine: its attention kernels).
     engine_lines: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
+
+    @property
+    def steps_left(self) -> int:
+        return max(0, self.steps - self.start_step)
+
+    @property
+    def flops_left(self) -> float:
+        """The training FLOPs still to do (all of them, unless resumed)."""
+        return self.flops_per_step * self.steps_left
 
     @property
     def cpu_total_s(self) -> float | None:
@@ -213,11 +223,11 @@ def state_sharding(config, hardware, architecture: dict | None = None):
 
 def run_plan(config, *, hardware, num_workers: int, architecture: dict | None = None,
              utilisation: float = ASSUMED_UTILISATION,
-             cpu_speed: CpuSpeed | str | None = None) -> RunPlan:
+             cpu_speed: CpuSpeed | str | None = None, start_step: int = 0) -> RunPlan:
     """The run's figures. `hardware` is the fleet's (payload.training.strategy.Hardware); the price
     comes from `config.cluster` (zone, provisioning) where the price table has one. On CPU
     workers the time comes from `cpu_speed` (launcher.estimate finds one), or a string saying
-    why there is none."""
+    why there is none. A run resumed at `start_step` is timed and priced for the steps left."""
     from payload.core.sizes import count_parameters
     from payload.training.strategy import tpu_accelerator
 
@@ -234,6 +244,7 @@ def run_plan(config, *, hardware, num_workers: int, architecture: dict | None = 
         model=" ".join(filter(None, (config.model.family, config.model.size))),
         parameters=count.total,
         non_embedding_parameters=count.non_embedding, steps=train.steps,
+        start_step=min(max(0, start_step), train.steps),
         batch_size=train.batch_size, seq_len=config.data.seq_len,
         tokens_per_step=tokens_per_step, total_tokens=tokens_per_step * train.steps,
         flops_per_step=flops_per_step, total_flops=flops_per_step * train.steps,
@@ -241,19 +252,20 @@ def run_plan(config, *, hardware, num_workers: int, architecture: dict | None = 
         continues=bool(config.model.init_from), replicas=replicas,
         replicas_are=replicas_are, utilisation=utilisation, engine_lines=engine_lines,
     )
+    flops_left = flops_per_step * (train.steps - figures["start_step"])
     acc = tpu_accelerator(hardware)
     if acc is None:
-        evals = evaluations(train)
+        evals = evaluations(train, start=figures["start_step"])
         eval_flops = evals * train.eval_batches * flops_per_step * EVAL_SHARE_OF_STEP
         figures.update(evaluations=evals, eval_flops=eval_flops)
         if isinstance(cpu_speed, CpuSpeed):
-            compute = (figures["total_flops"] + eval_flops) / cpu_speed.model_flops_per_s
+            compute = (flops_left + eval_flops) / cpu_speed.model_flops_per_s
             figures.update(wall_time_s=cpu_speed.start_s + compute, cpu_note=cpu_speed.source,
                            start_s=cpu_speed.start_s, stage_times=cpu_speed.stages)
         else:
             figures.update(cpu_note=cpu_speed or "no measured CPU speed")
         return RunPlan(**figures, notes=tuple(cpu_notes(config)))
-    wall = figures["total_flops"] / (acc.peak_bf16_flops * utilisation)
+    wall = flops_left / (acc.peak_bf16_flops * utilisation)
     sharding = state_sharding(config, hardware, arch)
     figures.update(accelerator=acc.name, generation=acc.generation, chips=acc.chips,
                    peak_flops_per_chip=acc.peak_bf16_flops_per_chip, wall_time_s=wall,
@@ -339,8 +351,11 @@ def render(plan: RunPlan) -> list[str]:
         f"run plan: {plan.model}, {_count(plan.parameters)} parameters "
         f"({_count(plan.non_embedding_parameters)} without embeddings)",
         f"  tokens: {plan.tokens_per_step:,} per step ({plan.batch_size} rows x "
-        f"{plan.seq_len}), {_count(plan.total_tokens)} in {plan.steps:,} steps",
-        f"  FLOPs: {_flops(plan.flops_per_step)} per step, {_flops(plan.total_flops)} in total",
+        f"{plan.seq_len}), {_count(plan.total_tokens)} in {plan.steps:,} steps"
+        + (f"; resumed at step {plan.start_step:,}: {plan.steps_left:,} steps left"
+           if plan.start_step else ""),
+        f"  FLOPs: {_flops(plan.flops_per_step)} per step, {_flops(plan.total_flops)} in total"
+        + (f", {_flops(plan.flops_left)} in the steps left" if plan.start_step else ""),
         f"    estimate: {plan.flops_formula}",
         f"  replicas: {plan.replicas} ({plan.replicas_are}); train.batch_size {plan.batch_size} "
         f"= {plan.batch_size // plan.replicas if plan.batch_size % plan.replicas == 0 else '?'}"
@@ -376,16 +391,24 @@ def _cpu_time(plan: RunPlan) -> list[str]:
         return [f"  time: not estimated ({plan.cpu_note}); the train stage shows its ETA from "
                 "the first steps"]
     unknown = [stage for stage, seconds, _ in plan.stage_times if seconds is None]
-    total = plan.cpu_total_s
+    # Every part is said at the grain of the whole, and each sum is the sum of its parts as
+    # said: "2 min 18s: 21s to start, then ... in 1 min 57s", never "2 min: 21s ..., in 2 min".
+    grain = _grain(plan.cpu_total_s)
     compute = plan.wall_time_s - plan.start_s
-    lines = [f"  time: about {_duration(total)} on CPU for "
+    train = _on_grain(plan.start_s, grain) + _on_grain(compute, grain)
+    total = train + sum(_on_grain(seconds, grain) for _, seconds, _ in plan.stage_times
+                        if seconds is not None)
+    lines = [f"  time: about {_duration(total, grain)} on CPU for "
              + ("training" if not plan.stage_times else
                 "the stages that run" + (f" but {', '.join(unknown)}" if unknown else ""))]
-    lines.append(f"    train: {_duration(plan.wall_time_s)}: {_duration(plan.start_s)} to start "
-                 f"(imports, compiling, the first evaluation), then {plan.steps:,} steps and "
-                 f"{plan.evaluations} evaluations in {_duration(compute)} ({plan.cpu_note})")
-    lines += [f"    {stage}: {_duration(seconds) if seconds is not None else 'not estimated'} "
-              f"({how})" for stage, seconds, how in plan.stage_times]
+    steps = (f"{plan.steps_left:,} steps left" if plan.start_step else f"{plan.steps:,} steps")
+    lines.append(f"    train: {_duration(train, grain)}: {_duration(plan.start_s, grain)} to "
+                 f"start (imports, compiling, the first evaluation), then {steps} and "
+                 f"{plan.evaluations} evaluations in {_duration(compute, grain)} "
+                 f"({plan.cpu_note})")
+    lines += [f"    {stage}: "
+              + (_duration(seconds, grain) if seconds is not None else "not estimated")
+              + f" ({how})" for stage, seconds, how in plan.stage_times]
     return lines
 
 
@@ -423,18 +446,41 @@ def _flops(n: float) -> str:
     return f"{n / 10 ** exponent:.2f}e{exponent}"
 
 
-def _duration(seconds: float | None) -> str:
+def _grain(seconds: float | None) -> int:
+    """The unit a duration this long is said in: seconds under an hour, minutes under two days,
+    hours beyond."""
+    if seconds is None or not math.isfinite(seconds) or seconds < 3600:
+        return 1
+    return 60 if seconds < 48 * 3600 else 3600
+
+
+def _on_grain(seconds: float, grain: int) -> int:
+    """`seconds` rounded to the grain (half up), so that parts said at one grain add up."""
+    return math.floor(max(0.0, seconds) / grain + 0.5) * grain
+
+
+def _duration(seconds: float | None, grain: int | None = None) -> str:
+    """A duration at its grain (_grain), or at the grain of the whole it is a part of.
+
+    >>> _duration(138.4), _duration(21.2, 1), _duration(117.2, 1)
+    ('2 min 18s', '21s', '1 min 57s')
+    >>> _duration(124_732.7), _duration(20, 60), _duration(200_000)
+    ('34h39m', 'under 1 min', '56 h (2.3 days)')
+    """
     if seconds is None or not math.isfinite(seconds):
         return "?"
-    if seconds < 60:
-        return f"{seconds:.0f}s"
-    minutes = seconds / 60
+    grain = grain or _grain(seconds)
+    said = _on_grain(seconds, grain)
+    if said == 0 and seconds > 0 and grain > 1:
+        return f"under 1 {'min' if grain == 60 else 'h'}"
+    if grain == 3600:
+        return f"{said // 3600:,} h ({said / 86400:.1f} days)"
+    minutes, rest = divmod(said, 60)
+    if minutes == 0:
+        return f"{rest}s"
     if minutes < 60:
-        return f"{minutes:.0f} min"
-    hours = minutes / 60
-    if hours < 48:
-        return f"{int(hours)}h{int(minutes % 60):02d}m"
-    return f"{hours / 24:.1f} days ({hours:,.0f} h)"
+        return f"{minutes} min" + (f" {rest:02d}s" if rest else "")
+    return f"{minutes // 60}h{minutes % 60:02d}m"
 
 
 def run_architecture(config) -> dict:

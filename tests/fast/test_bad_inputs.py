@@ -97,6 +97,12 @@ def _key(box: Path, name: str, passphrase: str = "") -> str:
     return ed25519_key(box / name, passphrase)
 
 
+def _init_from(box: Path, folder: Path) -> str:
+    raw = _config(box, model={"family": "gpt2", "init_from": str(folder)})
+    del raw["tokenizer"]  # the folder brings it
+    return _write(box, "init-from.yaml", raw)
+
+
 def _init_from_gpt2(box: Path) -> str:
     """A jax run of roberta continuing from a folder whose config says roberta but whose
     model.safetensors holds GPT-2's weights (tests/test_payload_bad_inputs.py builds it)."""
@@ -278,6 +284,11 @@ ROWS = [
      {}, ["train.engine must be one of 'tensorflow' or 'jax' (got 'pytorch')"]),
     ("init-from-other-family-on-jax", lambda b: ["train", "--local", "-c", _init_from_gpt2(b)],
      {}, ["model.init_from", "holds no roberta weights", "transformer.wte.weight"]),
+    # Issue 38, item 8: a folder that is not there is said to be missing, not to lack a file.
+    ("init-from-missing", lambda b: ["train", "--local", "-c", _init_from(b, b / "nowhere")],
+     {}, ["model.init_from", "nowhere does not exist"]),
+    ("init-from-a-file", lambda b: ["train", "--local", "-c", _init_from(b, b / "corpus.txt")],
+     {}, ["model.init_from", "corpus.txt is a file, not a folder"]),
     # Issue 27, item 6: each gce value checked as Compute Engine would check it, at load.
     ("gce-run-limit-of-a-microsecond", lambda b: ["up", "--dry-run", "-c", _gce(
         b, max_run_hours=0.000001)], {},

@@ -126,6 +126,29 @@ def test_init_writes_a_starter_that_loads(tmp_path):
     assert runner.invoke(app, ["init", str(tmp_path), "--force"]).exit_code == 0
 
 
+@pytest.mark.parametrize("provider", ["gcp", "gce"])
+def test_the_starters_commented_cloud_providers_load(provider):
+    """Issue 38, item 8: the starter names every provider; each cloud's commented block, taken
+    as it is (the output_dir left to its default, JAX where gce needs it), is a config."""
+    import re
+
+    text = (REPO / "launcher" / "templates" / "tpuctl.yaml").read_text()
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"  # provider: {provider}"))
+    block = []
+    for line in lines[start:]:
+        if not re.match(r"  # [a-z_]+: ", line) or (block and "provider:" in line):
+            break
+        block.append(line.removeprefix("  # "))
+    raw = yaml.safe_load(text)
+    raw["cluster"] = yaml.safe_load("\n".join(block))
+    del raw["output_dir"]
+    if provider == "gce":
+        raw["train"]["engine"] = "jax"
+    config = parse_config(raw)
+    assert config.cluster.provider == provider and config.output_dir.startswith("gs://")
+
+
 @pytest.mark.parametrize("force", [[], ["--force"]])
 def test_init_never_writes_through_a_link_named_tpuctl_yaml(tmp_path, force):
     folder, elsewhere = tmp_path / "run", tmp_path / "elsewhere.yaml"

@@ -71,13 +71,16 @@ def test_every_stage_is_timed_from_the_table(tmp_path, table):
     tokenizer = 1.0 + 2.0 * mb
     prepare = 1.0 + 1.5 * mb / min(2, os.cpu_count() or 1)
     lines = time_lines(tmp_path, path)
-    total = runplan._duration(train + tokenizer + prepare + 8.0)
-    assert lines[0] == f"  time: about {total} on CPU for the stages that run"
-    assert lines[1].startswith(f"    train: {runplan._duration(train)}: 20s to start")
+    # Each part at the unit of the whole; the whole is the sum of the parts as said.
+    grain = runplan._grain(train + tokenizer + prepare + 8.0)
+    parts = [runplan._on_grain(s, grain) for s in (20.0, train - 20.0, tokenizer, prepare, 8.0)]
+    said = [runplan._duration(s, grain) for s in (sum(parts), sum(parts[:2]), tokenizer, prepare)]
+    assert lines[0] == f"  time: about {said[0]} on CPU for the stages that run"
+    assert lines[1].startswith(f"    train: {said[1]}: {runplan._duration(20.0, grain)} to start")
     assert "gpt2 training on the jax engine reached when calibrated" in lines[1]
-    assert lines[2] == (f"    tokenizer: {runplan._duration(tokenizer)} (bpe at 2.0 s/MB measured "
+    assert lines[2] == (f"    tokenizer: {said[2]} (bpe at 2.0 s/MB measured "
                         f"on a {TABLE['machine']['cores']}-core machine, 2026-01-02)")
-    assert lines[3].startswith(f"    prepare: {runplan._duration(prepare)} (2.0 MB of text")
+    assert lines[3].startswith(f"    prepare: {said[3]} (2.0 MB of text")
     assert lines[4].startswith("    export: 8s (")
     # Only the stages asked for (prepare's input, the tokenizer, made by an earlier run).
     out = tmp_path / "out"

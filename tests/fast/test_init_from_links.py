@@ -68,6 +68,8 @@ def stage(tmp_path, monkeypatch, capsys):
     status, the `error:` lines on stderr). The stage's private temporary folder and state stay
     under tmp_path."""
     monkeypatch.setenv("TPUCTL_HOME", str(tmp_path / "home"))
+    # What a stage sets for itself (KERAS_HOME) is set here first, so it goes with the test.
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "home" / "keras"))
     monkeypatch.setenv("TMPDIR", tempfile.gettempdir())
     monkeypatch.setattr(tempfile, "tempdir", tempfile.tempdir)
     monkeypatch.delenv("TPUCTL_DEBUG", raising=False)

@@ -34,7 +34,7 @@ def test_flops_time_and_cost_match_a_hand_calculation():
     assert plan.total_flops == pytest.approx(6.112879312896e18)
     assert plan.tokens_per_step == 64 * 512 and plan.total_tokens == 32_768_000_000
     # v5litepod-16: 16 chips of TPU v5e at 197 TFLOP/s bf16, at the assumed 40%:
-    # 6.1129e18 / (16 x 197e12 x 0.4 = 1.2608e15 FLOP/s) = 4,848.4 s = 1h20m.
+    # 6.1129e18 / (16 x 197e12 x 0.4 = 1.2608e15 FLOP/s) = 4,848.4 s = 80.8 min: 1h21m.
     assert (plan.chips, plan.peak_flops_per_chip, plan.utilisation) == (16, 197e12, 0.40)
     assert plan.wall_time_s == pytest.approx(4848.41, abs=0.01)
     # Spot v5e in us-central1: $0.213 per chip-hour x 16 chips = $3.408/h; x 1.3468 h.
@@ -45,7 +45,7 @@ def test_flops_time_and_cost_match_a_hand_calculation():
     text = "\n".join(runplan.render(plan))
     for needle in ("6.11e12 per step", "6.11e18 in total", "6 x N per token",
                    "attention 12 x layers x seq_len x hidden", "16 chips of TPU v5e",
-                   "197 TFLOP/s bf16 per chip", "assumed 40% utilisation", "1h20m",
+                   "197 TFLOP/s bf16 per chip", "assumed 40% utilisation", "1h21m",
                    "$4.59 for that time (spot, $3.41/h for v5litepod-16 in us-central1",
                    "64 = 4 per replica",
                    # 50.3e9 / 95.5e9, 38.7e9 / 95.5e9, 6.4e9 / 95.5e9 of a row's FLOPs
@@ -91,8 +91,8 @@ def test_cpu_workers_get_a_time_from_the_speed_they_are_given():
     text = "\n".join(runplan.render(plan))
     assert "time: not estimated (no measured CPU speed)" in text and "6.11e12 per step" in text
     # 1,000 steps x 6.1129e12 FLOPs, and 3 evaluations (the baseline, steps 500 and 1,000) of
-    # 20 batches at a third of a step each: 6.2351e15 FLOPs at 50 GFLOP/s is 124,702.7 s, after
-    # a start-up of 30 s: 34h39m.
+    # 20 batches at a third of a step each: 6.2351e15 FLOPs at 50 GFLOP/s is 124,702.7 s
+    # (34h38m), after a start-up of 30 s (1 min at the minute grain of the whole): 34h39m.
     assert plan.evaluations == 3
     speed = runplan.CpuSpeed(model_flops_per_s=50e9, source="as measured", start_s=30.0,
                              stages=(("prepare", 90.0, "as measured"),
@@ -102,13 +102,109 @@ def test_cpu_workers_get_a_time_from_the_speed_they_are_given():
     lines = runplan.render(timed)
     at = next(i for i, line in enumerate(lines) if line.startswith("  time:"))
     assert lines[at:at + 4] == [
-        "  time: about 34h40m on CPU for the stages that run but export",
-        "    train: 34h38m: 30s to start (imports, compiling, the first evaluation), then 1,000 "
-        "steps and 3 evaluations in 34h38m (as measured)",
+        "  time: about 34h41m on CPU for the stages that run but export",
+        "    train: 34h39m: 1 min to start (imports, compiling, the first evaluation), then "
+        "1,000 steps and 3 evaluations in 34h38m (as measured)",
         "    prepare: 2 min (as measured)",
         "    export: not estimated (not calibrated)"]
     why = runplan.run_plan(config, hardware=CPU, num_workers=2, cpu_speed="not measured: why")
     assert "time: not estimated (not measured: why)" in "\n".join(runplan.render(why))
+
+
+def _said_s(text: str) -> int:
+    """Seconds of a duration as the plan says it ("2 min 18s", "21s", "1h05m")."""
+    import re
+
+    if text.startswith("under 1 "):
+        return 0
+    hours = re.fullmatch(r"([\d,]+) h \([\d.]+ days\)", text)
+    if hours:
+        return int(hours.group(1).replace(",", "")) * 3600
+    found = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+) min)?(?: ?(\d+)s)?", text)
+    assert found and any(found.groups()), text
+    hours, h_minutes, minutes, seconds = (int(g or 0) for g in found.groups())
+    return hours * 3600 + (h_minutes + minutes) * 60 + seconds
+
+
+def test_the_parts_of_a_time_line_add_up():
+    """Issue 38: "2 min: 21s to start, then 300 steps ... in 2 min" did not add up."""
+    import re
+
+    config = parse_config(plan_config(cluster={"provider": "local", "workers": 2},
+                                      train={"steps": 300}))
+    compute = runplan.run_plan(config, hardware=CPU, num_workers=2)
+    flops = compute.total_flops + compute.eval_flops
+    for start, compute_s, prepare in ((21.2, 117.2, 9.4), (21.2, 100.0, 0.6), (30.0, 3555.0, 95.0),
+                                      (40.0, 50_000.0, 29.0), (50.0, 200_000.0, 1000.0)):
+        speed = runplan.CpuSpeed(model_flops_per_s=flops / compute_s, source="as measured",
+                                 start_s=start, stages=(("prepare", prepare, "as measured"),))
+        lines = runplan.render(runplan.run_plan(config, hardware=CPU, num_workers=2,
+                                                cpu_speed=speed))
+        at = next(i for i, line in enumerate(lines) if line.startswith("  time:"))
+        total = re.search(r"about (.+) on CPU", lines[at]).group(1)
+        train, begin, steps = re.search(r"train: (.+?\)?): (.+?) to start .* in (.+) "
+                                        r"\(as measured\)", lines[at + 1]).groups()
+        prepared = re.search(r"prepare: (.+) \(as measured\)", lines[at + 2]).group(1)
+        assert _said_s(train) == _said_s(begin) + _said_s(steps), lines[at + 1]
+        assert _said_s(total) == _said_s(train) + _said_s(prepared), lines[at:at + 3]
+    assert lines[at + 1].startswith("    train: 56 h (2.3 days): under 1 h to start"), lines
+
+
+def test_a_resumed_run_is_timed_for_the_steps_left():
+    config = parse_config(plan_config(cluster={"provider": "local", "workers": 2},
+                                      train={"steps": 400, "eval_every": 100}))
+    speed = runplan.CpuSpeed(model_flops_per_s=1e12, source="as measured", start_s=20.0)
+    fresh = runplan.run_plan(config, hardware=CPU, num_workers=2, cpu_speed=speed)
+    resumed = runplan.run_plan(config, hardware=CPU, num_workers=2, cpu_speed=speed,
+                               start_step=120)
+    assert (fresh.evaluations, resumed.evaluations) == (5, 3)  # 0, 100 ... 400; 200, 300, 400
+    per_eval = config.train.eval_batches * fresh.flops_per_step * runplan.EVAL_SHARE_OF_STEP
+    assert resumed.wall_time_s - 20.0 == pytest.approx(
+        (280 * fresh.flops_per_step + 3 * per_eval) / 1e12)
+    text = "\n".join(runplan.render(resumed))
+    assert "in 400 steps; resumed at step 120: 280 steps left" in text
+    assert "then 280 steps left and 3 evaluations in" in text
+    assert resumed.total_tokens == fresh.total_tokens  # the model still sees the whole run's
+    # On a TPU the time and the cost are the steps left's too.
+    tpu = dict(hardware=Hardware.tpu("v4-8", "x"), num_workers=1)
+    tpu_config = parse_config(plan_config(train={"steps": 400}))
+    whole, rest = (runplan.run_plan(tpu_config, **tpu, start_step=s) for s in (0, 120))
+    assert rest.wall_time_s == pytest.approx(whole.wall_time_s * 280 / 400)
+    assert rest.cost_usd == pytest.approx(whole.cost_usd * 280 / 400)
+
+
+def test_the_launchers_estimate_of_a_resume_counts_the_steps_left(tmp_path):
+    from types import SimpleNamespace
+
+    from launcher import estimate
+    from payload.core import ownership
+    from payload.core.stages import Stage
+
+    out = tmp_path / "out"
+    ownership.claim_output_dir(str(out))
+    checkpoints = out / "checkpoints"
+    checkpoints.mkdir()
+    (checkpoints / "checkpoint").write_text('model_checkpoint_path: "ckpt-120"\n')
+    (checkpoints / ".tpuctl-complete").write_text("{}\n")
+    config = parse_config(plan_config(cluster={"provider": "local", "workers": 2},
+                                      output_dir=str(out), train={"steps": 400}))
+    fleet = SimpleNamespace(hardware=CPU, workers=(0, 1), shares_launcher_machine=True)
+
+    def plan_text(**options):
+        launch = SimpleNamespace(config=config, fleet=fleet, options=SimpleNamespace(
+            **{"stages": (Stage.TRAIN,), "resume": False, "overwrite": False, "engine": None,
+               **options}))
+        return "\n".join(estimate.describe(launch, read_remote=False)[0])
+
+    assert "resumed at step 120: 280 steps left" in plan_text(resume=True)
+    assert "then 280 steps left and" in plan_text(resume=True)
+    assert "steps left" not in plan_text() and "then 400 steps and" in plan_text()
+    # A stage whose output is there counts nothing, unless --overwrite does it again.
+    (out / "tokenizer").mkdir()
+    (out / "tokenizer" / "tokenizer.json").write_text("{}")
+    both = (Stage.TOKENIZER, Stage.TRAIN)
+    assert "tokenizer: 0s (trained already)" in plan_text(stages=both)
+    assert "trained already" not in plan_text(stages=both, overwrite=True)
 
 
 def test_the_plan_says_which_family_and_length_cost_most():
@@ -186,6 +282,20 @@ def test_dry_run_prints_the_plan_and_refuses_a_bad_batch(tmp_path):
     assert not (tmp_path / "home").exists()
 
 
+def _manifest(out, *, records: int) -> None:
+    """The shard manifest an earlier prepare leaves in `out` (gpt2, seq_len 128)."""
+    from payload.data import shards
+
+    (out / "data").mkdir(parents=True)
+    manifest = shards.Manifest(
+        format=shards.FORMAT, seq_len=128, record_len=128, dtype="uint16", family="gpt2",
+        vocab_size=1000, tokenizer_fingerprint="x", data_fingerprint="y", num_workers=1,
+        documents=10, invalid_utf8_lines=0,
+        splits={"train": shards.SplitSummary(records=records),
+                "validation": shards.SplitSummary()})
+    (out / "data" / "manifest.json").write_text(manifest.to_json())
+
+
 def test_dry_run_on_cpu_workers_warns_from_the_manifest(tmp_path):
     from payload.core import ownership
     from payload.data import shards as records
@@ -238,8 +348,8 @@ def test_dry_run_on_cpu_workers_times_the_run_by_the_last_measured_speed(tmp_pat
     result = _dry_run(tmp_path, raw)
     assert result.returncode == 0, result.stderr
     # With 2 evaluations (the baseline and the last step) of 20 batches at a third of a step:
-    # 3,627.3 s + 483.6 s, 68.5 minutes.
-    assert (f"then 100 steps and 2 evaluations in 1h08m (at the 20.0 GFLOP/s of model FLOPs "
+    # 3,627.3 s + 483.6 s, 68.5 minutes: 1h09m.
+    assert (f"then 100 steps and 2 evaluations in 1h09m (at the 20.0 GFLOP/s of model FLOPs "
             f"the last gpt2 run in {out} measured on 2 CPU process(es))") in result.stdout
     # A figure measured for another family or engine says nothing about this one.
     for other in ({"family": "bert"}, {"engine": "jax"}):

@@ -508,6 +508,10 @@ def test_status_after_stop_says_who_stopped_it_at_which_step(local_run, long_job
     checkpoint = index.split('"')[1]
     words = f"stopped by `tpuctl stop` at step {last_step} (checkpoint {checkpoint})"
     assert words in text.splitlines()[-1]
+    # The stop's own last line names it too, with the command that continues from it.
+    assert stopped.stdout.splitlines()[-1].endswith(
+        f"stopped on every worker: {words}; `tpuctl train -c {config} --resume` continues "
+        "from it"), stopped.stdout
     status = _cli("status", "-c", str(config), env={"COLUMNS": "250"})
     assert words in status.stdout, status.stdout
     assert "143" not in status.stdout and "exited" not in status.stdout

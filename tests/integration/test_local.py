@@ -1,6 +1,7 @@
 """`tpuctl train --local` and friends, driven through the CLI with stand-in stages."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -168,14 +169,27 @@ def test_local_flag_runs_any_config_as_local_workers(tmp_path, tpuctl_home, monk
     assert yaml.safe_load(shipped.read_text())["cluster"]["workers"] == 3
 
 
-def test_logs_of_a_stopped_job_say_so(local_run):
+def test_a_stopped_job_is_stopped_everywhere_it_is_shown(local_run):
     config = local_run({"steps": {"train": 600}})
     assert runner.invoke(app, ["train", "-c", str(config), "--local", "--detach"]).exit_code == 0
     wait_for(lambda: _read_logs(config, "step 1 loss"), timeout_s=60)
-    assert runner.invoke(app, ["stop", "-c", str(config)]).exit_code == 0
+    stopped = runner.invoke(app, ["stop", "-c", str(config)])
+    assert stopped.exit_code == 0, stopped.output
+    # Its last line is worker 0's last words: the step, and what --resume continues from.
+    last = stopped.output.strip().splitlines()[-1]
+    assert re.fullmatch(r"job \S+ stopped on every worker: stopped by `tpuctl stop` (at step \d+|"
+                        r"during train) \((no checkpoint yet|checkpoint .*--resume` continues "
+                        r"from it)\)?", last), last
     result = runner.invoke(app, ["logs", "-c", str(config)])
-    assert result.exit_code == 1, result.output
-    assert "job was stopped (tpuctl stop) during train" in result.output, result.output[-1500:]
+    assert result.exit_code == 0, result.output  # a stop is not a failure
+    assert "stopped by `tpuctl stop`" in result.output.strip().splitlines()[-1]
+    assert "failed" not in result.output
+    listed = runner.invoke(app, ["jobs", "-c", str(config)])
+    assert re.search(r"all +stopped *$", listed.output, re.M), listed.output
+    again = runner.invoke(app, ["stop", "-c", str(config)])
+    assert again.exit_code == 0, again.output
+    assert again.output.strip().splitlines()[-1].endswith(
+        "had already ended on every worker: nothing to stop"), again.output
 
 
 def test_download_copies_a_finished_model_and_never_a_users_folder(local_run, tmp_path):

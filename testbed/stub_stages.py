@@ -23,7 +23,27 @@ from pathlib import Path
 
 import yaml
 
+from payload.core import folders
+from payload.data import shards as shard_format
 from payload.training import progress
+
+
+def _stub_manifest(workers: int):
+    """The manifest of the stand-in shards (one of 10 bytes per worker, "x" * 10): what a later
+    job's pre-flight reads before a train-only run."""
+    import hashlib
+
+    entries = [shard_format.ShardEntry(name=f"train/shard-{i:05d}-of-{workers:05d}.tfrecord",
+                                 records=1, tokens=8, bytes=10,
+                                 sha256=hashlib.sha256(b"x" * 10).hexdigest())
+               for i in range(workers)]
+    return shard_format.Manifest(
+        format=shard_format.FORMAT, seq_len=8, record_len=8, dtype="uint16", family="gpt2",
+        vocab_size=100, tokenizer_fingerprint="stand-in", data_fingerprint="stand-in",
+        num_workers=workers, documents=workers, invalid_utf8_lines=0,
+        splits={"train": shard_format.SplitSummary(shards=entries, records=workers,
+                                             tokens=8 * workers),
+                "validation": shard_format.SplitSummary()})
 
 
 def _write(path: Path, text: str) -> None:
@@ -74,6 +94,8 @@ def main() -> int:
             print("no tokenizer", file=sys.stderr)
             return 1
         _write(out / "data" / "train" / f"shard-{me:05d}-of-{n:05d}.tfrecord", "x" * 10)
+        if me == 0:  # a manifest of every worker's shard, as the real prepare's worker 0 writes
+            _write(Path(shard_format.manifest_path(str(out))), _stub_manifest(n).to_json())
     elif args.stage == "train":
         shards = sorted((out / "data" / "train").glob("shard-*"))
         print(f"training on {len(shards)} shards", flush=True)
@@ -101,10 +123,15 @@ def main() -> int:
         _write(out / "checkpoints" / f"ckpt-{me}", "w")
         if me == 0:
             _write(out / "metrics.json", json.dumps({"shards": len(shards)}))
+            # The last step's checkpoint as TensorFlow's CheckpointManager leaves it (its files
+            # and the index naming it) in a folder the train stage marked whole: what the
+            # launcher's pre-flight of a later export-only job looks for.
+            for name in (f"ckpt-{total}.index", f"ckpt-{total}.data-00000-of-00001"):
+                _write(out / "checkpoints" / name, "w")
+            _write(index, f'model_checkpoint_path: "ckpt-{total}"\n')
+            folders.mark_complete(str(out / "checkpoints"), {"stage": "train"})
     elif args.stage == "export":
         _write(out / "model" / "config.json", "{}")
-        from payload.core import folders  # on the stage's PYTHONPATH, as for the real stages
-
         folders.mark_complete(str(out / "model"), {"stage": "export (stand-in)"})
     return 0
 

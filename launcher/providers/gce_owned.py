@@ -225,29 +225,35 @@ class Ownership:
             raise UserError(f"Terraform's state in {tf.folder} cannot be read",
                             hint=f"look at {tf.state_file}")
         for entry in entries:
-            resource = self.resource_of(entry)
-            if resource is None:
-                continue
-            kind, name = resource
-            found = self.api.get(kind, name)
-            if found is not None and not self.is_ours(kind, name, str(found.id)):
+            foreign = self._foreign(entry)
+            if foreign is not None:
+                kind, name, _ = foreign
                 doomed.append(entry.address)
                 on_event(f"terraform: took {WHAT[kind]} {name} out of the run's state (it is "
                          "not the run's own), so that Terraform does not delete it")
         tf.forget(doomed)
+
+    def _foreign(self, entry):
+        """(kind, name, what Compute Engine has) for a state entry or planned change of the
+        run's names that something not the run's own holds now; None otherwise."""
+        resource = self.resource_of(entry)
+        if resource is None:
+            return None
+        kind, name = resource
+        found = self.api.get(kind, name)
+        if found is None or self.is_ours(kind, name, str(found.id)):
+            return None
+        return kind, name, found
 
     def vet(self, changes: list[terraform.PlannedChange]) -> None:
         """Refuse a plan that would delete, replace or update a resource of the run's names
         that is not the run's own: what Compute Engine has under that name now, by its id (the
         run's was deleted and someone made another; a create met someone's 409)."""
         for change in changes:
-            resource = self.resource_of(change)
-            if resource is None:
+            foreign = self._foreign(change)
+            if foreign is None:
                 continue
-            kind, name = resource
-            found = self.api.get(kind, name)
-            if found is None or self.is_ours(kind, name, str(found.id)):
-                continue
+            kind, name, found = foreign
             raise UserError(
                 f"Terraform would {change.verb} {self._called(kind, name)} (id {found.id}), "
                 f"which tpuctl has no record of making for run {self.run_name} (its name alone "

@@ -5,7 +5,7 @@ opens them, so every reader refuses the same inputs in one line.
     settings = read_json("x/config.json", what="model.config x/config.json")
     files = read_folder(folder, ("config.json", "tokenizer.json"), source="model.init_from m")
     with opened_in_folder(folder, "model.safetensors", source="model.init_from m") as path:
-        tensors = load_file(path)                                 # the file that was checked
+        header = read_file(path, limit=JSON_LIMIT)                # the file that was checked
 
 - Regular files only: a folder, a named pipe, a socket or a device is one line. Files are
   opened with O_NONBLOCK and judged by fstat on what was opened, so a named pipe with no writer

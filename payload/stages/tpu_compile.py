@@ -1,9 +1,12 @@
 """Compile a run's JAX steps for a TPU slice on this machine, without a TPU: the worker side of
 `tpuctl train --dry-run --compile` (launcher.tpu_compile runs it as a process of its own).
 
-    TPU_LIBRARY_PATH=.../libtpu.so python -m payload.stages.tpu_compile --config run.yaml \\
-        --accelerator v5litepod-4 --report report.json
-    ... --machine-type tpu7x-standard-4t --topology 2x2x2 ...   # a Compute Engine slice
+    main(["--config", "run.yaml", "--accelerator", "v5litepod-4", "--report", "r.json"])
+    main(["--config", "run.yaml", "--machine-type", "tpu7x-standard-4t", "--topology",
+          "2x2x2", "--report", "r.json"])                   # a Compute Engine slice
+
+(`python -m payload.stages.tpu_compile ...` with the same arguments, TPU_LIBRARY_PATH naming
+libtpu.so.)
 
 Writes the report (payload.engines.jax.tpu_compile) as JSON to --report; a mistake or a program
 that does not fit is one `error:` line and exit status 2, as every stage ends.

@@ -97,9 +97,8 @@ def check_shell(line: str, module_name: str) -> None:
 
         parser = _parser()
         options = {o for a in parser._actions for o in a.option_strings}
-        from payload.core.stages import STAGE_NAMES
-
-        assert words[3] in STAGE_NAMES, f"{module_name}: no payload stage {words[3]!r}"
+        commands = next(a.choices for a in parser._actions if a.dest == "stage")
+        assert words[3] in commands, f"{module_name}: no payload stage {words[3]!r}"
         for word in words[4:]:
             if word.startswith("-"):
                 assert word in options, f"{module_name}: `python -m payload` has no {word}"

@@ -1,9 +1,9 @@
 """The run's training and evaluation steps compiled for a TPU slice by the real TPU compiler, on
 a machine without a TPU: what `tpuctl train --dry-run --compile` reports.
 
-    report = compile_for_tpu(config, accelerator("v5litepod-4"), compile_topology(acc))
+    report = compile_for_tpu(config, acc, target)   # payload.cloud.accelerators' slice, layout
     report["train"]["hbm_bytes"]     # per chip: arguments + temporaries + outputs - aliased
-    report["train"]["kernels"]       # {"splash": 3}: the Pallas TPU kernels the program calls
+    report["train"]["kernels"]       # {"splash": 3}: kernels_in(hlo), the Pallas TPU calls
 
 libtpu (the wheel jax[tpu] pins) must be loadable: TPU_LIBRARY_PATH names its libtpu.so, and
 the process says it has no TPU before JAX starts (payload.stages.tpu_compile sets that up). JAX

@@ -220,6 +220,7 @@ def render(report: dict) -> list[str]:
         f"{_gib(memory['outputs'])} - aliased {_gib(memory['aliased'])}) of "
         f"{report['hbm_bytes_per_device'] / GIB:.0f} GiB; the plan estimated "
         f"{_gib(report['estimate_bytes'])}",
+        *_choice_words(report),
         f"compiled eval step: {_gib(evaluation['hbm_bytes'])} HBM per {per}",
         f"attention in the compiled program: {attention_words(train['kernels'])}",
     ]
@@ -230,6 +231,16 @@ def render(report: dict) -> list[str]:
     lines.append(f"compile time: {train['compile_s']:.0f} s (train step), "
                  f"{evaluation['compile_s']:.0f} s (eval step), {report['seconds']:.0f} s in all")
     return lines
+
+
+def _choice_words(report: dict) -> list[str]:
+    """With train.remat auto the compiler's figure chose the policy; where that is not the
+    estimate's choice, which the run's own plan makes, the line says how to train with it."""
+    estimated = report.get("estimate_choice") or {}
+    if report.get("chosen_by") != "compiler":
+        return []
+    return [f"the compiler's choice: train.remat {report['remat']} (the plan's estimate chose "
+            f"{estimated.get('remat')}); to train with it, set train.remat: {report['remat']}"]
 
 
 def attention_words(kernels: dict[str, int]) -> str:

@@ -86,7 +86,7 @@ def test_gpt2_xl_on_one_v5e_chip_is_refused_before_anything_runs(tmp_path, monke
     result = _dry_run(tmp_path, monkeypatch, raw)
     assert isinstance(result.exception, UserError), result.output
     line = str(result.exception)
-    assert "23.2 GiB of training state" in line and "use v5litepod-4 or larger" in line
+    assert "20.3 GiB of training state" in line and "use v5litepod-4 or larger" in line
     assert not (tmp_path / "home").exists()  # nothing written
     too_big = {**raw, "cluster": {**raw["cluster"], "accelerator_type": "v5litepod-4"},
                "train": {**raw["train"], "batch_size": 256, "remat": "none"}}

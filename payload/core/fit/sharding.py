@@ -5,7 +5,7 @@ activations fit beside it, worked out without JAX.
     plan.kind            # "FSDP over 4 devices": the smallest group whose share fits a device
     plan_sharding(1_557_611_200, num_devices=1, hbm_bytes_per_chip=16 << 30, where="v5litepod-1",
                   larger=accelerators.larger_slices("v5litepod-1"))
-    # UserError: "... need 23.2 GiB of training state ..." hint: "use v5litepod-4 or larger ..."
+    # UserError: "... need 20.3 GiB of training state ..." hint: "use v5litepod-4 or larger ..."
     plan_sharding(..., workload=Workload.of(...))   # also activations and train.remat: auto
 
 Pure arithmetic on the parameter count, the step's shapes (payload.core.fit.memory) and the
@@ -23,15 +23,24 @@ from dataclasses import dataclass
 
 from payload.core.errors import UserError
 
-# Bytes of training state per parameter: float32 weight and gradient, plus the optimizer's
-# moments (Adam: two float32; Adafactor: factored, a few per row and column: counted as none).
-STATE_BYTES_PER_PARAM = {"adamw": 16, "adafactor": 8}
+# Bytes of training state per parameter: the float32 weight and the optimizer's moments (Adam:
+# two float32; Adafactor: factored, a few per row and column: counted as none), held from step
+# to step, and the gradient, held within one. The gradient is as wide as the products that
+# make it: bfloat16 where the step computes in bfloat16 (its cast to float32 fuses into the
+# update; the TPU compiler's memory analysis holds 2 bytes a parameter of it, not 4), float32
+# otherwise.
+WEIGHTS_AND_MOMENTS = {"adamw": 12, "adafactor": 4}
+STATE_BYTES_PER_PARAM = {name: held + 4 for name, held in WEIGHTS_AND_MOMENTS.items()}
 # The share of a chip's memory the weights, gradients and optimizer state may use; the rest is
 # for activations, the bfloat16 copies and XLA's buffers.
 STATE_SHARE_OF_HBM = 0.6
 # The share of a chip's memory a step may fill in all (state, activations, bfloat16 weight
 # copies); the runtime and XLA's own scratch keep the rest.
 USABLE_SHARE_OF_HBM = 0.9
+# A train.remat policy the user names (after `tpuctl train --dry-run --compile` found that the
+# compiler fits it, say) may fill the whole chip by the estimate: the margin above is for the
+# estimate's own error, which the compiler's figure has replaced.
+NAMED_POLICY_SHARE_OF_HBM = 1.0
 GIB = 1 << 30
 
 
@@ -47,6 +56,7 @@ class ShardingPlan:
     # and what the step's activations and bfloat16 weight copies take per chip.
     remat: str = "none"
     activation_bytes_per_chip: int | None = None
+    named_policy: bool = False  # train.remat named the policy (not auto)
 
     @property
     def num_devices(self) -> int:
@@ -72,7 +82,11 @@ class ShardingPlan:
         return (f"{said}; activations about {self.activation_bytes_per_chip / GIB:.1f} GiB per "
                 f"device with train.remat {self.remat} ({_REMAT_WORDS[self.remat]}), "
                 f"{self.total_bytes_per_chip / GIB:.1f} GiB in all of the "
-                f"{self.hbm_bytes_per_chip * USABLE_SHARE_OF_HBM / GIB:.1f} GiB usable")
+                f"{self.usable_bytes / GIB:.1f} GiB usable")
+
+    @property
+    def usable_bytes(self) -> float:
+        return self.hbm_bytes_per_chip * usable_share(self.named_policy)
 
     @property
     def total_bytes_per_chip(self) -> int:
@@ -83,9 +97,15 @@ _REMAT_WORDS = {"none": "every activation kept", "dots": "products kept, the res
                 "full": "each layer recomputed in the backward pass"}
 
 
-def state_bytes(num_params: int, optimizer: str = "adamw") -> int:
-    """The whole training state of a model, before any sharding."""
-    return num_params * STATE_BYTES_PER_PARAM[optimizer]
+def state_bytes(num_params: int, optimizer: str = "adamw", workload=None) -> int:
+    """The whole training state of a model, before any sharding: float32 gradients, or, with a
+    `workload` computing in bfloat16, bfloat16 ones."""
+    gradient = 2 if workload is not None and _bf16_products(workload) else 4
+    return num_params * (WEIGHTS_AND_MOMENTS[optimizer] + gradient)
+
+
+def _bf16_products(workload) -> bool:
+    return bool(workload.bf16) and workload.platform != "cpu"
 
 
 def plan_sharding(num_params: int, *, num_devices: int, hbm_bytes_per_chip: int,
@@ -99,7 +119,7 @@ def plan_sharding(num_params: int, *, num_devices: int, hbm_bytes_per_chip: int,
     user error that says what it needs and has, and what would fit (`where` names the slice,
     e.g. "v5litepod-1"; `larger` the slices of the same chips with more of them, (name, chips)
     smallest first, as payload.cloud.accelerators.larger_slices lists them)."""
-    state = state_bytes(num_params, optimizer)
+    state = state_bytes(num_params, optimizer, workload)
     budget = int(hbm_bytes_per_chip * STATE_SHARE_OF_HBM)
     groups = [d for d in range(1, num_devices + 1)
               if num_devices % d == 0 and math.ceil(state / d) <= budget]
@@ -122,6 +142,42 @@ def plan_sharding(num_params: int, *, num_devices: int, hbm_bytes_per_chip: int,
     return found
 
 
+def arrangement(num_params: int, *, num_devices: int, hbm_bytes_per_chip: int, workload,
+                optimizer: str = "adamw") -> ShardingPlan:
+    """How the step would be laid out with `workload.remat` (a policy, not auto) whether or not
+    the estimate says it fits: the smallest FSDP group it fits with, else the largest group the
+    state allows (the least memory that policy can take). For a figure that is not the
+    estimate's, the TPU compiler's, to judge; a state no group holds is refused as
+    plan_sharding refuses it."""
+    state = state_bytes(num_params, optimizer, workload)
+    budget = int(hbm_bytes_per_chip * STATE_SHARE_OF_HBM)
+    groups = [d for d in range(1, num_devices + 1)
+              if num_devices % d == 0 and math.ceil(state / d) <= budget]
+    if not groups:
+        return plan_sharding(num_params, num_devices=num_devices,
+                             hbm_bytes_per_chip=hbm_bytes_per_chip, optimizer=optimizer,
+                             workload=workload)
+    found = _fitting(num_params, state, groups, num_devices=num_devices,
+                     hbm_bytes_per_chip=hbm_bytes_per_chip, workload=workload)
+    if found is not None:
+        return found
+    from payload.core.fit.memory import activation_bytes
+
+    fsdp = groups[-1]
+    rows = max(1, workload.batch_size // num_devices)
+    return ShardingPlan(data=num_devices // fsdp, fsdp=fsdp,
+                        state_bytes_per_chip=math.ceil(state / fsdp),
+                        hbm_bytes_per_chip=hbm_bytes_per_chip, remat=workload.remat,
+                        named_policy=True, activation_bytes_per_chip=activation_bytes(workload, workload.remat,
+                                                                   rows=rows)
+                        + _working_bytes(num_params, fsdp, workload))
+
+
+def usable_share(named_policy: bool) -> float:
+    """The share of a chip's HBM a step may fill by the estimate."""
+    return NAMED_POLICY_SHARE_OF_HBM if named_policy else USABLE_SHARE_OF_HBM
+
+
 def _policies(workload) -> tuple[str, ...]:
     from payload.core.fit.memory import REMAT_ORDER
 
@@ -129,15 +185,29 @@ def _policies(workload) -> tuple[str, ...]:
 
 
 def _working_bytes(num_params: int, fsdp: int, workload) -> int:
-    """bfloat16 copies of this chip's weights, which the products read."""
-    return num_params * 2 // fsdp if workload.bf16 and workload.platform != "cpu" else 0
+    """What the weights take beyond the state while a step runs: nothing replicated (the cast
+    of a weight to bfloat16 fuses into the product that reads it); split over an FSDP group,
+    each layer's weights gathered whole in the compute dtype, about two layers at a time (the
+    one computing and the next one's gather)."""
+    if fsdp == 1:
+        return 0
+    layers = max(1, _layers(workload.architecture))
+    width = 2 if _bf16_products(workload) else 4
+    return 2 * num_params * width // layers
+
+
+def _layers(architecture: dict) -> int:
+    return int(architecture.get("num_hidden_layers") or architecture.get("n_layer")
+               or architecture.get("num_layers", 0)
+               + (architecture.get("num_decoder_layers") or architecture.get("num_layers", 0)))
 
 
 def _fitting(num_params, state, groups, *, num_devices, hbm_bytes_per_chip, workload,
              policies=None) -> ShardingPlan | None:
     from payload.core.fit.memory import activation_bytes
 
-    usable = hbm_bytes_per_chip * USABLE_SHARE_OF_HBM
+    named = workload.remat != "auto"
+    usable = hbm_bytes_per_chip * usable_share(named)
     rows = max(1, workload.batch_size // num_devices)
     for policy in policies or _policies(workload):
         activations = activation_bytes(workload, policy, rows=rows)
@@ -147,7 +217,7 @@ def _fitting(num_params, state, groups, *, num_devices, hbm_bytes_per_chip, work
                 return ShardingPlan(data=num_devices // fsdp, fsdp=fsdp,
                                     state_bytes_per_chip=math.ceil(state / fsdp),
                                     hbm_bytes_per_chip=hbm_bytes_per_chip, remat=policy,
-                                    activation_bytes_per_chip=held)
+                                    activation_bytes_per_chip=held, named_policy=named)
     return None
 
 
@@ -173,7 +243,7 @@ def _no_room_for_state(num_params, state, *, num_devices, hbm_bytes_per_chip, op
     chips = (f"the {num_devices} devices" if num_devices > 1 else "the one device") + (
         f" of {where}" if where else "")
     fits = math.ceil(state / budget)
-    smaller = ", or train.optimizer: adafactor (half the state)" if optimizer == "adamw" else ""
+    smaller = ", or train.optimizer: adafactor (less than half the state)" if optimizer == "adamw" else ""
     bigger = _larger_slice(num_params, optimizer=optimizer, hbm_bytes_per_chip=hbm_bytes_per_chip,
                            workload=workload, larger=larger)
     slices = (f"use {bigger} or larger" if bigger else
@@ -198,7 +268,7 @@ def _no_room_for_activations(num_params, state, groups, *, num_devices, hbm_byte
     fsdp = groups[-1]
     held = activation_bytes(workload, policy, rows=rows) + _working_bytes(num_params, fsdp,
                                                                           workload)
-    usable = hbm_bytes_per_chip * USABLE_SHARE_OF_HBM
+    usable = hbm_bytes_per_chip * usable_share(workload.remat != "auto")
     ways = []
     fitting_rows = next((r for r in range(rows - 1, 0, -1) if _fitting(
         num_params, state, groups, num_devices=num_devices,

@@ -29,7 +29,7 @@ from payload.cloud.accelerators import Accelerator, CompileTopology, larger_slic
 from payload.core.errors import UserError
 from payload.core.families import FAMILIES
 from payload.core.fit.memory import REMAT_ORDER
-from payload.core.fit.sharding import GIB, ShardingPlan, plan_sharding
+from payload.core.fit.sharding import GIB, ShardingPlan, arrangement, plan_sharding
 from payload.core.fit.workload import Workload
 from payload.core.sizes import count_parameters
 from payload.engines.jax.kernels import Runtime
@@ -64,16 +64,38 @@ def compile_for_tpu(config, acc: Accelerator, target: CompileTopology) -> dict:
                              workload=replace(workload, remat=remat),
                              larger=larger_slices(acc.name))
 
-    chosen = plan(workload.remat)  # an estimate that fits nothing is refused here, uncompiled
-    train = _compile_train(config, architecture, chosen, devices, acc, workload)
-    if not train["fits"]:
-        def compiled_with(remat: str) -> dict:
-            other = plan(remat)
-            return _compile_train(config, architecture, other, devices, acc, workload) | {
-                "plan": other}
+    def laid_out(remat: str) -> ShardingPlan:
+        """How the trainer lays the step out with train.remat `remat`, fitting or not."""
+        return arrangement(num_params, num_devices=len(devices), hbm_bytes_per_chip=hbm,
+                           optimizer=config.train.optimizer,
+                           workload=replace(workload, remat=remat))
 
-        raise _does_not_fit(chosen, train, _what_fits(compiled_with, after=chosen.remat),
-                            acc=acc, workload=workload, devices=len(devices))
+    def compiled(arranged: ShardingPlan) -> dict:
+        return _compile_train(config, architecture, arranged, devices, acc, workload) | {
+            "plan": arranged}
+
+    estimated = plan(workload.remat)  # an estimate that fits nothing is refused here, uncompiled
+    train = compiled(estimated)
+    chosen = estimated
+    if workload.remat == "auto":
+        # The compiler's figure chooses: the lightest policy it says fits, among those the
+        # estimate ruled out for its margin alone (a policy the user names may fill the chip:
+        # payload.core.fit.sharding.NAMED_POLICY_SHARE_OF_HBM, so the choice can be named).
+        lighter = [arranged.remat for arranged in map(
+            laid_out, REMAT_ORDER[:REMAT_ORDER.index(estimated.remat)])
+            if arranged.total_bytes_per_chip <= arranged.usable_bytes]
+        found = _first_that_fits(compiled, lighter if train["fits"] else
+                                 REMAT_ORDER[REMAT_ORDER.index(estimated.remat) + 1:], laid_out)
+        if found is not None:
+            train = found
+            chosen = found["plan"]
+    if not train["fits"]:
+        later = REMAT_ORDER[REMAT_ORDER.index(estimated.remat) + 1:]
+        fitting = (None if workload.remat == "auto" else
+                   _first_that_fits(compiled, later, laid_out))
+        raise _does_not_fit(estimated, train, fitting, acc=acc, workload=workload,
+                            devices=len(devices))
+    train.pop("plan")
     evaluation = _compile_eval(config, architecture, chosen, devices, acc, workload)
     flops_formula = row_flops(config, architecture).total * config.train.batch_size
     return {
@@ -82,6 +104,8 @@ def compile_for_tpu(config, acc: Accelerator, target: CompileTopology) -> dict:
         "hbm_bytes_per_device": hbm,
         "mesh": {"data": chosen.data, "fsdp": chosen.fsdp}, "remat": chosen.remat,
         "estimate_bytes": chosen.total_bytes_per_chip,
+        "chosen_by": "estimate" if chosen == estimated else "compiler",
+        "estimate_choice": {"remat": estimated.remat, "fsdp": estimated.fsdp},
         "train": train, "eval": evaluation,
         "flops_per_step_formula": flops_formula,
         "seconds": round(time.monotonic() - began, 1),
@@ -180,14 +204,11 @@ def _first_line(text: str) -> str:
     return (lines[0] if lines else "no reason given")[:400]
 
 
-def _what_fits(compile_with, *, after: str) -> dict | None:
-    """The first train.remat after `after` whose program the compiler says fits (compiled as the
-    trainer would arrange it), with its "plan"; None if none does or the estimate refuses them."""
-    for remat in REMAT_ORDER[REMAT_ORDER.index(after) + 1:]:
-        try:
-            found = compile_with(remat)
-        except UserError:  # the estimate already refuses it
-            continue
+def _first_that_fits(compiled, policies, laid_out) -> dict | None:
+    """The first of `policies` (train.remat values) whose step, laid out as the trainer lays it
+    out, the compiler says fits; its compiled train step with its "plan"; None if none does."""
+    for remat in policies:
+        found = compiled(laid_out(remat))
         if found["fits"]:
             return found
     return None

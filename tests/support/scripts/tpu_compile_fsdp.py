@@ -1,6 +1,6 @@
 """For tests/integration/test_tpu_compile.py: a tiny GPT-2 through the real TPU compiler
 (TPU_LIBRARY_PATH names libtpu) on v5e:2x2, once replicated and once split FSDP over 2 devices,
-then the run's own compile against chips of 1 MiB. Prints one JSON line: the arguments' bytes per
+then the run's own compile (train.remat none) against chips of 1 MiB. Prints one JSON line: the arguments' bytes per
 device of both, the all-gathers in the FSDP program, and the refusal's one line."""
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def main() -> None:
         "accelerator_type": "v5litepod-4"}, data={"seq_len": 256},
         tokenizer={"kind": "bpe", "vocab_size": 1000},
         model={"family": "gpt2", "size": None, "hidden_size": 64, "num_layers": 2, "num_heads": 2,
-               "intermediate_size": 128}, train={"batch_size": 8, "bf16": True}))
+               "intermediate_size": 128}, train={"batch_size": 8, "bf16": True, "remat": "none"}))
     devices = list(topologies.get_topology_desc(
         platform="tpu", topology_name=target.name, chip_config_name=target.chip_config,
         chips_per_host_bounds=target.chips_per_host_bounds).devices)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from launcher.executors import SshExecutor, SshSettings
 from launcher.plan import NodeToDelete, Worker
-from launcher.providers import gcp_doctor, gcp_infra, gcp_owned, gcp_site
+from launcher.providers import gcp_doctor, gcp_infra, gcp_owned, gcp_site, multislice
 from launcher.providers.base import Check, Fleet
 from launcher.providers.gcp_site import Site
 from payload.cloud import budget
@@ -104,12 +104,15 @@ class GcpProvider:
         return Fleet(workers=workers, hardware=Hardware.tpu(node.accelerator_type, node.name))
 
     def planned_fleet(self) -> Fleet:
-        acc = gcp_infra.accelerator_of(self._config())
-        workers = tuple(Worker(index=i, host=f"<{self.site.tpu_name} worker {i}>",
+        top = self._config().cluster.tpu_topology
+        names = multislice.slice_names(self.site.tpu_name, top.num_slices)
+        workers = tuple(Worker(index=i, host=f"<{names[top.slice_of_host(i)]} worker "
+                                            f"{i % top.hosts_per_slice}>",
                                address=f"<worker {i} internal address>",
                                coordination_port=gcp_site.TPU_WORKER_PORT)
-                        for i in range(acc.hosts))
-        return Fleet(workers=workers, hardware=Hardware.tpu(acc.name, self.site.tpu_name))
+                        for i in range(top.hosts))
+        return Fleet(workers=workers, hardware=Hardware.tpu(top.name, self.site.tpu_name,
+                                                            slices=top.num_slices))
 
     def price(self) -> str | None:
         return gcp_infra.hourly_price(self._config()).describe()
@@ -205,6 +208,7 @@ class GcpProvider:
         self.site = dataclasses.replace(self.site, uid=None)
 
     def up(self, on_event: Callable[[str], None]) -> None:
+        multislice.check_one_slice(self._config())
         gcp_infra.up(self._config(), self.site, on_event)
 
     def down(self, on_event: Callable[[str], None], *, delete_bucket: bool = False) -> None:

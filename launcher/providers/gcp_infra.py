@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from launcher import staging, terraform
-from launcher.providers import gcp_owned, gcp_site
+from launcher.providers import gcp_owned, gcp_site, multislice
 from launcher.providers.gcp_site import Site
 from payload.cloud import accelerators, prices, tpu_api
 from payload.core.errors import UserError
@@ -125,7 +125,13 @@ def up_plan(config: RunConfig, site: Site) -> list[str]:
     """What `tpuctl up` would create and what it costs per hour; reads nothing remote."""
     cluster = config.cluster
     acc = accelerator_of(config)
+    top = cluster.tpu_topology
     how = "a queued request (TPU API)" if _queued(cluster) else "Terraform"
+    names = multislice.slice_names(site.tpu_name, top.num_slices)
+    if top.num_slices > 1:
+        # Terraform's queued resource has no node count (CLOUD-FACTS, Multislice): the TPU
+        # API's multislice_params does it.
+        how = f"one queued request of {top.num_slices} nodes (TPU API, multislice_params)"
     run_prefix, read_prefixes, corpus_buckets = bucket_access(config)
     reads = [f"gs://{cluster.bucket_name}/{p}/" for p in read_prefixes]
     reads += [f"gs://{b}" for b in corpus_buckets]
@@ -136,12 +142,16 @@ def up_plan(config: RunConfig, site: Site) -> list[str]:
         f"firewall rule: tcp/22 from {', '.join(cluster.ssh_source_ranges or ['(not set)'])}",
         f"service account for the workers: objects under gs://{cluster.bucket_name}/"
         f"{run_prefix}/, read {', '.join(reads)}; get its TPU",
-        f"TPU {site.tpu_name}: {acc.name} ({acc.chips} chips of TPU {acc.generation}, "
-        f"{acc.hosts} host{'s' if acc.hosts > 1 else ''}), runtime {cluster.runtime}, "
-        f"{cluster.provisioning.replace('_', '-')}, by {how}"
-        + (f", waiting up to {cluster.queue_hours:g} h" if _queued(cluster) else ""),
+        f"TPU {' and '.join(names) if len(names) < 3 else f'{names[0]} .. {names[-1]}'}: "
+        f"{acc.name} ({acc.chips} chips of TPU {acc.generation}, "
+        f"{acc.hosts} host{'s' if acc.hosts > 1 else ''})"
+        + (f" each, {top.chips} chips in all" if top.num_slices > 1 else "")
+        + f", runtime {cluster.runtime}, {cluster.provisioning.replace('_', '-')}, by {how}"
+        + (f", waiting up to {cluster.queue_hours:g} h"
+           if _queued(cluster) or top.num_slices > 1 else ""),
+        *multislice.slices_lines(top),
         f"SSH as {site.user} with {site.identity_file}",
-        f"cost: {hourly_price(config).describe()}",
+        f"cost: {hourly_price(config).describe()}" + multislice.per_slice_price(config),
     ]
     if not cluster.ssh_source_ranges:
         lines.append("missing: cluster.ssh_source_ranges (`up` refuses without it)")

@@ -12,7 +12,15 @@ others still run, so a file's problems come in one round.
 from __future__ import annotations
 
 from payload.config.base import BYTE_ALPHABET, MIN_LEARNED_PIECES, problems_of
-from payload.config.clusters import TPU_NAME, GceCluster, GcpCluster, GoogleCloud, gce_name_problems
+from payload.config.clusters import (
+    TPU_NAME,
+    GceCluster,
+    GcpCluster,
+    GoogleCloud,
+    LocalCluster,
+    SshCluster,
+    gce_name_problems,
+)
 from payload.core.engines import JAX, engine_spec
 from payload.core.families import FAMILIES
 
@@ -35,6 +43,25 @@ def _gce_engine(config) -> list[str]:
         return [f"train.engine: {config.train.engine} does not run on provider gce (Compute "
                 "Engine TPU VMs run JAX only); set train.engine: jax"]
     return []
+
+
+def _slices(config) -> list[str]:
+    """cluster.slices against the engine, the generation and the workers that make them."""
+    from payload.cloud import accelerators
+
+    cluster = config.cluster
+    if cluster.slices == 1:
+        return []
+    if isinstance(cluster, GoogleCloud):
+        problems = problems_of("cluster.slices", accelerators.topology_of, cluster.tpu,
+                               cluster.slices)
+        hosts = cluster.tpu.hosts * cluster.slices
+    else:
+        problems = []
+        hosts = (cluster.workers if isinstance(cluster, LocalCluster)
+                 else len(cluster.hosts) if isinstance(cluster, SshCluster) else cluster.slices)
+    return problems or problems_of("cluster.slices", lambda: accelerators.check_slices(
+        cluster.slices, engine=config.train.engine, hosts=hosts))
 
 
 def _positions(config) -> list[str]:
@@ -112,7 +139,7 @@ def _state_fits(config) -> list[str]:
     from payload.core.fit.workload import Workload
     from payload.core.sizes import parameter_count, transformers_config
 
-    acc = cluster.tpu
+    acc = cluster.tpu_topology
     architecture = transformers_config(model, vocab_size=tokenizer.vocab_size,
                                        seq_len=data.seq_len)
     params = parameter_count(architecture)
@@ -122,11 +149,11 @@ def _state_fits(config) -> list[str]:
     return problems_of(key, lambda: engine_spec(train.engine).plan_sharding(
         params, num_devices=acc.jax_devices, hbm_bytes_per_chip=acc.hbm_bytes_per_device,
         optimizer=train.optimizer, where=acc.name, workload=workload,
-        larger=larger_slices(acc.name)))
+        larger=larger_slices(acc.name), num_slices=acc.num_slices))
 
 
 # In the order their problems are shown.
-CROSS_CHECKS = (_tpu_name, _gce_names, _gce_engine, _positions, _one_tokenizer, _vocabulary,
+CROSS_CHECKS = (_tpu_name, _gce_names, _gce_engine, _slices, _positions, _one_tokenizer, _vocabulary,
                 _priced, _remat, _t5_dropout, _warmup, _state_fits)
 
 

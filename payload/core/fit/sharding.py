@@ -7,6 +7,7 @@ activations fit beside it, worked out without JAX.
                   larger=accelerators.larger_slices("v5litepod-1"))
     # UserError: "... need 23.2 GiB of training state ..." hint: "use v5litepod-4 or larger ..."
     plan_sharding(..., workload=Workload.of(...))   # also activations and train.remat: auto
+    plan_sharding(..., num_devices=32, num_slices=2)  # FSDP inside a slice, data over slices
 
 Pure arithmetic on the parameter count, the step's shapes (payload.core.fit.memory) and the
 accelerator table's memory per device (a chip's, shared by the devices it shows: two on
@@ -47,6 +48,9 @@ class ShardingPlan:
     # and what the step's activations and bfloat16 weight copies take per chip.
     remat: str = "none"
     activation_bytes_per_chip: int | None = None
+    # Slices joined over the data-center network: the outermost `slices` of the `data`
+    # replicas; an FSDP group never spans two (its gathers would cross DCN every layer).
+    slices: int = 1
 
     @property
     def num_devices(self) -> int:
@@ -54,7 +58,10 @@ class ShardingPlan:
 
     @property
     def kind(self) -> str:
-        return "data parallel" if self.fsdp == 1 else f"FSDP over {self.fsdp} devices"
+        inside = "data parallel" if self.fsdp == 1 else f"FSDP over {self.fsdp} devices"
+        if self.slices == 1:
+            return inside
+        return f"data parallel over {self.slices} slices, {inside} within each"
 
     def describe(self) -> str:
         """The plan in words, with the memory figures it was chosen by."""
@@ -90,7 +97,8 @@ def state_bytes(num_params: int, optimizer: str = "adamw") -> int:
 
 def plan_sharding(num_params: int, *, num_devices: int, hbm_bytes_per_chip: int,
                   optimizer: str = "adamw", where: str = "", workload=None,
-                  larger: tuple[tuple[str, int], ...] = ()) -> ShardingPlan:
+                  larger: tuple[tuple[str, int], ...] = (), num_slices: int = 1
+                  ) -> ShardingPlan:
     """Replicated if the whole training state fits one chip's share, else the smallest FSDP
     group (a divisor of the device count) that makes it fit. With a `workload`
     (payload.core.fit.workload) the step's activations must fit too: the least
@@ -98,7 +106,13 @@ def plan_sharding(num_params: int, *, num_devices: int, hbm_bytes_per_chip: int,
     over the FSDP groups first) or the one train.remat names. What fits no arrangement is a
     user error that says what it needs and has, and what would fit (`where` names the slice,
     e.g. "v5litepod-1"; `larger` the slices of the same chips with more of them, (name, chips)
-    smallest first, as payload.cloud.accelerators.larger_slices lists them)."""
+    smallest first, as payload.cloud.accelerators.larger_slices lists them). With
+    `num_slices` > 1 the `num_devices` are that many equal slices: each slice is planned as
+    above for its share of the batch, and the slices are data-parallel replicas of it."""
+    if num_slices > 1:
+        return _over_slices(num_params, num_devices=num_devices, num_slices=num_slices,
+                            hbm_bytes_per_chip=hbm_bytes_per_chip, optimizer=optimizer,
+                            where=where, workload=workload, larger=larger)
     state = state_bytes(num_params, optimizer)
     budget = int(hbm_bytes_per_chip * STATE_SHARE_OF_HBM)
     groups = [d for d in range(1, num_devices + 1)
@@ -120,6 +134,20 @@ def plan_sharding(num_params: int, *, num_devices: int, hbm_bytes_per_chip: int,
                                        optimizer=optimizer, where=where, workload=workload,
                                        larger=larger)
     return found
+
+
+def _over_slices(num_params: int, *, num_devices: int, num_slices: int, where: str,
+                 workload, **rest) -> ShardingPlan:
+    """One slice's plan (state sharded over its devices only), repeated on every slice."""
+    from dataclasses import replace
+
+    if num_devices % num_slices:
+        raise ValueError(f"{num_devices} devices do not make {num_slices} equal slices")
+    if workload is not None:
+        workload = replace(workload, batch_size=max(1, workload.batch_size // num_slices))
+    one = plan_sharding(num_params, num_devices=num_devices // num_slices, workload=workload,
+                        where=f"one slice of {where}" if where else "one slice", **rest)
+    return replace(one, data=one.data * num_slices, slices=num_slices)
 
 
 def _policies(workload) -> tuple[str, ...]:

@@ -62,7 +62,7 @@ def compile_for_tpu(config, acc: Accelerator, target: CompileTopology) -> dict:
         return plan_sharding(num_params, num_devices=len(devices), hbm_bytes_per_chip=hbm,
                              optimizer=config.train.optimizer, where=acc.name,
                              workload=replace(workload, remat=remat),
-                             larger=larger_slices(acc.name))
+                             larger=larger_slices(acc.name), num_slices=target.num_slices)
 
     chosen = plan(workload.remat)  # an estimate that fits nothing is refused here, uncompiled
     train = _compile_train(config, architecture, chosen, devices, acc, workload)
@@ -78,7 +78,8 @@ def compile_for_tpu(config, acc: Accelerator, target: CompileTopology) -> dict:
     flops_formula = row_flops(config, architecture).total * config.train.batch_size
     return {
         "accelerator": acc.name, "generation": acc.generation, "topology": target.name,
-        "chips": acc.chips, "devices": len(devices), "device_kind": devices[0].device_kind,
+        "slices": target.num_slices, "chips": acc.chips * target.num_slices,
+        "devices": len(devices), "device_kind": devices[0].device_kind,
         "hbm_bytes_per_device": hbm,
         "mesh": {"data": chosen.data, "fsdp": chosen.fsdp}, "remat": chosen.remat,
         "estimate_bytes": chosen.total_bytes_per_chip,

@@ -61,7 +61,8 @@ class JaxTrainer:
                                generation=generation_of(jax.devices()[0].device_kind))
         sharding = plan_sharding(num_params, num_devices=num_devices,
                                           hbm_bytes_per_chip=_memory_per_device(),
-                                          optimizer=config.train.optimizer, workload=workload)
+                                          optimizer=config.train.optimizer, workload=workload,
+                                          num_slices=plan.num_slices)
         self.program = jax_step.TrainProgram(architecture, family=self.family,
                                              train_cfg=config.train,
                                              mesh=jax_step.make_mesh(sharding),

@@ -23,7 +23,7 @@ from payload.config import MAX_LOCAL_WORKERS, LocalCluster
 from payload.core import layout
 from payload.core.errors import UserError
 from payload.core.layout import worker_label
-from payload.training.strategy import Hardware
+from payload.training.strategy import CPU, Hardware
 
 if TYPE_CHECKING:
     from payload.config import RunConfig
@@ -97,8 +97,9 @@ class LocalProvider(OwnMachines):
 
     def fleet(self) -> Fleet:
         workers = self.known or local_workers(self.run_name, self.count, free_ports(self.count))
-        return Fleet(workers=workers, hardware=Hardware(slices=self.slices),
-                     shares_launcher_machine=True, python=sys.executable)
+        hardware = CPU if self.slices == 1 else Hardware(slices=self.slices)
+        return Fleet(workers=workers, hardware=hardware, shares_launcher_machine=True,
+                     python=sys.executable)
 
     def connect(self, workers: tuple[Worker, ...]) -> LocalExecutor:
         return LocalExecutor(workers)

@@ -19,7 +19,7 @@ from launcher.executors import SshExecutor, SshSettings
 from launcher.plan import Worker
 from launcher.providers.base import Fleet, OwnMachines
 from payload.core.errors import UserError
-from payload.training.strategy import Hardware
+from payload.training.strategy import CPU, Hardware
 
 if TYPE_CHECKING:
     from payload.config import RunConfig
@@ -76,7 +76,8 @@ class SshProvider(OwnMachines):
         return cls(settings, workers, reach.get("slices", 1))
 
     def fleet(self) -> Fleet:
-        return Fleet(workers=self.workers, hardware=Hardware(slices=self.slices))
+        hardware = CPU if self.slices == 1 else Hardware(slices=self.slices)
+        return Fleet(workers=self.workers, hardware=hardware)
 
     def connect(self, workers: tuple[Worker, ...]) -> SshExecutor:
         return SshExecutor(workers, self.settings, unreachable_hint=UNREACHABLE_HINT)

@@ -530,7 +530,7 @@ def finish(launch: Launch, job: Job, outcome: job_control.Outcome, *,
         from launcher import goodput
 
         job.provider.down(on_event=on_note)
-        goodput.teardown_noted(launch.config.output_dir)
+        goodput.teardown_noted(job.plan.output_dir)
     if launch.options.download is not None and outcome.ok:
         on_note(download_model(job.plan.output_dir, launch.options.download))
 

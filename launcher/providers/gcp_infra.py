@@ -383,6 +383,10 @@ def _queue(config: RunConfig, site: Site, owned: gcp_owned.Ownership, outputs, z
     if request is not None and not owned.queued_is_ours(request, zone):
         raise UserError(owned.foreign_queued_note(request, zone),
                         hint="set cluster.tpu_name to a name of its own for this run")
+    from launcher.goodput import launcher_ledger
+
+    pen = launcher_ledger(config.output_dir)  # the bucket exists: Terraform made it
+    pen.note("queued", zone=zone, queue_hours=cluster.queue_hours)
     request = tpu_api.wait_for(
         lambda: api.get_queued(site.tpu_name, zone),
         lambda q: q is None or q.state in tpu_api.QUEUE_DONE_STATES,
@@ -395,6 +399,7 @@ def _queue(config: RunConfig, site: Site, owned: gcp_owned.Ownership, outputs, z
         reason = request.error or "no reason given"
         raise UserError(f"the queued request {site.tpu_name} ended {request.state}: {reason} "
                         "(the request was deleted so it holds no quota)")
+    pen.note("capacity_granted", zone=zone)
 
 
 def _undo_tpu(config: RunConfig, site: Site, owned: gcp_owned.Ownership, tf: terraform.Terraform,

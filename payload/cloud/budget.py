@@ -69,6 +69,18 @@ def record_deleted(output_dir: str, uid: str, when: float | None = None) -> None
     storage.write_text(billing_path(output_dir), json.dumps({"nodes": nodes}, indent=1))
 
 
+def record_all_deleted(output_dir: str, when: float | None = None) -> None:
+    """Every node the record still counts as billing is gone (`tpuctl down` checked it through
+    the API): without this the last node would bill on in the record after a teardown."""
+    nodes = _read(output_dir)
+    if any(node["deleted"] is None for node in nodes):
+        gone = when or time.time()
+        for node in nodes:
+            if node["deleted"] is None:
+                node["deleted"] = gone
+        storage.write_text(billing_path(output_dir), json.dumps({"nodes": nodes}, indent=1))
+
+
 def billed_hours(nodes: list[dict], now: float) -> float:
     return sum(((n["deleted"] or now) - n["created"]) for n in nodes) / 3600
 

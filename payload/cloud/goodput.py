@@ -13,15 +13,18 @@ too, so their dollars add up to what the billing record costs at the price given
 
 The names follow Google's ml-goodput-measurement where they mean the same (`productive` is its
 goodput; `tpu_initialization`, `training_prep`, `compile` for its program start-up,
-`checkpoint_save`, `checkpoint_restore`, `wasted_progress_from_disruption`,
+`data_loading`, `checkpoint_save`, `checkpoint_restore`, `wasted_progress_from_disruption`,
 `infrastructure_recovery_from_disruption`, `evaluation` for what it files as custom badput,
 `other`); that library starts counting at the job's first recorded start, so the rest are
 tpuctl's own: `queueing` (a queued request waiting for capacity: no TPU yet, nothing billed),
 `provisioning` (capacity granted until the VMs are up), `idle` (a slice up with no job yet),
 `environment_setup` (shipping the payload, making the workers' environment, starting the
 agents), `data_preparation` (the tokenizer and prepare stages), `export` (export and publish),
-`idle_before_teardown` (the slice up after the last job ended). Data-loading waits inside
-training steps are not measured apart: they are in `productive`.
+`idle_before_teardown` (the slice up after the last job ended). `data_loading` is the time the
+training loop waited for its batches: each step event of the chief may carry `input_wait_s`,
+the seconds waited since its job's previous step event (or the compile's end), and that much of
+the productive time between the two becomes data loading (an engine that cannot measure it
+leaves it in `productive`).
 
 How events become time: each event starts a bucket that lasts until the next event (by time),
 so a missing end event leaves the bucket of its start running until whatever happened next,
@@ -37,12 +40,13 @@ time from the preemption until the new job starts is infrastructure recovery.
 from __future__ import annotations
 
 BUCKETS = ("queueing", "provisioning", "idle", "environment_setup", "data_preparation",
-           "tpu_initialization", "training_prep", "checkpoint_restore", "compile",
+           "tpu_initialization", "training_prep", "checkpoint_restore", "compile", "data_loading",
            "productive", "evaluation", "checkpoint_save", "wasted_progress_from_disruption",
            "infrastructure_recovery_from_disruption", "export", "idle_before_teardown",
            "other")
 PRODUCTIVE, WASTED, RECOVERY = ("productive", "wasted_progress_from_disruption",
                                 "infrastructure_recovery_from_disruption")
+DATA_LOADING = "data_loading"
 IDLE, IDLE_END = "idle", "idle_before_teardown"
 
 # The bucket an event starts (None: nothing of the run exists from then on).
@@ -108,12 +112,17 @@ def aligned(events: list[dict]) -> list[dict]:
 def _segments(events: list[dict], start: float, end: float) -> list[list]:
     """[from, to, bucket or None] covering start..end: each event's bucket until the next."""
     segments, bucket, recovering, resume = [], "other", False, {}
+    trained_at: dict = {}  # per job: the last step event (or the compile's end)
     edge = start
     for e in events:
         name = e["event"]
         if e["t"] > edge:
             segments.append([edge, min(e["t"], end), bucket])
             edge = e["t"]
+        if name == "step" and e.get("input_wait_s") and e.get("job") in trained_at:
+            _carve(segments, trained_at[e.get("job")], e["t"], float(e["input_wait_s"]))
+        if name in ("step", "compile_end"):
+            trained_at[e.get("job")] = e["t"]
         if name == "preempted":
             recovering = True
         elif name == "job_started":
@@ -135,6 +144,24 @@ def _segments(events: list[dict], start: float, end: float) -> list[list]:
     if end > edge:
         segments.append([edge, end, bucket])
     return [s for s in segments if s[1] > s[0]]
+
+
+def _carve(segments: list[list], since: float, until: float, seconds: float) -> None:
+    """`seconds` of the productive time between `since` and `until` become data loading (the
+    latest first), in place: the training loop waited that long for its batches then."""
+    i = len(segments)
+    while seconds > 0 and i > 0:
+        i -= 1
+        lo, hi, bucket = segments[i]
+        if hi <= since:
+            break
+        a, b = max(lo, since), min(hi, until)
+        if bucket != PRODUCTIVE or b <= a:
+            continue
+        cut = b - min(seconds, b - a)
+        seconds -= b - cut
+        segments[i:i + 1] = [piece for piece in ([lo, cut, PRODUCTIVE], [cut, b, DATA_LOADING],
+                                                 [b, hi, PRODUCTIVE]) if piece[1] > piece[0]]
 
 
 def _overlap(a: float, b: float, intervals: list[tuple[float, float]]) -> float:

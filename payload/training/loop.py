@@ -289,7 +289,8 @@ def _train(config, inputs, trainer, plan, sink: MetricsSink, *, meter, start: in
                         steps_per_execution=plan.steps_per_execution)
     reporter = Reporter(config, sink, every=log_every, meter=meter,
                         compile_s=compiled["compile_s"] if compiled else None)
-    loop.add_hook(ledger_steps(sink, every=log_every, compiled_ahead=compiled is not None))
+    loop.add_hook(ledger_steps(sink, trainer, every=log_every,
+                               compiled_ahead=compiled is not None))
     loop.add_hook(reporter)
     loop.end_chunks_at(log_every)
     if evaluate:
@@ -315,16 +316,22 @@ def _save(trainer, sink: MetricsSink, step: int) -> None:
     sink.mark("checkpoint_save_end", step=step)
 
 
-def ledger_steps(sink: MetricsSink, *, every: int, compiled_ahead: bool
+def ledger_steps(sink: MetricsSink, trainer, *, every: int, compiled_ahead: bool
                  ) -> Callable[[Chunk], None]:
     """The hook that notes steps in the run's ledger: the first (which ends the compile of an
-    engine that compiles in its first step) and every reported one."""
+    engine that compiles in its first step) and every reported one, with the seconds the loop
+    waited for its batches since the last (`input_wait_s`, where the engine measures it)."""
+    waited = [trainer.input_wait_s]
 
     def note(chunk: Chunk) -> None:
         if chunk.first and not compiled_ahead:
             sink.mark("compile_end", step=chunk.end, first_step_s=round(chunk.seconds, 3))
         if chunk.first or chunk.end % every == 0 or chunk.last:
-            sink.mark("step", step=chunk.end, first=chunk.first)
+            fields = {}
+            if trainer.input_wait_s is not None:
+                fields["input_wait_s"] = round(trainer.input_wait_s - waited[0], 4)
+                waited[0] = trainer.input_wait_s
+            sink.mark("step", step=chunk.end, first=chunk.first, **fields)
 
     return note
 

@@ -19,8 +19,10 @@ writes or says anything; the other processes keep the history alike and stay sil
 
 The chief also keeps the run's ledger (payload.core.ledger: restores, compiles, steps,
 evaluations, checkpoints), held in memory until training has started (a stage that refuses
-writes nothing), and metrics.json and TensorBoard carry the goodput so far (payload.cloud.goodput,
-from the ledger as it stood when this process started and what it noted since).
+writes nothing), then written in batches by a thread of its own (no step waits for it; `close`
+writes the rest), and metrics.json and TensorBoard carry the goodput so far
+(payload.cloud.goodput, from the ledger as it stood when this process started and what it noted
+since).
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ class MetricsSink:
         self.writer = None
         self.ledger = ledger.Writer(config.output_dir if self.is_chief else None,
                                     source=ledger.CHIEF, job=os.environ.get(ledger.JOB_ENV),
-                                    hold=True)
+                                    hold=True, background=True)
         self.earlier_events: list[dict] = []  # the ledger before this process
 
     def open(self, *, resume: bool, start: int) -> None:
@@ -152,3 +154,4 @@ class MetricsSink:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.flush()
+        self.ledger.close()

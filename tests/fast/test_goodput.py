@@ -209,3 +209,109 @@ def test_goodput_without_a_ledger_is_one_line(tmp_path):
                          cluster={"provider": "local", "workers": 2})
     assert_user_error(tpuctl("goodput", "-c", config), "no ledger of run t")
     assert not (tmp_path / "out").exists()
+
+
+def test_input_waits_are_data_loading_not_productive():
+    """Each step event's input_wait_s (seconds waited for batches since the job's previous step
+    event or the compile's end) moves that much of the productive time between them to
+    data_loading, never more than there was, and never time of an evaluation between them."""
+    events, nodes = preempted_run()
+    waits = {(None, 1): 0.5, (None, 10): 4.0, (None, 20): 99.0, ("j2", 40): 6.0}
+    waited = [{**e, "input_wait_s": waits[(None if e["job"] == "j1" else e["job"], e["step"])]}
+              if e["event"] == "step" and e["source"] == "chief" and
+              (None if e["job"] == "j1" else e["job"], e["step"]) in waits else e
+              for e in events]
+    report = goodput.account(waited, nodes=nodes, usd_per_hour=RATE, chips=4)
+    _adds_up(report, nodes)
+    seconds, before = _seconds(report), _seconds(goodput.account(events, nodes=nodes,
+                                                                 usd_per_hour=RATE))
+    # Between the step events 10 and 20 were 25.5 s of productive time (the save between them
+    # is not): 99 s of waiting is capped there, the latest first (205..230, then 200..200.5).
+    assert seconds["data_loading"] == 0.5 + 4 + 25.5 + 6
+    assert seconds["evaluation"] == before["evaluation"] == 10
+    assert seconds["checkpoint_save"] == before["checkpoint_save"] == 4.5
+    assert seconds["productive"] == before["productive"] - (0.5 + 4 + 0.5 + 6)
+    # The first job's waits after its last save were wasted progress, now data loading.
+    assert seconds["wasted_progress_from_disruption"] == 35 - 25
+    assert sum(seconds.values()) == pytest.approx(sum(before.values()))
+
+
+class _WaitingTrainer:
+    """A trainer whose steps wait 0.25 s each for their batches (input_wait_s), or cannot say."""
+
+    def __init__(self, measures: bool):
+        self.input_wait_s = 0.0 if measures else None
+
+    def train_chunk(self, num_steps):
+        if self.input_wait_s is not None:
+            self.input_wait_s += 0.25 * num_steps
+        return float(num_steps), -1
+
+
+class _Marks:
+    def __init__(self):
+        self.marks = []
+
+    def mark(self, name, *, step=None, **fields):
+        self.marks.append({"event": name, "step": step, **fields})
+
+
+@pytest.mark.parametrize("measures", [True, False])
+def test_the_loop_notes_its_input_waits_on_each_step_event(measures):
+    from payload.training.loop import TrainingLoop, ledger_steps
+
+    trainer, sink = _WaitingTrainer(measures), _Marks()
+    loop = TrainingLoop(trainer, steps=25, steps_per_execution=4)
+    loop.add_hook(ledger_steps(sink, trainer, every=10, compiled_ahead=True))
+    loop.end_chunks_at(10)
+    assert loop.run(0) == 25
+    steps = [m for m in sink.marks if m["event"] == "step"]
+    assert [m["step"] for m in steps] == [1, 10, 20, 25]
+    if measures:
+        assert [m["input_wait_s"] for m in steps] == [0.25, 9 * 0.25, 10 * 0.25, 5 * 0.25]
+    else:
+        assert not any("input_wait_s" in m for m in steps)
+
+
+def test_a_long_run_read_back_from_its_files_is_bucketed_exactly(tmp_path):
+    """100,000 steps reported every 100 (1,000 step events), an evaluation and a checkpoint
+    every 1,000, written in batches as the chief's thread writes them, beside the launcher's
+    and the agent's files and a line torn by an earlier killed chief: every event is read back
+    and each bucket holds exactly its seconds."""
+    out = str(tmp_path / "out")
+    launcher = [_e(0, "setup_started"), _e(10, "environment_installed"), _e(20, "job_started")]
+    agent = [_e(21, "stage_start", "agent", stage="train")]
+    chief = [_e(30, "devices_ready", "chief"), _e(40, "compile_start", "chief", step=0),
+             _e(100, "compile_end", "chief", step=0)]
+    t = 100.0
+    for report in range(1, 1001):
+        t += 100.0  # 100 steps at a second each, of which 2 s waiting for batches
+        chief.append(_e(t, "step", "chief", step=report * 100, input_wait_s=2.0))
+        if report % 10 == 0:
+            chief += [_e(t, "eval_start", "chief", step=report * 100),
+                      _e(t + 3, "eval_end", "chief", step=report * 100),
+                      _e(t + 3, "checkpoint_save_start", "chief", step=report * 100),
+                      _e(t + 8, "checkpoint_save_end", "chief", step=report * 100)]
+            t += 8
+    chief.append(_e(t, "train_end", "chief", step=100_000))
+    agent += [_e(t + 1, "stage_end", "agent", stage="train"), _e(t + 2, "agent_end", "agent")]
+    launcher.append(_e(t + 3, "job_ended"))
+    ledger.append(out, launcher)
+    ledger.append(out, agent)
+    for i in range(0, len(chief), 37):
+        ledger.append(out, chief[i:i + 37])
+        if i == 37 * 10:  # an earlier chief killed mid-line: the next batch starts afresh
+            with open(tmp_path / "out" / ".tpuctl" / "ledger" / "chief.jsonl", "a") as f:
+                f.write('{"t": 5000.0, "event": "step", "so')
+    found = ledger.read(out)
+    assert len(found) == len(launcher) + len(agent) + len(chief)
+    assert [e["t"] for e in found] == sorted(e["t"] for e in found)
+    report = goodput.account(found)
+    _adds_up(report)
+    seconds = _seconds(report)
+    assert report["wall_s"] == t + 2 and report["last_step"] == 100_000  # to the agent's end
+    assert seconds["data_loading"] == pytest.approx(2_000)
+    assert seconds["productive"] == pytest.approx(100_000 - 2_000)
+    assert seconds["evaluation"] == pytest.approx(300) and seconds["compile"] == 60
+    assert seconds["checkpoint_save"] == pytest.approx(500)
+    assert report["goodput"] == pytest.approx(98_000 / (t + 2), abs=1e-4)

@@ -181,10 +181,10 @@ def test_up_dry_run_of_two_slices_needs_no_credentials(tmp_path, raw, price):
     assert not (tmp_path / "home").exists()
 
 
-def test_up_does_not_yet_make_several_slices(tmp_path):
-    raw = plan_config(name="two", cluster={**plan_config()["cluster"], "slices": 2,
-                                           "ssh_source_ranges": ["203.0.113.7/32"]},
-                      train={"engine": "jax"})
+def test_gce_up_does_not_yet_make_several_slices(tmp_path):
+    """gcp makes several slices (tests/e2e/test_multislice_gcp.py); gce's `up` still refuses."""
+    raw = gce_raw("two", machine_type="ct6e-standard-4t", topology="4x4", zone="us-east5-a",
+                  slices=2, ssh_source_ranges=["203.0.113.7/32"], train={"batch_size": 32})
     path = tmp_path / "tpuctl.yaml"
     path.write_text(yaml.safe_dump(raw))
     result = tpuctl("up", "-c", path, env={
@@ -192,4 +192,5 @@ def test_up_does_not_yet_make_several_slices(tmp_path):
         "GOOGLE_APPLICATION_CREDENTIALS": str(tmp_path / "none.json")})
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].startswith(
-        "error: cluster.slices: 2: tpuctl up does not provision several slices yet")
+        "error: cluster.slices: 2: gce's `tpuctl up` does not handle several slices yet")
+    assert not (tmp_path / "home").exists()

@@ -106,7 +106,7 @@ class GceProvider:
         return gce_infra.up_plan(self._config(), self.site)
 
     def up(self, on_event: Callable[[str], None]) -> None:
-        multislice.check_one_slice(self._config())
+        multislice.check_one_slice(self._config(), "gce's `tpuctl up`")
         gce_infra.up(self._config(), self.site, self._terraform(), on_event)
 
     def down(self, on_event: Callable[[str], None], *, delete_bucket: bool = False) -> None:

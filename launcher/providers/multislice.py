@@ -3,7 +3,8 @@
     slice_names("my-run", 2)          # ("my-run-0", "my-run-1"): the TPU API's multislice names
     slices_lines(config.cluster.tpu_topology)   # the slices, their DCN and the MEGASCALE names
     per_slice_price(config)           # " = 2 x $19.20/h per slice"
-    check_one_slice(config)           # UserError: `up` makes one slice today
+    names_words(("a-0", "a-1"))       # "a-0 and a-1"
+    check_one_slice(config, "gce's up")   # UserError where one slice is all that is made
 
 The arithmetic is the accelerator table's (payload.cloud.accelerators.Topology); this module
 only words it for `up --dry-run` on gcp and gce.
@@ -25,14 +26,17 @@ def slice_names(tpu_name: str, slices: int) -> tuple[str, ...]:
     return (tpu_name,) if slices == 1 else tuple(f"{tpu_name}-{i}" for i in range(slices))
 
 
-def check_one_slice(config: RunConfig) -> None:
-    """`up` provisions one slice; several are planned, priced and compiled for, not yet made."""
+def names_words(names: tuple[str, ...]) -> str:
+    """"a", "a-0 and a-1", "a-0 .. a-3": the nodes in a line."""
+    return " and ".join(names) if len(names) < 3 else f"{names[0]} .. {names[-1]}"
+
+
+def check_one_slice(config: RunConfig, what: str) -> None:
+    """What is made for one slice only (gce's `up`, `train --down`) refuses several."""
     slices = config.cluster.slices
     if slices > 1:
-        raise UserError(f"cluster.slices: {slices}: tpuctl up does not provision several "
-                        "slices yet (`up --dry-run` and `train --dry-run --compile` plan them)",
-                        hint="set cluster.slices: 1 to provision one slice "
-                        "(docs/multislice.md says what is left)")
+        raise UserError(f"cluster.slices: {slices}: {what} does not handle several slices yet",
+                        hint="set cluster.slices: 1 (docs/multislice.md says what is left)")
 
 
 def slices_lines(top) -> list[str]:

@@ -143,7 +143,7 @@ class Limit:
 
             self.budget = Budget(output_dir=output_dir, max_hours=spec["max_hours"],
                                  max_cost=spec["max_cost"], usd_per_hour=spec["usd_per_hour"],
-                                 started=started)
+                                 started=started, slices=spec.get("slices", 1))
         self.step = ""
 
     def trouble(self) -> str | None:

@@ -181,10 +181,10 @@ def test_up_dry_run_of_two_slices_needs_no_credentials(tmp_path, raw, price):
     assert not (tmp_path / "home").exists()
 
 
-def test_up_does_not_yet_make_several_slices(tmp_path):
-    raw = plan_config(name="two", cluster={**plan_config()["cluster"], "slices": 2,
-                                           "ssh_source_ranges": ["203.0.113.7/32"]},
-                      train={"engine": "jax"})
+def test_gce_up_does_not_yet_make_several_slices(tmp_path):
+    """gcp makes several slices (tests/e2e/test_multislice_gcp.py); gce's `up` still refuses."""
+    raw = gce_raw("two", machine_type="ct6e-standard-4t", topology="4x4", zone="us-east5-a",
+                  slices=2, ssh_source_ranges=["203.0.113.7/32"], train={"batch_size": 32})
     path = tmp_path / "tpuctl.yaml"
     path.write_text(yaml.safe_dump(raw))
     result = tpuctl("up", "-c", path, env={
@@ -192,4 +192,60 @@ def test_up_does_not_yet_make_several_slices(tmp_path):
         "GOOGLE_APPLICATION_CREDENTIALS": str(tmp_path / "none.json")})
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].startswith(
-        "error: cluster.slices: 2: tpuctl up does not provision several slices yet")
+        "error: cluster.slices: 2: gce's `tpuctl up` does not handle several slices yet")
+    assert not (tmp_path / "home").exists()
+
+
+def test_a_multislice_queued_request_asks_for_n_nodes_named_name_0_to_n_minus_1():
+    """The client's request as the TPU API v2 defines it (QueuedResource.Tpu.NodeSpec: node_id
+    or multislice_params{node_count, node_id_prefix}), read back by the fake."""
+    from payload.cloud.tpu_api import TpuApi
+    from testbed.fakes.tpu_api import FakeTpuApi
+
+    node = {"accelerator_type": "v4-8", "runtime_version": "tpu-ubuntu2204-base",
+            "labels": {"tpuctl-run": "run"}}
+    with FakeTpuApi() as fake, pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TPUCTL_TPU_API_ENDPOINT", fake.endpoint)
+        api = TpuApi(project="p", zone="us-central2-b")
+        assert api.create_queued("run", node, spot=False, valid_for_s=3600, node_count=3)
+        assert api.create_queued("one", node, spot=False, valid_for_s=3600)
+        [many, one] = [r.body["tpu"]["nodeSpec"] for r in fake.requests("CreateQueuedResource")]
+        assert many == [{"parent": "projects/p/locations/us-central2-b", "node": many[0]["node"],
+                         "multisliceParams": {"nodeCount": 3, "nodeIdPrefix": "run"}}]
+        assert one[0]["nodeId"] == "one" and "multisliceParams" not in one[0]
+        request = api.get_queued("run")
+        assert request.node_ids == ("run-0", "run-1", "run-2")
+        assert request.labels == {"tpuctl-run": "run"}
+        assert api.get_queued("one").node_ids == ("one",)
+        assert fake.queued_resource("run")["state"]["state"] in ("ACTIVE", "PROVISIONING",
+                                                                 "WAITING_FOR_RESOURCES")
+
+
+def test_budgets_count_every_slice_at_the_price_of_all_of_them(tmp_path):
+    """billing.json lists each slice's node; the price is N slices': an hour of two slices is
+    one hour of the run's TPU and costs the two-slice price once (not twice, not four times)."""
+    from payload.cloud import budget
+
+    out = str(tmp_path / "out")
+
+    def config(slices: int, **train):
+        return parse_config(plan_config(name="two", output_dir=out, cluster={
+            **plan_config()["cluster"], "slices": slices}, train={"engine": "jax", **train}))
+
+    fleet_price = config(2).cluster.hourly_usd()
+    assert fleet_price == pytest.approx(2 * config(1).cluster.hourly_usd())
+    t0, hour = 1_700_000_000.0, 3600.0
+    for uid in ("a", "b"):  # both slices up from t0
+        budget.record_node(out, uid=uid, zone="us-central1-a", created=t0)
+    by_time = budget.Budget.for_run(config(2, max_hours=1.0))
+    by_cost = budget.Budget.for_run(config(2, max_cost=round(fleet_price, 2)))
+    assert by_time.slices == by_cost.slices == 2
+    assert by_time.hours(t0 + 0.99 * hour) == pytest.approx(0.99)
+    assert by_time.exceeded(t0 + 0.99 * hour) is None
+    assert by_cost.exceeded(t0 + 0.99 * hour) is None
+    assert "max_hours 1 reached (1.01 h" in by_time.exceeded(t0 + 1.01 * hour)
+    assert "max_cost" in by_cost.exceeded(t0 + 1.01 * hour)
+    # One slice deleted after an hour, the other on: (1 h + 1.5 h) of nodes over 2 slices.
+    budget.record_deleted(out, "a", when=t0 + hour)
+    fresh = budget.Budget.for_run(config(2, max_hours=10.0))
+    assert fresh.hours(t0 + 1.5 * hour) == pytest.approx((1.0 + 1.5) / 2)

@@ -17,10 +17,10 @@ from payload.core.fit.attention import (
     SPLASH,
     MaskKind,
     SplashBlocks,
-    attention_plan,
     choose_attention,
     generation_of,
 )
+from payload.core.fit.sites import attention_plan
 from payload.engines.jax import kernels
 
 # --- the choice ------------------------------------------------------------------------------

@@ -108,3 +108,57 @@ class _Model:
             noise_density=0.15, mean_noise_span_length=3.0, num_kv_heads=None,
             tie_embeddings=None, hidden_size=None, num_layers=None, num_heads=None,
             intermediate_size=None), **keys)
+
+
+def test_the_tensorflow_engine_refuses_llama_in_one_line_and_starts_nothing(tmp_path,
+                                                                             tpuctl_home):
+    """transformers has no TensorFlow Llama: the config check names the JAX engine before
+    anything runs; with the JAX engine the same config plans a run."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from launcher.cli import app
+
+    (tmp_path / "corpus.txt").write_text("".join(f"line {i} of the corpus\n" for i in range(8)))
+    raw = {"name": "t", "output_dir": str(tmp_path / "out"),
+           "cluster": {"provider": "local", "workers": 2},
+           "data": {"corpus": str(tmp_path / "corpus.txt")},
+           "tokenizer": {"kind": "bpe", "vocab_size": 300},
+           "model": {"family": "llama", "size": "tiny"},
+           "train": {"engine": "tensorflow", "steps": 4, "batch_size": 4, "learning_rate": 1e-3}}
+    config = tmp_path / "tpuctl.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    refused = CliRunner().invoke(app, ["train", "--local", "-c", str(config)])
+    # (The real entry point makes this one line, exit 2: tests/fast/test_bad_inputs.py.)
+    message = str(refused.exception)
+    assert "model.family: llama trains on the jax engine only" in message, refused.output
+    assert "set train.engine: jax" in message and "\n" not in message.strip()
+    assert not (tmp_path / "out").exists()
+    planned = CliRunner().invoke(app, ["train", "--local", "--dry-run", "--engine", "jax",
+                                       "-c", str(config)])
+    assert planned.exit_code == 0, planned.output
+    assert "engine: jax" in planned.output.splitlines()
+
+
+def test_llama_shape_keys_take_grouped_heads_and_other_families_refuse_them():
+    from payload.config import ModelConfig, parse_config
+    from payload.core.errors import UserError
+
+    model = ModelConfig(family="llama", hidden_size=64, num_heads=4, num_kv_heads=1,
+                        tie_embeddings=False)
+    arch = FAMILIES["llama"].transformers_config(model, vocab_size=100, seq_len=64)
+    assert (arch["num_attention_heads"], arch["num_key_value_heads"]) == (4, 1)
+    assert arch["tie_word_embeddings"] is False
+    # q and o 64x64, k and v 64x16, SwiGLU 3 x 64x1024, two norms; final norm; 2 x 100x64.
+    assert FAMILIES["llama"].count(arch).total == (
+        4 * (2 * 64 * 64 + 2 * 64 * 16 + 3 * 64 * 1024 + 2 * 64) + 64 + 2 * 100 * 64)
+    raw = {"name": "t", "output_dir": "out", "cluster": {"provider": "local"},
+           "data": {"corpus": "c.txt"}, "tokenizer": {"kind": "bpe", "vocab_size": 300},
+           "train": {"engine": "jax", "steps": 4, "batch_size": 4, "learning_rate": 1e-3}}
+    with pytest.raises(UserError, match=r"num_kv_heads=3 does not divide model.num_heads=4"):
+        parse_config({**raw, "model": {"family": "llama", "num_kv_heads": 3}})
+    with pytest.raises(UserError, match=r"model.num_kv_heads is a setting of family llama, "
+                                        r"not gpt2"):
+        parse_config({**raw, "model": {"family": "gpt2", "num_kv_heads": 2}})
+    with pytest.raises(UserError, match=r"model.size and model.num_kv_heads both describe"):
+        parse_config({**raw, "model": {"family": "llama", "size": "tiny", "num_kv_heads": 2}})

@@ -108,12 +108,33 @@ def _remat(config) -> list[str]:
     return []
 
 
-def _t5_dropout(config) -> list[str]:
+def _one_dropout(config) -> list[str]:
     model = config.model
-    if (model.family == "t5" and model.attention_dropout is not None
+    family = FAMILIES[model.family]
+    if (family.one_dropout and model.attention_dropout is not None
             and model.attention_dropout != model.dropout):
-        return ["model.attention_dropout: T5 has one dropout rate for all its layers "
-                "(transformers' dropout_rate); set model.dropout instead"]
+        return [f"model.attention_dropout: {family.title} has one dropout rate for all its "
+                "layers (transformers' dropout_rate); set model.dropout instead"]
+    return []
+
+
+def _family_engine(config) -> list[str]:
+    family, engine = FAMILIES[config.model.family], config.train.engine
+    if engine not in family.engines:
+        return [f"model.family: {family.name} trains on the {' or '.join(family.engines)} "
+                f"engine only (the {engine} engine has no {family.title} model); set "
+                f"train.engine: {family.engines[0]}"]
+    return []
+
+
+def _grouped_attention(config) -> list[str]:
+    model = config.model
+    family = FAMILIES[model.family]
+    given = [key for key in ("num_kv_heads", "tie_embeddings") if getattr(model, key) is not None]
+    if given and not family.grouped_attention:
+        grouped = ", ".join(name for name, spec in FAMILIES.items() if spec.grouped_attention)
+        return [f"model.{given[0]} is a setting of family {grouped}, not {family.name}; "
+                "remove it"]
     return []
 
 
@@ -153,8 +174,9 @@ def _state_fits(config) -> list[str]:
 
 
 # In the order their problems are shown.
-CROSS_CHECKS = (_tpu_name, _gce_names, _gce_engine, _slices, _positions, _one_tokenizer, _vocabulary,
-                _priced, _remat, _t5_dropout, _warmup, _state_fits)
+CROSS_CHECKS = (_family_engine, _tpu_name, _gce_names, _gce_engine, _slices, _positions,
+                _grouped_attention, _one_tokenizer, _vocabulary, _priced, _remat, _one_dropout,
+                _warmup, _state_fits)
 
 
 # What only the tokenizer stage reads when it trains a tokenizer.

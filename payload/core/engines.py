@@ -271,7 +271,7 @@ class JaxSpec(EngineSpec):
 
     def plan_lines(self, workload) -> list[str]:
         # Which attention kernel each kind of attention call takes on the workload's platform.
-        from payload.core.fit.attention import attention_plan
+        from payload.core.fit.sites import attention_plan
 
         return attention_plan(workload.architecture, platform=workload.platform,
                               generation=workload.generation, seq_len=workload.seq_len,

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from payload.core.engines import engine_spec
 from payload.core.errors import UserError
-from payload.core.families import FAMILIES
+from payload.core.families import FAMILIES, family_of
 from payload.core.fit.sharding import GIB, state_bytes
 from payload.core.flops import StepFlops
 
@@ -148,10 +148,7 @@ def step_flops(architecture: dict, *, seq_len: int, mlm_probability: float = 0.1
     """Model FLOPs of training on one row: `architecture` is a transformers config dict (with
     model_type); `target_len` is T5's target length (payload.core.families: the family's
     formula, over the positions its head predicts)."""
-    kind = architecture["model_type"]
-    if kind not in FAMILIES:
-        raise ValueError(f"no FLOP estimate for model_type {kind!r}")
-    spec = FAMILIES[kind]
+    spec = family_of(architecture)
     predicted = spec.predicted_len(seq_len, mlm_probability=mlm_probability,
                                    target_len=target_len)
     return spec.flops(architecture, seq_len, predicted)
@@ -160,13 +157,8 @@ def step_flops(architecture: dict, *, seq_len: int, mlm_probability: float = 0.1
 def row_flops(config, architecture: dict | None = None) -> StepFlops:
     """`step_flops` for one row of the run a RunConfig describes (its architecture unless
     given: the train stage passes the model config it built)."""
-    from payload.core.families import span_corruption_lengths
-
     arch = architecture if architecture is not None else run_architecture(config)
-    target_len = None
-    if config.model.family == "t5":
-        target_len = span_corruption_lengths(config.record_len, config.model.noise_density,
-                                             config.model.mean_noise_span_length)[1]
+    target_len = FAMILIES[config.model.family].target_len(config.model, config.data.seq_len)
     return step_flops(arch, seq_len=config.data.seq_len,
                       mlm_probability=config.model.mlm_probability, target_len=target_len)
 
@@ -609,18 +601,6 @@ class CpuMemory:
                 f"{_gib(self.base)}), {_gib(self.total)} for {self.processes}")
 
 
-def _dims(c: dict) -> tuple[int, int, int, int]:
-    """(width, layers of every stack, heads, feed-forward width) of a transformers config."""
-    if c["model_type"] == "gpt2":
-        width = c.get("n_embd", 768)
-        return width, c.get("n_layer", 12), c.get("n_head", 12), c.get("n_inner") or 4 * width
-    if c["model_type"] == "t5":
-        layers = c.get("num_layers", 6) + (c.get("num_decoder_layers") or c.get("num_layers", 6))
-        return c.get("d_model", 512), layers, c.get("num_heads", 8), c.get("d_ff", 2048)
-    return (c.get("hidden_size", 768), c.get("num_hidden_layers", 12),
-            c.get("num_attention_heads", 12), c.get("intermediate_size", 3072))
-
-
 def cpu_memory(config, architecture: dict, *, processes: int,
                optimizer: str | None = None) -> CpuMemory:
     """What `processes` CPU training processes of this run need on one machine: each holds the
@@ -635,7 +615,8 @@ def cpu_memory(config, architecture: dict, *, processes: int,
     params = count_parameters(architecture).total
     rows = max(1, config.train.batch_size // max(1, processes))
     seq = config.data.seq_len
-    width, layers, heads, inner = _dims(architecture)
+    dims = family_of(architecture).dims(architecture)
+    width, layers, heads, inner = dims.width, dims.all_layers, dims.heads, dims.ff
     per_token = layers * (6 * width + 2 * inner + heads * seq)
     predicted = row_flops(config, architecture).vocabulary / (6 * architecture["vocab_size"]
                                                               * width)

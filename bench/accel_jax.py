@@ -40,8 +40,9 @@ def random_batch(case: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:
 def step(case: dict) -> dict:
     import jax
 
-    from payload.core.fit.attention import attention_plan, generation_of
+    from payload.core.fit.attention import generation_of
     from payload.core.fit.sharding import plan_sharding
+    from payload.core.fit.sites import attention_plan
     from payload.core.fit.workload import Workload
     from payload.engines.jax import step as jax_step
     from payload.engines.jax.cache import compile_ahead, use_compilation_cache

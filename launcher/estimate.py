@@ -147,8 +147,15 @@ def dataset_rows(config: RunConfig, *, read_remote: bool) -> int | None:
 # (which rewrites this file): per tokenizer kind, prepare, per engine and family the train
 # stage's start-up and its speed as a share of the matrix-product probe, and export.
 CALIBRATION = "cpu_times.json"
-# Families without figures of their own take a family's that computes the same way.
-_SAME_AS = {"roberta": "bert"}
+
+
+def _same_as(family: str) -> str:
+    """Families without figures of their own take a family's that computes the same way (the
+    family's module names it: payload.core.families)."""
+    from payload.core.families import FAMILIES
+
+    spec = FAMILIES.get(family)
+    return (spec.timed_as if spec is not None else None) or family
 
 
 def calibration() -> dict | None:
@@ -165,7 +172,7 @@ def _calibrated(table: dict | None, engine: str, family: str) -> dict | None:
     if not table:
         return None
     return (table.get("train", {}).get(engine, {}).get(family)
-            or table.get("train", {}).get(engine, {}).get(_SAME_AS.get(family, family)))
+            or table.get("train", {}).get(engine, {}).get(_same_as(family)))
 
 
 def measured_cpu_speed(config: RunConfig, *, processes: int,
@@ -285,7 +292,7 @@ def other_stages(launch, table: dict | None,
     if Stage.EXPORT in stages:
         export = table["export_s"].get(config.train.engine, {})
         seconds = export.get(config.model.family) or export.get(
-            _SAME_AS.get(config.model.family, ""))
+            _same_as(config.model.family))
         found.append(("export", seconds, when if seconds is not None else "not calibrated"))
     return tuple(found)
 

@@ -267,6 +267,8 @@ def start(launch: Launch, *, on_event: Callable[[Worker, str], None] = lambda w,
             launch.plan, delete_when_done=launch.provider.node_to_delete(on_note)))
     base = records.state_dir()
     the_plan = launch.plan
+    pen = _ledger(launch, the_plan.job_id, hold=True)  # output_dir is written after the lock
+    pen.note("setup_started")
     executor = launch.provider.connect(the_plan.workers)
     locked = False
     try:
@@ -275,6 +277,8 @@ def start(launch: Launch, *, on_event: Callable[[Worker, str], None] = lambda w,
         wheel = ship.write_wheel(base / "wheels", launch.wheel)
         done = ship.ship(executor, the_plan.workers, the_plan.environment, the_plan.paths, wheel,
                          wheelhouse=launch.wheelhouse, on_event=on_event)
+        pen.note("environment_installed",
+                 set_up=sorted({k for d in done for k, v in d.items() if v}))
         # Before output_dir is touched (its shared-output marker, the run lock): a checkpoint
         # the stages would refuse is refused here, once, with nothing written.
         job_control.preflight(executor, the_plan, dump_config(launch.config))
@@ -289,16 +293,29 @@ def start(launch: Launch, *, on_event: Callable[[Worker, str], None] = lambda w,
         record = records.save_job(base, the_plan, dump_config(launch.config),
                                   launch.provider.reach(launch.fleet))
         launch.provider.record_billing(the_plan.output_dir)
+        pen.note("job_started", workers=len(the_plan.workers))
+        pen.release()
         job_control.submit(executor, the_plan, record,
                            secrets=launch.hub.secrets() if launch.hub else None)
     except BaseException:
         if locked:
+            pen.note("job_ended", state="did not start")
             job_control.release_run_lock(executor, the_plan)
         executor.close()
         raise
     set_up = sorted({k for d in done for k, v in d.items() if v})
     return Job(record=record, plan=the_plan, provider=launch.provider, executor=executor,
                set_up=set_up)
+
+
+def _ledger(launch: Launch, job: str | None, *, hold: bool = False):
+    """The launcher's pen for the run's ledger (launcher.goodput), where it sees output_dir."""
+    from launcher import goodput
+
+    out = launch.config.output_dir
+    sees = goodput.sees_output_dir(out, shares_machine=launch.fleet.shares_launcher_machine,
+                                   bills=launch.config.cluster.hourly_price() is not None)
+    return goodput.launcher_ledger(out if sees else None, job=job, hold=hold)
 
 
 def open_job(config_path: Path, job_id: str | None) -> Job:
@@ -315,6 +332,36 @@ def open_job(config_path: Path, job_id: str | None) -> Job:
 def cluster_provider(config_path: Path) -> Provider:
     """The provider of the config's cluster (for up, down and status)."""
     return provider_for(load(config_path))
+
+
+def bring_up(config_path: Path, on_event: Callable[[str], None]) -> None:
+    """`tpuctl up`: the provider's, with the request and the VMs coming up noted in the run's
+    ledger where the cluster bills (held until up has made the bucket)."""
+    from launcher import goodput
+
+    config = load(config_path)
+    provider = provider_for(config)
+    if config.cluster.hourly_price() is None:
+        provider.up(on_event=on_event)
+        return
+    requested = time.time()
+    provider.up(on_event=on_event)
+    # Written once up has made the bucket, with the time of the request.
+    pen = goodput.launcher_ledger(config.output_dir)
+    pen.note("requested", t=requested)
+    pen.note("vms_up")
+
+
+def take_down(config_path: Path, on_event: Callable[[str], None], *,
+              delete_bucket: bool = False) -> None:
+    """`tpuctl down`: the provider's, then the teardown noted in the ledger and the billing
+    record (launcher.goodput.teardown_noted)."""
+    from launcher import goodput
+
+    config = load(config_path)
+    provider_for(config).down(on_event=on_event, delete_bucket=delete_bucket)
+    if config.cluster.hourly_price() is not None:
+        goodput.teardown_noted(config.output_dir, delete_bucket=delete_bucket)
 
 
 def open_cluster(config_path: Path) -> tuple[tuple[Worker, ...], object]:
@@ -434,10 +481,17 @@ def follow_to_end(launch: Launch, job: Job, *, sink: Callable[[int, str], None],
     done = 0
     while True:
         outcome = follow(job, sink)
+        pen = _ledger(launch, job.plan.job_id)
+        lost_at = _steps_reached(job) if outcome.lost_fleet else None
+        if outcome.lost_fleet:
+            pen.note("preempted", reason=outcome.reason, lost_at_step=lost_at)
         if not outcome.lost_fleet or done >= launch.options.auto_resume:
+            if not outcome.detached:
+                state = ("finished" if outcome.ok else "stopped" if outcome.stopped
+                         else "failed")
+                pen.note("job_ended", state=state, reason=outcome.reason)
             return job, outcome
         done += 1
-        lost_at = _steps_reached(job)
         on_note(f"{outcome.reason}: recovering ({done} of {launch.options.auto_resume})")
         job.close()
         beating = threading.Event()
@@ -453,6 +507,9 @@ def follow_to_end(launch: Launch, job: Job, *, sink: Callable[[int, str], None],
         entry = recoveries.record(job.plan.output_dir, reason=outcome.reason,
                                   old_job=job.plan.job_id, new_job=launch.plan.job_id,
                                   lost_at_step=lost_at)
+        pen.note("recreated", new_job=launch.plan.job_id,
+                 lost_at_step=entry["lost_at_step"],
+                 resumed_from_step=entry["resumed_from_step"])
         on_note(f"recovery {done}: {entry['summary']}")
         job = start(launch, on_event=shipping, on_note=on_note, dead_job=job.plan.job_id)
         on_started(job)
@@ -470,7 +527,10 @@ def finish(launch: Launch, job: Job, outcome: job_control.Outcome, *,
     if outcome.detached:
         return
     if launch.options.down:
+        from launcher import goodput
+
         job.provider.down(on_event=on_note)
+        goodput.teardown_noted(job.plan.output_dir)
     if launch.options.download is not None and outcome.ok:
         on_note(download_model(job.plan.output_dir, launch.options.download))
 

@@ -132,6 +132,7 @@ class Limits:
     max_hours: float | None
     max_cost: float | None
     usd_per_hour: float | None  # None: no price (local and ssh runs)
+    slices: int = 1  # usd_per_hour prices that many slices (payload.cloud.budget)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -403,7 +404,8 @@ def build_plan(
         heartbeat_s=min(5.0, stale_after_s / 4), stale_after_s=stale_after_s,
         delete_when_done=delete_when_done, preflight=preflight,
         limits=(Limits(max_hours=config.train.max_hours, max_cost=config.train.max_cost,
-                       usd_per_hour=config.cluster.hourly_usd())
+                       usd_per_hour=config.cluster.hourly_usd(),
+                       slices=config.cluster.slices)
                 if config.train.max_hours is not None or config.train.max_cost is not None
                 else None),
     )

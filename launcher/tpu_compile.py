@@ -43,11 +43,14 @@ class CompileTarget:
     accelerator: str  # a TPU API type or a Compute Engine slice's name
     machine_type: str | None = None
     topology: str | None = None
+    slices: int = 1  # cluster.slices: the program spans that many slices (get_topology_desc)
 
     def arguments(self) -> list[str]:
+        more = ["--slices", str(self.slices)] if self.slices > 1 else []
         if self.machine_type:
-            return ["--machine-type", self.machine_type, "--topology", self.topology or ""]
-        return ["--accelerator", self.accelerator]
+            return ["--machine-type", self.machine_type, "--topology", self.topology or "",
+                    *more]
+        return ["--accelerator", self.accelerator, *more]
 
 
 def compile_target(the_launch, *, accelerator: str | None = None) -> CompileTarget:
@@ -56,17 +59,18 @@ def compile_target(the_launch, *, accelerator: str | None = None) -> CompileTarg
     without --accelerator has no TPU to compile for."""
     from payload.cloud.accelerators import accelerator as known_accelerator
 
-    if accelerator:
-        return CompileTarget(accelerator=known_accelerator(accelerator).name)
     cluster = the_launch.config.cluster
+    slices = cluster.slices
+    if accelerator:
+        return CompileTarget(accelerator=known_accelerator(accelerator).name, slices=slices)
     machine_type, topology = getattr(cluster, "machine_type", None), getattr(cluster,
                                                                            "topology", None)
     hardware = the_launch.fleet.hardware
     if machine_type and topology:
         return CompileTarget(accelerator=hardware.accelerator_type or "",
-                             machine_type=machine_type, topology=topology)
+                             machine_type=machine_type, topology=topology, slices=slices)
     if hardware.accelerator_type:
-        return CompileTarget(accelerator=hardware.accelerator_type)
+        return CompileTarget(accelerator=hardware.accelerator_type, slices=slices)
     raise UserError(f"--compile: cluster.provider {cluster.provider} has no TPU to compile for",
                     hint="name one: --accelerator v5litepod-4 (any type in the accelerator "
                     "table)")
@@ -172,7 +176,8 @@ def compile_steps(the_launch, target: CompileTarget, *, on_note=lambda line: Non
 
     check_can_compile(the_launch.config)
     library = find_libtpu() or install_libtpu(libtpu_folder(), on_note=on_note)
-    on_note(f"compiling for {target.accelerator} with the TPU compiler on this machine "
+    slices = f" x {target.slices} slices" if target.slices > 1 else ""
+    on_note(f"compiling for {target.accelerator}{slices} with the TPU compiler on this machine "
             "(minutes on a laptop's CPU)")
     with tempfile.TemporaryDirectory(prefix="tpuctl-compile-") as work:
         config_file, report = Path(work) / "tpuctl.yaml", Path(work) / "report.json"
@@ -211,8 +216,12 @@ def render(report: dict) -> list[str]:
     mesh = report["mesh"]
     layout_words = ("data parallel" if mesh["fsdp"] == 1 else
                     f"FSDP over {mesh['fsdp']} devices")
+    slices = report.get("slices", 1)
+    if slices > 1:
+        layout_words = f"data parallel over {slices} slices (DCN), {layout_words} within each"
     lines = [
-        f"compile: {report['accelerator']} = {report['devices']} {report['device_kind']} "
+        f"compile: {report['accelerator']}{f' x {slices} slices' if slices > 1 else ''} = "
+        f"{report['devices']} {report['device_kind']} "
         f"devices ({report['topology']}), mesh data {mesh['data']} x fsdp {mesh['fsdp']} "
         f"({layout_words}), train.remat {report['remat']}",
         f"compiled train step: {_gib(train['hbm_bytes'])} HBM per {per} (arguments "

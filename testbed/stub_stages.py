@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from payload.core import folders
+from payload.core import folders, ledger
 from payload.data import shards as shard_format
 from payload.training import progress
 
@@ -107,15 +107,29 @@ def main() -> int:
             print(f"resuming from step {start}", flush=True)
         total = behaviour.get("steps", {}).get("train", 3)
         say = progress.emit if me == 0 else (lambda kind, fields: None)
+        # The chief's events in the run's ledger, as the real train stage notes them.
+        pen = ledger.Writer(str(out) if me == 0 else None, source=ledger.CHIEF,
+                            job=os.environ.get(ledger.JOB_ENV))
+        pen.note("devices_ready")
+        if args.resume and start:
+            pen.note("restore_start")
+            pen.note("restore_end", step=start)
         say("start", {"step": start, "steps": total})
+        pen.note("compile_start", step=start)
         for step in range(start + 1, total + 1):
             print(f"step {step} loss {1.0 / step:.3f}", flush=True)
             say("train", {"step": step, "steps": total, "loss": 1.0 / step,
                           "learning_rate": 1e-3, "tokens_per_s": 1000.0, "elapsed_s": step / 10,
                           "eta_s": (total - step) / 10})
+            if step == start + 1:
+                pen.note("compile_end", step=step)
+            pen.note("step", step=step)
             if every and step % every == 0 and me == 0:
+                pen.note("checkpoint_save_start", step=step)
                 _write(index, f'model_checkpoint_path: "ckpt-{step}"\n')
+                pen.note("checkpoint_save_end", step=step)
             time.sleep(0.1)
+        pen.note("train_end", step=total)
         say("eval", {"step": total, "loss": 0.5, "accuracy": 0.25})
         say("final", {"family": "gpt2", "step": total, "eval": {"step": total, "loss": 0.5,
                                                                "accuracy": 0.25},

@@ -5,7 +5,7 @@
     tpuctl logs --worker 1 --no-follow
 
 One module per command group (train: init, train; cluster: up, down, doctor, status; jobs:
-logs, stop, jobs, ssh), the shared options in `options`, the rich output in `render`, the
+logs, stop, jobs, ssh; goodput), the shared options in `options`, the rich output in `render`, the
 exception -> one line table in `errors`. Each command parses its options, calls the use-case
 (launcher.launch: plans, starts and reopens jobs, decides teardown and download; it prints
 nothing) and shows what came back. Heavy libraries (TensorFlow, transformers, cloud clients)
@@ -20,7 +20,7 @@ import sys
 
 import typer
 
-from launcher.cli import cluster, jobs, train
+from launcher.cli import cluster, goodput, jobs, train
 from launcher.cli.errors import error_messages, usage_line
 
 app = typer.Typer(
@@ -41,7 +41,7 @@ def _root() -> None:
 
 # In the order `tpuctl --help` has always listed them.
 for command in (train.init, cluster.up, cluster.down, cluster.doctor, train.train, jobs.logs,
-                jobs.stop, cluster.status, jobs.jobs):
+                jobs.stop, cluster.status, jobs.jobs, goodput.goodput):
     app.command()(command)
 app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(jobs.ssh)
 

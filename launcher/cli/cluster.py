@@ -19,13 +19,12 @@ def up(config_path: ConfigOpt = DEFAULT_CONFIG, dry_run: DryRunOpt = False) -> N
     keys from the TPU API; --dry-run shows what and the price per hour, without credentials."""
     from launcher import launch
 
-    provider = launch.cluster_provider(config_path)
     if dry_run:
-        for line in provider.up_plan():
+        for line in launch.cluster_provider(config_path).up_plan():
             typer.echo(line)
         return
     console = render.console()
-    provider.up(on_event=lambda message: console.print(message, markup=False))
+    launch.bring_up(config_path, on_event=lambda message: console.print(message, markup=False))
 
 
 def down(
@@ -40,9 +39,8 @@ def down(
     from launcher import launch
 
     console = render.console()
-    launch.cluster_provider(config_path).down(
-        on_event=lambda message: console.print(message, markup=False),
-        delete_bucket=delete_bucket)
+    launch.take_down(config_path, on_event=lambda message: console.print(message, markup=False),
+                     delete_bucket=delete_bucket)
 
 
 def doctor(config_path: ConfigOpt = DEFAULT_CONFIG) -> None:
@@ -93,5 +91,7 @@ def status(config_path: ConfigOpt = DEFAULT_CONFIG, job: JobOpt = None) -> None:
     console.print(table)
     console.print(f"outputs: {opened.plan.output_dir}  logs: {opened.plan.output_dir}/logs  "
                   f"local log copies: {opened.record.folder / 'logs'}", markup=False)
+    for line in render.goodput_lines(config_path):
+        console.print(line, markup=False)
     if left_up:
         console.print(f"WARNING: {left_up}", markup=False, style="bold red")

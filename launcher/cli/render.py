@@ -250,3 +250,14 @@ def jobs_table(found):
             cells.append(job.output_dir)
         table.add_row(*(Text(cell) for cell in cells))
     return table
+
+
+def goodput_lines(config_path: Path) -> list[str]:
+    """The run's goodput in a few lines (launcher.goodput), for `status` and the end of a run;
+    nothing when there is no ledger to read or it cannot be read from here."""
+    from launcher import goodput, launch
+
+    try:
+        return goodput.report_lines(goodput.run_report(launch.load(config_path)))
+    except Exception:  # a report is worth no failed command
+        return []

@@ -155,7 +155,12 @@ def train(
         job, outcome = launch.follow_to_end(the_launch, job, sink=sink, on_note=note,
                                             on_started=started)
     launch.finish(the_launch, job, outcome, on_note=note)
-    render.report(outcome, job, config_path, view)
+    try:
+        render.report(outcome, job, config_path, view)
+    finally:
+        if not outcome.detached:
+            for line in render.goodput_lines(config_path):
+                note(line)
 
 
 def run_plan_lines(the_launch, *, read_remote: bool) -> tuple[list[str], list[str]]:

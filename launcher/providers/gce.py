@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from launcher import terraform
 from launcher.executors import SshExecutor, SshSettings
 from launcher.plan import NodeToDelete, Worker
-from launcher.providers import gce_api, gce_infra, gce_owned, gce_slice
+from launcher.providers import gce_api, gce_infra, gce_owned, gce_slice, multislice
 from launcher.providers.base import Check, Fleet
 from launcher.providers.gcp_site import Site
 from launcher.records import state_dir
@@ -106,6 +106,7 @@ class GceProvider:
         return gce_infra.up_plan(self._config(), self.site)
 
     def up(self, on_event: Callable[[str], None]) -> None:
+        multislice.check_one_slice(self._config(), "gce's `tpuctl up`")
         gce_infra.up(self._config(), self.site, self._terraform(), on_event)
 
     def down(self, on_event: Callable[[str], None], *, delete_bucket: bool = False) -> None:
@@ -136,13 +137,18 @@ class GceProvider:
 
     # -- without credentials -------------------------------------------------------------------
     def planned_fleet(self) -> Fleet:
-        acc = self._config().cluster.slice
-        addresses = tuple(f"<VM {i} internal address>" for i in range(acc.hosts))
-        workers = tuple(Worker(index=i, host=f"<{self.site.tpu_name} VM {i}>",
+        top = self._config().cluster.tpu_topology
+        per = top.hosts_per_slice
+        names = multislice.slice_names(self.site.tpu_name, top.num_slices)
+        addresses = tuple(f"<VM {i} internal address>" for i in range(top.hosts))
+        # Each slice's libtpu is told its own VMs (worker ids 0.. within the slice).
+        workers = tuple(Worker(index=i, host=f"<{names[top.slice_of_host(i)]} VM {i % per}>",
                                address=addresses[i], coordination_port=COORDINATOR_PORT,
-                               slice_env=self._slice_env(i, addresses))
-                        for i in range(acc.hosts))
-        return Fleet(workers=workers, hardware=Hardware.tpu(acc.name, self.site.tpu_name))
+                               slice_env=self._slice_env(
+                                   i % per, addresses[i - i % per:i - i % per + per]))
+                        for i in range(top.hosts))
+        return Fleet(workers=workers, hardware=Hardware.tpu(top.name, self.site.tpu_name,
+                                                            slices=top.num_slices))
 
     def _slice_env(self, worker: int, addresses: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
         """What libtpu on one VM is told about the slice (payload.cloud.accelerators.slice_env):

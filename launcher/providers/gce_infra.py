@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from launcher import terraform
-from launcher.providers import gce_api, gce_owned, gce_slice, gcp_site
+from launcher.providers import gce_api, gce_owned, gce_slice, gcp_site, multislice
 from launcher.providers.gcp_site import Site
 from payload.cloud import accelerators, tpu_api
 from payload.core import storage
@@ -64,6 +64,7 @@ def up_plan(config: RunConfig, site: Site) -> list[str]:
         f"the slice's VMs to each other (network tag {names.tag})",
         f"slice {names.group}: {acc.name} = {cluster.topology} on {acc.hosts} x "
         f"{cluster.machine_type} ({acc.in_words()}; {acc.chips_per_host} chips per VM)",
+        *multislice.slices_lines(cluster.tpu_topology),
     ]
     if requests.policy is not None:
         lines.append(f"workload policy {names.policy}: HIGH_THROUGHPUT, accelerator "
@@ -88,7 +89,7 @@ def up_plan(config: RunConfig, site: Site) -> list[str]:
         f"SSH as {site.user} with {site.identity_file}; engine {config.train.engine}; the "
         "VMs run as the project's default service account (provider gce makes no bucket or "
         "service account yet)",
-        f"cost: {cluster.hourly_price().describe()}",
+        f"cost: {cluster.hourly_price().describe()}" + multislice.per_slice_price(config),
     ]
     if not cluster.ssh_source_ranges:
         lines.append("missing: cluster.ssh_source_ranges (`up` refuses without it)")

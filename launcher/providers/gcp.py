@@ -10,6 +10,10 @@ Workers' addresses and host keys are read from the TPU API every time a command 
 recreated after a preemption has new ones) and written to tpuctl's own known_hosts
 (launcher.providers.gcp_site). A job's record keeps the node's unique id: a job is never
 reopened on a node that was recreated since.
+
+With cluster.slices: N the run's TPU is N nodes, TPU_NAME-0 .. TPU_NAME-(N-1), made by one
+queued request (gcp_infra): the fleet is every slice's workers, slice by slice; any slice lost
+is trouble for all of them, and `recover` replaces every slice (docs/multislice.md).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from launcher.executors import SshExecutor, SshSettings
 from launcher.plan import NodeToDelete, Worker
-from launcher.providers import gcp_doctor, gcp_infra, gcp_owned, gcp_site
+from launcher.providers import gcp_doctor, gcp_infra, gcp_owned, gcp_site, multislice
 from launcher.providers.base import Check, Fleet
 from launcher.providers.gcp_site import Site
 from payload.cloud import budget
@@ -62,9 +66,10 @@ class GcpProvider:
     def from_reach(cls, reach: dict, workers: tuple[Worker, ...]) -> GcpProvider:
         return cls(Site.from_reach(reach))
 
-    def _ready_node(self):
+    def _ready_slices(self) -> gcp_site.Slices:
+        """The run's node (one per slice), every one READY and the run's own, or a UserError."""
         site = self.site
-        found = gcp_site.find_node(site, self.api)
+        found = gcp_site.find_slices(site, self.api)
         if found is None:
             if site.uid:
                 raise UserError(f"the job's machines are gone: TPU {site.tpu_name} no longer "
@@ -72,21 +77,23 @@ class GcpProvider:
                                 hint="start a new job (`tpuctl up`, then `tpuctl train`)")
             raise UserError(f"no TPU {site.tpu_name} in {', '.join(site.zones)} of project "
                             f"{site.project}", hint="create it with `tpuctl up`")
-        node, zone = found
-        if site.uid and node.uid != site.uid:
+        if site.uid and found.uid != site.uid:
+            now = (f"now {found.uid}" if found.uid else
+                   f"{', '.join(found.missing)} no longer there")
             raise UserError(f"the job's machines are gone: TPU {site.tpu_name} was recreated "
-                            f"(id {site.uid}, now {node.uid})",
+                            f"(id {site.uid}, {now})",
                             hint="its new workers do not run that job; start a new one")
         owned = self._owned()
-        # A job's own node (site.uid, checked above) was claimed when the job started.
-        if not site.uid and not owned.node_is_ours(node):
-            raise UserError(owned.foreign_note(node, zone),
-                            hint="tpuctl runs jobs only on a TPU `tpuctl up` made for the run")
-        if not node.ready or not node.endpoints:
-            raise UserError(f"TPU {site.tpu_name} is {node.describe()}, not READY",
+        # A job's own nodes (site.uid, checked above) were claimed when the job started.
+        for node in found.present:
+            if not site.uid and not owned.node_is_ours(node):
+                raise UserError(owned.foreign_note(node, found.zone),
+                                hint="tpuctl runs jobs only on a TPU `tpuctl up` made for the run")
+        if not found.ready:
+            raise UserError(f"TPU {site.tpu_name} is {found.describe()}, not READY",
                             hint="see `tpuctl status`; a preempted TPU comes back with "
                             "`tpuctl down` then `tpuctl up`")
-        return node, zone
+        return found
 
     def _owned(self) -> gcp_owned.Ownership:
         return gcp_owned.Ownership(self.site, output_dir=self.config.output_dir
@@ -94,36 +101,46 @@ class GcpProvider:
 
     # -- the Provider protocol ---------------------------------------------------------------
     def fleet(self) -> Fleet:
-        node, zone = self._ready_node()
-        gcp_site.write_known_hosts(self.site, self.api, node, zone)
-        self.site = dataclasses.replace(self.site, uid=node.uid)
+        """Every slice's workers from the API, slice by slice (worker i is on slice
+        i // hosts per slice, as the strategy numbers them)."""
+        found = self._ready_slices()
+        gcp_site.write_known_hosts(self.site, self.api, found)
+        self.site = dataclasses.replace(self.site, uid=found.uid)
         workers = tuple(
             Worker(index=i, host=gcp_site.ssh_address(e), address=e.internal_ip,
                    coordination_port=gcp_site.TPU_WORKER_PORT)
-            for i, e in enumerate(node.endpoints))
-        return Fleet(workers=workers, hardware=Hardware.tpu(node.accelerator_type, node.name))
+            for i, e in enumerate(found.endpoints))
+        return Fleet(workers=workers, hardware=Hardware.tpu(
+            found.present[0].accelerator_type, self.site.tpu_name, slices=len(found.names)))
 
     def planned_fleet(self) -> Fleet:
-        acc = gcp_infra.accelerator_of(self._config())
-        workers = tuple(Worker(index=i, host=f"<{self.site.tpu_name} worker {i}>",
+        top = self._config().cluster.tpu_topology
+        names = multislice.slice_names(self.site.tpu_name, top.num_slices)
+        workers = tuple(Worker(index=i, host=f"<{names[top.slice_of_host(i)]} worker "
+                                            f"{i % top.hosts_per_slice}>",
                                address=f"<worker {i} internal address>",
                                coordination_port=gcp_site.TPU_WORKER_PORT)
-                        for i in range(acc.hosts))
-        return Fleet(workers=workers, hardware=Hardware.tpu(acc.name, self.site.tpu_name))
+                        for i in range(top.hosts))
+        return Fleet(workers=workers, hardware=Hardware.tpu(top.name, self.site.tpu_name,
+                                                            slices=top.num_slices))
 
     def price(self) -> str | None:
         return gcp_infra.hourly_price(self._config()).describe()
 
     def trouble(self) -> str | None:
-        found = gcp_site.find_node(self.site, self.api)
+        """Why the job cannot go on; with several slices, one lost slice stops every one (the
+        service restarts them all: so does `recover`)."""
+        found = gcp_site.find_slices(self.site, self.api)
         name = self.site.tpu_name
         if found is None:
             return f"TPU {name} was deleted"
-        node, _ = found
-        if self.site.uid and node.uid != self.site.uid:
-            return f"TPU {name} was recreated (id {self.site.uid}, now {node.uid})"
-        if node.state in GONE_STATES:
-            return f"TPU {name} is {node.describe()}"
+        if found.missing:
+            return f"TPU {found.missing[0]} was deleted"
+        if self.site.uid and found.uid != self.site.uid:
+            return f"TPU {name} was recreated (id {self.site.uid}, now {found.uid})"
+        gone = found.gone()
+        if gone is not None:
+            return f"TPU {gone.name} is {gone.describe()}"
         return None
 
     def connect(self, workers: tuple[Worker, ...]) -> SshExecutor:
@@ -146,61 +163,88 @@ class GcpProvider:
                 "zones": list(self.site.zones)}
 
     def describe(self) -> list[str]:
-        found = gcp_site.find_node(self.site, self.api)
+        found = gcp_site.find_slices(self.site, self.api)
         if found is None:
             return [f"TPU {self.site.tpu_name}: none in {', '.join(self.site.zones)} "
                     f"(bring it up with `tpuctl up`)"]
-        node, zone = found
-        if not self._owned().node_is_ours(node):
-            return [f"TPU {self.site.tpu_name}: none of this run's in "
-                    f"{', '.join(self.site.zones)}", f"  {self._owned().foreign_note(node, zone)}"]
-        lines = [f"TPU {node.name} ({node.accelerator_type} in {zone}): {node.describe()}"]
-        lines += [f"  worker-{i}: {gcp_site.ssh_address(e)} (internal {e.internal_ip})"
-                  for i, e in enumerate(node.endpoints)]
-        lines.append(f"  cost: {gcp_infra.running_cost(node, zone, self.site.provisioning)}")
+        owned, zone, lines, worker = self._owned(), found.zone, [], 0
+        for name, node in zip(found.names, found.nodes, strict=True):
+            if node is None:
+                lines.append(f"TPU {name}: none in {zone} (`tpuctl up` makes every slice)")
+                continue
+            if not owned.node_is_ours(node):
+                lines += [f"TPU {name}: none of this run's in {', '.join(self.site.zones)}",
+                          f"  {owned.foreign_note(node, zone)}"]
+                continue
+            lines.append(f"TPU {node.name} ({node.accelerator_type} in {zone}): "
+                         f"{node.describe()}")
+            for e in node.endpoints:
+                lines.append(f"  worker-{worker}: {gcp_site.ssh_address(e)} "
+                             f"(internal {e.internal_ip})")
+                worker += 1
+            lines.append(f"  cost: {gcp_infra.running_cost(node, zone, self.site.provisioning)}")
         return lines
 
+    def _billing_nodes(self) -> tuple[list, str]:
+        """The run's own nodes that bill now, and their zone."""
+        found = gcp_site.find_slices(self.site, self.api)
+        if found is None:
+            return [], ""
+        owned = self._owned()
+        return [n for n in found.present
+                if n.state not in GONE_STATES and owned.node_is_ours(n)], found.zone
+
     def billing(self) -> str | None:
-        found = gcp_site.find_node(self.site, self.api)
-        if (found is None or found[0].state in GONE_STATES
-                or not self._owned().node_is_ours(found[0])):
+        nodes, zone = self._billing_nodes()
+        if not nodes:
             return None
-        node, zone = found
-        price = gcp_infra.node_price(node, zone, self.site.provisioning)
-        return (f"TPU {node.name} is still up ({price}): run `tpuctl down` when you are done")
+        price = gcp_infra.node_price(nodes[0], zone, self.site.provisioning)
+        if len(nodes) > 1:
+            price = f"{len(nodes)} slices x {price}"
+        names = multislice.names_words(tuple(n.name for n in nodes))
+        return (f"TPU {names} {'is' if len(nodes) == 1 else 'are'} still up ({price}): run "
+                "`tpuctl down` when you are done")
 
     def doctor(self) -> list[Check]:
         return list(gcp_doctor.checks(self._config(), self.site))
 
     def node_to_delete(self, on_event: Callable[[str], None]) -> NodeToDelete:
-        node, zone = self._ready_node()
+        multislice.check_one_slice(self._config(), "`train --down`")
+        found = self._ready_slices()
+        node = found.present[0]
         gcp_infra.allow_self_delete(self._config(), self.site, on_event)
-        return NodeToDelete(project=self.site.project, zone=zone, name=node.name, uid=node.uid,
-                            api_endpoint=stand_in())
+        return NodeToDelete(project=self.site.project, zone=found.zone, name=node.name,
+                            uid=node.uid, api_endpoint=stand_in())
 
     def record_billing(self, output_dir: str) -> None:
-        found = gcp_site.find_node(self.site, self.api)
-        if (found is not None and found[0].create_time is not None
-                and self._owned().node_is_ours(found[0])):
-            node, zone = found
-            budget.record_node(output_dir, uid=node.uid, zone=zone, created=node.create_time)
+        """Every slice the run owns, in billing.json: what the time and cost limits count."""
+        found = gcp_site.find_slices(self.site, self.api)
+        if found is None:
+            return
+        owned = self._owned()
+        for node in found.present:
+            if node.create_time is not None and owned.node_is_ours(node):
+                budget.record_node(output_dir, uid=node.uid, zone=found.zone,
+                                   created=node.create_time)
 
     def recover(self, on_event: Callable[[str], None]) -> None:
         """Delete the preempted node (it still holds quota), then `up` again: the same zone, or
-        the next fallback zone when it has no capacity."""
+        the next fallback zone when it has no capacity. With several slices, every slice goes
+        and comes back as one request (one lost slice stops the job on all of them)."""
         config, site = self._config(), self.site
-        found = gcp_site.find_node(site, self.api)
+        found = gcp_site.find_slices(site, self.api)
         if found is not None:
-            node, zone = found
             owned = self._owned()
-            if not owned.node_is_ours(node):
-                raise UserError(f"cannot recover: {owned.foreign_note(node, zone)}",
-                                hint="the run resumes with `tpuctl up` then `tpuctl train "
-                                "--resume` once that name is free")
-            on_event(f"deleting TPU {node.name} ({node.describe()}) in {zone}")
-            self.api.delete_node(node.name, zone)
-            if config.output_dir:
-                budget.record_deleted(config.output_dir, node.uid)
+            for node in found.present:
+                if not owned.node_is_ours(node):
+                    raise UserError(f"cannot recover: {owned.foreign_note(node, found.zone)}",
+                                    hint="the run resumes with `tpuctl up` then `tpuctl train "
+                                    "--resume` once that name is free")
+            for node in found.present:
+                on_event(f"deleting TPU {node.name} ({node.describe()}) in {found.zone}")
+                self.api.delete_node(node.name, found.zone)
+                if config.output_dir:
+                    budget.record_deleted(config.output_dir, node.uid)
         gcp_infra.recreate(config, site, on_event)
         self.site = dataclasses.replace(self.site, uid=None)
 

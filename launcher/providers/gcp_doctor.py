@@ -172,12 +172,11 @@ def _session():
 
 
 def _reach(site: Site, api: tpu_api.TpuApi) -> str:
-    found = gcp_site.find_node(site, api)
-    if found is None or not found[0].endpoints:
+    found = gcp_site.find_slices(site, api)
+    if found is None or not found.endpoints:
         return "no TPU yet; checked after `tpuctl up`"
-    node, _ = found
     return port_22_answers([(f"worker {i}", gcp_site.ssh_address(e))
-                            for i, e in enumerate(node.endpoints)], "worker")
+                            for i, e in enumerate(found.endpoints)], "worker")
 
 
 def port_22_answers(hosts: Sequence[tuple[str, str]], noun: str) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from launcher import staging, terraform
-from launcher.providers import gcp_owned, gcp_site
+from launcher.providers import gcp_owned, gcp_site, multislice
 from launcher.providers.gcp_site import Site
 from payload.cloud import accelerators, prices, tpu_api
 from payload.core.errors import UserError
@@ -125,7 +125,13 @@ def up_plan(config: RunConfig, site: Site) -> list[str]:
     """What `tpuctl up` would create and what it costs per hour; reads nothing remote."""
     cluster = config.cluster
     acc = accelerator_of(config)
+    top = cluster.tpu_topology
     how = "a queued request (TPU API)" if _queued(cluster) else "Terraform"
+    names = multislice.slice_names(site.tpu_name, top.num_slices)
+    if top.num_slices > 1:
+        # Terraform's queued resource has no node count (CLOUD-FACTS, Multislice): the TPU
+        # API's multislice_params does it.
+        how = f"one queued request of {top.num_slices} nodes (TPU API, multislice_params)"
     run_prefix, read_prefixes, corpus_buckets = bucket_access(config)
     reads = [f"gs://{cluster.bucket_name}/{p}/" for p in read_prefixes]
     reads += [f"gs://{b}" for b in corpus_buckets]
@@ -136,12 +142,16 @@ def up_plan(config: RunConfig, site: Site) -> list[str]:
         f"firewall rule: tcp/22 from {', '.join(cluster.ssh_source_ranges or ['(not set)'])}",
         f"service account for the workers: objects under gs://{cluster.bucket_name}/"
         f"{run_prefix}/, read {', '.join(reads)}; get its TPU",
-        f"TPU {site.tpu_name}: {acc.name} ({acc.chips} chips of TPU {acc.generation}, "
-        f"{acc.hosts} host{'s' if acc.hosts > 1 else ''}), runtime {cluster.runtime}, "
-        f"{cluster.provisioning.replace('_', '-')}, by {how}"
-        + (f", waiting up to {cluster.queue_hours:g} h" if _queued(cluster) else ""),
+        f"TPU {multislice.names_words(names)}: "
+        f"{acc.name} ({acc.chips} chips of TPU {acc.generation}, "
+        f"{acc.hosts} host{'s' if acc.hosts > 1 else ''})"
+        + (f" each, {top.chips} chips in all" if top.num_slices > 1 else "")
+        + f", runtime {cluster.runtime}, {cluster.provisioning.replace('_', '-')}, by {how}"
+        + (f", waiting up to {cluster.queue_hours:g} h"
+           if _queued(cluster) or top.num_slices > 1 else ""),
+        *multislice.slices_lines(top),
         f"SSH as {site.user} with {site.identity_file}",
-        f"cost: {hourly_price(config).describe()}",
+        f"cost: {hourly_price(config).describe()}" + multislice.per_slice_price(config),
     ]
     if not cluster.ssh_source_ranges:
         lines.append("missing: cluster.ssh_source_ranges (`up` refuses without it)")
@@ -149,8 +159,9 @@ def up_plan(config: RunConfig, site: Site) -> list[str]:
 
 
 def _queued(cluster) -> bool:
-    # Terraform's TPU VM cannot target a reservation; the queue can.
-    return bool(cluster.queued or cluster.reservation)
+    # Terraform's TPU VM cannot target a reservation, and its queued resource has no node
+    # count (CLOUD-FACTS, Multislice): the TPU API's queue does both.
+    return bool(cluster.queued or cluster.reservation or cluster.slices > 1)
 
 
 def _bucket_exists(bucket: str, project: str) -> bool:
@@ -224,13 +235,15 @@ def up(config: RunConfig, site: Site, on_event: Callable[[str], None], *,
                 # (creating one over a node that exists fails): record its unique id now.
                 _record_made(owned, zone)
             break
-        node, zone = gcp_site.wait_ready(site, api, on_event)
+        found = gcp_site.wait_ready(site, api, on_event)
+        zone = found.zone
         request = api.get_queued(site.tpu_name, zone) if queued else None
         if request is not None and owned.queued_is_ours(request, zone):
-            _record_made(owned, zone)  # the node the run's own request made
-        if not owned.node_is_ours(node):
-            raise UserError(owned.foreign_note(node, zone))
-        gcp_site.write_known_hosts(site, api, node, zone, on_event)
+            _record_made(owned, zone)  # the node(s) the run's own request made
+        for node in found.present:
+            if not owned.node_is_ours(node):
+                raise UserError(owned.foreign_note(node, zone))
+        gcp_site.write_known_hosts(site, api, found, on_event)
     except BaseException as exc:
         if made_tpu:
             _undo_tpu(config, site, owned, tf, public_key, create_bucket, on_event)
@@ -241,10 +254,12 @@ def up(config: RunConfig, site: Site, on_event: Callable[[str], None], *,
                             hint=f"{exc.hint}; {then}" if exc.hint else f"fix it, {then}"
                             ) from None
         raise
-    mismatch = accelerators.host_mismatch(acc, len(node.endpoints))
-    if mismatch:
-        on_event(mismatch)
-    on_event(f"TPU {node.name} is READY in {site.recorded_zone()}: {len(node.endpoints)} "
+    for node in found.present:
+        mismatch = accelerators.host_mismatch(acc, len(node.endpoints))
+        if mismatch:
+            on_event(mismatch)
+    what = f"TPU {multislice.names_words(found.names)} {'is' if site.slices == 1 else 'are'}"
+    on_event(f"{what} READY in {site.recorded_zone()}: {len(found.endpoints)} "
              f"worker(s); {hourly_price(config).describe()}. When done: `tpuctl down`")
 
 
@@ -297,10 +312,11 @@ def _refuse_foreign(owned: gcp_owned.Ownership, zones: list[str]) -> None:
     `up` stops before making anything (Terraform would fail on it, and tpuctl never adopts it)."""
     site = owned.site
     for zone in zones:
-        node = site.api.get_node(site.tpu_name, zone)
-        if node is not None and not owned.node_is_ours(node):
-            raise UserError(owned.foreign_note(node, zone),
-                            hint="set cluster.tpu_name to a name of its own for this run")
+        for name in site.node_names:
+            node = site.api.get_node(name, zone)
+            if node is not None and not owned.node_is_ours(node):
+                raise UserError(owned.foreign_note(node, zone),
+                                hint="set cluster.tpu_name to a name of its own for this run")
         request = site.api.get_queued(site.tpu_name, zone)
         if request is not None and not owned.queued_is_ours(request, zone):
             raise UserError(owned.foreign_queued_note(request, zone),
@@ -308,9 +324,10 @@ def _refuse_foreign(owned: gcp_owned.Ownership, zones: list[str]) -> None:
 
 
 def _record_made(owned: gcp_owned.Ownership, zone: str) -> None:
-    node = owned.site.api.get_node(owned.site.tpu_name, zone)
-    if node is not None:
-        owned.record_node(node, zone)
+    for name in owned.site.node_names:
+        node = owned.site.api.get_node(name, zone)
+        if node is not None:
+            owned.record_node(node, zone)
 
 
 def _spare_foreign_tpu(tf: terraform.Terraform, owned: gcp_owned.Ownership,
@@ -362,17 +379,22 @@ def _queue(config: RunConfig, site: Site, owned: gcp_owned.Ownership, outputs, z
             # (ml-auto-solutions xlml/utils/tpu.py: scheduling_config.reserved).
             **({"scheduling_config": {"reserved": True}} if cluster.reservation else {}),
         }
-        on_event(f"queueing a request for {cluster.accelerator_type} in {zone} (deadline "
-                 f"{cluster.queue_hours:g} h)")
+        slices = f"{cluster.slices} x " if cluster.slices > 1 else ""
+        on_event(f"queueing a request for {slices}{cluster.accelerator_type} in {zone} "
+                 f"(deadline {cluster.queue_hours:g} h)")
         made = api.create_queued(site.tpu_name, node, spot=cluster.provisioning == "spot",
                                  valid_for_s=deadline_s, reservation=cluster.reservation,
-                                 zone=zone)
+                                 zone=zone, node_count=cluster.slices)
         request = api.get_queued(site.tpu_name, zone)
         if made and request is not None:
             owned.record_queued(request, zone)  # made by this call: the run's own
     if request is not None and not owned.queued_is_ours(request, zone):
         raise UserError(owned.foreign_queued_note(request, zone),
                         hint="set cluster.tpu_name to a name of its own for this run")
+    from launcher.goodput import launcher_ledger
+
+    pen = launcher_ledger(config.output_dir)  # the bucket exists: Terraform made it
+    pen.note("queued", zone=zone, queue_hours=cluster.queue_hours)
     request = tpu_api.wait_for(
         lambda: api.get_queued(site.tpu_name, zone),
         lambda q: q is None or q.state in tpu_api.QUEUE_DONE_STATES,
@@ -385,6 +407,7 @@ def _queue(config: RunConfig, site: Site, owned: gcp_owned.Ownership, outputs, z
         reason = request.error or "no reason given"
         raise UserError(f"the queued request {site.tpu_name} ended {request.state}: {reason} "
                         "(the request was deleted so it holds no quota)")
+    pen.note("capacity_granted", zone=zone)
 
 
 def _undo_tpu(config: RunConfig, site: Site, owned: gcp_owned.Ownership, tf: terraform.Terraform,
@@ -404,7 +427,7 @@ def _undo_tpu(config: RunConfig, site: Site, owned: gcp_owned.Ownership, tf: ter
     except UserError as exc:
         on_event(f"terraform could not remove the TPU: {exc}")
     for zone in site.zones:
-        owned.delete_node(zone)
+        owned.delete_nodes(zone)
     for note in owned.survey().foreign:
         on_event(note)
 
@@ -447,8 +470,8 @@ def down(config: RunConfig, site: Site, on_event: Callable[[str], None], *,
             tf.destroy(on_event, vet=owned.vet)
             kept_bucket = False
     for zone in site.zones:
-        if owned.delete_node(zone):
-            on_event(f"deleted TPU {site.tpu_name} in {zone}")
+        for name in owned.delete_nodes(zone):
+            on_event(f"deleted TPU {name} in {zone}")
     after = owned.survey()
     if after.ours:
         raise UserError("still there after `down`: " + "; ".join(after.ours),

@@ -2,6 +2,7 @@
 
     owned = Ownership(site, output_dir="gs://my-bucket/demo")
     owned.record_node(node, zone)          # the moment Terraform or the queue said it made it
+    owned.delete_nodes(zone)               # the run's own nodes of its names (every slice)
     owned.node_is_ours(node)               # the run's label AND a unique id tpuctl recorded
     owned.foreign_note(node, zone)         # the one line shown for a node that is not
     owned.vet(tf.plan(...))                # a plan touching a TPU not its own: refused
@@ -162,26 +163,31 @@ class Ownership:
         api, found = self.site.api, Survey()
         for zone in zones or self.site.zones:
             for node in api.list_nodes(zone):
-                if node.name == self.site.tpu_name or (
+                if node.name in self.site.node_names or (
                         node.labels.get(RUN_LABEL) == self.site.run_name):
                     if self.node_is_ours(node):
                         found.nodes.append((node, zone))
                     else:
                         found.foreign.append(self.foreign_note(node, zone))
             for request in api.list_queued(zone):
-                if request.name == self.site.tpu_name or self.site.tpu_name in request.node_ids:
+                if request.name == self.site.tpu_name or set(self.site.node_names) & set(
+                        request.node_ids):
                     if self.queued_is_ours(request, zone):
                         found.queued.append((request, zone))
                     else:
                         found.foreign.append(self.foreign_queued_note(request, zone))
         return found
 
-    def delete_node(self, zone: str) -> bool:
-        """Delete the node of the run's name in `zone` if it is the run's own; whether it did."""
-        node = self.site.api.get_node(self.site.tpu_name, zone)
-        if node is None or not self.node_is_ours(node):
-            return False
-        return self.site.api.delete_node(node.name, zone)
+    def delete_nodes(self, zone: str) -> list[str]:
+        """Delete the nodes of the run's names in `zone` (one per slice) that are the run's
+        own; the names of those it deleted."""
+        deleted = []
+        for name in self.site.node_names:
+            node = self.site.api.get_node(name, zone)
+            if node is not None and self.node_is_ours(node) and self.site.api.delete_node(
+                    node.name, zone):
+                deleted.append(node.name)
+        return deleted
 
     def delete_queued(self, zone: str) -> bool:
         """Delete the queued request of the run's name in `zone` if it is the run's own."""

@@ -3,10 +3,11 @@ and known_hosts, for both Google providers (gcp's TPU node, gce's VMs).
 
     site = Site(run_name="demo", project="my-project", zones=("us-central2-b",),
                 tpu_name="demo", user="me", identity_file=key, known_hosts=kh)
-    node, zone = find_node(site, site.api)          # the run's node and its zone, or None
-    write_known_hosts(site, site.api, node, zone)   # host keys from the guest attributes
+    found = find_slices(site, site.api)             # the run's node(s) and zone, or None
+    found.nodes, found.zone, found.uid              # one per slice (None: missing)
+    write_known_hosts(site, site.api, found)        # host keys from the guest attributes
     wait_for_host_keys(site, [("VM a", "10.0.0.2")], published)  # the same, any Google VM
-    node, zone = wait_ready(site, site.api, on_event=print)
+    found = wait_ready(site, site.api, on_event=print)   # every slice READY
 
 Host keys come from the guest attributes each worker publishes (hostkeys/ssh-ed25519) and are
 written to a known_hosts of tpuctl's own every time a command starts, so SSH is strict from the
@@ -88,7 +89,10 @@ class Site:
     identity_file: str
     known_hosts: str
     provisioning: str = "on_demand"  # what the price table charges
-    uid: str | None = None  # the node a job ran on; another id means its machines are gone
+    # The node a job ran on (several slices: their ids, comma-joined, slice by slice); another
+    # id means its machines are gone.
+    uid: str | None = None
+    slices: int = 1  # several: one queued request of nodes TPU_NAME-0 .. TPU_NAME-(N-1)
 
     @classmethod
     def of(cls, config: RunConfig, *, zones: tuple[str, ...], tpu_name: str) -> Site:
@@ -99,14 +103,21 @@ class Site:
                    user=cluster.user or getpass.getuser(),
                    identity_file=cluster.identity_file or str(default_identity(config.name)),
                    known_hosts=str(run_state(config.name) / "known_hosts"),
-                   provisioning=cluster.provisioning)
+                   provisioning=cluster.provisioning, slices=cluster.slices)
 
     @classmethod
     def from_reach(cls, reach: dict) -> Site:
         """The site a job record's reach (a provider's `reach()`) holds."""
         kept = {k: reach[k] for k in ("run_name", "project", "tpu_name", "user",
                                       "identity_file", "known_hosts", "provisioning", "uid")}
-        return cls(zones=tuple(reach["zones"]), **kept)
+        return cls(zones=tuple(reach["zones"]), slices=int(reach.get("slices", 1)), **kept)
+
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        """The run's TPU nodes: its name, or one node per slice (multislice.slice_names)."""
+        from launcher.providers.multislice import slice_names
+
+        return slice_names(self.tpu_name, self.slices)
 
     @property
     def api(self) -> tpu_api.TpuApi:
@@ -137,27 +148,81 @@ def ssh_address(endpoint: tpu_api.Endpoint) -> str:
     return endpoint.external_ip or endpoint.internal_ip
 
 
-def find_node(site: Site, api: tpu_api.TpuApi) -> tuple[tpu_api.Node, str] | None:
-    """The run's node and its zone (the recorded zone first), or None."""
+@dataclass(frozen=True)
+class Slices:
+    """The run's nodes as the TPU API has them now, one entry per slice (None: that node is
+    missing), all in one zone (a multislice request makes every slice in its zone)."""
+
+    names: tuple[str, ...]
+    nodes: tuple[tpu_api.Node | None, ...]
+    zone: str
+
+    @property
+    def present(self) -> list[tpu_api.Node]:
+        return [n for n in self.nodes if n is not None]
+
+    @property
+    def missing(self) -> list[str]:
+        return [name for name, n in zip(self.names, self.nodes, strict=True) if n is None]
+
+    @property
+    def uid(self) -> str | None:
+        """The slices' ids, comma-joined (one node: its id), or None while one is missing."""
+        return None if self.missing else ",".join(n.uid for n in self.present)
+
+    @property
+    def ready(self) -> bool:
+        return not self.missing and all(n.ready and n.endpoints for n in self.present)
+
+    @property
+    def endpoints(self) -> list[tpu_api.Endpoint]:
+        """Every worker of every slice, slice by slice: the run's workers in order."""
+        return [e for n in self.present for e in n.endpoints]
+
+    def gone(self) -> tpu_api.Node | None:
+        """A slice that was taken away (PREEMPTED, ...): one lost slice stops them all."""
+        return next((n for n in self.present if n.state in tpu_api.GONE_STATES), None)
+
+    def describe(self) -> str:
+        if len(self.names) == 1:
+            return self.nodes[0].describe() if self.nodes[0] else "not created yet"
+        return "; ".join(f"{name} {n.describe() if n else 'not created yet'}"
+                         for name, n in zip(self.names, self.nodes, strict=True))
+
+
+def find_slices(site: Site, api: tpu_api.TpuApi) -> Slices | None:
+    """The run's nodes and their zone (the recorded zone first, then the first zone where any
+    of them is), or None when there is none of them anywhere."""
     recorded = site.recorded_zone()
     zones = ([recorded] if recorded else []) + [z for z in site.zones if z != recorded]
     for zone in zones:
-        node = api.get_node(site.tpu_name, zone)
-        if node is not None:
-            return node, zone
+        nodes = tuple(api.get_node(name, zone) for name in site.node_names)
+        if any(n is not None for n in nodes):
+            return Slices(site.node_names, nodes, zone)
     return None
 
 
-def write_known_hosts(site: Site, api: tpu_api.TpuApi, node: tpu_api.Node, zone: str,
+def write_known_hosts(site: Site, api: tpu_api.TpuApi, slices: Slices,
                       on_event: Callable[[str], None] | None = None) -> None:
-    """known_hosts from every worker's published host key (wait_for_host_keys)."""
-    hosts = [(f"worker {i}", ssh_address(e)) for i, e in enumerate(node.endpoints)]
+    """known_hosts from every worker's published host key, of every slice (wait_for_host_keys)."""
+    several = len(slices.names) > 1
+    hosts, by_name = [], {}
+    for node in slices.present:
+        for i, e in enumerate(node.endpoints):
+            label = f"{node.name} worker {i}" if several else f"worker {i}"
+            hosts.append((label, ssh_address(e)))
+            by_name[label] = (node, i)
 
     def published(missing: list[str]) -> dict[str, str]:
-        keys = api.host_keys(node.name, len(node.endpoints), zone)
-        return {f"worker {i}": key for i, key in keys.items()}
+        found = {}
+        for node in {by_name[m][0].name: by_name[m][0] for m in missing}.values():
+            keys = api.host_keys(node.name, len(node.endpoints), slices.zone)
+            found.update({label: keys.get(i) for label, (n, i) in by_name.items()
+                          if n.name == node.name and keys.get(i)})
+        return found
 
-    wait_for_host_keys(site, hosts, published, where=f"TPU {node.name}: ", on_event=on_event)
+    where = "" if several else f"TPU {slices.names[0]}: "
+    wait_for_host_keys(site, hosts, published, where=where, on_event=on_event)
 
 
 def wait_for_host_keys(site: Site, hosts: Sequence[tuple[str, str]],
@@ -198,23 +263,25 @@ def wait_for_host_keys(site: Site, hosts: Sequence[tuple[str, str]],
 
 
 def wait_ready(site: Site, api: tpu_api.TpuApi, on_event: Callable[[str], None], *,
-               timeout_s: float = READY_TIMEOUT_S) -> tuple[tpu_api.Node, str]:
-    """Poll until the run's node is READY; a failed or vanished node is an error."""
+               timeout_s: float = READY_TIMEOUT_S) -> Slices:
+    """Poll until every one of the run's nodes is READY; a failed or vanished one is an error."""
     deadline = time.monotonic() + timeout_s
     last = ""
+    what = (f"TPU {site.tpu_name}" if site.slices == 1
+            else f"the {site.slices} slices of TPU {site.tpu_name}")
     while True:
-        found = find_node(site, api)
-        if found is not None and found[0].ready and found[0].endpoints:
+        found = find_slices(site, api)
+        if found is not None and found.ready:
             return found
-        state = found[0].describe() if found else "not created yet"
+        state = found.describe() if found else "not created yet"
         if state != last:
-            on_event(f"TPU {site.tpu_name}: {state}")
+            on_event(f"{what}: {state}")
             last = state
-        if found is not None and found[0].state in tpu_api.GONE_STATES:
-            raise UserError(f"TPU {site.tpu_name} is {state} instead of READY",
-                            hint="`tpuctl down` removes it; `tpuctl up` tries again")
+        if found is not None and found.gone() is not None:
+            raise UserError(f"{what} {'is' if site.slices == 1 else 'are'} {state} instead of "
+                            "READY", hint="`tpuctl down` removes it; `tpuctl up` tries again")
         if time.monotonic() > deadline:
-            raise UserError(f"TPU {site.tpu_name} was not READY after "
+            raise UserError(f"{what} {'was' if site.slices == 1 else 'were'} not READY after "
                             f"{timeout_s / 60:.0f} minutes ({state})",
                             hint="`tpuctl status` shows it; `tpuctl down` removes it")
         time.sleep(min(POLL_S, max(0.2, deadline - time.monotonic())))

@@ -23,7 +23,7 @@ from payload.config import MAX_LOCAL_WORKERS, LocalCluster
 from payload.core import layout
 from payload.core.errors import UserError
 from payload.core.layout import worker_label
-from payload.training.strategy import CPU
+from payload.training.strategy import CPU, Hardware
 
 if TYPE_CHECKING:
     from payload.config import RunConfig
@@ -53,6 +53,15 @@ def check_count(count: int) -> None:
         raise UserError(f"--workers {count}: need between 1 and {MAX_LOCAL_WORKERS} workers")
 
 
+def check_slices(count: int, slices: int, *, flag: bool) -> None:
+    """Local workers stand for `slices` slices in equal groups: refuse a count that does not
+    split (`flag`: the count came from --workers, not the config)."""
+    if count % slices:
+        said = f"--workers {count}" if flag else f"cluster.workers {count}"
+        raise UserError(f"{said} does not split into cluster.slices: {slices} equal slices",
+                        hint=f"use a number of workers divisible by {slices}")
+
+
 def local_workers(name: str, count: int, ports: list[int]) -> tuple[Worker, ...]:
     check_count(count)
     base = state_dir() / layout.LOCAL_DIR / name
@@ -68,6 +77,7 @@ class LocalProvider(OwnMachines):
     run_name: str
     count: int
     known: tuple[Worker, ...] | None = None  # a recorded job's workers
+    slices: int = 1  # cluster.slices: equal groups of the workers stand for slices
 
     name = NAME
     what = "local workers"
@@ -78,15 +88,17 @@ class LocalProvider(OwnMachines):
         count = num_workers if num_workers is not None else (
             cluster.workers if isinstance(cluster, LocalCluster) else DEFAULT_WORKERS)
         check_count(count)
-        return cls(config.name, count)
+        check_slices(count, cluster.slices, flag=num_workers is not None)
+        return cls(config.name, count, slices=cluster.slices)
 
     @classmethod
     def from_reach(cls, reach: dict, workers: tuple[Worker, ...]) -> LocalProvider:
-        return cls(reach["run_name"], len(workers), workers)
+        return cls(reach["run_name"], len(workers), workers, slices=reach.get("slices", 1))
 
     def fleet(self) -> Fleet:
         workers = self.known or local_workers(self.run_name, self.count, free_ports(self.count))
-        return Fleet(workers=workers, hardware=CPU, shares_launcher_machine=True,
+        hardware = CPU if self.slices == 1 else Hardware(slices=self.slices)
+        return Fleet(workers=workers, hardware=hardware, shares_launcher_machine=True,
                      python=sys.executable)
 
     def connect(self, workers: tuple[Worker, ...]) -> LocalExecutor:
@@ -96,8 +108,8 @@ class LocalProvider(OwnMachines):
         """A `local` cluster of this many workers (whatever the file says, under --local),
         keeping where the environment comes from."""
         cluster = LocalCluster(provider=NAME, workers=self.count, python=config.cluster.python,
-                               wheelhouse=config.cluster.wheelhouse)
+                               wheelhouse=config.cluster.wheelhouse, slices=self.slices)
         return config.model_copy(update={"cluster": cluster})
 
     def reach(self, fleet: Fleet) -> dict:
-        return {"provider": NAME, "run_name": self.run_name}
+        return {"provider": NAME, "run_name": self.run_name, "slices": self.slices}

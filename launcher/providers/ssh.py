@@ -19,7 +19,7 @@ from launcher.executors import SshExecutor, SshSettings
 from launcher.plan import Worker
 from launcher.providers.base import Fleet, OwnMachines
 from payload.core.errors import UserError
-from payload.training.strategy import CPU
+from payload.training.strategy import CPU, Hardware
 
 if TYPE_CHECKING:
     from payload.config import RunConfig
@@ -50,6 +50,7 @@ def ssh_settings(cluster) -> SshSettings:
 class SshProvider(OwnMachines):
     settings: SshSettings
     workers: tuple[Worker, ...]
+    slices: int = 1  # cluster.slices: equal groups of the hosts, in order, stand for slices
 
     name = NAME
     what = "ssh hosts"
@@ -66,16 +67,17 @@ class SshProvider(OwnMachines):
                    ssh_port=cluster.port)
             for i, host in enumerate(cluster.hosts)
         )
-        return cls(ssh_settings(cluster), workers)
+        return cls(ssh_settings(cluster), workers, cluster.slices)
 
     @classmethod
     def from_reach(cls, reach: dict, workers: tuple[Worker, ...]) -> SshProvider:
         settings = SshSettings(user=reach["user"], known_hosts=reach["known_hosts"],
                                identity_file=reach["identity_file"])
-        return cls(settings, workers)
+        return cls(settings, workers, reach.get("slices", 1))
 
     def fleet(self) -> Fleet:
-        return Fleet(workers=self.workers, hardware=CPU)
+        hardware = CPU if self.slices == 1 else Hardware(slices=self.slices)
+        return Fleet(workers=self.workers, hardware=hardware)
 
     def connect(self, workers: tuple[Worker, ...]) -> SshExecutor:
         return SshExecutor(workers, self.settings, unreachable_hint=UNREACHABLE_HINT)
@@ -84,6 +86,6 @@ class SshProvider(OwnMachines):
         return config
 
     def reach(self, fleet: Fleet) -> dict:
-        return {"provider": NAME, "user": self.settings.user,
+        return {"provider": NAME, "slices": self.slices, "user": self.settings.user,
                 "known_hosts": self.settings.known_hosts,
                 "identity_file": self.settings.identity_file}

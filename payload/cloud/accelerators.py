@@ -54,6 +54,11 @@ class Generation:
     # Devices JAX shows per chip: one for every generation here but TPU7x, whose two
     # TensorCores are two devices (v4 and v5p join theirs as one megacore device).
     jax_devices_per_chip: int = 1
+    # Data-center network (DCN) bandwidth per chip, Gbit/s, what slices of a multislice run
+    # exchange gradients over (DCN_SOURCES); None where Google publishes no figure.
+    dcn_gbps_per_chip: float | None = None
+    # Whether several slices of the generation train as one job over DCN (MULTISLICE_SOURCE).
+    multislice: bool = True
 
     def chips(self, size: int) -> int:
         return size // self.cores_per_chip
@@ -100,6 +105,7 @@ GENERATIONS: dict[str, Generation] = {
             zones=("us-central1-a", "us-south1-a", "us-west1-c", "us-west4-a", "europe-west4-b"),
             tf_runtimes=("v2-alpha-tpuv5-lite",),
             jax_runtimes=("v2-alpha-tpuv5-lite",),
+            dcn_gbps_per_chip=25.0,
         ),
         Generation(
             name="v5p",
@@ -111,6 +117,7 @@ GENERATIONS: dict[str, Generation] = {
             zones=("us-central1-a", "us-east5-a", "europe-west4-b"),
             tf_runtimes=("v2-alpha-tpuv5",),
             jax_runtimes=("v2-alpha-tpuv5",),
+            dcn_gbps_per_chip=50.0,
         ),
         Generation(
             name="v6e",
@@ -130,6 +137,7 @@ GENERATIONS: dict[str, Generation] = {
             ),
             tf_runtimes=(),
             jax_runtimes=("v2-alpha-tpuv6e",),
+            dcn_gbps_per_chip=100.0,
             tf_refusal=(
                 "TensorFlow has no working route on TPU v6e (Google documents v6e for JAX and "
                 "PyTorch only, and the TPU worker server in tensorflow-tpu "
@@ -138,6 +146,16 @@ GENERATIONS: dict[str, Generation] = {
         ),
     )
 }
+
+# DCN bandwidth per chip (Generation.dcn_gbps_per_chip), from Google's system-architecture
+# pages: v5p "Data center network (DCN) bandwidth per chip (Gbps): 50" (cloud.google.com/tpu/
+# docs/v5p); v6e and TPU7x 100 Gbps per chip (.../v6e, .../tpu7x); v5e gives the pod's, "Data
+# center network bandwidth per Pod: 6.4 Tbps" over 256 chips (and 2 x 100 Gbps NICs per 8-chip
+# host): 25 per chip (.../v5e). The v4 page gives no DCN figure: the plan says so.
+DCN_SOURCES = "Google's TPU system-architecture pages (v5e, v5p, v6e, tpu7x)"
+# Multislice: "v4 and later" (cloud.google.com/tpu/docs/multislice-introduction); every
+# generation in this table is, so none refuses it today, but the flag is where one would.
+MULTISLICE_SOURCE = "cloud.google.com/tpu/docs/multislice-introduction"
 
 # Base images by the generation they are built for (cloud.google.com/tpu/docs/runtimes).
 _BASE_IMAGE_GENERATION = {
@@ -162,6 +180,8 @@ class Accelerator:
     tf_runtime_single_host: str | None  # base image for a one-host slice on the TF route
     tf_runtime_pod: str | None  # base image for a multi-host slice (servers started by tpuctl)
     jax_devices_per_chip: int = 1
+    dcn_gbps_per_chip: float | None = None  # the generation's (Generation.dcn_gbps_per_chip)
+    multislice: bool = True
 
     @property
     def jax_devices(self) -> int:
@@ -199,6 +219,11 @@ class Accelerator:
         return self.hosts > 1
 
     @property
+    def label(self) -> str:
+        """What prices and plans call it (Topology.label for several slices)."""
+        return self.name
+
+    @property
     def peak_bf16_flops(self) -> float:
         return self.chips * self.peak_bf16_flops_per_chip
 
@@ -219,12 +244,158 @@ def _build(gen: Generation, size: int) -> Accelerator:
         tf_runtime_single_host=runtime,
         tf_runtime_pod=runtime,
         jax_devices_per_chip=gen.jax_devices_per_chip,
+        dcn_gbps_per_chip=gen.dcn_gbps_per_chip,
+        multislice=gen.multislice,
     )
 
 
 ACCELERATORS: dict[str, Accelerator] = {
     acc.name: acc for gen in GENERATIONS.values() for acc in (_build(gen, s) for s in gen.sizes)
 }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Topology:
+    """What a run trains on: `num_slices` identical slices of one type (`slice`), joined over
+    the data-center network (DCN). The one answer to "how many chips" that prices, fit checks,
+    plans, the strategy and the stages all take; one slice is the common case.
+
+        top = Topology(slice=accelerator("v5litepod-16"), num_slices=2)
+        top.chips, top.hosts, top.hosts_per_slice, top.jax_devices    # 32, 8, 4, 32
+        top.label                                  # "2 slices of v5litepod-16"
+        top.dcn_allreduce_s(4e9)                   # seconds to all-reduce 4 GB of gradients
+
+    Inside a slice the chips talk over ICI; between slices only over DCN, so the JAX engine
+    shards the state (FSDP) inside a slice and keeps the slices as data-parallel replicas.
+    """
+
+    slice: Accelerator
+    num_slices: int = 1
+
+    def __post_init__(self) -> None:
+        if self.num_slices < 1:
+            raise ValueError(f"num_slices {self.num_slices}: at least one slice")
+
+    # -- the slice's own facts, the same on every slice
+    @property
+    def name(self) -> str:
+        return self.slice.name
+
+    @property
+    def generation(self) -> str:
+        return self.slice.generation
+
+    @property
+    def cores_per_chip(self) -> int:
+        return self.slice.cores_per_chip
+
+    @property
+    def hbm_gib_per_chip(self) -> int:
+        return self.slice.hbm_gib_per_chip
+
+    @property
+    def hbm_bytes_per_device(self) -> int:
+        return self.slice.hbm_bytes_per_device
+
+    @property
+    def peak_bf16_flops_per_chip(self) -> float:
+        return self.slice.peak_bf16_flops_per_chip
+
+    @property
+    def hosts_per_slice(self) -> int:
+        return self.slice.hosts
+
+    @property
+    def devices_per_slice(self) -> int:
+        return self.slice.jax_devices
+
+    # -- the whole run
+    @property
+    def chips(self) -> int:
+        return self.slice.chips * self.num_slices
+
+    @property
+    def hosts(self) -> int:
+        return self.slice.hosts * self.num_slices
+
+    @property
+    def jax_devices(self) -> int:
+        return self.slice.jax_devices * self.num_slices
+
+    @property
+    def peak_bf16_flops(self) -> float:
+        return self.slice.peak_bf16_flops * self.num_slices
+
+    @property
+    def label(self) -> str:
+        """The slices by name: "v5litepod-16", or "2 slices of v5litepod-16"."""
+        if self.num_slices == 1:
+            return self.slice.name
+        return f"{self.num_slices} slices of {self.slice.name}"
+
+    def in_words(self) -> str:
+        """Accelerator.in_words for every slice, e.g. "2 slices of 16 chips of TPU v5e, ...:
+        16 devices each, 32 in all"."""
+        if self.num_slices == 1:
+            return self.slice.in_words()
+        return (f"{self.num_slices} slices of {self.slice.in_words()} each, "
+                f"{self.jax_devices} in all")
+
+    def slice_of_host(self, host: int) -> int:
+        """Which slice host `host` (0 .. hosts-1, slice by slice) belongs to."""
+        return host // self.hosts_per_slice
+
+    @property
+    def dcn_bytes_per_s(self) -> float | None:
+        """What one slice sends and receives over DCN per second: its chips' DCN bandwidth
+        together; None where the table has no figure."""
+        if self.slice.dcn_gbps_per_chip is None:
+            return None
+        return self.slice.chips * self.slice.dcn_gbps_per_chip * 1e9 / 8
+
+    def dcn_words(self) -> str:
+        """The slices' DCN bandwidth in words, with where the figure comes from."""
+        per_chip = self.slice.dcn_gbps_per_chip
+        if per_chip is None:
+            return f"no DCN bandwidth for TPU {self.generation} in the accelerator table"
+        return (f"{self.slice.chips} chips x {per_chip:g} Gbps = "
+                f"{self.slice.chips * per_chip:,.0f} Gbps of DCN per slice ({DCN_SOURCES})")
+
+    def dcn_allreduce_s(self, gradient_bytes: float) -> float | None:
+        """Seconds one step's gradient all-reduce over DCN takes at the table's bandwidth: a
+        ring over the slices moves gradient_bytes x 2(S-1)/S through each slice's links; 0 for
+        one slice, None where the table has no DCN figure."""
+        if self.num_slices == 1:
+            return 0.0
+        per_s = self.dcn_bytes_per_s
+        if per_s is None:
+            return None
+        return gradient_bytes * 2 * (self.num_slices - 1) / self.num_slices / per_s
+
+
+def topology_of(acc: Accelerator, num_slices: int = 1) -> Topology:
+    """`num_slices` slices of `acc`, refused in one line where the generation has no multislice."""
+    if num_slices > 1 and not acc.multislice:
+        raise UserError(f"{num_slices} slices of TPU {acc.generation}: the generation does not "
+                        "train over several slices (multislice needs TPU v4 or later)",
+                        hint="set cluster.slices: 1, or use a v4, v5e, v5p or v6e type")
+    return Topology(slice=acc, num_slices=num_slices)
+
+
+def check_slices(num_slices: int, *, engine: str, hosts: int) -> None:
+    """Refuse, in one line, slices that cannot train together: an engine that trains one slice
+    only (TensorFlow drives one slice from its worker 0), or `hosts` (every slice's, or CPU
+    workers standing for slices) that do not split into equal slices."""
+    if num_slices == 1:
+        return
+    if engine != JAX:
+        raise UserError(f"{num_slices} slices need train.engine: jax (the {engine} engine "
+                        "trains on one slice, driven from its worker 0)",
+                        hint="set train.engine: jax, or cluster.slices: 1")
+    if hosts % num_slices:
+        raise UserError(f"{num_slices} slices do not split {hosts} workers into equal "
+                        "slices",
+                        hint=f"use a number of workers divisible by {num_slices}")
 
 
 def _family_summary() -> str:
@@ -439,6 +610,7 @@ TPU7X = Generation(
     jax_runtimes=(),
     tf_refusal="TensorFlow is not supported on TPU7x (Google documents JAX and PyTorch only)",
     jax_devices_per_chip=2,
+    dcn_gbps_per_chip=100.0,
 )
 
 
@@ -603,6 +775,8 @@ def compute_slice(machine_type_name: str, topology: str) -> Accelerator:
         tf_runtime_single_host=None,
         tf_runtime_pod=None,
         jax_devices_per_chip=gen.jax_devices_per_chip,
+        dcn_gbps_per_chip=gen.dcn_gbps_per_chip,
+        multislice=gen.multislice,
     )
 
 
@@ -711,9 +885,11 @@ _SHAPES_3D = {1: "1x1x1", 4: "2x2x1", 8: "2x2x2", 16: "2x2x4", 32: "2x4x4", 64: 
               4096: "16x16x16", 6144: "16x16x24"}
 
 
-def compile_topology(acc: Accelerator, topology: str | None = None) -> CompileTopology:
-    """The compiler's view of a slice: `topology` where the config names one (a Compute Engine
-    slice's cluster.topology), else the default shape of the accelerator type's chips."""
+def compile_topology(acc: Accelerator, topology: str | None = None, *,
+                     num_slices: int = 1) -> CompileTopology:
+    """The compiler's view of `num_slices` slices: `topology` where the config names one (a
+    Compute Engine slice's cluster.topology), else the default shape of the accelerator type's
+    chips."""
     two_d = acc.generation in ("v5e", "v6e")
     shape = topology or (_SHAPES_2D if two_d else _SHAPES_3D).get(acc.chips)
     if shape is None:
@@ -726,5 +902,6 @@ def compile_topology(acc: Accelerator, topology: str | None = None) -> CompileTo
         name=f"{acc.generation}:{shape}",
         chip_config="megacore" if acc.generation == "v4" else "default",
         chips_per_host_bounds=bounds,
-        devices=acc.jax_devices,
+        devices=acc.jax_devices * num_slices,
+        num_slices=num_slices,
     )

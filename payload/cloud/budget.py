@@ -10,7 +10,9 @@ output_dir/.tpuctl/billing.json (`record_node`, `record_deleted`); the training 
 so the limit holds with no launcher watching. Without a record (local and ssh runs) the time is
 the time since the job started (JOB_STARTED_ENV, which each worker's agent sets; the stage's own
 start when run by hand). Cost is that time at the price table's rate for the run's accelerator,
-zone and provisioning (payload.cloud.prices). The limit binds the whole job: the training loop stops
+zone and provisioning (payload.cloud.prices). With several slices (cluster.slices: N) the record
+lists every slice's node and the price is all N slices': the hours are the record's node-hours
+over N, so an hour of N slices is one hour at N times one slice's price. The limit binds the whole job: the training loop stops
 at it with a checkpoint (then export), and the agent (payload.jobs.agent) ends any stage that
 runs past it.
 """
@@ -69,8 +71,22 @@ def record_deleted(output_dir: str, uid: str, when: float | None = None) -> None
     storage.write_text(billing_path(output_dir), json.dumps({"nodes": nodes}, indent=1))
 
 
-def billed_hours(nodes: list[dict], now: float) -> float:
-    return sum(((n["deleted"] or now) - n["created"]) for n in nodes) / 3600
+def record_all_deleted(output_dir: str, when: float | None = None) -> None:
+    """Every node the record still counts as billing is gone (`tpuctl down` checked it through
+    the API): without this the last node would bill on in the record after a teardown."""
+    nodes = _read(output_dir)
+    if any(node["deleted"] is None for node in nodes):
+        gone = when or time.time()
+        for node in nodes:
+            if node["deleted"] is None:
+                node["deleted"] = gone
+        storage.write_text(billing_path(output_dir), json.dumps({"nodes": nodes}, indent=1))
+
+
+def billed_hours(nodes: list[dict], now: float, slices: int = 1) -> float:
+    """The hours the run's TPU billed: node-hours over the number of slices (every slice's
+    node is in the record; the price is that of all of them together)."""
+    return sum(((n["deleted"] or now) - n["created"]) for n in nodes) / 3600 / slices
 
 
 @dataclass
@@ -80,6 +96,7 @@ class Budget:
     max_cost: float | None
     usd_per_hour: float | None  # None: no price (local and ssh runs)
     started: float  # wall clock when training started (runs without a billing record)
+    slices: int = 1  # the slices usd_per_hour is the price of (billed_hours)
     _nodes: list | None = None
     _read_at: float = -REREAD_S
 
@@ -90,14 +107,14 @@ class Budget:
             return None
         return cls(output_dir=config.output_dir, max_hours=train.max_hours,
                    max_cost=train.max_cost, usd_per_hour=config.cluster.hourly_usd(),
-                   started=job_started())
+                   started=job_started(), slices=config.cluster.slices)
 
     def hours(self, now: float | None = None) -> float:
         now = time.time() if now is None else now
         if time.monotonic() - self._read_at >= REREAD_S:
             self._nodes, self._read_at = _read(self.output_dir), time.monotonic()
         if self._nodes:
-            return billed_hours(self._nodes, now)
+            return billed_hours(self._nodes, now, self.slices)
         return (now - self.started) / 3600
 
     def exceeded(self, now: float | None = None) -> str | None:
@@ -120,7 +137,7 @@ def describe(config) -> str | None:
         nodes = _read(config.output_dir)
     except Exception:  # output_dir unreachable from here: show the limits alone
         nodes = []
-    hours = billed_hours(nodes, time.time()) if nodes else None
+    hours = billed_hours(nodes, time.time(), limits.slices) if nodes else None
     parts = []
     if limits.max_hours is not None:
         so_far = f" ({hours:.2f} h billed so far)" if hours is not None else ""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from payload.cloud.accelerators import Accelerator, accelerator, region_of
+from payload.cloud.accelerators import Accelerator, Topology, accelerator, region_of
 from payload.core.errors import UserError
 
 PRICE_TABLE_DATE = "2026-11-22"  # when this table was transcribed
@@ -118,9 +118,12 @@ class Price:
         )
 
 
-def hourly_cost(accelerator_type: str, zone: str, provisioning: str) -> Price:
-    """What `accelerator_type` (e.g. "v4-8") costs per hour in `zone`, by the table."""
-    return hourly_price(accelerator(accelerator_type), zone, provisioning)
+def hourly_cost(accelerator_type: str, zone: str, provisioning: str, slices: int = 1) -> Price:
+    """What `slices` slices of `accelerator_type` (e.g. "v4-8") cost per hour in `zone`, by
+    the table."""
+    from payload.cloud.accelerators import topology_of
+
+    return hourly_price(topology_of(accelerator(accelerator_type), slices), zone, provisioning)
 
 
 def cost_usd(usd_per_hour: float, hours: float) -> float:
@@ -128,8 +131,9 @@ def cost_usd(usd_per_hour: float, hours: float) -> float:
     return usd_per_hour * hours
 
 
-def hourly_price(acc: Accelerator, zone: str, provisioning: str) -> Price:
-    """The same lookup for an Accelerator already resolved (hourly_cost resolves the name)."""
+def hourly_price(acc: Accelerator | Topology, zone: str, provisioning: str) -> Price:
+    """The same lookup for an Accelerator already resolved (hourly_cost resolves the name), or
+    for every slice of a Topology: its chips, all slices together."""
     if provisioning not in _TABLES:
         raise UserError(
             f"unknown provisioning '{provisioning}'", hint="use one of " + ", ".join(PROVISIONING)
@@ -140,7 +144,7 @@ def hourly_price(acc: Accelerator, zone: str, provisioning: str) -> Price:
         usd_per_hour=None if per_chip is None else round(per_chip * acc.chips, 6),
         per_chip=per_chip,
         chips=acc.chips,
-        accelerator=acc.name,
+        accelerator=acc.label,
         generation=acc.generation,
         region=region,
         provisioning=provisioning,

@@ -112,9 +112,20 @@ def _queued_record(raw) -> QueuedResource:
     specs = list(raw.tpu.node_spec) if raw.tpu else []
     labels = dict(specs[0].node.labels) if specs and specs[0].node else {}
     return QueuedResource(name=raw.name.rsplit("/", 1)[-1], state=state, error=error,
-                          node_ids=tuple(spec.node_id for spec in specs),
+                          node_ids=tuple(i for spec in specs for i in _node_ids(spec, raw.name)),
                           create_time=raw.create_time.timestamp() if raw.create_time else None,
                           labels=labels)
+
+
+def _node_ids(spec, queued_name: str) -> tuple[str, ...]:
+    """The nodes one node_spec asks for: its node_id, or for several slices (multislice_params)
+    PREFIX-0 .. PREFIX-(N-1), the prefix defaulting to the queued resource's id (the API's
+    rule, QueuedResource.Tpu.NodeSpec.MultisliceParams)."""
+    if "multislice_params" in spec:
+        multi = spec.multislice_params
+        prefix = multi.node_id_prefix or queued_name.rsplit("/", 1)[-1]
+        return tuple(f"{prefix}-{i}" for i in range(multi.node_count))
+    return (spec.node_id,)
 
 
 def _client():
@@ -258,16 +269,25 @@ class TpuApi:
                     self.client.list_queued_resources(parent=self.parent(zone))]
 
     def create_queued(self, name: str, node: dict, *, spot: bool, valid_for_s: float,
-                      reservation: str | None = None, zone: str | None = None) -> bool:
-        """Ask for a node through the queue, with a deadline always set. False when a request
-        of that name was there already: then it is not necessarily this caller's."""
+                      reservation: str | None = None, zone: str | None = None,
+                      node_count: int = 1) -> bool:
+        """Ask for a node through the queue, with a deadline always set: `node_count` > 1 asks
+        for that many slices at once (multislice_params), nodes NAME-0 .. NAME-(N-1), made
+        all or none. False when a request of that name was there already: then it is not
+        necessarily this caller's."""
         from google.api_core import exceptions as gexc
         from google.cloud import tpu_v2
         from google.protobuf import duration_pb2
 
+        spec = tpu_v2.QueuedResource.Tpu.NodeSpec(parent=self.parent(zone),
+                                                  node=tpu_v2.Node(**node))
+        if node_count > 1:
+            spec.multislice_params = tpu_v2.QueuedResource.Tpu.NodeSpec.MultisliceParams(
+                node_count=node_count, node_id_prefix=name)
+        else:
+            spec.node_id = name
         request = tpu_v2.QueuedResource(
-            tpu=tpu_v2.QueuedResource.Tpu(node_spec=[tpu_v2.QueuedResource.Tpu.NodeSpec(
-                parent=self.parent(zone), node_id=name, node=tpu_v2.Node(**node))]),
+            tpu=tpu_v2.QueuedResource.Tpu(node_spec=[spec]),
             queueing_policy=tpu_v2.QueuedResource.QueueingPolicy(
                 valid_until_duration=duration_pb2.Duration(seconds=int(valid_for_s))),
         )

@@ -12,7 +12,15 @@ others still run, so a file's problems come in one round.
 from __future__ import annotations
 
 from payload.config.base import BYTE_ALPHABET, MIN_LEARNED_PIECES, problems_of
-from payload.config.clusters import TPU_NAME, GceCluster, GcpCluster, GoogleCloud, gce_name_problems
+from payload.config.clusters import (
+    TPU_NAME,
+    GceCluster,
+    GcpCluster,
+    GoogleCloud,
+    LocalCluster,
+    SshCluster,
+    gce_name_problems,
+)
 from payload.core.engines import JAX, engine_spec
 from payload.core.families import FAMILIES
 
@@ -35,6 +43,25 @@ def _gce_engine(config) -> list[str]:
         return [f"train.engine: {config.train.engine} does not run on provider gce (Compute "
                 "Engine TPU VMs run JAX only); set train.engine: jax"]
     return []
+
+
+def _slices(config) -> list[str]:
+    """cluster.slices against the engine, the generation and the workers that make them."""
+    from payload.cloud import accelerators
+
+    cluster = config.cluster
+    if cluster.slices == 1:
+        return []
+    if isinstance(cluster, GoogleCloud):
+        problems = problems_of("cluster.slices", accelerators.topology_of, cluster.tpu,
+                               cluster.slices)
+        hosts = cluster.tpu.hosts * cluster.slices
+    else:
+        problems = []
+        hosts = (cluster.workers if isinstance(cluster, LocalCluster)
+                 else len(cluster.hosts) if isinstance(cluster, SshCluster) else cluster.slices)
+    return problems or problems_of("cluster.slices", lambda: accelerators.check_slices(
+        cluster.slices, engine=config.train.engine, hosts=hosts))
 
 
 def _positions(config) -> list[str]:
@@ -81,12 +108,33 @@ def _remat(config) -> list[str]:
     return []
 
 
-def _t5_dropout(config) -> list[str]:
+def _one_dropout(config) -> list[str]:
     model = config.model
-    if (model.family == "t5" and model.attention_dropout is not None
+    family = FAMILIES[model.family]
+    if (family.one_dropout and model.attention_dropout is not None
             and model.attention_dropout != model.dropout):
-        return ["model.attention_dropout: T5 has one dropout rate for all its layers "
-                "(transformers' dropout_rate); set model.dropout instead"]
+        return [f"model.attention_dropout: {family.title} has one dropout rate for all its "
+                "layers (transformers' dropout_rate); set model.dropout instead"]
+    return []
+
+
+def _family_engine(config) -> list[str]:
+    family, engine = FAMILIES[config.model.family], config.train.engine
+    if engine not in family.engines:
+        return [f"model.family: {family.name} trains on the {' or '.join(family.engines)} "
+                f"engine only (the {engine} engine has no {family.title} model); set "
+                f"train.engine: {family.engines[0]}"]
+    return []
+
+
+def _grouped_attention(config) -> list[str]:
+    model = config.model
+    family = FAMILIES[model.family]
+    given = [key for key in ("num_kv_heads", "tie_embeddings") if getattr(model, key) is not None]
+    if given and not family.grouped_attention:
+        grouped = ", ".join(name for name, spec in FAMILIES.items() if spec.grouped_attention)
+        return [f"model.{given[0]} is a setting of family {grouped}, not {family.name}; "
+                "remove it"]
     return []
 
 
@@ -112,7 +160,7 @@ def _state_fits(config) -> list[str]:
     from payload.core.fit.workload import Workload
     from payload.core.sizes import parameter_count, transformers_config
 
-    acc = cluster.tpu
+    acc = cluster.tpu_topology
     architecture = transformers_config(model, vocab_size=tokenizer.vocab_size,
                                        seq_len=data.seq_len)
     params = parameter_count(architecture)
@@ -122,12 +170,13 @@ def _state_fits(config) -> list[str]:
     return problems_of(key, lambda: engine_spec(train.engine).plan_sharding(
         params, num_devices=acc.jax_devices, hbm_bytes_per_chip=acc.hbm_bytes_per_device,
         optimizer=train.optimizer, where=acc.name, workload=workload,
-        larger=larger_slices(acc.name)))
+        larger=larger_slices(acc.name), num_slices=acc.num_slices))
 
 
 # In the order their problems are shown.
-CROSS_CHECKS = (_tpu_name, _gce_names, _gce_engine, _positions, _one_tokenizer, _vocabulary,
-                _priced, _remat, _t5_dropout, _warmup, _state_fits)
+CROSS_CHECKS = (_family_engine, _tpu_name, _gce_names, _gce_engine, _slices, _positions,
+                _grouped_attention, _one_tokenizer, _vocabulary, _priced, _remat, _one_dropout,
+                _warmup, _state_fits)
 
 
 # What only the tokenizer stage reads when it trains a tokenizer.

@@ -34,6 +34,9 @@ class ClusterBase(Section):
     python: PathText | None = None
     # A folder of wheels to install from, for workers with no package index.
     wheelhouse: PathText | None = None
+    # Slices that train as one job over the data-center network (JAX only): on gcp and gce that
+    # many TPU slices of the one type; on local and ssh equal groups of workers standing for them.
+    slices: int = Field(1, ge=1, strict=True)
 
     @check
     def _one_environment_source(self) -> list[str]:
@@ -233,8 +236,16 @@ class GoogleCloud(ClusterBase):
 
     @property
     def tpu(self):
-        """The accelerator table's entry for the TPU this cluster rents (chips, HBM, peak)."""
+        """The accelerator table's entry for one slice this cluster rents (chips, HBM, peak)."""
         raise NotImplementedError
+
+    @property
+    def tpu_topology(self):
+        """Every slice this cluster rents (payload.cloud.accelerators.Topology): what prices,
+        fit checks and plans count."""
+        from payload.cloud import accelerators
+
+        return accelerators.topology_of(self.tpu, self.slices)
 
 
 class GcpCluster(GoogleCloud):
@@ -339,7 +350,8 @@ class GcpCluster(GoogleCloud):
     def hourly_price(self):
         from payload.cloud import prices
 
-        return prices.hourly_cost(self.accelerator_type, self.zone, self.provisioning)
+        return prices.hourly_cost(self.accelerator_type, self.zone, self.provisioning,
+                                  self.slices)
 
     @property
     def tpu(self):
@@ -528,7 +540,7 @@ class GceCluster(GoogleCloud):
     def hourly_price(self):
         from payload.cloud import prices
 
-        return prices.hourly_price(self.slice, self.zone, self.provisioning)
+        return prices.hourly_price(self.tpu_topology, self.zone, self.provisioning)
 
 
 Cluster = Annotated[LocalCluster | SshCluster | GcpCluster | GceCluster,

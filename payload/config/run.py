@@ -22,7 +22,7 @@ from payload.config.sections import (
     TokenizerConfig,
     TrainConfig,
 )
-from payload.core.families import t5_expanded_length
+from payload.core.families import FAMILIES
 
 RUN_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\Z")
 _PROJECT_MARKERS = (".git", "pyproject.toml")
@@ -113,9 +113,6 @@ class RunConfig(Section):
 
     @property
     def record_len(self) -> int:
-        """Tokens per stored record: `seq_len`, or T5's longer pre-corruption row."""
-        if self.model.family == "t5":
-            return t5_expanded_length(
-                self.data.seq_len, self.model.noise_density, self.model.mean_noise_span_length
-            )
-        return self.data.seq_len
+        """Tokens per stored record: `seq_len`, or T5's longer pre-corruption row (the
+        family's module says)."""
+        return FAMILIES[self.model.family].record_len(self.model, self.data.seq_len)

@@ -26,9 +26,12 @@ from payload.config.base import (
 from payload.core import reading
 from payload.core.engines import DEFAULT as DEFAULT_ENGINE
 from payload.core.errors import UserError
-from payload.core.families import check_shape
+from payload.core.families import FAMILIES, check_shape
 from payload.core.sizes import SHAPE_DEFAULTS, SIZES, config_settings
 from payload.core.storage import has_magic
+
+# The keys that describe an architecture one by one (the shape keys).
+SHAPE_KEYS = (*SHAPE_DEFAULTS, "num_kv_heads")
 
 
 class DataConfig(Section):
@@ -91,8 +94,12 @@ class TokenizerConfig(Section):
         return value if value is None else check_scheme(value, "read", quote=False)
 
 
+# The families by name, as payload.core.families registers them.
+FamilyName = Literal[tuple(FAMILIES)]  # type: ignore[valid-type]
+
+
 class ModelConfig(Section):
-    family: Literal["bert", "roberta", "gpt2", "t5"]
+    family: FamilyName
     # The architecture, described once: a published size by name, the shape keys (defaults for
     # any left out; all four defaults when nothing describes it), a transformers config.json,
     # or a model folder to continue pretraining (its weights, its tokenizer).
@@ -101,6 +108,13 @@ class ModelConfig(Section):
     num_layers: int | None = Field(None, gt=0)
     num_heads: int | None = Field(None, gt=0)
     intermediate_size: int | None = Field(None, gt=0)
+    # Llama's grouped-query attention: heads of keys and values, each shared by
+    # num_heads / num_kv_heads query heads (1: multi-query); unset: one per query head. A shape
+    # key beside the four above.
+    num_kv_heads: int | None = Field(None, gt=0)
+    # Llama: the output projection is the token embeddings (true) or a matrix of its own
+    # (false); unset: as the named size has it (true with the shape keys).
+    tie_embeddings: bool | None = None
     config: PathText | None = None
     init_from: PathText | None = None
     dropout: float = Field(0.1, ge=0.0, lt=1.0)
@@ -125,17 +139,17 @@ class ModelConfig(Section):
         # `size: null` beside the shape keys (or the other way round) and must load again.
         if not isinstance(raw, dict):
             return raw
-        given = [key for key in ("size", *SHAPE_DEFAULTS, "config", "init_from")
+        given = [key for key in ("size", *SHAPE_KEYS, "config", "init_from")
                  if raw.get(key) is not None]
         kinds: dict[str, str] = {}  # one key named per kind of description
         for key in given:
-            kinds.setdefault("shape" if key in SHAPE_DEFAULTS else key, key)
+            kinds.setdefault("shape" if key in SHAPE_KEYS else key, key)
         if len(kinds) > 1:
             first, second = list(kinds.values())[:2]
             raise ValueError(
                 f"model.{first} and model.{second} both describe the architecture: set only one "
                 "of model.size, the shape keys (hidden_size, num_layers, num_heads, "
-                "intermediate_size), model.config, model.init_from"
+                "intermediate_size, num_kv_heads), model.config, model.init_from"
             )
         if not kinds or "shape" in kinds:
             raw = {**raw, **{k: v for k, v in SHAPE_DEFAULTS.items() if raw.get(k) is None}}
@@ -155,6 +169,10 @@ class ModelConfig(Section):
             return [f"model.num_heads={self.num_heads} does not divide model.hidden_size="
                     f"{self.hidden_size}; pick a hidden size that is a multiple of the head "
                     "count"]
+        if self.num_kv_heads is not None and self.num_heads % self.num_kv_heads:
+            return [f"model.num_kv_heads={self.num_kv_heads} does not divide model.num_heads="
+                    f"{self.num_heads}; each key/value head serves the same number of query "
+                    "heads"]
         return []
 
 

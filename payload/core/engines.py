@@ -103,13 +103,13 @@ class EngineSpec:
 
     def plan_sharding(self, num_params: int, *, num_devices: int, hbm_bytes_per_chip: int,
                       optimizer: str, where: str = "", workload=None,
-                      larger: tuple[tuple[str, int], ...] = ()):
+                      larger: tuple[tuple[str, int], ...] = (), num_slices: int = 1):
         """How the engine lays a model's training state over `num_devices` chips (a
         payload.core.fit.sharding.ShardingPlan: data parallel or FSDP over N, and with a
         `workload`, its activations and rematerialisation), None for an engine that only
         replicates it; a state or step no arrangement fits is a UserError saying what it needs
         and has, and what would fit. The run plan and the config check ask before anything
-        runs."""
+        runs. `num_slices`: the devices are that many slices joined over DCN."""
         return None
 
     def plan_lines(self, workload) -> list[str]:
@@ -261,16 +261,17 @@ class JaxSpec(EngineSpec):
 
     def plan_sharding(self, num_params: int, *, num_devices: int, hbm_bytes_per_chip: int,
                       optimizer: str, where: str = "", workload=None,
-                      larger: tuple[tuple[str, int], ...] = ()):
+                      larger: tuple[tuple[str, int], ...] = (), num_slices: int = 1):
         from payload.core.fit.sharding import plan_sharding
 
         return plan_sharding(num_params, num_devices=num_devices,
                              hbm_bytes_per_chip=hbm_bytes_per_chip, optimizer=optimizer,
-                             where=where, workload=workload, larger=larger)
+                             where=where, workload=workload, larger=larger,
+                             num_slices=num_slices)
 
     def plan_lines(self, workload) -> list[str]:
         # Which attention kernel each kind of attention call takes on the workload's platform.
-        from payload.core.fit.attention import attention_plan
+        from payload.core.fit.sites import attention_plan
 
         return attention_plan(workload.architecture, platform=workload.platform,
                               generation=workload.generation, seq_len=workload.seq_len,

@@ -10,7 +10,7 @@ name changes here and nowhere else. Pure: no storage client, no I/O but reading 
 
 In output_dir: tokenizer/, data/{train,validation,parts}/, data/manifest.json, checkpoints/,
 model/, logs/worker-N.log, logs/tensorboard/, metrics.json, config.yaml; tpuctl's own
-.tpuctl/{owner,run.lock,billing.json,jobs/JOB/,jax-cache/}; FOLDER/.tpuctl-complete once a folder is whole.
+.tpuctl/{owner,run.lock,billing.json,ledger/,jobs/JOB/,jax-cache/}; FOLDER/.tpuctl-complete once a folder is whole.
 In TPUCTL_HOME (default ~/.tpuctl): jobs/, infra/RUN/, gcp/RUN/, local/RUN/worker-N/, tmp/.
 """
 
@@ -44,6 +44,7 @@ OWN_DIR = ".tpuctl"
 OWNER = "owner"  # OWN_DIR/owner: tpuctl made this output_dir, so it may delete in it
 RUN_LOCK = "run.lock"  # OWN_DIR/run.lock: one run at a time per output_dir
 BILLING = "billing.json"  # OWN_DIR/billing.json: what a job's TPU has cost so far
+LEDGER_DIR = "ledger"  # OWN_DIR/ledger/: the run's events, appended (payload.core.ledger)
 JOBS_DIR = "jobs"  # OWN_DIR/jobs/JOB in output_dir (barriers); TPUCTL_HOME/jobs/RUN/JOB (records)
 COMPLETE = ".tpuctl-complete"  # FOLDER/.tpuctl-complete, written last: the folder is whole
 DOWNLOAD_MARKER = ".tpuctl-download"  # in a local copy of model/ that `--download` made

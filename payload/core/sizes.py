@@ -4,8 +4,9 @@
     parameter_count(config, vocab_size=32000)   # the model a run config builds, from its shapes
     parameter_count({"model_type": "gpt2", "n_embd": 768, "n_layer": 12}, vocab_size=50257)
 
-One table, read by the config checks (`model.size`), the model builder and the run plan.
-Counting is arithmetic on the shapes, no model is built: the tests check it against the real
+The sizes and counts are each family's (payload.core.families.<name>); this module asks the
+registry, for the config checks (`model.size`), the model builder and the run plan. Counting is
+arithmetic on the shapes, no model is built: the tests check it against the real
 models' own counts, TensorFlow's and PyTorch's, for every family and size.
 """
 
@@ -14,126 +15,31 @@ from __future__ import annotations
 import json
 import logging
 import math
-from dataclasses import dataclass
 from typing import Any
 
-# transformers' TF RoBERTa embeddings fix their padding index at 1 whatever the config says:
-# positions count from there.
-ROBERTA_POSITION_PADDING = 1
-# Shape keys a run config may set one by one, and what they are when nothing describes the
-# architecture.
-SHAPE_DEFAULTS = {"hidden_size": 256, "num_layers": 4, "num_heads": 4, "intermediate_size": 1024}
+from payload.core.families import FAMILIES, ParameterCount, family_of
+from payload.core.families.base import SHAPE_DEFAULTS, Shape
+from payload.core.families.bert import ROBERTA_POSITION_PADDING
 
+# The published sizes of every family, by name (each family's module holds its own).
+SIZES: dict[str, dict[str, Shape]] = {name: spec.sizes for name, spec in FAMILIES.items()}
 
-@dataclass(frozen=True, kw_only=True)
-class Shape:
-    hidden_size: int
-    num_layers: int
-    num_heads: int
-    intermediate_size: int
-    # T5 v1.1: every head is 64 wide whatever the head count, the feed-forward is gated GELU
-    # (wi_0, wi_1) and the output projection is its own matrix, not the embeddings.
-    head_size: int | None = None  # None: hidden_size / num_heads
-    gated_gelu: bool = False
-    tied_head: bool = True
-
-
-def _encoder(layers: int, hidden: int, heads: int) -> Shape:
-    return Shape(hidden_size=hidden, num_layers=layers, num_heads=heads,
-                 intermediate_size=4 * hidden)
-
-
-def _t5_v1_1(hidden: int, layers: int, heads: int, ff: int) -> Shape:
-    return Shape(hidden_size=hidden, num_layers=layers, num_heads=heads, intermediate_size=ff,
-                 head_size=64, gated_gelu=True, tied_head=False)
-
-
-# tiny and small are the BERT miniatures' shapes (Turc et al. 2019, "BERT-Tiny", "BERT-Small");
-# RoBERTa and GPT-2 were not published that small and take the same ones. T5's tiny is the
-# T5-efficient "tiny" shape in v1.1 form.
-_TINY, _SMALL = _encoder(2, 128, 2), _encoder(4, 512, 8)
-SIZES: dict[str, dict[str, Shape]] = {
-    "bert": {"tiny": _TINY, "small": _SMALL, "base": _encoder(12, 768, 12),
-             "large": _encoder(24, 1024, 16)},
-    "roberta": {"tiny": _TINY, "small": _SMALL, "base": _encoder(12, 768, 12),
-                "large": _encoder(24, 1024, 16)},
-    "gpt2": {"tiny": _TINY, "small": _encoder(12, 768, 12), "medium": _encoder(24, 1024, 16),
-             "large": _encoder(36, 1280, 20), "xl": _encoder(48, 1600, 25)},
-    "t5": {"tiny": _t5_v1_1(256, 4, 4, 1024), "small": _t5_v1_1(512, 8, 6, 1024),
-           "base": _t5_v1_1(768, 12, 12, 2048), "large": _t5_v1_1(1024, 24, 16, 2816)},
-}
+__all__ = ["ROBERTA_POSITION_PADDING", "SHAPE_DEFAULTS", "SIZES", "ParameterCount", "Shape",
+           "architecture", "config_settings", "count_parameters", "parameter_count",
+           "read_config_json", "shape_of", "tokenizer_json_size", "transformers_config"]
 
 
 def shape_of(model_cfg) -> Shape:
     """The shape a run config's `model` section asks for: its size, or its shape keys (the
     defaults for any it leaves out). Not for `model.config` / `model.init_from`."""
-    if model_cfg.size is not None:
-        return SIZES[model_cfg.family][model_cfg.size]
-    keys = {k: getattr(model_cfg, k) or default for k, default in SHAPE_DEFAULTS.items()}
-    return Shape(**keys)
+    return FAMILIES[model_cfg.family].shape(model_cfg)
 
 
 def transformers_config(model_cfg, *, vocab_size: int, seq_len: int) -> dict:
-    """The transformers config (keyword arguments with `model_type`) for a sized model."""
-    family, s, dropout = model_cfg.family, shape_of(model_cfg), model_cfg.dropout
-    # No dropout on the attention weights unless asked for: pretraining goes without it (T5
-    # v1.1, MaxText), and the fused attention kernels have none (payload.core.fit.attention).
-    attention_dropout = model_cfg.attention_dropout or 0.0
-    if family in ("bert", "roberta"):
-        encoder = {
-            "model_type": family,
-            "vocab_size": vocab_size,
-            "hidden_size": s.hidden_size,
-            "num_hidden_layers": s.num_layers,
-            "num_attention_heads": s.num_heads,
-            "intermediate_size": s.intermediate_size,
-            "hidden_dropout_prob": dropout,
-            "attention_probs_dropout_prob": attention_dropout,
-            "max_position_embeddings": max(512, seq_len),
-        }
-        if family == "roberta":
-            encoder["max_position_embeddings"] += ROBERTA_POSITION_PADDING + 1
-            encoder["type_vocab_size"] = 1
-        return encoder
-    if family == "gpt2":
-        return {
-            "model_type": "gpt2",
-            "vocab_size": vocab_size,
-            "n_embd": s.hidden_size,
-            "n_layer": s.num_layers,
-            "n_head": s.num_heads,
-            "n_inner": s.intermediate_size,
-            "n_positions": max(1024, seq_len),
-            "resid_pdrop": dropout,
-            "embd_pdrop": dropout,
-            "attn_pdrop": attention_dropout,
-        }
-    t5 = {
-        "model_type": "t5",
-        "vocab_size": vocab_size,
-        "d_model": s.hidden_size,
-        "d_kv": s.head_size or s.hidden_size // s.num_heads,
-        "d_ff": s.intermediate_size,
-        "num_layers": s.num_layers,
-        "num_decoder_layers": s.num_layers,
-        "num_heads": s.num_heads,
-        "dropout_rate": dropout,
-    }
-    if s.gated_gelu:
-        t5["feed_forward_proj"] = "gated-gelu"
-    if not s.tied_head:
-        t5["tie_word_embeddings"] = False
-    return t5
-
-
-@dataclass(frozen=True)
-class ParameterCount:
-    total: int
-    embeddings: int  # token and position embeddings (and an untied output matrix)
-
-    @property
-    def non_embedding(self) -> int:
-        return self.total - self.embeddings
+    """The transformers config (keyword arguments with `model_type`) for a sized model (its
+    family's module writes it)."""
+    return FAMILIES[model_cfg.family].transformers_config(model_cfg, vocab_size=vocab_size,
+                                                          seq_len=seq_len)
 
 
 def parameter_count(source: Any, vocab_size: int | None = None) -> int:
@@ -146,7 +52,7 @@ def parameter_count(source: Any, vocab_size: int | None = None) -> int:
 def count_parameters(source: Any, vocab_size: int | None = None) -> ParameterCount:
     """`parameter_count` with the embeddings' share, for FLOP estimates (6 x non-embedding)."""
     config = architecture(source, vocab_size)
-    return _COUNTERS[config["model_type"]](config)
+    return family_of(config).count(config)
 
 
 def architecture(source: Any, vocab_size: int | None = None) -> dict:
@@ -180,14 +86,14 @@ CONFIG_SIZES = ("vocab_size", "hidden_size", "n_embd", "d_model", "num_hidden_la
                 "num_layers", "num_decoder_layers", "num_attention_heads", "n_head", "num_heads",
                 "intermediate_size", "n_inner", "d_ff", "d_kv", "max_position_embeddings",
                 "n_positions", "n_ctx", "type_vocab_size", "relative_attention_num_buckets",
-                "relative_attention_max_distance", "num_key_value_heads")
+                "relative_attention_max_distance", "num_key_value_heads", "head_dim")
 # Its other numbers, which transformers takes as they are and fails on only once a model is
 # built: finite numbers above 0 (epsilons, initial scales), or shares in [0, 1) (dropouts).
 CONFIG_POSITIVE = ("layer_norm_eps", "layer_norm_epsilon", "initializer_range",
-                   "initializer_factor")
+                   "initializer_factor", "rms_norm_eps", "rope_theta")
 CONFIG_SHARES = ("hidden_dropout_prob", "attention_probs_dropout_prob", "resid_pdrop",
                  "embd_pdrop", "attn_pdrop", "summary_first_dropout", "dropout_rate",
-                 "classifier_dropout")
+                 "classifier_dropout", "attention_dropout")
 # Keys that send a loader elsewhere (code from another repository): never carried into the run
 # or its export.
 CONFIG_ELSEWHERE = ("auto_map", "custom_pipelines")
@@ -262,45 +168,3 @@ def tokenizer_json_size(raw: dict) -> int:
     ids = list(vocab.values()) if isinstance(vocab, dict) else list(range(len(vocab)))
     ids += [t["id"] for t in raw.get("added_tokens", [])]
     return max(ids) + 1 if ids else 0
-
-
-def _encoder_count(c: dict) -> ParameterCount:
-    # BertForMaskedLM / RobertaForMaskedLM: no pooler; the MLM head's decoder is the embedding
-    # matrix, plus its own bias.
-    v, h = c["vocab_size"], c.get("hidden_size", 768)
-    layers, i = c.get("num_hidden_layers", 12), c.get("intermediate_size", 3072)
-    positions = c.get("max_position_embeddings", 512)
-    types = c.get("type_vocab_size", 2)
-    layer = (4 * h * h + 4 * h) + 2 * h + (h * i + i) + (i * h + h) + 2 * h
-    head = (h * h + h) + 2 * h + v
-    embeddings = (v + positions) * h
-    return ParameterCount(embeddings + types * h + 2 * h + layers * layer + head, embeddings)
-
-
-def _gpt2_count(c: dict) -> ParameterCount:
-    v, h = c["vocab_size"], c.get("n_embd", 768)
-    layers, positions = c.get("n_layer", 12), c.get("n_positions", 1024)
-    i = c.get("n_inner") or 4 * h
-    layer = 2 * h + (3 * h * h + 3 * h) + (h * h + h) + 2 * h + (h * i + i) + (i * h + h)
-    untied = 0 if c.get("tie_word_embeddings", True) else v * h
-    embeddings = (v + positions) * h + untied
-    return ParameterCount(embeddings + layers * layer + 2 * h, embeddings)
-
-
-def _t5_count(c: dict) -> ParameterCount:
-    v, d = c["vocab_size"], c.get("d_model", 512)
-    inner = c.get("num_heads", 8) * c.get("d_kv", 64)
-    layers = c.get("num_layers", 6)
-    decoder_layers = c.get("num_decoder_layers") or layers
-    gated = str(c.get("feed_forward_proj", "relu")).startswith("gated-")
-    ff = (3 if gated else 2) * d * c.get("d_ff", 2048)
-    attention = 4 * d * inner  # q, k, v, o; no biases
-    relative = c.get("relative_attention_num_buckets", 32) * c.get("num_heads", 8)
-    encoder = layers * (attention + ff + 2 * d) + relative + d
-    decoder = decoder_layers * (2 * attention + ff + 3 * d) + relative + d
-    embeddings = v * d * (1 if c.get("tie_word_embeddings", True) else 2)
-    return ParameterCount(embeddings + encoder + decoder, embeddings)
-
-
-_COUNTERS = {"bert": _encoder_count, "roberta": _encoder_count, "gpt2": _gpt2_count,
-             "t5": _t5_count}

@@ -115,26 +115,17 @@ def fingerprint(tokenizer_json: bytes, *, what: str = TOKENIZER_FILE) -> str:
 
 
 def _post_processor(family: FamilySpec, tok):
+    """The family's template (payload.core.families: [CLS] $A [SEP] and the like) with the ids
+    of its special tokens, or None: raw ids (GPT-2, Llama: prepare joins documents itself)."""
     from tokenizers import processors
 
-    def tid(token: str) -> tuple[str, int]:
-        return token, tok.token_to_id(token)
-
-    if family.name == "bert":
-        return processors.TemplateProcessing(
-            single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-            special_tokens=[tid("[CLS]"), tid("[SEP]")],
-        )
-    if family.name == "roberta":
-        return processors.TemplateProcessing(
-            single="<s> $A </s>", pair="<s> $A </s> </s> $B:1 </s>:1",
-            special_tokens=[tid("<s>"), tid("</s>")],
-        )
-    if family.name == "t5":
-        return processors.TemplateProcessing(
-            single="$A </s>", pair="$A </s> $B:1 </s>:1", special_tokens=[tid("</s>")]
-        )
-    return None  # GPT-2: raw ids, documents are joined with </s> by prepare
+    if family.template is None:
+        return None
+    single, pair = family.template
+    words = {word.split(":")[0] for word in f"{single} {pair}".split()}
+    specials = [t for t in family.special_tokens if t in words]
+    return processors.TemplateProcessing(
+        single=single, pair=pair, special_tokens=[(t, tok.token_to_id(t)) for t in specials])
 
 
 def _train_tokenizers(kind: str, texts: Iterable[str], *, vocab_size: int, family: FamilySpec,

@@ -143,7 +143,7 @@ class Limit:
 
             self.budget = Budget(output_dir=output_dir, max_hours=spec["max_hours"],
                                  max_cost=spec["max_cost"], usd_per_hour=spec["usd_per_hour"],
-                                 started=started)
+                                 started=started, slices=spec.get("slices", 1))
         self.step = ""
 
     def trouble(self) -> str | None:
@@ -347,10 +347,12 @@ def _run_step(step: dict, plan: dict, job_dir: Path, peers: Peers, check_s: floa
         return 1
     if command is not None:
         print(f"== tpuctl: {name} on {worker_label(me)} ==", flush=True)
+        _note(plan, "stage_start", stage=name)
         started = time.monotonic()
         env = {**os.environ, **command["env"],
                **{k: _secrets[k] for k in command.get("secrets", ()) if _secrets.get(k)}}
         rc, reason = _run_stage(command["argv"], env, peers, name, check_s, service)
+        _note(plan, "stage_end", stage=name, rc=rc, reason=reason)
         if reason:
             return _abort(job_dir, plan, name, reason, over_limit=bool(peers.over_limit))
         _mark(barrier_dir, name, me, rc)
@@ -365,6 +367,22 @@ def _run_step(step: dict, plan: dict, job_dir: Path, peers: Peers, check_s: floa
     if reason:
         return _abort(job_dir, plan, name, reason, over_limit=bool(peers.over_limit))
     return None
+
+
+_ledgers: dict = {}
+
+
+def _note(plan: dict, name: str, **fields) -> None:
+    """An event in the run's ledger (payload.core.ledger), from worker 0's agent only: stage
+    starts and ends, the job's end, a self-delete."""
+    if plan.get("worker") != 0 or not plan.get("output_dir"):
+        return
+    from payload.core import ledger
+
+    key = plan.get("job_id")
+    if key not in _ledgers:
+        _ledgers[key] = ledger.Writer(plan["output_dir"], source=ledger.AGENT, job=key)
+    _ledgers[key].note(name, **fields)
 
 
 class Stopped(BaseException):
@@ -462,16 +480,20 @@ def run(plan_path: str) -> int:
     signal.signal(signal.SIGTERM, _terminated)
     lock = RunLock(plan["output_dir"], plan["job_id"]) if plan.get("holds_run_lock") else None
     job_dir = Path(plan_path).parent
+    rc = None
     try:
-        return _walk(plan, job_dir, lock)
+        rc = _walk(plan, job_dir, lock)
+        return rc
     except Stopped:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once is enough: say so, then end
         stage_file = job_dir / "stage"  # left as it is: the stage the job was stopped in
         stage = stage_file.read_text().strip() if stage_file.is_file() else ""
         print(stop_line(stop_words(job_dir, plan, stage)), flush=True)
         _copy_log(plan["log"], plan["log_copy"])
-        return 128 + signal.SIGTERM
+        rc = 128 + signal.SIGTERM
+        return rc
     finally:
+        _note(plan, "agent_end", rc=rc)
         if lock is not None:
             try:
                 lock.release()
@@ -488,6 +510,7 @@ def _delete_own_tpu(plan: dict) -> None:
 
     try:
         print(f"== tpuctl: {self_delete.delete_own(plan['delete_when_done'])} ==", flush=True)
+        _note(plan, "torn_down", by="train --down")
     except Exception as exc:  # the launcher's `down` (or the user's) is the fallback
         # Loud: nobody may be watching, and the TPU bills until someone runs `tpuctl down`.
         print(f"== tpuctl: THE TPU IS STILL UP AND BILLING: its self-delete failed ({exc}); "
@@ -504,6 +527,9 @@ def _walk(plan: dict, job_dir: Path, lock: RunLock | None) -> int:
     started = time.time()
     # Every stage counts the limits from the job's start too (the training loop's own stop).
     os.environ[JOB_STARTED_ENV] = repr(started)
+    from payload.core.ledger import JOB_ENV
+
+    os.environ[JOB_ENV] = plan.get("job_id") or ""  # the job the chief's ledger events belong to
     limit = Limit(plan.get("limits"), plan["output_dir"], started)
     peers = Peers(barrier_dir, me, plan["all_workers"], plan["stale_after_s"], lock, limit)
     threading.Thread(target=_keep_beating, args=(peers, lock, plan["heartbeat_s"]),

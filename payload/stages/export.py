@@ -29,6 +29,7 @@ import logging
 import os
 
 from payload.core import folders, layout, ownership, storage
+from payload.core.engines import TENSORFLOW
 from payload.core.errors import UserError
 from payload.core.families import FAMILIES
 from payload.core.pytorch_weights import WEIGHTS, with_tied_copies
@@ -116,7 +117,10 @@ def write_weights(folder: str, weights) -> None:
     hf_config = weights.hf_config
     tensors = with_tied_copies(weights.state, hf_config.model_type)
     save_file(tensors, os.path.join(folder, WEIGHTS), metadata={"format": "pt"})
-    if tf_classes_import():
+    if TENSORFLOW not in FAMILIES[hf_config.model_type].engines:
+        log.info("transformers has no TensorFlow %s: the model folder holds %s only (PyTorch)",
+                 FAMILIES[hf_config.model_type].title, WEIGHTS)
+    elif tf_classes_import():
         from payload.engines.tensorflow.export import write_tf_model
 
         write_tf_model(hf_config, tensors, folder)

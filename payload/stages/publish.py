@@ -22,6 +22,7 @@ import tempfile
 import yaml
 
 from payload.core import folders, layout, storage
+from payload.core.engines import TENSORFLOW
 from payload.core.errors import UserError
 from payload.core.families import FAMILIES
 
@@ -198,11 +199,16 @@ def model_card(config, metrics: dict, manifest: dict) -> str:
     lines = [
         "---", yaml.safe_dump(front, sort_keys=False).strip(), "---", "",
         f"# {_text(config.hub.repo.split('/', 1)[1])}", "",
-        f"A {family} model pretrained with tpuctl (TensorFlow, on Cloud TPUs or CPUs) "
-        + (f"from {_code(data_name(config.model.init_from))}." if config.model.init_from
-           else "from scratch."),
+        f"A {family} model pretrained with tpuctl (its {config.train.engine} engine, on Cloud "
+        "TPUs or CPUs) "
+        + (f"from {_code(data_name(config.model.init_from))}, continuing its pretraining."
+           if config.model.init_from else "from scratch."),
         "", "## Model", "", f"- {architecture}",
-        f"- objective: {_objective(family)}", "", "## Data", "",
+        f"- objective: {_objective(family)}",
+        f"- loads as `{FAMILIES[family].architecture}` in "
+        + ("PyTorch and TensorFlow" if TENSORFLOW in FAMILIES[family].engines else
+           f"PyTorch (transformers has no TensorFlow {FAMILIES[family].title})"),
+        "", "## Data", "",
         "- corpus: " + ", ".join(_code(data_name(c)) for c in config.data.corpus),
     ]
     if manifest:

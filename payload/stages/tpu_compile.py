@@ -36,23 +36,28 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--accelerator", help="a TPU API accelerator type (v5litepod-4)")
     parser.add_argument("--machine-type", help="a Compute Engine TPU machine type")
     parser.add_argument("--topology", help="the slice's topology (with --machine-type)")
+    parser.add_argument("--slices", type=int, default=1,
+                        help="slices over the data-center network (cluster.slices)")
     parser.add_argument("--report", required=True, help="where to write the JSON report")
     return parser
 
 
 def target_of(args):
-    """(the Accelerator, its CompileTopology) the arguments name."""
+    """(the Accelerator of one slice, the CompileTopology of them all) the arguments name."""
     from payload.cloud import accelerators
+
+    if args.slices < 1:
+        raise UserError(f"--slices {args.slices}: at least 1")
 
     if args.machine_type:
         if not args.topology:
             raise UserError("--machine-type needs --topology")
         acc = accelerators.compute_slice(args.machine_type, args.topology)
-        return acc, accelerators.compile_topology(acc, args.topology)
+        return acc, accelerators.compile_topology(acc, args.topology, num_slices=args.slices)
     if not args.accelerator:
         raise UserError("name the slice: --accelerator TYPE, or --machine-type and --topology")
     acc = accelerators.accelerator(args.accelerator)
-    return acc, accelerators.compile_topology(acc)
+    return acc, accelerators.compile_topology(acc, num_slices=args.slices)
 
 
 def run(args) -> dict:

@@ -205,7 +205,9 @@ def evaluator(config, inputs, trainer, sink: MetricsSink) -> Callable[[int], Non
     objective = FAMILIES[config.model.family].objective
 
     def evaluate(step: int) -> None:
+        sink.mark("eval_start", step=step)
         xent, count, correct = trainer.evaluate(num_batches)
+        sink.mark("eval_end", step=step)
         loss = xent / max(count, 1.0)
         result = {"step": step, "loss": loss, "accuracy": correct / max(count, 1.0)}
         if objective != "mlm":
@@ -242,10 +244,15 @@ def train(config, inputs, trainer, plan, *, meter=None, resume: bool) -> None:
     if plan.is_chief and not resume:
         checkpoints.start_fresh(out, inputs.identity)
     sink = MetricsSink(config, trainer, plan, meter=meter)
+    sink.mark("devices_ready")
     try:
         # A checkpoint or model folder that cannot be read ends here, before anything of this
-        # attempt is written.
+        # attempt is written (the ledger's events so far are held until sink.open).
+        if resume:
+            sink.mark("restore_start")
         start = trainer.start(resume=resume)
+        if resume:
+            sink.mark("restore_end", step=start)
         sink.open(resume=resume, start=start)
         if trainer.init_source:
             log(f"starting from the weights in {trainer.init_source}")
@@ -271,8 +278,10 @@ def _train(config, inputs, trainer, plan, sink: MetricsSink, *, meter, start: in
     trainer.open_train(start)
     evaluate = evaluator(config, inputs, trainer, sink)
     sink.say("start", {"step": start, "steps": every.steps})
+    sink.mark("compile_start", step=start)
     compiled = trainer.compile_step()  # None: the engine compiles in its first step
     if compiled is not None:
+        sink.mark("compile_end", step=start, cache=compiled.get("cache"))
         sink.compiled(start, every.steps, compiled)
     if evaluate and start == 0:
         evaluate(0)  # the untrained baseline to compare against
@@ -280,6 +289,8 @@ def _train(config, inputs, trainer, plan, sink: MetricsSink, *, meter, start: in
                         steps_per_execution=plan.steps_per_execution)
     reporter = Reporter(config, sink, every=log_every, meter=meter,
                         compile_s=compiled["compile_s"] if compiled else None)
+    loop.add_hook(ledger_steps(sink, trainer, every=log_every,
+                               compiled_ahead=compiled is not None))
     loop.add_hook(reporter)
     loop.end_chunks_at(log_every)
     if evaluate:
@@ -288,14 +299,41 @@ def _train(config, inputs, trainer, plan, sink: MetricsSink, *, meter, start: in
     watch = budget_watch(config, trainer, loop)
     if watch:
         loop.add_hook(watch)
-    loop.add_hook(lambda chunk: trainer.save(chunk.end), every=every.checkpoint_every)
+    loop.add_hook(lambda chunk: _save(trainer, sink, chunk.end), every=every.checkpoint_every)
     step = loop.run(start)
     if loop.stopped:
         log(f"stopping at step {step} of {every.steps}: {loop.stopped}; the checkpoint of step "
             f"{step} is saved and the export follows")
+    sink.mark("train_end", step=step, stopped=loop.stopped)
     sink.write(step, final=reporter.final(step, sink, loop.stopped))
     # Every worker prints it: in a multi-worker run the lines must agree (replicas in sync).
     log(f"finished at step {step}; weights sha256 {weights_digest(trainer.weights())}", own=True)
+
+
+def _save(trainer, sink: MetricsSink, step: int) -> None:
+    sink.mark("checkpoint_save_start", step=step)
+    trainer.save(step)
+    sink.mark("checkpoint_save_end", step=step)
+
+
+def ledger_steps(sink: MetricsSink, trainer, *, every: int, compiled_ahead: bool
+                 ) -> Callable[[Chunk], None]:
+    """The hook that notes steps in the run's ledger: the first (which ends the compile of an
+    engine that compiles in its first step) and every reported one, with the seconds the loop
+    waited for its batches since the last (`input_wait_s`, where the engine measures it)."""
+    waited = [trainer.input_wait_s]
+
+    def note(chunk: Chunk) -> None:
+        if chunk.first and not compiled_ahead:
+            sink.mark("compile_end", step=chunk.end, first_step_s=round(chunk.seconds, 3))
+        if chunk.first or chunk.end % every == 0 or chunk.last:
+            fields = {}
+            if trainer.input_wait_s is not None:
+                fields["input_wait_s"] = round(trainer.input_wait_s - waited[0], 4)
+                waited[0] = trainer.input_wait_s
+            sink.mark("step", step=chunk.end, first=chunk.first, **fields)
+
+    return note
 
 
 def _finish_cut_short(config, inputs, trainer, sink: MetricsSink, step: int) -> None:

@@ -8,6 +8,7 @@
     sink.evaluation(result)              # the same for an evaluation
     sink.write(50)                       # metrics.json as it stands
     sink.write(200, final=final_figures)  # and the run's final figures
+    sink.mark("checkpoint_save_start", step=50)   # an event in the run's ledger
 
 The training loop (payload.training.loop) tells the sink once and the sink fans it out, as
 MaxText's MetricLogger does: the chief's log (payload.training.progress: the launcher's live
@@ -15,13 +16,23 @@ view and `tpuctl status` read it back), TensorBoard's events under logs/tensorbo
 by the writer the engine's trainer gives, since writing them to gs:// takes TensorFlow's file
 system), and metrics.json, whose "train" and "evals" are the same records. Only the chief
 writes or says anything; the other processes keep the history alike and stay silent.
+
+The chief also keeps the run's ledger (payload.core.ledger: restores, compiles, steps,
+evaluations, checkpoints), held in memory until training has started (a stage that refuses
+writes nothing), then written in batches by a thread of its own (no step waits for it; `close`
+writes the rest), and metrics.json and TensorBoard carry the goodput so far
+(payload.cloud.goodput, from the ledger as it stood when this process started and what it noted
+since).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import time
 
-from payload.core import layout, storage
+from payload.cloud import goodput
+from payload.core import layout, ledger, storage
 from payload.training import progress
 
 
@@ -42,6 +53,10 @@ class MetricsSink:
         }
         self.history: dict[str, list] = {"evals": [], "train": []}
         self.writer = None
+        self.ledger = ledger.Writer(config.output_dir if self.is_chief else None,
+                                    source=ledger.CHIEF, job=os.environ.get(ledger.JOB_ENV),
+                                    hold=True, background=True)
+        self.earlier_events: list[dict] = []  # the ledger before this process
 
     def open(self, *, resume: bool, start: int) -> None:
         """The figures up to `start` of the run this one resumes, and the events file (opened
@@ -51,6 +66,25 @@ class MetricsSink:
         if self.is_chief:
             self.writer = self.trainer.summary_writer(
                 layout.join(self.config.output_dir, layout.LOGS_DIR, layout.TENSORBOARD_DIR))
+            try:
+                self.earlier_events = ledger.read(self.config.output_dir)
+            except Exception:  # goodput so far is worth no failed run
+                self.earlier_events = []
+            self.ledger.release()
+
+    def mark(self, name: str, *, step: int | None = None, **fields) -> None:
+        """An event of training in the run's ledger (the chief's; payload.core.ledger)."""
+        if self.is_chief:
+            self.ledger.note(name, step=step, **fields)
+
+    def goodput(self) -> dict:
+        """The run's goodput so far, as metrics.json keeps it: wall time, the share that was
+        productive, and the seconds of each bucket that took any."""
+        report = goodput.account(self.earlier_events + self.ledger.events, until=time.time())
+        return {"wall_s": report["wall_s"], "goodput": report["goodput"],
+                "goodput_of": report["goodput_of"],
+                "seconds": {name: b["seconds"] for name, b in report["buckets"].items()
+                            if b["seconds"] > 0}}
 
     def _history_until(self, start: int) -> dict:
         old = self.read()
@@ -108,6 +142,11 @@ class MetricsSink:
         payload = {**dict((family, engine)), "step": step, **dict(rest), **self.history}
         if final is not None:
             payload["final"] = final
+        payload["goodput"] = self.goodput()
+        values = {f"goodput/seconds/{name}": s for name, s in payload["goodput"]["seconds"].items()}
+        if payload["goodput"]["goodput"] is not None:
+            values["goodput/goodput"] = payload["goodput"]["goodput"]
+        self._scalars(step, values)
         storage.write_text(self.path, json.dumps(payload, indent=1) + "\n")
         if final is not None:
             self.say("final", {"family": self.config.model.family, **final})
@@ -115,3 +154,4 @@ class MetricsSink:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.flush()
+        self.ledger.close()

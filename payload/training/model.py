@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from payload.config import check_model_config_file
 from payload.core.errors import UserError
 from payload.core.families import FAMILIES, positions_needed
-from payload.core.sizes import ROBERTA_POSITION_PADDING
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,17 +82,15 @@ def model_config(model_cfg, *, vocab: TokenIds, seq_len: int):
     else:
         hf = _sized_config(model_cfg, vocab=vocab, seq_len=seq_len)
     hf.pad_token_id = vocab.pad
-    if family == "roberta":
-        # TF RoBERTa numbers positions from a hard-coded padding index of 1, PyTorch's from
-        # config.pad_token_id: say 1 so both frameworks give the same positions (and so the
-        # same outputs). Ids equal to 1 then restart no position count in either; the pipeline
-        # pads with the tokenizer's own pad id and masks it.
-        hf.pad_token_id = ROBERTA_POSITION_PADDING
+    spec = FAMILIES[family]
+    if spec.fixed_pad_token_id is not None:
+        # The family fixes it (RoBERTa: payload.core.families.bert, why).
+        hf.pad_token_id = spec.fixed_pad_token_id
     if vocab.bos is not None:
         hf.bos_token_id = vocab.bos
     if vocab.eos is not None:
         hf.eos_token_id = vocab.eos
-    if family == "t5":
+    if spec.starts_decoder_with_pad:
         hf.decoder_start_token_id = vocab.pad
     positions = getattr(hf, "max_position_embeddings", None) or getattr(hf, "n_positions", None)
     needed = positions_needed(family, seq_len)

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from payload.core.engines import engine_spec
 from payload.core.errors import UserError
-from payload.core.families import FAMILIES
+from payload.core.families import FAMILIES, family_of
 from payload.core.fit.sharding import GIB, state_bytes
 from payload.core.flops import StepFlops
 
@@ -93,6 +93,13 @@ class RunPlan:
     generation: str | None = None
     chips: int | None = None
     peak_flops_per_chip: float | None = None
+    # Several slices: one step's gradient all-reduce over the data-center network (seconds at
+    # the table's DCN bandwidth, None where it has none) beside the step's compute.
+    slices: int = 1
+    gradient_bytes: int = 0
+    dcn_note: str = ""  # the bandwidth the DCN time is figured at, or why there is none
+    dcn_s_per_step: float | None = None
+    compute_s_per_step: float | None = None
     utilisation: float = ASSUMED_UTILISATION
     wall_time_s: float | None = None
     # The price table's entry (None: no price for this cluster).
@@ -141,10 +148,7 @@ def step_flops(architecture: dict, *, seq_len: int, mlm_probability: float = 0.1
     """Model FLOPs of training on one row: `architecture` is a transformers config dict (with
     model_type); `target_len` is T5's target length (payload.core.families: the family's
     formula, over the positions its head predicts)."""
-    kind = architecture["model_type"]
-    if kind not in FAMILIES:
-        raise ValueError(f"no FLOP estimate for model_type {kind!r}")
-    spec = FAMILIES[kind]
+    spec = family_of(architecture)
     predicted = spec.predicted_len(seq_len, mlm_probability=mlm_probability,
                                    target_len=target_len)
     return spec.flops(architecture, seq_len, predicted)
@@ -153,13 +157,8 @@ def step_flops(architecture: dict, *, seq_len: int, mlm_probability: float = 0.1
 def row_flops(config, architecture: dict | None = None) -> StepFlops:
     """`step_flops` for one row of the run a RunConfig describes (its architecture unless
     given: the train stage passes the model config it built)."""
-    from payload.core.families import span_corruption_lengths
-
     arch = architecture if architecture is not None else run_architecture(config)
-    target_len = None
-    if config.model.family == "t5":
-        target_len = span_corruption_lengths(config.record_len, config.model.noise_density,
-                                             config.model.mean_noise_span_length)[1]
+    target_len = FAMILIES[config.model.family].target_len(config.model, config.data.seq_len)
     return step_flops(arch, seq_len=config.data.seq_len,
                       mlm_probability=config.model.mlm_probability, target_len=target_len)
 
@@ -176,9 +175,9 @@ def replicas_of(hardware, num_workers: int) -> tuple[int, str]:
     devices, a v4-32 16; see docs/costs.md, "The run plan", for the sources), and a TPU7x chip
     shows each of its two as a device. On CPU workers: one replica per training process
     (MultiWorkerMirroredStrategy), 1 for a single process."""
-    from payload.training.strategy import tpu_accelerator, training_workers
+    from payload.training.strategy import tpu_topology, training_workers
 
-    acc = tpu_accelerator(hardware)
+    acc = tpu_topology(hardware)
     if acc is not None:
         return acc.jax_devices, f"one per device: {acc.in_words()}"
     trainers = len(training_workers(hardware, num_workers))
@@ -191,9 +190,9 @@ def workload(config, hardware, architecture: dict | None = None):
     """What a training step of the run computes where it runs (payload.core.fit.workload): the
     engine's memory plan and its plan lines read it."""
     from payload.core.fit.workload import Workload
-    from payload.training.strategy import tpu_accelerator
+    from payload.training.strategy import tpu_topology
 
-    acc = tpu_accelerator(hardware)
+    acc = tpu_topology(hardware)
     arch = architecture if architecture is not None else run_architecture(config)
     return Workload.of(arch, model=config.model, data=config.data, train=config.train,
                        platform="tpu" if acc else "cpu",
@@ -208,9 +207,9 @@ def state_sharding(config, hardware, architecture: dict | None = None):
     and has, and what would fit."""
     from payload.cloud.accelerators import larger_slices
     from payload.core.sizes import count_parameters
-    from payload.training.strategy import tpu_accelerator
+    from payload.training.strategy import tpu_topology
 
-    acc = tpu_accelerator(hardware)
+    acc = tpu_topology(hardware)
     if acc is None:
         return None
     arch = architecture if architecture is not None else run_architecture(config)
@@ -218,7 +217,7 @@ def state_sharding(config, hardware, architecture: dict | None = None):
         count_parameters(arch).total, num_devices=acc.jax_devices,
         hbm_bytes_per_chip=acc.hbm_bytes_per_device, optimizer=config.train.optimizer,
         where=acc.name, workload=workload(config, hardware, arch),
-        larger=larger_slices(acc.name))
+        larger=larger_slices(acc.name), num_slices=acc.num_slices)
 
 
 def run_plan(config, *, hardware, num_workers: int, architecture: dict | None = None,
@@ -229,7 +228,7 @@ def run_plan(config, *, hardware, num_workers: int, architecture: dict | None = 
     workers the time comes from `cpu_speed` (launcher.estimate finds one), or a string saying
     why there is none. A run resumed at `start_step` is timed and priced for the steps left."""
     from payload.core.sizes import count_parameters
-    from payload.training.strategy import tpu_accelerator
+    from payload.training.strategy import tpu_topology
 
     train = config.train
     arch = architecture if architecture is not None else run_architecture(config)
@@ -253,7 +252,7 @@ def run_plan(config, *, hardware, num_workers: int, architecture: dict | None = 
         replicas_are=replicas_are, utilisation=utilisation, engine_lines=engine_lines,
     )
     flops_left = flops_per_step * (train.steps - figures["start_step"])
-    acc = tpu_accelerator(hardware)
+    acc = tpu_topology(hardware)
     if acc is None:
         evals = evaluations(train, start=figures["start_step"])
         eval_flops = evals * train.eval_batches * flops_per_step * EVAL_SHARE_OF_STEP
@@ -265,9 +264,16 @@ def run_plan(config, *, hardware, num_workers: int, architecture: dict | None = 
         else:
             figures.update(cpu_note=cpu_speed or "no measured CPU speed")
         return RunPlan(**figures, notes=tuple(cpu_notes(config)))
-    wall = flops_left / (acc.peak_bf16_flops * utilisation)
+    compute_s = flops_per_step / (acc.peak_bf16_flops * utilisation)
+    # float32 gradients, all-reduced across the slices once a step (FSDP stays in a slice).
+    gradient_bytes = count.total * GRADIENT_BYTES_PER_PARAM
+    dcn_s = acc.dcn_allreduce_s(gradient_bytes)
+    figures.update(slices=acc.num_slices, gradient_bytes=gradient_bytes, dcn_s_per_step=dcn_s,
+                   compute_s_per_step=compute_s, dcn_note=_dcn_note(acc))
+    # Not overlapped with the compute: the plan's time is an upper bound where DCN is slow.
+    wall = (compute_s + (dcn_s or 0.0)) * (train.steps - figures["start_step"])
     sharding = state_sharding(config, hardware, arch)
-    figures.update(accelerator=acc.name, generation=acc.generation, chips=acc.chips,
+    figures.update(accelerator=acc.label, generation=acc.generation, chips=acc.chips,
                    peak_flops_per_chip=acc.peak_bf16_flops_per_chip, wall_time_s=wall,
                    sharding=sharding.describe() if sharding is not None else "")
     notes = []
@@ -281,13 +287,23 @@ def run_plan(config, *, hardware, num_workers: int, architecture: dict | None = 
         if price.usd_per_hour is not None:
             figures.update(usd_per_hour=price.usd_per_hour,
                            cost_usd=price.cost_usd(wall / 3600),
-                           price_note=(f"{label}, ${price.usd_per_hour:,.2f}/h for {acc.name} "
+                           price_note=(f"{label}, ${price.usd_per_hour:,.2f}/h for {acc.label} "
                                        f"in {price.region}; prices of {price.source_date}"))
         else:
             figures.update(price_note=price.describe())
     else:
         figures.update(price_note="no price: tpuctl prices only TPUs it provisions (gcp)")
     return RunPlan(**figures, notes=tuple(notes))
+
+
+# The JAX engine's gradients are float32 whatever train.bf16 says (payload.engines.jax.step).
+GRADIENT_BYTES_PER_PARAM = 4
+# A step whose DCN all-reduce takes more than this share of its compute time is warned about.
+DCN_WARN_SHARE = 1.0
+
+
+def _dcn_note(acc) -> str:
+    return "" if acc.num_slices == 1 else acc.dcn_words()
 
 
 def evaluations(train, *, start: int = 0) -> int:
@@ -333,6 +349,13 @@ def warnings(plan: RunPlan, *, dataset_rows: int | None = None) -> list[str]:
             f"parameters leave the model far from trained: about {_count(enough)} "
             f"({ENOUGH_TOKENS_PER_PARAMETER} per parameter) would be enough, {steps:,} steps "
             f"at this batch; raise train.steps or train.batch_size, or pick a smaller model")
+    if (plan.dcn_s_per_step is not None and plan.compute_s_per_step
+            and plan.dcn_s_per_step > DCN_WARN_SHARE * plan.compute_s_per_step):
+        lines.append(
+            f"the gradient all-reduce over DCN ({_seconds(plan.dcn_s_per_step)} a step) takes "
+            f"longer than the step's compute ({_seconds(plan.compute_s_per_step)}): the "
+            f"{plan.slices} slices wait on the network; use fewer, larger slices or a larger "
+            "train.batch_size per step")
     rows = plan.steps * plan.batch_size
     if dataset_rows is not None and dataset_rows < rows:
         lines.append(
@@ -373,6 +396,8 @@ def render(plan: RunPlan) -> list[str]:
         f"({plan.peak_flops / 1e12:,.0f} TFLOP/s in all)")
     if plan.sharding:
         lines.append(f"  sharding: {plan.sharding}")
+    if plan.slices > 1:
+        lines.append(_dcn_line(plan))
     lines.append(
         f"  time: {_duration(plan.wall_time_s)} of training at an assumed "
         f"{plan.utilisation:.0%} utilisation (model FLOPs / peak); set-up, prepare and export "
@@ -383,6 +408,26 @@ def render(plan: RunPlan) -> list[str]:
         lines.append(f"  cost: not estimated ({plan.price_note})")
     lines += [f"  note: {note}" for note in plan.notes]
     return lines
+
+
+def _dcn_line(plan: RunPlan) -> str:
+    """One step's gradient all-reduce across the slices, beside its compute."""
+    moved = plan.gradient_bytes * 2 * (plan.slices - 1) / plan.slices
+    head = (f"  DCN: {_bytes(plan.gradient_bytes)} of float32 gradients all-reduced over "
+            f"{plan.slices} slices each step, {_bytes(moved)} through each slice (x 2(S-1)/S)")
+    if plan.dcn_s_per_step is None:
+        return f"{head}: time not estimated ({plan.dcn_note})"
+    return (f"{head}: {_seconds(plan.dcn_s_per_step)} at {plan.dcn_note}, beside "
+            f"{_seconds(plan.compute_s_per_step)} of compute per step (counted in the time "
+            "below, not overlapped)")
+
+
+def _bytes(value: float) -> str:
+    return f"{value / 1e9:,.2f} GB" if value >= 1e9 else f"{value / 1e6:,.1f} MB"
+
+
+def _seconds(value: float) -> str:
+    return f"{value * 1e3:,.1f} ms" if value < 1 else f"{value:,.2f} s"
 
 
 def _cpu_time(plan: RunPlan) -> list[str]:
@@ -556,18 +601,6 @@ class CpuMemory:
                 f"{_gib(self.base)}), {_gib(self.total)} for {self.processes}")
 
 
-def _dims(c: dict) -> tuple[int, int, int, int]:
-    """(width, layers of every stack, heads, feed-forward width) of a transformers config."""
-    if c["model_type"] == "gpt2":
-        width = c.get("n_embd", 768)
-        return width, c.get("n_layer", 12), c.get("n_head", 12), c.get("n_inner") or 4 * width
-    if c["model_type"] == "t5":
-        layers = c.get("num_layers", 6) + (c.get("num_decoder_layers") or c.get("num_layers", 6))
-        return c.get("d_model", 512), layers, c.get("num_heads", 8), c.get("d_ff", 2048)
-    return (c.get("hidden_size", 768), c.get("num_hidden_layers", 12),
-            c.get("num_attention_heads", 12), c.get("intermediate_size", 3072))
-
-
 def cpu_memory(config, architecture: dict, *, processes: int,
                optimizer: str | None = None) -> CpuMemory:
     """What `processes` CPU training processes of this run need on one machine: each holds the
@@ -582,7 +615,8 @@ def cpu_memory(config, architecture: dict, *, processes: int,
     params = count_parameters(architecture).total
     rows = max(1, config.train.batch_size // max(1, processes))
     seq = config.data.seq_len
-    width, layers, heads, inner = _dims(architecture)
+    dims = family_of(architecture).dims(architecture)
+    width, layers, heads, inner = dims.width, dims.all_layers, dims.heads, dims.ff
     per_token = layers * (6 * width + 2 * inner + heads * seq)
     predicted = row_flops(config, architecture).vocabulary / (6 * architecture["vocab_size"]
                                                               * width)

@@ -3,6 +3,7 @@
     hardware = Hardware.parse("tpu/v4-32/my-run")          # what `--hardware` says
     plan = plan_strategy(cluster_facts(hardware, worker_index=0, num_workers=4))
     plan.kind, plan.tpu, plan.env, training_workers(hardware, 4)      # pure, unit-tested
+    Hardware.parse("tpu/v5litepod-16/my-run,slices=2").slices        # 2 slices over DCN
 
 The engines make the plan real (payload.engines.tensorflow.distribute.build_strategy); this
 module imports no framework, so the launcher plans with it too.
@@ -49,6 +50,15 @@ JAX_COORDINATOR_ENV = "TPUCTL_JAX_COORDINATOR"
 # coordinator): the other workers' hosts, comma-separated, and cluster.coordinator_bind, if set.
 JAX_PEERS_ENV = "TPUCTL_JAX_PEERS"
 JAX_BIND_ENV = "TPUCTL_JAX_BIND"
+# Several slices over the data-center network: what JAX and libtpu read on every host (jax's
+# cloud_tpu_cluster reads them from the environment before a TPU VM's tpu-env metadata). A
+# queued resource of several nodes writes them into tpu-env; Compute Engine MIGs and CPU
+# workers get them from nobody else, so the launcher sets all four on every host, the same
+# everywhere. The port is the one Ray and Levanter set (xpk's pods take 8080): libtpu's
+# multislice service on slice 0's worker 0.
+MEGASCALE_PORT = 8081
+MEGASCALE_NAMES = ("MEGASCALE_COORDINATOR_ADDRESS", "MEGASCALE_NUM_SLICES",
+                   "MEGASCALE_SLICE_ID", "MEGASCALE_PORT")
 
 
 class StrategyKind(enum.Enum):
@@ -70,29 +80,41 @@ class Hardware:
     """What the fleet is made of, as the launcher's provider reports it: the one vocabulary for
     hardware. It reaches every stage as `--hardware SPEC`; the strategy decides from it alone.
 
-    `cpu`, or `tpu/ACCELERATOR_TYPE/NODE_NAME` (the node name drives a multi-host slice).
+    `cpu`, or `tpu/ACCELERATOR_TYPE/NODE_NAME` (the node name drives a multi-host slice), with
+    `,slices=N` when the fleet is N slices (of that type; on CPU, N equal groups of workers
+    standing for slices) joined over the data-center network.
     """
 
     device: Device = Device.CPU
     accelerator_type: str | None = None
     tpu_name: str | None = None
+    slices: int = 1
 
     @classmethod
-    def tpu(cls, accelerator_type: str, tpu_name: str) -> Hardware:
-        return cls(device=Device.TPU, accelerator_type=accelerator_type, tpu_name=tpu_name)
+    def tpu(cls, accelerator_type: str, tpu_name: str, *, slices: int = 1) -> Hardware:
+        return cls(device=Device.TPU, accelerator_type=accelerator_type, tpu_name=tpu_name,
+                   slices=slices)
 
     def spec(self) -> str:
-        if self.device is Device.CPU:
-            return Device.CPU.value
-        return f"{Device.TPU.value}/{self.accelerator_type}/{self.tpu_name}"
+        base = (Device.CPU.value if self.device is Device.CPU
+                else f"{Device.TPU.value}/{self.accelerator_type}/{self.tpu_name}")
+        return base if self.slices == 1 else f"{base},slices={self.slices}"
 
     @classmethod
     def parse(cls, spec: str) -> Hardware:
-        parts = spec.split("/")
+        base, _, extra = spec.partition(",")
+        slices = 1
+        if extra:
+            key, _, count = extra.partition("=")
+            if key != "slices" or not count.isdigit() or int(count) < 1:
+                raise UserError(f"--hardware {spec!r}: {extra!r} is not slices=N",
+                                hint="e.g. tpu/v5litepod-16/my-run,slices=2")
+            slices = int(count)
+        parts = base.split("/")
         if parts == [Device.CPU.value]:
-            return cls()
+            return cls(slices=slices)
         if len(parts) == 3 and parts[0] == Device.TPU.value and all(parts[1:]):
-            return cls.tpu(parts[1], parts[2])
+            return cls.tpu(parts[1], parts[2], slices=slices)
         raise UserError(f"--hardware {spec!r} is not a hardware spec",
                         hint="use cpu, or tpu/ACCELERATOR_TYPE/NODE_NAME (e.g. tpu/v4-32/my-run)")
 
@@ -106,14 +128,16 @@ def uses_tpu(hardware: Hardware) -> bool:
     return hardware.device is Device.TPU
 
 
-def tpu_accelerator(hardware: Hardware):
-    """The accelerator table's entry for a TPU fleet (its chips, peak, generation); None on CPU
-    hosts, whose speed is measured rather than looked up."""
+def tpu_topology(hardware: Hardware):
+    """A TPU fleet's slices as the accelerator table sees them (payload.cloud.accelerators.
+    Topology: chips, peak, generation, slices); None on CPU hosts, whose speed is measured
+    rather than looked up."""
     if not uses_tpu(hardware):
         return None
     from payload.cloud import accelerators
 
-    return accelerators.accelerator(hardware.accelerator_type)
+    return accelerators.topology_of(accelerators.accelerator(hardware.accelerator_type),
+                                    hardware.slices)
 
 
 def fleet_strategy(hardware: Hardware, num_workers: int) -> StrategyKind:
@@ -156,10 +180,15 @@ class StrategyPlan:
     coordinator_bind: str | None = None  # process 0: cluster.coordinator_bind
     num_processes: int = 1
     process_id: int = 0
+    # Slices joined over the data-center network (Hardware.slices): the JAX mesh's outer axis.
+    num_slices: int = 1
 
 
 def plan_strategy(facts: ClusterFacts) -> StrategyPlan:
+    from payload.cloud.accelerators import check_slices
+
     check_share(facts.worker_index, facts.num_workers)
+    check_slices(facts.hardware.slices, engine=facts.engine, hosts=facts.num_workers)
     kind = fleet_strategy(facts.hardware, facts.num_workers)
     spec = engine_spec(facts.engine)
     if spec.one_program:
@@ -214,6 +243,7 @@ def _one_program_plan(facts: ClusterFacts, kind: StrategyKind) -> StrategyPlan:
         is_chief=index == 0, stand_in=facts.stand_in,
         coordinator=facts.jax_coordinator if n > 1 else None, num_processes=n,
         process_id=index, coordinator_peers=facts.jax_peers, coordinator_bind=facts.jax_bind,
+        num_slices=facts.hardware.slices,
     )
 
 
@@ -293,8 +323,22 @@ def trainer_env(hardware: Hardware, num_workers: int, engine: str, *, addresses:
                 coordinator.split_address(a)[0] for a in addresses[1:])))
             if coordinator_bind:
                 env.append((JAX_BIND_ENV, coordinator_bind))
-        return tuple(env)
+        return (*env, *megascale_env(hardware.slices, addresses=addresses, index=index))
     return (("TF_CONFIG", tf_config(addresses, index)),)
+
+
+def megascale_env(slices: int, *, addresses: list[str], index: int
+                  ) -> tuple[tuple[str, str], ...]:
+    """The four MEGASCALE variables for worker `index` of `slices` slices (none for one):
+    workers are numbered slice by slice, so worker i is on slice i // (workers per slice), and
+    slice 0's worker 0 (addresses[0]'s host) coordinates."""
+    if slices == 1:
+        return ()
+    per_slice = len(addresses) // slices
+    host = coordinator.split_address(addresses[0])[0]
+    return (("MEGASCALE_COORDINATOR_ADDRESS", host), ("MEGASCALE_NUM_SLICES", str(slices)),
+            ("MEGASCALE_SLICE_ID", str(index // per_slice)),
+            ("MEGASCALE_PORT", str(MEGASCALE_PORT)))
 
 
 def cluster_facts(

@@ -49,6 +49,10 @@ class Trainer(Protocol):
     drives_tpu: bool  # computes on TPU chips (the meter's peak is then the accelerator table's)
     latest: str | None  # the newest checkpoint (a path, for messages), None before the first
     init_source: str | None  # the file model.init_from's weights came from, once started
+    # Seconds this process's training steps waited for their batches so far (the goodput's
+    # data_loading); None for an engine that cannot see it (TensorFlow's steps take their
+    # batches inside the compiled function).
+    input_wait_s: float | None
 
     def start(self, *, resume: bool) -> int:
         """Restore the newest checkpoint (resume) or set model.init_from's weights (else the

@@ -97,13 +97,13 @@ def meter_for(config, hf_config, hardware, *, devices: int, drives_tpu: bool,
     chips count), else from the engine's CPU probe `cpu_peak` (run now) per training process
     (`devices` of them)."""
     from payload.training.runplan import row_flops
-    from payload.training.strategy import tpu_accelerator
+    from payload.training.strategy import tpu_topology
 
     batch = config.train.batch_size
     architecture = hf_config.to_dict() if hasattr(hf_config, "to_dict") else dict(hf_config)
     flops = row_flops(config, architecture).total * batch
     tokens = batch * config.data.seq_len
-    acc = tpu_accelerator(hardware)
+    acc = tpu_topology(hardware)
     if acc is not None and drives_tpu:
         return Meter(flops_per_step=flops, tokens_per_step=tokens, devices=acc.chips,
                      device="chip", peak_flops_per_device=acc.peak_bf16_flops_per_chip,

@@ -68,7 +68,7 @@ _ENUM_NAMES = {"type": {2: "V2", 4: "V3", 7: "V4", 9: "V5LITE_POD", 10: "V5P", 1
 _NODE_INPUT = ("description", "acceleratorType", "acceleratorConfig", "runtimeVersion",
                "networkConfig", "networkConfigs", "cidrBlock", "serviceAccount",
                "schedulingConfig", "labels", "metadata", "tags", "dataDisks",
-               "shieldedInstanceConfig")
+               "shieldedInstanceConfig", "multisliceNode")
 _UPDATABLE = ("description", "tags", "labels", "metadata", "networkConfig.enableExternalIps")
 _RESOURCE_ID = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 _EMPTY = {"@type": TYPE_URL + "google.protobuf.Empty"}
@@ -686,9 +686,19 @@ class FakeTpuApi(FakeServer):
         nodes = []
         for spec in body.get("tpu", {}).get("nodeSpec", []):
             multi = spec.get("multisliceParams")
+            if multi is not None and "nodeId" in spec:   # one oneof, name_strategy
+                raise invalid_argument("set node_id or multislice_params, not both",
+                                       "queued_resource.tpu.node_spec")
+            if multi is not None and int(multi.get("nodeCount", 0)) <= 1:
+                raise invalid_argument("multislice_params.node_count must be > 1",
+                                       "queued_resource.tpu.node_spec.multislice_params")
+            node = spec.get("node", {})
+            if multi is not None:   # the API marks each node of a multislice request
+                node = {**node, "multisliceNode": True}
             ids = [spec.get("nodeId", "")] if multi is None else [
-                f"{multi.get('nodeIdPrefix', queued_id)}-{i}" for i in range(int(multi["nodeCount"]))]
-            nodes += [(spec.get("parent") or parent, node_id, spec.get("node", {})) for node_id in ids]
+                f"{multi.get('nodeIdPrefix') or queued_id}-{i}"
+                for i in range(int(multi["nodeCount"]))]
+            nodes += [(spec.get("parent") or parent, node_id, node) for node_id in ids]
         if not nodes:
             raise invalid_argument("tpu.node_spec is required", "queued_resource.tpu.node_spec")
         for node_parent, node_id, spec in nodes:

@@ -578,6 +578,30 @@ def test_preemption_is_recovered_with_auto_resume(cloud, fleet, tmp_path, tpuctl
     assert billing[0]["deleted"] is not None and billing[1]["deleted"] is None
     assert invoke("down", "-c", config).exit_code == 0
     del launch
+    # Issue 37: the goodput report shows the preemption, the steps redone and the recovery,
+    # and its dollars add up to the billing record (closed by `down`) at the table's price.
+    billing = json.loads((out / ".tpuctl" / "billing.json").read_text())["nodes"]
+    assert all(n["deleted"] is not None for n in billing)
+    shown = invoke("goodput", "-c", config, "--format", "json")
+    assert shown.exit_code == 0, shown.output
+    report = json.loads(shown.output)
+    buckets = report["buckets"]
+    assert sum(b["seconds"] for b in buckets.values()) == pytest.approx(report["wall_s"],
+                                                                        rel=0.01)
+    rate = report["price"]["usd_per_hour"]
+    billed = sum(n["deleted"] - n["created"] for n in billing) * rate / 3600
+    assert sum(b["dollars"] for b in buckets.values()) == pytest.approx(billed, rel=0.01)
+    [hit] = report["disruptions"]
+    assert hit["lost_at_step"] == history[0]["lost_at_step"]
+    assert hit["resumed_from_step"] == history[0]["resumed_from_step"]
+    assert hit["steps_redone"] == redone and hit["recovery_s"] > 0
+    # (The stand-in stages compile nothing; the real ones do: test_launch_pipeline.py.)
+    for name in ("provisioning", "environment_setup", "checkpoint_save", "productive",
+                 "wasted_progress_from_disruption", "infrastructure_recovery_from_disruption"):
+        assert buckets[name]["seconds"] > 0, (name, buckets)
+    assert hit["wasted_dollars"] > 0
+    text = invoke("goodput", "-c", config)
+    assert f"{redone} steps redone" in text.output and "billed chip-hours" in text.output
 
 
 def test_without_auto_resume_a_preemption_ends_the_run_naming_it(cloud, fleet, tmp_path,

@@ -98,5 +98,18 @@ def test_full_pipeline_on_two_local_workers(tmp_path, tpuctl_home):
     for part in ("tokenizer/tokenizer.json", "data/manifest.json", "model/config.json",
                  "metrics.json", "logs/worker-0.log", "logs/worker-1.log"):
         assert (tmp_path / "out" / part).exists(), part
+    # Issue 37: where the run's wall time went, from its ledger, as one JSON object.
+    assert "goodput: " in result.output  # the summary at the end of the run
+    report = runner.invoke(app, ["goodput", "-c", str(config), "--format", "json"])
+    assert report.exit_code == 0, report.output
+    found = json.loads(report.output)
+    buckets = found["buckets"]
+    assert sum(b["seconds"] for b in buckets.values()) == pytest.approx(found["wall_s"], rel=0.01)
+    for name in ("compile", "checkpoint_save", "productive", "environment_setup",
+                 "data_preparation", "export"):
+        assert buckets[name]["seconds"] > 0, (name, buckets)
+    assert all(b["dollars"] is None for b in buckets.values())  # local workers bill nothing
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert metrics["goodput"]["seconds"]["productive"] > 0 and metrics["goodput"]["goodput"] > 0
 
 

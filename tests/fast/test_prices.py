@@ -79,7 +79,7 @@ def test_config_run_plan_and_provider_all_price_through_the_one_catalog(monkeypa
 
     asked = []
 
-    def catalog(accelerator_type, zone, provisioning):
+    def catalog(accelerator_type, zone, provisioning, slices=1):
         asked.append((accelerator_type, zone, provisioning))
         return prices.Price(usd_per_hour=7.0, per_chip=7.0 / 16, chips=16,
                             accelerator=accelerator_type, generation="v5e",

@@ -45,6 +45,20 @@ def test_a_compute_engine_slice_keeps_its_own_topology():
     assert (target.name, target.chips_per_host_bounds) == ("v6e:2x4", (2, 4, 1))
 
 
+def test_several_slices_are_one_compile_request_of_every_slice():
+    from argparse import Namespace
+
+    from payload.stages.tpu_compile import target_of
+
+    acc, target = target_of(Namespace(accelerator="v5litepod-16", machine_type=None,
+                                      topology=None, slices=2))
+    assert acc.name == "v5litepod-16"  # one slice's, as HBM and the ICI shape are per slice
+    assert (target.name, target.num_slices, target.devices) == ("v5e:4x4", 2, 32)
+    _, target = target_of(Namespace(accelerator=None, machine_type="ct6e-standard-4t",
+                                    topology="4x4", slices=2))
+    assert (target.name, target.num_slices, target.devices) == ("v6e:4x4", 2, 32)
+
+
 def _dry_compile(tmp_path, monkeypatch, raw: dict, *extra):
     calls = []
     monkeypatch.setattr(executors, "run_here", lambda *a, **k: calls.append(a) or Result(1, "", ""))
@@ -175,6 +189,12 @@ def test_a_compile_report_is_a_few_lines_that_say_compiled():
     (gce_raw(machine_type="ct6e-standard-4t", topology="4x4"),
      ["--machine-type", "ct6e-standard-4t", "--topology", "4x4"]),
     ({**gce_raw(), "cluster": {**V6E}}, ["--accelerator", "v6e-8"]),
+    # cluster.slices: the one program spans every slice (get_topology_desc num_slices).
+    (gce_raw(machine_type="ct6e-standard-4t", topology="4x4", slices=2,
+             train={"batch_size": 32}),
+     ["--machine-type", "ct6e-standard-4t", "--topology", "4x4", "--slices", "2"]),
+    ({**gce_raw(train={"batch_size": 32}), "cluster": {**V6E, "slices": 2}},
+     ["--accelerator", "v6e-8", "--slices", "2"]),
 ])
 def test_the_compile_is_for_the_configs_own_slice(tmp_path, monkeypatch, raw, target):
     # What the compile process is asked for (its answer here: one error line, passed on).

@@ -17,10 +17,10 @@ from payload.core.fit.attention import (
     SPLASH,
     MaskKind,
     SplashBlocks,
-    attention_plan,
     choose_attention,
     generation_of,
 )
+from payload.core.fit.sites import attention_plan
 from payload.engines.jax import kernels
 
 # --- the choice ------------------------------------------------------------------------------
@@ -156,6 +156,38 @@ def test_cross_attention_shapes_through_both_fused_paths():
         assert_close(value_and_grads(attention, q, k, v, cotangent), want, 1e-4, name)
 
 
+@pytest.mark.parametrize("platform", ["tpu", "gpu"])
+def test_grouped_query_attention_on_each_fused_path_computes_the_reference(platform,
+                                                                            monkeypatch):
+    """Llama's grouped-query attention: 4 query heads over 2 key/value heads through `attend`
+    on each fused kernel, against the reference with query head h reading key/value head
+    h // 2, gradients into the shared heads included (multi-query: the whole-model test
+    below)."""
+    kv_heads = 2
+    dtype, rtol = (jnp.bfloat16, 2e-2) if platform == "gpu" else (jnp.float32, 1e-4)
+    kernel = "splash_attention" if platform == "tpu" else "cudnn_attention"
+    calls = []
+    original = getattr(kernels, kernel)
+    monkeypatch.setattr(kernels, kernel, lambda *a, **k: calls.append(k) or original(*a, **k))
+    rng = np.random.default_rng(5)
+    q = jnp.asarray(rng.normal(size=(B, T, 4, D)), dtype)
+    k, v = (jnp.asarray(rng.normal(size=(B, T, kv_heads, D)), dtype) for _ in range(2))
+    cotangent = jnp.asarray(rng.normal(size=(B, T, 4, D)), dtype)
+    padding = jnp.asarray(np.arange(T)[None] < np.array(LENGTHS)[:, None], jnp.int32)
+    mask = kernels.Mask(padding=padding, causal=True)
+    runtime = kernels.Runtime(platform=platform, generation="v5e", interpret=True)
+    fused = value_and_grads(lambda q, k, v: kernels.attend(
+        q, k, v, mask, scale=D**-0.5, noise=None, dropout=0.0, runtime=runtime),
+        q, k, v, cotangent)
+    assert len(calls) == 1
+    shared = np.arange(4) // (4 // kv_heads)
+    want = value_and_grads(lambda q, k, v: kernels.reference_attention(
+        q, k[:, :, shared], v[:, :, shared], mask.additive(T), scale=D**-0.5),
+        q, k, v, cotangent)
+    assert fused[2].shape == k.shape
+    assert_close(fused, want, rtol, f"{kernel} with {kv_heads} key/value heads")
+
+
 def test_splash_under_a_mesh_maps_over_the_batch():
     """The step's mesh splits the batch over (data, fsdp): the kernel runs per device."""
     from jax.sharding import Mesh
@@ -176,8 +208,9 @@ def test_splash_under_a_mesh_maps_over_the_batch():
 def tiny(family: str) -> dict:
     from tests.support.jax import architecture
 
+    grouped = {"num_kv_heads": 1} if family == "llama" else {}  # multi-query
     return architecture(family, vocab_size=64, seq_len=128, hidden_size=64, num_layers=2,
-                        num_heads=2, intermediate_size=128, dropout=0.0)
+                        num_heads=2, intermediate_size=128, dropout=0.0, **grouped)
 
 
 def model_loss_and_grads(family, runtime, dtype):
@@ -200,7 +233,7 @@ def model_loss_and_grads(family, runtime, dtype):
     return float(value), jax.tree.leaves(grads)
 
 
-@pytest.mark.parametrize("family", ["bert", "gpt2"])
+@pytest.mark.parametrize("family", ["bert", "gpt2", "llama"])
 @pytest.mark.parametrize("platform", ["tpu", "gpu"])
 def test_a_model_on_a_fused_kernel_computes_what_it_computes_on_the_reference(
         family, platform, monkeypatch):

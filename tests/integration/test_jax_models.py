@@ -26,6 +26,12 @@ PARITY = {
     "t5": architecture("t5", vocab_size=96, **SMALL),
     "t5-v1.1": {**architecture("t5", vocab_size=96, **SMALL), "d_kv": 16,
                 "feed_forward_proj": "gated-gelu", "tie_word_embeddings": False},
+    # Grouped-query attention (2 key/value heads for 4), tied; multi-query (1), untied, another
+    # rotary base, written as transformers 5.x writes it.
+    "llama": architecture("llama", vocab_size=96, **SMALL, num_kv_heads=2),
+    "llama-mqa": {**{k: v for k, v in architecture(
+        "llama", vocab_size=96, **SMALL, num_kv_heads=1, tie_embeddings=False).items()
+        if k != "rope_theta"}, "rope_parameters": {"rope_type": "default", "rope_theta": 500.0}},
 }
 
 
@@ -106,7 +112,7 @@ def _cross_entropy(logits, labels) -> float:
     return float(-np.take_along_axis(np.asarray(logp), labels[..., None], axis=-1).mean())
 
 
-@pytest.mark.parametrize("family", ["bert", "roberta", "gpt2", "t5"])
+@pytest.mark.parametrize("family", ["bert", "roberta", "gpt2", "t5", "llama"])
 def test_initial_loss_is_near_ln_vocab(family):
     """A fresh model guesses: its loss on any tokens starts near ln(vocab). T5 v1.1's untied
     head drawn at transformers' std 1.0 would start near 100 here."""
@@ -121,7 +127,7 @@ def test_initial_loss_is_near_ln_vocab(family):
         positions = np.stack([rng.choice(64, 10, replace=False) for _ in range(4)])
         labels = rng.integers(5, vocab, positions.shape)
         logits = model(ids, np.ones_like(ids), positions=positions)
-    elif family == "gpt2":
+    elif family in ("gpt2", "llama"):
         logits, labels = model(ids, np.ones_like(ids))[:, :-1], ids[:, 1:]
     else:
         labels = rng.integers(5, vocab, (4, 16))

@@ -12,7 +12,8 @@ pytest.importorskip("tensorflow")
 
 import yaml
 
-from payload.core import folders, layout, ownership, storage
+from payload.cloud import goodput
+from payload.core import folders, layout, ledger, ownership, storage
 from payload.core.engines import engine_spec
 from payload.core.errors import UserError
 from payload.training import checkpoints
@@ -57,6 +58,15 @@ def test_gpt2_learns_on_jax_and_leaves_what_the_tf_engine_leaves(tmp_path):
     assert engine_spec("jax").newest_step(str(out)) == 40
     assert engine_spec("tensorflow").newest_step(str(out)) is None
     assert list((out / "logs" / "tensorboard").iterdir())
+    # Issue 37: what the steps waited for their batches is the goodput's data loading.
+    events = ledger.read(str(out))
+    steps = [e for e in events if e["event"] == "step"]
+    assert [e["step"] for e in steps] == [1, 20, 40]
+    assert steps[0]["input_wait_s"] == 0  # the batch the step was compiled for: no wait
+    assert sum(e["input_wait_s"] for e in steps) > 0
+    assert goodput.account(events)["buckets"]["data_loading"]["seconds"] == pytest.approx(
+        sum(e["input_wait_s"] for e in steps), abs=1e-3)
+    assert metrics["goodput"]["seconds"]["data_loading"] > 0
 
 
 @pytest.mark.parametrize("family", ["bert", "roberta", "t5"])

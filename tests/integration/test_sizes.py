@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from payload.config import parse_config
+from payload.core.families import FAMILIES
 from payload.core.sizes import SIZES, architecture, parameter_count
 from tests.support.paths import SCRIPTS, TORCH_PYTHON, TORCH_READY
 from tests.support.sizes import PUBLISHED_VOCAB, run_config
@@ -36,7 +37,7 @@ def tensorflow_counts():
     vocab = TokenIds(vocab_size=1000, special=(0, 1, 2, 3, 4), pad=1, unk=3, mask=4, bos=0,
                      eos=2)
     found = []
-    for family in SIZES:
+    for family in (f for f in SIZES if "tensorflow" in FAMILIES[f].engines):
         for model in ({"family": family, "size": "tiny"}, {"family": family, "size": "small"},
                       {"family": family, "hidden_size": 48, "num_layers": 3, "num_heads": 4,
                        "intermediate_size": 80}):

@@ -4,10 +4,11 @@
                               head_dim=64, mask=MaskKind.PADDING, dropout=0.0, dtype="bfloat16")
     choice.kernel        # "splash"
     choice.reason        # "TPU v6e: Pallas splash attention, blocks of 512 queries x 512 keys ..."
-    attention_plan(architecture, platform="cpu", seq_len=128, bf16=False)   # the run plan's lines
+    Site("causal self-attention", 1024, 1024, 12, 64, MaskKind.CAUSAL, 0.0)  # a family's call
 
 The kernels themselves are payload.engines.jax.kernels; the models ask this function at every
-attention call (shapes are static under jit), and the run plan asks it for the same shapes, so
+attention call (shapes are static under jit), and the run plan asks it for the same shapes (each
+family's module lists its model's calls as Sites; payload.core.fit.sites.attention_plan), so
 what `tpuctl train --dry-run` prints is what the step runs.
 - GPU: cuDNN's fused attention (`jax.nn.dot_product_attention(implementation="cudnn")`), padding
   given as sequence lengths and GPT-2's mask as its causal mode: never a [B, 1, 1, S] additive
@@ -158,41 +159,3 @@ class Site:
     head_dim: int
     mask: MaskKind
     dropout: float
-
-
-def attention_sites(architecture: dict, *, seq_len: int, target_len: int | None = None
-                    ) -> list[Site]:
-    """The attention calls of a family's model (a transformers config dict) in training."""
-    kind = architecture["model_type"]
-    if kind in ("bert", "roberta"):
-        hidden = architecture.get("hidden_size", 768)
-        heads = architecture.get("num_attention_heads", 12)
-        dropout = architecture.get("attention_probs_dropout_prob", 0.1)
-        return [Site("self-attention", seq_len, seq_len, heads, hidden // heads,
-                     MaskKind.PADDING, dropout)]
-    if kind == "gpt2":
-        hidden, heads = architecture.get("n_embd", 768), architecture.get("n_head", 12)
-        return [Site("causal self-attention", seq_len, seq_len, heads, hidden // heads,
-                     MaskKind.CAUSAL, architecture.get("attn_pdrop", 0.1))]
-    heads, head_dim = architecture.get("num_heads", 8), architecture.get("d_kv", 64)
-    dropout = architecture.get("dropout_rate", 0.1)
-    target = target_len or seq_len
-    return [Site("encoder self-attention", seq_len, seq_len, heads, head_dim,
-                 MaskKind.RELATIVE_BIAS, dropout),
-            Site("decoder self-attention", target, target, heads, head_dim,
-                 MaskKind.RELATIVE_BIAS, dropout),
-            Site("cross-attention", target, seq_len, heads, head_dim, MaskKind.PADDING,
-                 dropout)]
-
-
-def attention_plan(architecture: dict, *, platform: str, seq_len: int, bf16: bool,
-                   generation: str | None = None, target_len: int | None = None) -> list[str]:
-    """The run plan's words on attention: the kernel of each kind of call and why."""
-    dtype = "bfloat16" if bf16 and platform != "cpu" else "float32"
-    lines = []
-    for site in attention_sites(architecture, seq_len=seq_len, target_len=target_len):
-        choice = choose_attention(platform=platform, generation=generation, q_len=site.q_len,
-                                  kv_len=site.kv_len, head_dim=site.head_dim, mask=site.mask,
-                                  dropout=site.dropout, dtype=dtype)
-        lines.append(f"attention ({site.name}): {choice.kernel}; {choice.reason}")
-    return lines

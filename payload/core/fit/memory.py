@@ -24,7 +24,8 @@ memory analysis of a compiled step on CPU.
 
 from __future__ import annotations
 
-from payload.core.fit.attention import REFERENCE, attention_sites, choose_attention
+from payload.core.families import attention_sites, family_of
+from payload.core.fit.attention import REFERENCE, choose_attention
 
 REMAT_ORDER = ("none", "dots", "full")
 REMAT_CHOICES = ("auto", *REMAT_ORDER)
@@ -78,7 +79,6 @@ def activation_bytes(workload, policy: str, *, rows: int) -> int:
     """Bytes one chip holds for `rows` rows of the batch under remat `policy` (a Workload:
     payload.core.fit.workload.Workload)."""
     arch = workload.architecture
-    kind = arch["model_type"]
     size = 2 if workload.bf16 and workload.platform != "cpu" else F32
     dtype = "bfloat16" if size == 2 else "float32"
     sites = attention_sites(arch, seq_len=workload.seq_len, target_len=workload.target_len)
@@ -88,24 +88,18 @@ def activation_bytes(workload, policy: str, *, rows: int) -> int:
                                 generation=workload.generation, dtype=dtype, size=size)
 
     length, vocab = workload.seq_len, arch["vocab_size"]
-    if kind in ("bert", "roberta", "gpt2"):
-        width = arch.get("hidden_size") or arch.get("n_embd") or 768
-        layers = arch.get("num_hidden_layers") or arch.get("n_layer") or 12
-        ff = arch.get("intermediate_size") or arch.get("n_inner") or 4 * width
-        dropout = bool(arch.get("hidden_dropout_prob", arch.get("resid_pdrop", 0.1)))
-        per = {p: _layer(width=width, inner=width, ff=ff, gated=False, size=size,
+    dims = family_of(arch).dims(arch)
+    width, ff, gated, dropout = dims.width, dims.ff, dims.gated, dims.dropout
+    inner, heads = dims.heads * dims.head_dim, dims.heads
+    layers = dims.layers
+    if not dims.decoder_layers:  # one stack (BERT, RoBERTa, GPT-2, Llama)
+        per = {p: _layer(width=width, inner=inner, ff=ff, gated=gated, size=size,
                          attention=attention(sites[0]), dropout=dropout, policy=p)
                for p in REMAT_ORDER}
         tokens = rows * length
         body = tokens * (layers * per[policy] + per["none"] + F32 * width)
     else:
-        width, heads = arch.get("d_model", 512), arch.get("num_heads", 8)
-        inner = heads * arch.get("d_kv", 64)
-        ff = arch.get("d_ff", 2048)
-        gated = str(arch.get("feed_forward_proj", "relu")).startswith("gated-")
-        layers = arch.get("num_layers", 6)
-        decoder_layers = arch.get("num_decoder_layers") or layers
-        dropout = bool(arch.get("dropout_rate", 0.1))
+        decoder_layers = dims.decoder_layers
         encoder_site, decoder_site, cross_site = sites
         target = workload.target_len or length
         enc = {p: _layer(width=width, inner=inner, ff=ff, gated=gated, size=size,

@@ -7,6 +7,7 @@ activations fit beside it, worked out without JAX.
                   larger=accelerators.larger_slices("v5litepod-1"))
     # UserError: "... need 20.3 GiB of training state ..." hint: "use v5litepod-4 or larger ..."
     plan_sharding(..., workload=Workload.of(...))   # also activations and train.remat: auto
+    plan_sharding(..., num_devices=32, num_slices=2)  # FSDP inside a slice, data over slices
 
 Pure arithmetic on the parameter count, the step's shapes (payload.core.fit.memory) and the
 accelerator table's memory per device (a chip's, shared by the devices it shows: two on
@@ -57,6 +58,9 @@ class ShardingPlan:
     remat: str = "none"
     activation_bytes_per_chip: int | None = None
     named_policy: bool = False  # train.remat named the policy (not auto)
+    # Slices joined over the data-center network: the outermost `slices` of the `data`
+    # replicas; an FSDP group never spans two (its gathers would cross DCN every layer).
+    slices: int = 1
 
     @property
     def num_devices(self) -> int:
@@ -64,7 +68,10 @@ class ShardingPlan:
 
     @property
     def kind(self) -> str:
-        return "data parallel" if self.fsdp == 1 else f"FSDP over {self.fsdp} devices"
+        inside = "data parallel" if self.fsdp == 1 else f"FSDP over {self.fsdp} devices"
+        if self.slices == 1:
+            return inside
+        return f"data parallel over {self.slices} slices, {inside} within each"
 
     def describe(self) -> str:
         """The plan in words, with the memory figures it was chosen by."""
@@ -110,7 +117,8 @@ def _bf16_products(workload) -> bool:
 
 def plan_sharding(num_params: int, *, num_devices: int, hbm_bytes_per_chip: int,
                   optimizer: str = "adamw", where: str = "", workload=None,
-                  larger: tuple[tuple[str, int], ...] = ()) -> ShardingPlan:
+                  larger: tuple[tuple[str, int], ...] = (), num_slices: int = 1
+                  ) -> ShardingPlan:
     """Replicated if the whole training state fits one chip's share, else the smallest FSDP
     group (a divisor of the device count) that makes it fit. With a `workload`
     (payload.core.fit.workload) the step's activations must fit too: the least
@@ -118,7 +126,13 @@ def plan_sharding(num_params: int, *, num_devices: int, hbm_bytes_per_chip: int,
     over the FSDP groups first) or the one train.remat names. What fits no arrangement is a
     user error that says what it needs and has, and what would fit (`where` names the slice,
     e.g. "v5litepod-1"; `larger` the slices of the same chips with more of them, (name, chips)
-    smallest first, as payload.cloud.accelerators.larger_slices lists them)."""
+    smallest first, as payload.cloud.accelerators.larger_slices lists them). With
+    `num_slices` > 1 the `num_devices` are that many equal slices: each slice is planned as
+    above for its share of the batch, and the slices are data-parallel replicas of it."""
+    if num_slices > 1:
+        return _over_slices(num_params, num_devices=num_devices, num_slices=num_slices,
+                            hbm_bytes_per_chip=hbm_bytes_per_chip, optimizer=optimizer,
+                            where=where, workload=workload, larger=larger)
     state = state_bytes(num_params, optimizer, workload)
     budget = int(hbm_bytes_per_chip * STATE_SHARE_OF_HBM)
     groups = [d for d in range(1, num_devices + 1)
@@ -143,12 +157,20 @@ def plan_sharding(num_params: int, *, num_devices: int, hbm_bytes_per_chip: int,
 
 
 def arrangement(num_params: int, *, num_devices: int, hbm_bytes_per_chip: int, workload,
-                optimizer: str = "adamw") -> ShardingPlan:
+                optimizer: str = "adamw", num_slices: int = 1) -> ShardingPlan:
     """How the step would be laid out with `workload.remat` (a policy, not auto) whether or not
     the estimate says it fits: the smallest FSDP group it fits with, else the largest group the
     state allows (the least memory that policy can take). For a figure that is not the
     estimate's, the TPU compiler's, to judge; a state no group holds is refused as
-    plan_sharding refuses it."""
+    plan_sharding refuses it. Several slices: one slice's arrangement on each."""
+    if num_slices > 1:
+        from dataclasses import replace
+
+        one = arrangement(num_params, num_devices=num_devices // num_slices,
+                          hbm_bytes_per_chip=hbm_bytes_per_chip, optimizer=optimizer,
+                          workload=replace(workload, batch_size=max(
+                              1, workload.batch_size // num_slices)))
+        return replace(one, data=one.data * num_slices, slices=num_slices)
     state = state_bytes(num_params, optimizer, workload)
     budget = int(hbm_bytes_per_chip * STATE_SHARE_OF_HBM)
     groups = [d for d in range(1, num_devices + 1)
@@ -168,7 +190,8 @@ def arrangement(num_params: int, *, num_devices: int, hbm_bytes_per_chip: int, w
     return ShardingPlan(data=num_devices // fsdp, fsdp=fsdp,
                         state_bytes_per_chip=math.ceil(state / fsdp),
                         hbm_bytes_per_chip=hbm_bytes_per_chip, remat=workload.remat,
-                        named_policy=True, activation_bytes_per_chip=activation_bytes(workload, workload.remat,
+                        named_policy=True,
+                        activation_bytes_per_chip=activation_bytes(workload, workload.remat,
                                                                    rows=rows)
                         + _working_bytes(num_params, fsdp, workload))
 
@@ -176,6 +199,20 @@ def arrangement(num_params: int, *, num_devices: int, hbm_bytes_per_chip: int, w
 def usable_share(named_policy: bool) -> float:
     """The share of a chip's HBM a step may fill by the estimate."""
     return NAMED_POLICY_SHARE_OF_HBM if named_policy else USABLE_SHARE_OF_HBM
+
+
+def _over_slices(num_params: int, *, num_devices: int, num_slices: int, where: str,
+                 workload, **rest) -> ShardingPlan:
+    """One slice's plan (state sharded over its devices only), repeated on every slice."""
+    from dataclasses import replace
+
+    if num_devices % num_slices:
+        raise ValueError(f"{num_devices} devices do not make {num_slices} equal slices")
+    if workload is not None:
+        workload = replace(workload, batch_size=max(1, workload.batch_size // num_slices))
+    one = plan_sharding(num_params, num_devices=num_devices // num_slices, workload=workload,
+                        where=f"one slice of {where}" if where else "one slice", **rest)
+    return replace(one, data=one.data * num_slices, slices=num_slices)
 
 
 def _policies(workload) -> tuple[str, ...]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from payload.core.families import FAMILIES, span_corruption_lengths, t5_expanded_length
+from payload.core.families import FAMILIES
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,14 +32,9 @@ class Workload:
     def of(cls, architecture: dict, *, model, data, train, platform: str,
            generation: str | None = None) -> Workload:
         """From a run config's model, data and train sections."""
-        seq_len, family = data.seq_len, model.family
-        target = None
-        if family == "t5":
-            expanded = t5_expanded_length(seq_len, model.noise_density,
-                                          model.mean_noise_span_length)
-            target = span_corruption_lengths(expanded, model.noise_density,
-                                             model.mean_noise_span_length)[1]
-        predicted = FAMILIES[family].predicted_len(seq_len, mlm_probability=model.mlm_probability,
+        seq_len, family = data.seq_len, FAMILIES[model.family]
+        target = family.target_len(model, seq_len)
+        predicted = family.predicted_len(seq_len, mlm_probability=model.mlm_probability,
                                                    target_len=target)
         return cls(architecture=architecture, batch_size=train.batch_size, seq_len=seq_len,
                    target_len=target, predicted_len=predicted, bf16=train.bf16,

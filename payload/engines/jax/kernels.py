@@ -6,7 +6,11 @@ a float32 softmax), cuDNN's fused attention on GPU, Pallas splash attention on T
     out = attend(q, k, v, mask, scale=d ** -0.5, noise=noise, dropout=0.1, runtime=runtime)
 
 `attend` asks payload.core.fit.attention.choose_attention which kernel fits the call and runs
-it; q, k, v are [B, T, H, D] and so is the result. Every fused path computes what the reference
+it; q is [B, T, H, D] and so is the result, k and v [B, S, K, D] with K dividing H: grouped-query
+attention (Llama; K = 1 is multi-query), query head h reading key/value head h // (H / K), as
+transformers' repeat_kv lays them out. cuDNN takes the K heads as they are; the reference and
+splash take them repeated to H before the kernel (splash's multi-head kernel has no groups: the
+repeat costs the memory of full-width keys and values for that call, not their FLOPs). Every fused path computes what the reference
 computes at every position (padded query rows included), up to the rounding of its dtype: the
 parity tests run splash through Pallas' interpret mode and cuDNN's exact arguments through
 `implementation="xla"` on CPU (`Runtime(interpret=True)` does the same for a whole model).
@@ -195,10 +199,21 @@ def splash_attention(q, k, v, mask: Mask, *, scale: float, blocks: SplashBlocks,
     return rows(q, k, v, q_ids, kv_ids)
 
 
+def repeat_kv(x: jax.Array, heads: int) -> jax.Array:
+    """[B, S, K, D] keys or values -> [B, S, heads, D], each of the K heads repeated for the
+    heads / K query heads that share it (in order: transformers' repeat_kv)."""
+    groups = heads // x.shape[2]
+    return x if groups == 1 else jnp.repeat(x, groups, axis=2)
+
+
 def attend(q, k, v, mask: Mask, *, scale: float, noise, dropout: float, runtime: Runtime):
-    """Attention over [B, T, H, D] by the kernel choose_attention picks for this call. `noise`
-    is the pass's dropout (payload.engines.jax.models.layers.Noise): off at evaluation, where
-    the fused kernel may then run although training takes the reference."""
+    """Attention over q [B, T, H, D] and k, v [B, S, K, D] (K divides H: grouped-query) by the
+    kernel choose_attention picks for this call. `noise` is the pass's dropout
+    (payload.engines.jax.models.layers.Noise): off at evaluation, where the fused kernel may
+    then run although training takes the reference."""
+    heads = q.shape[2]
+    if heads % k.shape[2]:
+        raise ValueError(f"{k.shape[2]} key/value heads do not divide {heads} query heads")
     rate = dropout if noise is not None and noise.active else 0.0
     choice = choose_attention(platform=runtime.platform, generation=runtime.generation,
                               q_len=q.shape[1], kv_len=k.shape[1], head_dim=q.shape[-1],
@@ -206,6 +221,7 @@ def attend(q, k, v, mask: Mask, *, scale: float, noise, dropout: float, runtime:
     if choice.kernel == CUDNN:
         return cudnn_attention(q, k, v, mask, scale=scale,
                                implementation="xla" if runtime.interpret else "cudnn")
+    k, v = repeat_kv(k, heads), repeat_kv(v, heads)
     if choice.kernel == SPLASH:
         return splash_attention(q, k, v, mask, scale=scale, blocks=choice.blocks,
                                 mesh=runtime.mesh, interpret=runtime.interpret)

@@ -64,11 +64,47 @@ def parameter_spec(shape: tuple[int, ...], fsdp: int,
 
 
 def make_mesh(plan: ShardingPlan, devices=None) -> Mesh:
-    """The device mesh (data, fsdp) over every device of every process."""
+    """The device mesh (data, fsdp) over every device of every process. Over several slices the
+    data axis is hybrid, the slices outermost (DCN), so an FSDP group lies within one slice and
+    only the gradients' all-reduce crosses the data-center network."""
     devices = list(jax.devices() if devices is None else devices)
     if len(devices) != plan.num_devices:
         raise ValueError(f"the plan is for {plan.num_devices} devices, there are {len(devices)}")
-    return Mesh(np.array(devices).reshape(plan.data, plan.fsdp), (DATA, FSDP))
+    if plan.slices == 1:
+        return Mesh(np.array(devices).reshape(plan.data, plan.fsdp), (DATA, FSDP))
+    groups = slice_groups(devices, plan.slices)
+    if len(groups[0]) % plan.fsdp:
+        raise ValueError(f"FSDP over {plan.fsdp} devices would span slices of "
+                         f"{len(groups[0])}: the state is sharded within a slice only")
+    per_slice = (plan.data // plan.slices, plan.fsdp)
+    if len({getattr(d, "slice_index", 0) for d in devices}) == plan.slices:
+        # TPU slices: JAX orders each slice's devices along its ICI links.
+        from jax.experimental import mesh_utils
+
+        grid = mesh_utils.create_hybrid_device_mesh(per_slice, (plan.slices, 1), devices)
+    else:
+        grid = np.concatenate([np.array(g).reshape(per_slice) for g in groups])
+    return Mesh(grid, (DATA, FSDP))
+
+
+def slice_groups(devices, slices: int) -> list[list]:
+    """The devices of each slice, slice 0 first: by the slice each TPU device says it is on,
+    or, where every device says 0 (CPU workers standing for slices), by process, consecutive
+    processes forming one slice (worker i is on slice i // workers per slice, as the launcher
+    numbers them)."""
+    if len({getattr(d, "slice_index", 0) for d in devices}) == slices:
+        def key(d):
+            return d.slice_index
+    else:
+        processes = sorted({d.process_index for d in devices})
+        if len(processes) % slices:
+            raise ValueError(f"{len(processes)} processes do not make {slices} equal slices")
+        per = len(processes) // slices
+
+        def key(d):
+            return processes.index(d.process_index) // per
+    ordered = sorted(devices, key=lambda d: (key(d), d.process_index, d.id))
+    return [[d for d in ordered if key(d) == s] for s in range(slices)]
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:

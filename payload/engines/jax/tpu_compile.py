@@ -62,13 +62,14 @@ def compile_for_tpu(config, acc: Accelerator, target: CompileTopology) -> dict:
         return plan_sharding(num_params, num_devices=len(devices), hbm_bytes_per_chip=hbm,
                              optimizer=config.train.optimizer, where=acc.name,
                              workload=replace(workload, remat=remat),
-                             larger=larger_slices(acc.name))
+                             larger=larger_slices(acc.name), num_slices=target.num_slices)
 
     def laid_out(remat: str) -> ShardingPlan:
         """How the trainer lays the step out with train.remat `remat`, fitting or not."""
         return arrangement(num_params, num_devices=len(devices), hbm_bytes_per_chip=hbm,
                            optimizer=config.train.optimizer,
-                           workload=replace(workload, remat=remat))
+                           workload=replace(workload, remat=remat),
+                           num_slices=target.num_slices)
 
     def compiled(arranged: ShardingPlan) -> dict:
         return _compile_train(config, architecture, arranged, devices, acc, workload) | {
@@ -100,7 +101,8 @@ def compile_for_tpu(config, acc: Accelerator, target: CompileTopology) -> dict:
     flops_formula = row_flops(config, architecture).total * config.train.batch_size
     return {
         "accelerator": acc.name, "generation": acc.generation, "topology": target.name,
-        "chips": acc.chips, "devices": len(devices), "device_kind": devices[0].device_kind,
+        "slices": target.num_slices, "chips": acc.chips * target.num_slices,
+        "devices": len(devices), "device_kind": devices[0].device_kind,
         "hbm_bytes_per_device": hbm,
         "mesh": {"data": chosen.data, "fsdp": chosen.fsdp}, "remat": chosen.remat,
         "estimate_bytes": chosen.total_bytes_per_chip,

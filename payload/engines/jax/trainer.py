@@ -16,6 +16,7 @@ output_dir/checkpoints/ (payload.engines.jax.checkpoints), written by every proc
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 
@@ -61,7 +62,8 @@ class JaxTrainer:
                                generation=generation_of(jax.devices()[0].device_kind))
         sharding = plan_sharding(num_params, num_devices=num_devices,
                                           hbm_bytes_per_chip=_memory_per_device(),
-                                          optimizer=config.train.optimizer, workload=workload)
+                                          optimizer=config.train.optimizer, workload=workload,
+                                          num_slices=plan.num_slices)
         self.program = jax_step.TrainProgram(architecture, family=self.family,
                                              train_cfg=config.train,
                                              mesh=jax_step.make_mesh(sharding),
@@ -74,6 +76,7 @@ class JaxTrainer:
         self.state = None
         self.init_source = None
         self.iterator = None
+        self.input_wait_s = 0.0  # the training steps' waits for their batches (the goodput's)
         self._step = self.program.train_step  # compile_step puts the compiled one here
         self._first_batch = None  # the batch compile_step compiled for, trained on first
         self._eval_batches: list | None = None
@@ -151,7 +154,12 @@ class JaxTrainer:
 
     def _next_batch(self):
         batch, self._first_batch = self._first_batch, None
-        return batch if batch is not None else self.program.global_batch(next(self.iterator))
+        if batch is not None:
+            return batch
+        began = time.perf_counter()  # the host waits for its batch: the device may starve
+        batch = self.program.global_batch(next(self.iterator))
+        self.input_wait_s += time.perf_counter() - began
+        return batch
 
     def train_chunk(self, num_steps: int) -> tuple[float, int]:
         import jax

@@ -45,6 +45,7 @@ class TensorFlowTrainer:
             self.optimizer.build(self.model.trainable_variables)
         self.ckpts = None
         self.init_source = None
+        self.input_wait_s = None  # the batches are taken inside the compiled chunk: not seen
         self._train_chunk = self._eval_chunk = None
         self._eval_dataset = None
 

@@ -17,6 +17,7 @@ AUTO = {
     "roberta": transformers.AutoModelForMaskedLM,
     "gpt2": transformers.AutoModelForCausalLM,
     "t5": transformers.AutoModelForSeq2SeqLM,
+    "llama": transformers.AutoModelForCausalLM,
 }
 
 

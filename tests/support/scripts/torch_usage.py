@@ -4,7 +4,7 @@ TensorFlow's.
 
     .venv-torch/bin/python tests/support/scripts/torch_usage.py MODEL_DIR FAMILY PROMPT [PROMPT ...]
 
-GPT-2 and T5: `model.generate(**tokenizer(prompt, return_tensors="pt"))`, greedy, per prompt:
+GPT-2, Llama and T5: `model.generate(**tokenizer(prompt, return_tensors="pt"))`, greedy, per prompt:
 {"inputs": [names the tokenizer returned], "generated": [[new token ids], ...]}.
 BERT and RoBERTa: a `fill-mask` pipeline, per prompt: {"fill_mask": [[[token id, token str,
 score], ...top 5], ...]}. Exits 3 if a weight was missing, unexpected or mismatched.
@@ -27,19 +27,20 @@ def main() -> int:
         "roberta": transformers.AutoModelForMaskedLM,
         "gpt2": transformers.AutoModelForCausalLM,
         "t5": transformers.AutoModelForSeq2SeqLM,
+        "llama": transformers.AutoModelForCausalLM,
     }[family]
     model, info = auto.from_pretrained(folder, output_loading_info=True)
     model.eval()
     problems = {k: list(v) for k, v in info.items() if v}
     report = {"transformers": transformers.__version__, "problems": problems}
-    if family in ("gpt2", "t5"):
+    if family in ("gpt2", "llama", "t5"):
         report["inputs"] = sorted(tokenizer(prompts[0], return_tensors="pt"))
         generated = []
         for prompt in prompts:
             encoded = tokenizer(prompt, return_tensors="pt")
             with torch.no_grad():
                 out = model.generate(**encoded, max_new_tokens=NEW_TOKENS, do_sample=False)
-            start = encoded["input_ids"].shape[1] if family == "gpt2" else 0
+            start = 0 if family == "t5" else encoded["input_ids"].shape[1]
             generated.append(out[0, start:].tolist())
         report["generated"] = generated
     else:

@@ -1,4 +1,4 @@
-"""BERT, RoBERTa, GPT-2 and T5 as the project's own Flax NNX modules, whose parameter paths are
+"""BERT, RoBERTa, GPT-2, T5 and Llama as the project's own Flax NNX modules, whose parameter paths are
 the PyTorch transformers state-dict keys, in the same layouts.
 
     config = payload.core.sizes.transformers_config(model_cfg, vocab_size=32000, seq_len=512)
@@ -27,12 +27,14 @@ from payload.core.families import FAMILIES
 from payload.engines.jax.kernels import Runtime
 from payload.engines.jax.models.bert import BertForMaskedLM, RobertaForMaskedLM
 from payload.engines.jax.models.gpt2 import GPT2LMHeadModel
+from payload.engines.jax.models.llama import LlamaForCausalLM
 from payload.engines.jax.models.t5 import T5ForConditionalGeneration
 
 # Each family's model is the class its spec names (payload.core.families: the architecture).
 MODEL_CLASSES = {
     name: {cls.__name__: cls for cls in (BertForMaskedLM, RobertaForMaskedLM, GPT2LMHeadModel,
-                                         T5ForConditionalGeneration)}[spec.architecture]
+                                         T5ForConditionalGeneration, LlamaForCausalLM)
+           }[spec.architecture]
     for name, spec in FAMILIES.items()
 }
 

@@ -66,6 +66,9 @@ class Dims:
     gated: bool = False  # the feed-forward has two input matrices
     dropout: bool = False  # dropout on the residual stream
     decoder_layers: int = 0
+    # The norm follows the residual sum (BERT's post-norm), so its float32 input is kept
+    # apart from the residual stream; before the sum (pre-norm) it reads the stream itself.
+    post_norm: bool = False
 
     @property
     def all_layers(self) -> int:

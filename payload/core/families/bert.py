@@ -90,7 +90,7 @@ def dims(c: dict) -> Dims:
     heads = c.get("num_attention_heads", 12)
     return Dims(width=width, layers=c.get("num_hidden_layers") or 12, heads=heads,
                 head_dim=width // heads, ff=c.get("intermediate_size") or 4 * width,
-                dropout=bool(c.get("hidden_dropout_prob", 0.1)))
+                dropout=bool(c.get("hidden_dropout_prob", 0.1)), post_norm=True)
 
 
 def attention_sites(c: dict, seq_len: int, target_len: int | None) -> list[Site]:

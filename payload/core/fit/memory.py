@@ -57,9 +57,10 @@ def _attention_bytes(site, *, platform, generation, dtype: str, size: int) -> fl
 
 
 def _layer(*, width: int, inner: int, ff: int, gated: bool, size: int, attention: float,
-           dropout: bool, policy: str, cross_inner: int = 0) -> float:
+           dropout: bool, policy: str, cross_inner: int = 0, post_norm: bool = False) -> float:
     """Bytes per token one layer keeps for the backward pass. `inner` is heads x head width,
-    `ff` the feed-forward's width; `cross_inner` a decoder layer's cross-attention."""
+    `ff` the feed-forward's width; `cross_inner` a decoder layer's cross-attention;
+    `post_norm` the norms after the residual sums (their float32 inputs kept apart)."""
     products = 3 * inner + width + (2 if gated else 1) * ff + width  # q k v, out, ff in, ff out
     if cross_inner:
         products += cross_inner + width  # the cross-attention's query and output
@@ -68,7 +69,8 @@ def _layer(*, width: int, inner: int, ff: int, gated: bool, size: int, attention
     if policy == "dots":
         return size * (width + products)
     kept = size * (width + products + inner + (2 if gated else 1) * ff + width)
-    kept += F32 * width * (3 if cross_inner else 2)  # the norms' float32 inputs
+    if post_norm:
+        kept += F32 * width * (3 if cross_inner else 2)  # the norms' float32 inputs
     kept += attention
     if dropout:
         kept += 3 * width  # masks after attention, feed-forward, and on the residual
@@ -94,7 +96,8 @@ def activation_bytes(workload, policy: str, *, rows: int) -> int:
     layers = dims.layers
     if not dims.decoder_layers:  # one stack (BERT, RoBERTa, GPT-2, Llama)
         per = {p: _layer(width=width, inner=inner, ff=ff, gated=gated, size=size,
-                         attention=attention(sites[0]), dropout=dropout, policy=p)
+                         attention=attention(sites[0]), dropout=dropout, policy=p,
+                         post_norm=dims.post_norm)
                for p in REMAT_ORDER}
         tokens = rows * length
         body = tokens * (layers * per[policy] + per["none"] + F32 * width)
@@ -103,11 +106,13 @@ def activation_bytes(workload, policy: str, *, rows: int) -> int:
         encoder_site, decoder_site, cross_site = sites
         target = workload.target_len or length
         enc = {p: _layer(width=width, inner=inner, ff=ff, gated=gated, size=size,
-                         attention=attention(encoder_site), dropout=dropout, policy=p)
+                         attention=attention(encoder_site), dropout=dropout, policy=p,
+                         post_norm=dims.post_norm)
                for p in REMAT_ORDER}
         dec = {p: _layer(width=width, inner=inner, ff=ff, gated=gated, size=size,
                          attention=attention(decoder_site) + attention(cross_site),
-                         dropout=dropout, policy=p, cross_inner=inner)
+                         dropout=dropout, policy=p, cross_inner=inner,
+                         post_norm=dims.post_norm)
                for p in REMAT_ORDER}
         # The encoder's output's keys and values in every decoder layer, per input token
         # (products: kept unless the whole layer is recomputed).

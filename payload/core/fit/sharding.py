@@ -196,6 +196,22 @@ def arrangement(num_params: int, *, num_devices: int, hbm_bytes_per_chip: int, w
                         + _working_bytes(num_params, fsdp, workload))
 
 
+def compiler_trials(estimated: ShardingPlan, laid_out, *, estimated_fits: bool
+                    ) -> list[ShardingPlan]:
+    """With train.remat auto and a compiler to ask (tpuctl train --dry-run --compile), the
+    arrangements to compile after the estimate's choice `estimated`, in order, the first the
+    compiler fits being the choice: where `estimated` fits, the lighter policies the estimate
+    ruled out for its margin alone (estimated within the whole chip), lightest first; where it
+    does not, the heavier ones. `laid_out(policy)` is that policy's arrangement."""
+    from payload.core.fit.memory import REMAT_ORDER
+
+    at = REMAT_ORDER.index(estimated.remat)
+    if not estimated_fits:
+        return [laid_out(policy) for policy in REMAT_ORDER[at + 1:]]
+    return [arranged for arranged in map(laid_out, REMAT_ORDER[:at])
+            if arranged.total_bytes_per_chip <= arranged.usable_bytes]
+
+
 def usable_share(named_policy: bool) -> float:
     """The share of a chip's HBM a step may fill by the estimate."""
     return NAMED_POLICY_SHARE_OF_HBM if named_policy else USABLE_SHARE_OF_HBM
@@ -228,15 +244,12 @@ def _working_bytes(num_params: int, fsdp: int, workload) -> int:
     one computing and the next one's gather)."""
     if fsdp == 1:
         return 0
-    layers = max(1, _layers(workload.architecture))
+    from payload.core.families import family_of
+
+    architecture = workload.architecture
+    layers = max(1, family_of(architecture).dims(architecture).all_layers)
     width = 2 if _bf16_products(workload) else 4
     return 2 * num_params * width // layers
-
-
-def _layers(architecture: dict) -> int:
-    return int(architecture.get("num_hidden_layers") or architecture.get("n_layer")
-               or architecture.get("num_layers", 0)
-               + (architecture.get("num_decoder_layers") or architecture.get("num_layers", 0)))
 
 
 def _fitting(num_params, state, groups, *, num_devices, hbm_bytes_per_chip, workload,

@@ -29,7 +29,7 @@ from payload.cloud.accelerators import Accelerator, CompileTopology, larger_slic
 from payload.core.errors import UserError
 from payload.core.families import FAMILIES
 from payload.core.fit.memory import REMAT_ORDER
-from payload.core.fit.sharding import GIB, ShardingPlan, arrangement, plan_sharding
+from payload.core.fit.sharding import GIB, ShardingPlan, arrangement, compiler_trials, plan_sharding
 from payload.core.fit.workload import Workload
 from payload.core.sizes import count_parameters
 from payload.engines.jax.kernels import Runtime
@@ -78,24 +78,16 @@ def compile_for_tpu(config, acc: Accelerator, target: CompileTopology) -> dict:
     estimated = plan(workload.remat)  # an estimate that fits nothing is refused here, uncompiled
     train = compiled(estimated)
     chosen = estimated
-    if workload.remat == "auto":
-        # The compiler's figure chooses: the lightest policy it says fits, among those the
-        # estimate ruled out for its margin alone (a policy the user names may fill the chip:
-        # payload.core.fit.sharding.NAMED_POLICY_SHARE_OF_HBM, so the choice can be named).
-        lighter = [arranged.remat for arranged in map(
-            laid_out, REMAT_ORDER[:REMAT_ORDER.index(estimated.remat)])
-            if arranged.total_bytes_per_chip <= arranged.usable_bytes]
-        found = _first_that_fits(compiled, lighter if train["fits"] else
-                                 REMAT_ORDER[REMAT_ORDER.index(estimated.remat) + 1:], laid_out)
+    if workload.remat == "auto":  # the compiler's figure chooses
+        found = _first_that_fits(compiled, compiler_trials(estimated, laid_out,
+                                                           estimated_fits=train["fits"]))
         if found is not None:
-            train = found
-            chosen = found["plan"]
+            train, chosen = found, found["plan"]
     if not train["fits"]:
-        later = REMAT_ORDER[REMAT_ORDER.index(estimated.remat) + 1:]
-        fitting = (None if workload.remat == "auto" else
-                   _first_that_fits(compiled, later, laid_out))
-        raise _does_not_fit(estimated, train, fitting, acc=acc, workload=workload,
-                            devices=len(devices))
+        later = [] if workload.remat == "auto" else [
+            laid_out(remat) for remat in REMAT_ORDER[REMAT_ORDER.index(estimated.remat) + 1:]]
+        raise _does_not_fit(estimated, train, _first_that_fits(compiled, later), acc=acc,
+                            workload=workload, devices=len(devices))
     train.pop("plan")
     evaluation = _compile_eval(config, architecture, chosen, devices, acc, workload)
     flops_formula = row_flops(config, architecture).total * config.train.batch_size
@@ -206,11 +198,11 @@ def _first_line(text: str) -> str:
     return (lines[0] if lines else "no reason given")[:400]
 
 
-def _first_that_fits(compiled, policies, laid_out) -> dict | None:
-    """The first of `policies` (train.remat values) whose step, laid out as the trainer lays it
-    out, the compiler says fits; its compiled train step with its "plan"; None if none does."""
-    for remat in policies:
-        found = compiled(laid_out(remat))
+def _first_that_fits(compiled, arrangements) -> dict | None:
+    """The compiled train step (with its "plan") of the first of `arrangements` the compiler
+    says fits; None if none does."""
+    for arranged in arrangements:
+        found = compiled(arranged)
         if found["fits"]:
             return found
     return None

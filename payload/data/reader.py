@@ -1,10 +1,12 @@
 """The training input as a function of the step: which records form global batch s, read from
 their offsets, with no framework.
 
-    reader = Reader.of(manifest, data_dir)                     # the shards, by record offset
-    stream = TrainStream(reader, segments, seed=0)             # segments: payload.data.stream
-    ids, rows = stream.host_ids(step=30, host=1, num_hosts=2)  # [B/2, L] int32, global rows
-    batch_digest(stream.global_ids(30))                        # metrics.json's data_digests
+    reader = Reader.of(manifest, data_dir, "train")     # the shards, by record offset
+    ids = reader.rows("", np.array([7, 3]))             # [2, record_len] int32
+    order = Permutation(n=1000, key=key_of(0, "", 0))   # epoch 0's order of 1,000 records
+    batch_digest(ids)                                   # metrics.json's data_digests value
+
+payload.data.stream builds each step's global batch from these.
 
 Global batch s depends only on the prepared data (its manifest), `train.seed` and s: example e of
 the run is record `Permutation(n, key(seed, source, epoch))[e mod n]` of its source, so nothing

@@ -3,7 +3,7 @@ recorded beside the checkpoints; the global batch of any step; each host's rows 
 
     segments = resume_segments(saved, want, start=30, allow_change=False)  # or [want] at 0
     stream = TrainStream(reader, segments, objective, seed=0)
-    for features in stream.host_batches(start=30, host=0, num_hosts=2): ...
+    batches = stream.host_batches(start=30, host=0, num_hosts=2)   # host 0's features, numpy
     stream.consumed(60)                       # {source: examples drawn before step 60}
 
 A segment starts at a step with the number of examples each source had given by then; from there

@@ -234,7 +234,7 @@ def test_every_feature_has_a_static_shape(tmp_path, family):
 
     config = training_run_config(prepared_run(tmp_path, family), family)
     inputs = with_data_order(config, check_inputs(config), resume=False, start=0)
-    shapes = inputs.feature_shapes(8)
+    shapes = inputs.feature_shapes(config.train.batch_size)
     batches = inputs.train_batches(0, host=0, num_hosts=1)
     for _ in range(3):
         batch = next(batches)

@@ -15,13 +15,14 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 SUITES = ["bench.prepare_bench", "bench.train_bench", "bench.launch_bench", "bench.gcs_bench",
-          "bench.accel_bench"]
+          "bench.accel_bench", "bench.reader_bench"]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--quick", action="store_true", help="smaller inputs (a smoke run)")
-    parser.add_argument("--only", help="run one suite: prepare, train, launch, gcs or accel")
+    parser.add_argument("--only", help="run one suite: prepare, train, launch, gcs, accel or "
+                        "reader")
     parser.add_argument("--torch-python", help="accel: the Python with torch and transformers "
                         "(default: this one)")
     parser.add_argument("--jax-python", help="accel: the Python with JAX (default: this one)")

@@ -90,17 +90,12 @@ def _tokenizer_object(config):
 
 
 def ours_dataset(config, manifest, files, vocab):
-    from payload.data.objectives import objective_for
-    from payload.data.pipeline import input_pipeline
+    """tpuctl's input: the neutral reader's masked batches (payload.data.stream), one host."""
+    from payload.training.inputs import check_inputs, with_data_order
 
-    return input_pipeline(
-        files,
-        record_len=config.record_len,
-        dtype=manifest.dtype,
-        batch_size=config.train.batch_size,
-        objective=objective_for(config, vocab),
-        seed=config.train.seed,
-    )
+    del manifest, files, vocab
+    inputs = with_data_order(config, check_inputs(config), resume=False, start=0)
+    return inputs.train_batches(0, host=0, num_hosts=1)
 
 
 def pipeline(kind: str, config_path: str, batches: int) -> dict:

@@ -60,6 +60,7 @@ class TrainOptions:
     stages: tuple[Stage, ...] = ALL_STAGES
     resume: bool = False
     overwrite: bool = False
+    new_data_order: bool = False  # a resume may continue in another seed's or data's order
     dry_run: bool = False
     down: bool = False  # delete the TPU when the job ends, even with no launcher watching
     auto_resume: int = 0  # preemptions to recover from
@@ -189,7 +190,7 @@ def plan_train(config_path: Path, options: TrainOptions) -> Launch:
         config, fleet.workers, job_id=new_job_id(config.name),
         payload_digest=ship.payload_digest(wheel), environment=environment,
         hardware=fleet.hardware, stages=options.stages, resume=options.resume,
-        overwrite=options.overwrite, stage_entry=(entry,) if entry else ("-m", "payload"),
+        overwrite=options.overwrite, new_data_order=options.new_data_order, stage_entry=(entry,) if entry else ("-m", "payload"),
         stale_after_s=peer_timeout_s(),
         forward_env=stand_ins.forwarded_env() + storage.forwarded_env(),
         hub_env=hub.forwarded_env())

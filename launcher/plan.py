@@ -313,6 +313,7 @@ def build_plan(
     hardware: Hardware,
     stages: tuple[Stage, ...] = ALL_STAGES,
     resume: bool = False,
+    new_data_order: bool = False,
     overwrite: bool = False,
     stage_entry: tuple[str, ...] = ("-m", "payload"),
     stale_after_s: float = 120.0,
@@ -330,7 +331,8 @@ def build_plan(
     paths = tuple(job_paths(job_id, payload_digest, w.index) for w in workers)
     n = len(workers)
     base_env = (*STAGE_ENV, ("PYTHONPATH", paths[0].payload_dir), *forward_env)
-    flags = (*(("--resume",) if resume else ()), *(("--overwrite",) if overwrite else ()))
+    flags = (*(("--resume",) if resume else ()), *(("--overwrite",) if overwrite else ()),
+             *(("--new-data-order",) if new_data_order else ()))
 
     def stage(name: Stage, index: int, share: tuple[int, int] | None,
               extra_env: tuple[tuple[str, str], ...] = ()) -> Command:

@@ -54,6 +54,9 @@ def _parser() -> argparse.ArgumentParser:
                         "checkpoints were made with); prepare: make this worker's share again; "
                         "train: start again over an earlier run's checkpoints")
     parser.add_argument("--resume", action="store_true", help="train: continue from a checkpoint")
+    parser.add_argument("--new-data-order", action="store_true",
+                        help="train --resume: continue although train.seed or the prepared data "
+                        "changed, in their new order from the same example offset")
     parser.add_argument("--stages", default=",".join(STAGE_NAMES),
                         help=f"{PREFLIGHT}: the job's stages (comma-separated)")
     parser.add_argument("--hardware", default="cpu",
@@ -90,7 +93,8 @@ def run_stage(args: argparse.Namespace) -> None:
         from payload.stages.train import run_train
 
         run_train(config, worker_index=args.worker_index, num_workers=args.num_workers,
-                  resume=args.resume, overwrite=args.overwrite, hardware=hardware)
+                  resume=args.resume, overwrite=args.overwrite, hardware=hardware,
+                  new_data_order=args.new_data_order)
     elif stage is Stage.EXPORT:
         from payload.stages.export import run_export
 

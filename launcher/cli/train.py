@@ -60,6 +60,9 @@ def train(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Do every stage that runs "
                                             "again over its earlier outputs (removing only "
                                             "what tpuctl wrote).")] = False,
+    new_data_order: Annotated[bool, typer.Option(
+        "--new-data-order", help="With --resume: continue although train.seed or the prepared "
+        "data changed, in their new order from the same example offset.")] = False,
     dry_run: DryRunOpt = False,
     detach: Annotated[bool, typer.Option("--detach", help="Start the job and return "
                                          "without streaming its logs.")] = False,
@@ -103,7 +106,8 @@ def train(
                         hint="tpuctl train --dry-run --compile --accelerator TYPE")
     options = launch.TrainOptions(
         local=local, num_workers=num_workers, stages=planning.parse_stages(stages),
-        resume=resume, overwrite=overwrite, dry_run=dry_run, down=down,
+        resume=resume, overwrite=overwrite, new_data_order=new_data_order, dry_run=dry_run,
+        down=down,
         auto_resume=auto_resume, max_hours=max_hours, max_cost=max_cost,
         push_to_hub=push_to_hub, download=download, engine=engine)
     the_launch = launch.plan_train(config_path, options)

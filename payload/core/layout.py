@@ -29,6 +29,7 @@ PARTS_DIR = "parts"  # inside DATA_DIR: each worker's share before the manifest 
 CHECKPOINTS_DIR = "checkpoints"
 RUN_IDENTITY = "run.json"  # inside CHECKPOINTS_DIR: what the checkpoints were made from
 SCHEDULE = "schedule.json"  # inside CHECKPOINTS_DIR: the schedule they are trained on
+DATA_STREAM = "data.json"  # inside CHECKPOINTS_DIR: the input order they are trained on
 VERIFIED = "verified.json"  # inside DATA_DIR: the manifest whose shards were checked in full
 TOKENIZER_STAMP = "training.json"  # inside TOKENIZER_DIR: what the tokenizer was trained from
 EXPORT_NOTE = "tpuctl_export.json"  # inside MODEL_DIR: its checkpoint, relative to output_dir

@@ -1,14 +1,17 @@
-"""Training objectives as vectorized tf.data transforms on whole batches, with static shapes.
+"""Training objectives as vectorized numpy transforms on whole batches, with static shapes.
 
     masker = MaskedLM(seq_len=128, vocab_size=8000, special_ids=(0, 1, 2, 3, 4), mask_id=4,
                       pad_id=1)
-    ds = ds.map(lambda ids, seed: masker(ids, seed))   # [B, 128] int32 -> features dict
+    features = masker(ids, draw)        # [B, 128] int32, [B, masker.draws] uniforms -> dict
     objective = objective_for(config, vocab)          # the run's family's, over its tokenizer
 
-Every function takes a `[B, L]` int32 batch of token ids and a stateless seed (shape [2]) and
-returns tensors whose shapes depend only on the config, never on the data or the random draw: a
-TPU compiles the step once. Special tokens are looked up in a vocabulary-sized table: the
-tokenizer stage gives them ids 0..n-1, but a reused tokenizer may have them anywhere.
+Every objective takes a `[B, L]` int32 batch of token ids and `draw`, `[B, draws]` float32
+uniforms in [0, 1) (None when `draws` is 0), and returns arrays whose shapes depend only on the
+config, never on the data or the draw: a TPU compiles the step once. The reader
+(payload.data.stream) draws each row's uniforms from the seed, the step and the row's place in
+the global batch, so a row is masked alike whichever host reads it. No framework: both engines
+take these arrays. Special tokens are looked up in a vocabulary-sized table: the tokenizer stage
+gives them ids 0..n-1, but a reused tokenizer may have them anywhere.
 """
 
 from __future__ import annotations
@@ -21,6 +24,11 @@ from payload.core.errors import UserError
 from payload.core.families import FAMILIES, max_predictions, span_corruption_lengths, span_counts
 
 IGNORE_INDEX = -100
+
+
+def _top(scores: np.ndarray, k: int) -> np.ndarray:
+    """Column indices of each row's k largest scores, largest first, ties to the lower index."""
+    return np.argsort(-scores, axis=1, kind="stable")[:, :k].astype(np.int32)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,53 +52,45 @@ class MaskedLM:
     def num_predictions(self) -> int:
         return max_predictions(self.seq_len, self.mlm_probability)
 
-    def __call__(self, ids, seed):
-        import tensorflow as tf
+    @property
+    def draws(self) -> int:
+        # [0, L) ranks the candidates, [L, L+P) picks the action, the rest the random token.
+        return self.seq_len + 2 * self.num_predictions
 
-        # Few, whole-batch ops: in tf.data the per-op overhead, not the arithmetic, is the cost.
+    def __call__(self, ids: np.ndarray, draw: np.ndarray) -> dict[str, np.ndarray]:
         p, length = self.num_predictions, self.seq_len
         batch = ids.shape[0]
-        # One draw: [0, L) ranks the candidates, [L, L+P) picks the action, the rest the
-        # random replacement token.
-        draw = tf.random.stateless_uniform([batch, length + 2 * p], seed)
         is_special = np.zeros(self.vocab_size, dtype=bool)
         is_special[list(self.special_ids)] = True
         ordinary = np.flatnonzero(~is_special).astype(np.int32)
-        candidate = ~tf.gather(tf.constant(is_special), ids)
-        num_candidates = tf.reduce_sum(tf.cast(candidate, tf.float32), axis=1)
-        num_to_mask = tf.clip_by_value(
-            tf.round(num_candidates * self.mlm_probability), tf.minimum(num_candidates, 1.0), p
-        )
+        candidate = ~is_special[ids]
+        num_candidates = candidate.sum(axis=1).astype(np.float32)
+        num_to_mask = np.clip(np.round(num_candidates * np.float32(self.mlm_probability)),
+                              np.minimum(num_candidates, 1.0), p)
         # A random order of the candidates, specials last: the first `num_to_mask` are chosen.
-        _, positions = tf.math.top_k(tf.where(candidate, draw[:, :length], -1.0), k=p)
-        chosen = tf.range(p, dtype=tf.float32)[None, :] < num_to_mask[:, None]
-        original = tf.gather(ids, positions, batch_dims=1)
-        action = draw[:, length : length + p]
-        random_ids = tf.gather(
-            tf.constant(ordinary), tf.cast(draw[:, length + p :] * len(ordinary), tf.int32)
-        )
-        # top_k positions are distinct, and unused slots write their own token back, so the
+        positions = _top(np.where(candidate, draw[:, :length], -1.0), p)
+        chosen = np.arange(p, dtype=np.float32)[None, :] < num_to_mask[:, None]
+        original = np.take_along_axis(ids, positions, axis=1)
+        action = draw[:, length:length + p]
+        random_ids = ordinary[(draw[:, length + p:] * len(ordinary)).astype(np.int32)]
+        replacement = np.where(chosen & (action < 0.8), self.mask_id,
+                               np.where(chosen & (action < 0.9), random_ids, original))
+        rows = np.repeat(np.arange(batch)[:, None], p, axis=1)
+        # top positions are distinct, and unused slots write their own token back, so the
         # scatter changes only the chosen positions.
-        replacement = tf.where(
-            chosen & (action < 0.8),
-            self.mask_id,
-            tf.where(chosen & (action < 0.9), random_ids, original),
-        )
-        rows = tf.constant(np.repeat(np.arange(batch, dtype=np.int32)[:, None], p, axis=1))
-        index = tf.stack([rows, positions], axis=-1)
+        inputs = ids.copy()
+        inputs[rows, positions] = replacement
         features = {
-            "input_ids": tf.tensor_scatter_nd_update(ids, index, replacement),
-            "attention_mask": tf.cast(ids != self.pad_id, tf.int32),
+            "input_ids": inputs.astype(np.int32),
+            "attention_mask": (ids != self.pad_id).astype(np.int32),
             "masked_positions": positions,
-            "masked_ids": original,
-            "masked_weights": tf.cast(chosen, tf.float32),
+            "masked_ids": original.astype(np.int32),
+            "masked_weights": chosen.astype(np.float32),
         }
         if self.dense_labels:
-            features["labels"] = tf.tensor_scatter_nd_update(
-                tf.fill(tf.shape(ids), IGNORE_INDEX),
-                index,
-                tf.where(chosen, original, IGNORE_INDEX),
-            )
+            labels = np.full(ids.shape, IGNORE_INDEX, dtype=np.int32)
+            labels[rows, positions] = np.where(chosen, original, IGNORE_INDEX)
+            features["labels"] = labels
         return features
 
 
@@ -99,16 +99,14 @@ class CausalLM:
     """Next-token prediction: labels are the ids themselves (the loss shifts), -100 on padding."""
 
     pad_id: int
+    draws: int = 0
 
-    def __call__(self, ids, seed):
-        import tensorflow as tf
-
-        del seed
+    def __call__(self, ids: np.ndarray, draw=None) -> dict[str, np.ndarray]:
         real = ids != self.pad_id
         return {
-            "input_ids": ids,
-            "attention_mask": tf.cast(real, tf.int32),
-            "labels": tf.where(real, ids, IGNORE_INDEX),
+            "input_ids": ids.astype(np.int32),
+            "attention_mask": real.astype(np.int32),
+            "labels": np.where(real, ids, IGNORE_INDEX).astype(np.int32),
         }
 
 
@@ -150,80 +148,70 @@ class SpanCorruption:
     def num_spans(self) -> int:
         return span_counts(self.expanded_len, self.noise_density, self.mean_noise_span_length)[1]
 
-    def noise_mask(self, batch, seed):
+    @property
+    def draws(self) -> int:
+        # One score per gap between items, for the noise and the non-noise segmentations.
+        return (self.num_noise - 1) + (self.expanded_len - self.num_noise - 1)
+
+    def noise_mask(self, draw: np.ndarray) -> np.ndarray:
         """[B, expanded_len] bool: True on noise tokens."""
-        import tensorflow as tf
-
         length, num_noise, num_spans = self.expanded_len, self.num_noise, self.num_spans
-        seeds = tf.random.experimental.stateless_split(seed, 2)
-        noise_lengths = _random_segmentation(batch, num_noise, num_spans, seeds[0])
-        nonnoise_lengths = _random_segmentation(batch, length - num_noise, num_spans, seeds[1])
-        interleaved = tf.reshape(
-            tf.stack([nonnoise_lengths, noise_lengths], axis=2), [batch, 2 * num_spans]
-        )
-        span_starts = tf.cumsum(interleaved, axis=1)[:, :-1]
-        starts = tf.reduce_max(tf.one_hot(span_starts, length, dtype=tf.int32), axis=1)
-        span_num = tf.cumsum(starts, axis=1)
-        return tf.equal(span_num % 2, 1)
+        noise_lengths = _random_segmentation(num_noise, num_spans, draw[:, :num_noise - 1])
+        nonnoise_lengths = _random_segmentation(length - num_noise, num_spans,
+                                                draw[:, num_noise - 1:])
+        batch = draw.shape[0]
+        interleaved = np.stack([nonnoise_lengths, noise_lengths], axis=2).reshape(
+            batch, 2 * num_spans)
+        span_starts = np.cumsum(interleaved, axis=1)[:, :-1]
+        starts = np.zeros((batch, length), dtype=np.int32)
+        np.put_along_axis(starts, span_starts, 1, axis=1)
+        return np.cumsum(starts, axis=1) % 2 == 1
 
-    def __call__(self, ids, seed):
-        import tensorflow as tf
-
-        batch = tf.shape(ids)[0]
-        noise = self.noise_mask(batch, seed)
+    def __call__(self, ids: np.ndarray, draw: np.ndarray) -> dict[str, np.ndarray]:
+        batch = ids.shape[0]
+        noise = self.noise_mask(draw)
         input_len, target_len = self.lengths
-        inputs = self._filter(ids, noise, input_len - 1)
-        labels = self._filter(ids, ~noise, target_len - 1)
-        eos = tf.fill([batch, 1], self.eos_id)
-        inputs = tf.concat([inputs, eos], axis=1)
-        labels = tf.concat([labels, eos], axis=1)
-        pad = self.seq_len - input_len
-        inputs = tf.pad(inputs, [[0, 0], [0, pad]], constant_values=self.pad_id)
-        decoder_inputs = tf.concat(
-            [tf.fill([batch, 1], self.decoder_start_id), labels[:, :-1]], axis=1
-        )
+        eos = np.full((batch, 1), self.eos_id, dtype=np.int32)
+        inputs = np.concatenate([self._filter(ids, noise, input_len - 1), eos], axis=1)
+        labels = np.concatenate([self._filter(ids, ~noise, target_len - 1), eos], axis=1)
+        inputs = np.pad(inputs, [(0, 0), (0, self.seq_len - input_len)],
+                        constant_values=self.pad_id)
+        decoder_inputs = np.concatenate(
+            [np.full((batch, 1), self.decoder_start_id, dtype=np.int32), labels[:, :-1]], axis=1)
         return {
-            "input_ids": inputs,
-            "attention_mask": tf.cast(inputs != self.pad_id, tf.int32),
-            "decoder_input_ids": decoder_inputs,
-            "labels": labels,
+            "input_ids": inputs.astype(np.int32),
+            "attention_mask": (inputs != self.pad_id).astype(np.int32),
+            "decoder_input_ids": decoder_inputs.astype(np.int32),
+            "labels": labels.astype(np.int32),
         }
 
-    def _filter(self, ids, drop_mask, out_len: int):
+    def _filter(self, ids: np.ndarray, drop_mask: np.ndarray, out_len: int) -> np.ndarray:
         """Replace each run of `drop_mask` tokens by one sentinel, keep the rest, compact to
         `out_len` (the count is the same in every row, so the shape is static)."""
-        import tensorflow as tf
-
-        dropped = tf.cast(drop_mask, tf.int32)
-        previous = tf.pad(dropped[:, :-1], [[0, 0], [1, 0]])
+        dropped = drop_mask.astype(np.int32)
+        previous = np.pad(dropped[:, :-1], [(0, 0), (1, 0)])
         run_start = dropped * (1 - previous)
-        sentinel_index = tf.cumsum(run_start, axis=1) - 1
-        sentinel = tf.gather(
-            tf.constant(self.sentinel_ids, tf.int32), tf.maximum(sentinel_index, 0)
-        )
-        marked = tf.where(run_start > 0, sentinel, ids)
+        sentinel_index = np.cumsum(run_start, axis=1) - 1
+        sentinel = np.asarray(self.sentinel_ids, np.int32)[np.maximum(sentinel_index, 0)]
+        marked = np.where(run_start > 0, sentinel, ids)
         keep = (run_start > 0) | ~drop_mask
-        length = tf.shape(ids)[1]
+        length = ids.shape[1]
         # Stable compaction: kept tokens in order first, then the rest.
-        key = tf.where(keep, tf.range(length)[None, :], length + tf.range(length)[None, :])
-        order = tf.argsort(key, axis=1)[:, :out_len]
-        return tf.gather(marked, order, batch_dims=1)
+        key = np.where(keep, np.arange(length)[None, :], length + np.arange(length)[None, :])
+        order = np.argsort(key, axis=1, kind="stable")[:, :out_len]
+        return np.take_along_axis(marked, order, axis=1).astype(np.int32)
 
 
-def _random_segmentation(batch, num_items: int, num_segments: int, seed):
-    """[B, num_segments] int32: random positive lengths summing to num_items in every row."""
-    import tensorflow as tf
-
+def _random_segmentation(num_items: int, num_segments: int, scores: np.ndarray) -> np.ndarray:
+    """[B, num_segments] int32: random positive lengths summing to num_items in every row, from
+    [B, num_items - 1] uniform scores (num_segments - 1 distinct cut points among the gaps)."""
+    batch = scores.shape[0]
     if num_segments == 1:
-        return tf.fill([batch, 1], num_items)
-    # Choose num_segments - 1 distinct cut points among the num_items - 1 gaps.
-    scores = tf.random.stateless_uniform([batch, num_items - 1], seed)
-    _, cuts = tf.math.top_k(scores, k=num_segments - 1)
-    cuts = tf.sort(cuts + 1, axis=1)
-    bounds = tf.concat(
-        [tf.zeros([batch, 1], tf.int32), cuts, tf.fill([batch, 1], num_items)], axis=1
-    )
-    return bounds[:, 1:] - bounds[:, :-1]
+        return np.full((batch, 1), num_items, dtype=np.int32)
+    cuts = np.sort(_top(scores[:, :num_items - 1], num_segments - 1) + 1, axis=1)
+    bounds = np.concatenate([np.zeros((batch, 1), np.int32), cuts,
+                             np.full((batch, 1), num_items, np.int32)], axis=1)
+    return (bounds[:, 1:] - bounds[:, :-1]).astype(np.int32)
 
 
 def objective_for(config, vocab):

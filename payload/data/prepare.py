@@ -359,6 +359,24 @@ def _mismatch_reason(ctx: _Context, stamp: dict) -> str | None:
     return "other data settings or corpus files"
 
 
+def _prepared_with_another_count(ctx: _Context) -> int | None:
+    """The worker count of a whole prepare of this same data (its manifest's fingerprint is the
+    one this run would make with that count), when it is not this run's: training reads any
+    prepared data with any worker count, so it is not made again."""
+    path = records.manifest_path(ctx.config.output_dir)
+    if not storage.exists(path):
+        return None
+    try:
+        manifest = records.Manifest.from_json(storage.read_text(path))
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        return None
+    if manifest.num_workers == ctx.num_workers:
+        return None
+    same = data_fingerprint(ctx.config, ctx.sources, ctx.layout, ctx.tokenizer_fp,
+                            manifest.num_workers)
+    return manifest.num_workers if manifest.data_fingerprint == same else None
+
+
 def _other_current_worker(ctx: _Context, name: str) -> bool:
     return records.written_for(name, ctx.num_workers) and not records.owned_by(
         name, ctx.worker_index, ctx.num_workers)
@@ -463,6 +481,11 @@ def run_prepare(config: RunConfig, *, worker_index: int = 0, num_workers: int = 
                                              num_workers=num_workers),
         worker_index=worker_index, num_workers=num_workers,
     )
+    made_by = None if overwrite else _prepared_with_another_count(ctx)
+    if made_by is not None:
+        log.info("data/ already holds this corpus prepared by %d workers; it serves any worker "
+                 "count (--overwrite prepares it again with %d)", made_by, num_workers)
+        return
     _guard_existing(ctx, overwrite)
     _clean_temporaries(ctx)
     if worker_index == 0:

@@ -113,7 +113,7 @@ def _varint(n: int) -> bytes:
             return bytes(out)
 
 
-def _example_prefix(payload_len: int) -> bytes:
+def example_prefix(payload_len: int) -> bytes:
     """Serialized `Example{features{feature{key:"ids" value{bytes_list{value: <payload>}}}}}`
     up to the payload; every row of a shard has the same length, so this is computed once."""
     bytes_list = b"\x0a" + _varint(payload_len)  # BytesList.value
@@ -159,7 +159,7 @@ class ShardWriter:
         data = np.ascontiguousarray(rows, dtype=self._dtype)
         row_bytes = data.shape[1] * data.itemsize
         if self._prefix is None:
-            self._prefix = _example_prefix(row_bytes)
+            self._prefix = example_prefix(row_bytes)
         record_len = len(self._prefix) + row_bytes
         header = struct.pack("<Q", record_len)
         header += struct.pack("<I", _masked_crc(header))
@@ -203,7 +203,7 @@ def iter_rows(data: bytes, *, dtype: str) -> np.ndarray:
             raise ValueError(f"bad record checksum at byte {pos}")
         if prefix is None:
             payload_len = _payload_len(body)
-            prefix = _example_prefix(payload_len)
+            prefix = example_prefix(payload_len)
         if not body.startswith(prefix):
             raise ValueError(f"record at byte {pos} is not a tpuctl row")
         rows.append(np.frombuffer(body[len(prefix):], dtype=np_dtype))
@@ -216,7 +216,7 @@ def iter_rows(data: bytes, *, dtype: str) -> np.ndarray:
 def _payload_len(body: bytes) -> int:
     # The payload is the tail of the record; find the length that reproduces the record size.
     for payload_len in range(len(body), 0, -1):
-        if len(_example_prefix(payload_len)) + payload_len == len(body):
+        if len(example_prefix(payload_len)) + payload_len == len(body):
             return payload_len
     raise ValueError("record is not a tpuctl row")
 
@@ -243,6 +243,9 @@ class ShardEntry:
     tokens: int
     bytes: int
     sha256: str
+    # The data.corpus entry the shard's rows come from, as the config names it, when the
+    # corpus is a weighted mixture (each entry kept apart); "" when the corpus is one pool.
+    source: str = ""
 
 
 @dataclass
@@ -283,6 +286,23 @@ class Manifest:
             for name, split in raw["splits"].items()
         }
         return cls(**raw)
+
+
+def split_sources(manifest: Manifest, split: str) -> dict[str, list[ShardEntry]]:
+    """A split's shards by source, each in manifest order, sources in order of first mention.
+
+    >>> m = Manifest(format=FORMAT, seq_len=8, record_len=8, dtype="uint16", family="gpt2",
+    ...              vocab_size=9, tokenizer_fingerprint="", data_fingerprint="", num_workers=1,
+    ...              documents=1, invalid_utf8_lines=0, splits={"train": SplitSummary(shards=[
+    ...                  ShardEntry("a", 1, 8, 9, "", "x"), ShardEntry("b", 1, 8, 9, "", "y"),
+    ...                  ShardEntry("c", 1, 8, 9, "", "x")])})
+    >>> {k: [e.name for e in v] for k, v in split_sources(m, "train").items()}
+    {'x': ['a', 'c'], 'y': ['b']}
+    """
+    groups: dict[str, list[ShardEntry]] = {}
+    for entry in manifest.splits[split].shards:
+        groups.setdefault(entry.source, []).append(entry)
+    return groups
 
 
 def manifest_path(output_dir: str) -> str:

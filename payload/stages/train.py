@@ -17,7 +17,7 @@ from payload.core import ownership
 from payload.core.engines import engine_spec
 from payload.engines import build_trainer
 from payload.training import checkpoints, loop
-from payload.training.inputs import check_inputs
+from payload.training.inputs import check_inputs, with_data_order
 from payload.training.leaving import leave_together
 from payload.training.strategy import CPU, Hardware, cluster_facts, plan_strategy
 from payload.training.voice import log, speak_for_training
@@ -31,6 +31,7 @@ def run_train(
     resume: bool = False,
     overwrite: bool = False,
     hardware: Hardware = CPU,
+    new_data_order: bool = False,
 ) -> None:
     checkpoints.check_flags(resume=resume, overwrite=overwrite)
     engine = engine_spec(config.train.engine)
@@ -49,6 +50,10 @@ def run_train(
                             engine=engine.name)
     if resume:
         checkpoints.check_resume(config.output_dir, inputs.identity)
+    # The input order from the step the run starts at (the newest checkpoint's on a resume).
+    inputs = with_data_order(config, inputs, resume=resume,
+                             start=checkpoints.newest_step(config.output_dir) or 0,
+                             allow_change=new_data_order)
     if plan.is_chief:
         ownership.claim_output_dir(config.output_dir)
     trainer = build_trainer(config, inputs, plan)

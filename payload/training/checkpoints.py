@@ -36,10 +36,11 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 # What tpuctl itself writes in the folder: run.json, the training schedule (train.py), the
-# marker, and storage's temporaries of each.
+# input order (payload.data.stream), the marker, and storage's temporaries of each.
 _OWN = re.compile(
-    r"^(?:(?:run|schedule)\.json|" + re.escape(layout.COMPLETE)
-    + r"|\.tmp-[^/]+-(?:run\.json|schedule\.json|" + re.escape(layout.COMPLETE) + r"))\Z"
+    r"^(?:(?:run|schedule|data)\.json|" + re.escape(layout.COMPLETE)
+    + r"|\.tmp-[^/]+-(?:run\.json|schedule\.json|data\.json|" + re.escape(layout.COMPLETE)
+    + r"))\Z"
 )
 
 

@@ -1,19 +1,24 @@
 """What a training run reads, checked before anything is written: the manifest, the shards, the
-tokenizer and the model config agree with the run config; and the input pipeline over them.
+tokenizer and the model config agree with the run config; and the input order over them.
 
     inputs = check_inputs(config)          # a mistake is one line and nothing is written
-    inputs.pipeline(config, inputs.train_files, shuffle=True, start_batch=0, batch_size=8)
+    inputs = with_data_order(config, inputs, resume=True, start=30)   # payload.data.stream
+    inputs.train_batches(30, host=0, num_hosts=2, digest=True)  # host 0's masked rows, numpy
     check_batch_size(64, replicas=8)       # the global batch splits evenly over the replicas
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import numpy as np
 
 from payload.core import layout, storage
 from payload.core.errors import UserError
 from payload.data import shards as records
+from payload.data import stream as data_stream
 from payload.data.objectives import objective_for
+from payload.data.reader import Reader
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,20 +32,30 @@ class RunInputs:
     hf_config: object
     identity: dict
     objective: object  # payload.data.objectives: what each batch trains (masks, spans)
+    seed: int
+    batch_size: int
+    output_dir: str
+    stream: data_stream.TrainStream | None = None  # with_data_order: the order from the start
 
-    def pipeline(self, config, files: list[str], *, shuffle: bool, start_batch: int,
-                 batch_size: int, pipeline_id: int = 0, num_pipelines: int = 1):
-        """Input pipeline `pipeline_id` of `num_pipelines` over `files` (a tf.data dataset of
-        `batch_size` rows a batch, the objective applied; each pipeline a share of the global
-        batch), from global batch `start_batch` on: the same order, masks and exact resume
-        for every engine."""
-        from payload.data.pipeline import input_pipeline
+    def train_batches(self, start: int, *, host: int, num_hosts: int, digest: bool = False):
+        """Host `host` of `num_hosts`'s rows of global batches start, start + 1, ... with the
+        objective applied (numpy dicts): the same order, masks and exact resume for every engine
+        and every layout; `digest`: also note each batch's digest (the chief, for metrics.json)."""
+        assert self.stream is not None, "with_data_order first"
+        return self.stream.host_batches(start, host, num_hosts, digest=digest)
 
-        return input_pipeline(
-            files, record_len=config.record_len, dtype=self.manifest.dtype,
-            batch_size=batch_size, objective=self.objective, seed=config.train.seed,
-            shuffle=shuffle, pipeline_id=pipeline_id, num_pipelines=num_pipelines,
-            start_batch=start_batch)
+    def eval_batches(self, *, host: int, num_hosts: int):
+        """Host `host`'s rows of the validation batches, the same at every evaluation."""
+        out = layout.data_dir(self.output_dir)
+        evals = data_stream.EvalStream(Reader.of(self.manifest, out, "validation"),
+                                       self.objective, self.seed, self.batch_size)
+        return evals.host_batches(host, num_hosts)
+
+    def feature_shapes(self, rows: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """The features of `rows` rows the objective gives: {name: (shape, dtype)}."""
+        ids = np.zeros((rows, self.manifest.record_len), np.int32)
+        features = data_stream.apply_objective(self.objective, ids, 0, np.arange(rows))
+        return {k: (v.shape, v.dtype) for k, v in features.items()}
 
 
 def run_identity(config, hf_config, tokenizer_fingerprint: str) -> dict:
@@ -112,7 +127,42 @@ def check_inputs(config) -> RunInputs:
         hf_config=hf_config,
         identity=identity,
         objective=objective_for(config, vocab),
+        seed=config.train.seed,
+        batch_size=config.train.batch_size,
+        output_dir=out,
     )
+
+
+def source_label(config, source: str) -> str:
+    """A source as the config names it: its data.corpus entry, or (one pooled source) every
+    entry, joined."""
+    return source or " + ".join(str(entry) for entry in config.data.corpus)
+
+
+def data_weights(config, manifest: records.Manifest) -> dict[str, float]:
+    """The weight of each of the manifest's training sources by this config (1 for a pool)."""
+    named = getattr(config.data, "weights", None) or {}
+    return {name: float(named.get(name, 1.0)) for name in records.split_sources(manifest, "train")}
+
+
+def with_data_order(config, inputs: RunInputs, *, resume: bool, start: int,
+                    allow_change: bool = False) -> RunInputs:
+    """`inputs` with the run's input order (payload.data.stream): a fresh run's from step 0, a
+    resume's continued from the order recorded beside the checkpoints, at step `start`."""
+    from payload.training.voice import log
+
+    out = config.output_dir
+    want = data_stream.Segment(step=0, consumed={}, batch_size=config.train.batch_size,
+                               weights=data_weights(config, inputs.manifest),
+                               seed=config.train.seed, data=inputs.manifest.data_fingerprint)
+    saved = data_stream.read_segments(out) if resume else None
+    segments, note = data_stream.resume_segments(saved, want, start=start if resume else 0,
+                                                 allow_change=allow_change)
+    if note:
+        log(note)
+    reader = Reader.of(inputs.manifest, layout.data_dir(out), "train")
+    return replace(inputs, stream=data_stream.TrainStream(reader, segments, inputs.objective,
+                                                          config.train.seed))
 
 
 def check_batch_size(batch_size: int, replicas: int) -> None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from payload.cloud.budget import Budget
 from payload.core.errors import UserError
 from payload.core.families import FAMILIES
+from payload.data.stream import write_segments
 from payload.training import checkpoints, schedule
 from payload.training.metrics import MetricsSink
 from payload.training.trainer import weights_digest
@@ -243,7 +244,7 @@ def train(config, inputs, trainer, plan, *, meter=None, resume: bool) -> None:
     out, train_cfg = config.output_dir, config.train
     if plan.is_chief and not resume:
         checkpoints.start_fresh(out, inputs.identity)
-    sink = MetricsSink(config, trainer, plan, meter=meter)
+    sink = MetricsSink(config, trainer, plan, meter=meter, stream=inputs.stream)
     sink.mark("devices_ready")
     try:
         # A checkpoint or model folder that cannot be read ends here, before anything of this
@@ -253,6 +254,8 @@ def train(config, inputs, trainer, plan, *, meter=None, resume: bool) -> None:
         start = trainer.start(resume=resume)
         if resume:
             sink.mark("restore_end", step=start)
+        if plan.is_chief and inputs.stream is not None:
+            write_segments(out, inputs.stream.segments)
         sink.open(resume=resume, start=start)
         if trainer.init_source:
             log(f"starting from the weights in {trainer.init_source}")

@@ -37,8 +37,9 @@ from payload.training import progress
 
 
 class MetricsSink:
-    def __init__(self, config, trainer, plan, *, meter=None):
+    def __init__(self, config, trainer, plan, *, meter=None, stream=None):
         self.config, self.trainer, self.meter = config, trainer, meter
+        self.stream = stream  # payload.data.stream.TrainStream: the digests and source counts
         self.is_chief = plan.is_chief
         self.path = layout.metrics_path(config.output_dir)
         self.header = {
@@ -51,7 +52,7 @@ class MetricsSink:
             "strategy": plan.kind.value,
             **({"utilisation": meter.header()} if meter else {}),
         }
-        self.history: dict[str, list] = {"evals": [], "train": []}
+        self.history: dict = {"evals": [], "train": [], "data_digests": {}}
         self.writer = None
         self.ledger = ledger.Writer(config.output_dir if self.is_chief else None,
                                     source=ledger.CHIEF, job=os.environ.get(ledger.JOB_ENV),
@@ -90,7 +91,10 @@ class MetricsSink:
         old = self.read()
         # "compiles": each start's compile of the step (engines that compile ahead).
         keys = ("evals", "train", *(("compiles",) if "compiles" in old else ()))
-        return {key: [e for e in old.get(key, []) if e["step"] <= start] for key in keys}
+        history = {key: [e for e in old.get(key, []) if e["step"] <= start] for key in keys}
+        history["data_digests"] = {step: digest for step, digest
+                                   in old.get("data_digests", {}).items() if int(step) <= start}
+        return history
 
     def read(self) -> dict:
         """metrics.json as written so far ({} without one)."""
@@ -139,7 +143,14 @@ class MetricsSink:
         if not self.is_chief:
             return
         family, engine, *rest = self.header.items()  # the step after what trained
+        self._take_data_digests(step)
         payload = {**dict((family, engine)), "step": step, **dict(rest), **self.history}
+        if self.stream is not None:
+            from payload.training.inputs import source_label
+
+            payload["examples_per_source"] = {
+                source_label(self.config, name): count
+                for name, count in self.stream.consumed(step).items()}
         if final is not None:
             payload["final"] = final
         payload["goodput"] = self.goodput()
@@ -150,6 +161,15 @@ class MetricsSink:
         storage.write_text(self.path, json.dumps(payload, indent=1) + "\n")
         if final is not None:
             self.say("final", {"family": self.config.model.family, **final})
+
+    def _take_data_digests(self, step: int) -> None:
+        """The reader's digests of the batches trained up to `step` (batch b trains step b + 1):
+        metrics.json's `data_digests`, keyed by step."""
+        if self.stream is None:
+            return
+        digests = self.history["data_digests"]
+        for batch in sorted(b for b in self.stream.digests if b < step):
+            digests[str(batch + 1)] = self.stream.digests.pop(batch)
 
     def close(self) -> None:
         if self.writer is not None:

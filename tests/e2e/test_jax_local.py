@@ -60,14 +60,14 @@ def test_two_local_jax_workers_compute_what_one_process_over_two_devices_compute
     assert multi["engine"] == "jax" and multi["strategy"] == "cpu-multi-worker"
     assert multi["replicas"] == 2
 
-    # The reference: the same shards and tokenizer, one process over two CPU devices, fed the
-    # two workers' pipelines side by side.
+    # The reference: the same shards and tokenizer, one process over two CPU devices, reading
+    # the same global batches (payload.data.stream).
     ref = tmp_path / "ref"
     shutil.copytree(out, ref, ignore=shutil.ignore_patterns("checkpoints", "metrics.json",
                                                             "logs", "model"))
     ref_config = jax_config(tmp_path / "ref-run", ref, workers=1)
-    single = subprocess.run([sys.executable, str(JAX_REFERENCE), "--config", str(ref_config),
-                             "--pipelines", "2"], env=worker_env(2),
+    single = subprocess.run([sys.executable, str(JAX_REFERENCE), "--config", str(ref_config)],
+                            env=worker_env(2),
                             capture_output=True, text=True, timeout=300)
     assert single.returncode == 0, single.stdout[-2000:] + single.stderr[-3000:]
     assert "JAX on 2 cpu device(s) in 1 process(es)" in single.stdout, single.stdout[-2000:]

@@ -5,8 +5,8 @@ The rooms from the bottom up: core (errors, layout, storage, the engines' and fa
 cloud, config, data, training (the neutral core: the loop, inputs, schedule, checkpoint rules,
 metrics), engines (one folder per framework), stages (train, export, publish), and the worker's
 entry points on top (jobs, __main__). Only an engine's own folder imports its framework, and the
-data modules that read and write TFRecords (tf.data, the shards, TensorBoard's events) import
-TensorFlow, the input library of either engine.
+data modules that read and write TFRecords with TensorFlow (the shards' decoder, TensorBoard's
+events) import it; the reader and the objectives import no framework.
 """
 
 from __future__ import annotations
@@ -26,8 +26,6 @@ FRAMEWORKS = {"tensorflow", "tf_keras", "keras", "jax", "jaxlib", "flax", "optax
 MAY_IMPORT = {
     "engines/tensorflow/": {"tensorflow", "tf_keras"},
     "engines/jax/": {"jax", "jaxlib", "flax", "optax", "orbax", "tensorstore"},
-    "data/pipeline.py": {"tensorflow"},
-    "data/objectives.py": {"tensorflow"},
     "data/shards.py": {"tensorflow"},
     "data/events.py": {"tensorflow"},
 }

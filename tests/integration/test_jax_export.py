@@ -31,7 +31,7 @@ from payload.engines.jax.checkpoints import Checkpoints
 from payload.stages.export import run_export
 from payload.training import checkpoints
 from tests.support.configs import training_config
-from tests.support.jax import pipeline_batches
+from tests.support.jax import reader_batches
 from tests.support.paths import SCRIPTS, TORCH_PYTHON, TORCH_READY
 from tests.support.runs import prepared_run
 
@@ -59,7 +59,7 @@ def train_with_jax(out: Path, raw: dict):
     program = jax_step.TrainProgram(inputs.hf_config.to_dict(), family=config.model.family,
                                     train_cfg=config.train, mesh=jax_step.make_mesh(plan))
     state = program.init_state(seed=config.train.seed)
-    batches = pipeline_batches(config, inputs, inputs.train_files, shuffle=True)
+    batches = reader_batches(config, inputs, "train")
     for _ in range(config.train.steps):
         state, metrics = program.train_step(state, program.global_batch(next(batches)))
     assert np.isfinite(float(metrics["loss"]))

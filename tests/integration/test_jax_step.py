@@ -1,12 +1,11 @@
-"""The JAX engine's train step: each objective learns from batches of the existing tf.data
-pipeline over shards of the existing prepare stage; the sharding plan says replicated or FSDP
+"""The JAX engine's train step: each objective learns from batches of the neutral reader
+over shards of the existing prepare stage; the sharding plan says replicated or FSDP
 and how much memory per chip; bf16 computes while the weights stay float32."""
 
 import numpy as np
 import pytest
 
 pytest.importorskip("optax")
-pytest.importorskip("tensorflow")
 
 import jax
 import jax.numpy as jnp
@@ -18,7 +17,7 @@ from payload.core.fit.sharding import plan_sharding
 from payload.core.sizes import parameter_count, transformers_config
 from payload.engines.jax import step as jax_step
 from tests.support.configs import training_config, training_run_config
-from tests.support.jax import pipeline_batches
+from tests.support.jax import reader_batches
 from tests.support.runs import prepared_run
 
 GIB = 1 << 30
@@ -77,7 +76,7 @@ def eval_loss(program, params, batches) -> float:
 # past the unigram floor (~0.85 x the first loss) only with some hundred steps.
 @pytest.mark.slow
 @pytest.mark.parametrize("family", ["roberta", "gpt2", "t5"])  # MLM, causal LM, span corruption
-def test_each_objective_learns_from_the_tf_data_pipeline(tmp_path, family):
+def test_each_objective_learns_from_the_reader(tmp_path, family):
     from payload.config import parse_config
     from payload.training.inputs import check_inputs
 
@@ -90,10 +89,10 @@ def test_each_objective_learns_from_the_tf_data_pipeline(tmp_path, family):
     program = jax_step.TrainProgram(inputs.hf_config.to_dict(), family=family,
                                     train_cfg=config.train, mesh=jax_step.make_mesh(plan))
     state = program.init_state(seed=config.train.seed)
-    validation = pipeline_batches(config, inputs, inputs.validation_files, shuffle=False)
+    validation = reader_batches(config, inputs, "validation")
     held_out = [next(validation) for _ in range(config.train.eval_batches)]
     first = eval_loss(program, state.params, held_out)
-    train = pipeline_batches(config, inputs, inputs.train_files, shuffle=True)
+    train = reader_batches(config, inputs, "train")
     losses = []
     for _ in range(config.train.steps):
         state, metrics = program.train_step(state, program.global_batch(next(train)))

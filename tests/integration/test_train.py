@@ -15,7 +15,7 @@ from payload.stages.train import run_train
 from payload.training.inputs import check_batch_size
 from tests.support.configs import VOCAB, training_config, training_run_config
 from tests.support.golden import assert_golden
-from tests.support.runs import prepared_run
+from tests.support.runs import config_beside, prepared_run, trained_run
 
 
 def written(out) -> set[str]:
@@ -73,6 +73,24 @@ def test_t5_at_its_published_shapes_learns_for_longer(tmp_path, size):
     _learns_like_a_language_model(evals)
     assert evals[-1]["loss"] < evals[1]["loss"], evals  # still learning after the first half
     assert_golden(f"t5-{size}-30-tensorflow", evals)
+
+
+def test_the_tensorflow_engine_trains_the_readers_global_batches(tmp_path):
+    # metrics.json's digest of every step is that of the global batch the neutral reader
+    # (payload.data.stream) gives for it: the TF engine's tf.data wrapper drops, repeats and
+    # reorders nothing (the JAX engine over 1-3 workers: tests/e2e/test_data_order.py).
+    from payload.config import load_config
+    from payload.data.reader import batch_digest
+    from payload.training.inputs import check_inputs, with_data_order
+
+    out = trained_run(tmp_path, "gpt2")
+    config = load_config(config_beside(out))
+    stream = with_data_order(config, check_inputs(config), resume=False, start=0).stream
+    metrics = json.loads((out / "metrics.json").read_text())
+    steps = metrics["final"]["step"]
+    assert metrics["data_digests"] == {
+        str(b + 1): batch_digest(stream.global_ids(b)) for b in range(steps)}
+    assert metrics["examples_per_source"] == {str(config.data.corpus[0]): steps * config.train.batch_size}
 
 
 @pytest.fixture(scope="module")
@@ -212,22 +230,15 @@ def test_bf16_and_adafactor_train_and_keep_float32_weights(tmp_path):
 @pytest.mark.parametrize("family", ["bert", "roberta", "gpt2", "t5"])
 def test_every_feature_has_a_static_shape(tmp_path, family):
     # A TPU compiles the step once only if no dimension is left to the data.
-    from payload.data.objectives import objective_for
-    from payload.data.pipeline import input_pipeline
-    from payload.training.inputs import check_inputs
+    from payload.training.inputs import check_inputs, with_data_order
 
     config = training_run_config(prepared_run(tmp_path, family), family)
-    inputs = check_inputs(config)
-    ds = input_pipeline(
-        inputs.train_files,
-        record_len=config.record_len,
-        dtype=inputs.manifest.dtype,
-        batch_size=8,
-        objective=objective_for(config, inputs.vocab),
-        seed=0,
-    )
-    for name, spec in ds.element_spec.items():
-        assert spec.shape.is_fully_defined() and spec.shape[0] == 8, (name, spec.shape)
+    inputs = with_data_order(config, check_inputs(config), resume=False, start=0)
+    shapes = inputs.feature_shapes(config.train.batch_size)
+    batches = inputs.train_batches(0, host=0, num_hosts=1)
+    for _ in range(3):
+        batch = next(batches)
+        assert {k: (v.shape, v.dtype) for k, v in batch.items()} == shapes
 
 
 def test_a_save_cut_short_leaves_the_previous_checkpoint_in_use(tmp_path, caplog):

@@ -67,10 +67,15 @@ def checkpoint_variables(folder) -> dict:
 
 
 
-def pipeline_batches(config, inputs, files, *, shuffle: bool):
-    """Numpy batches of the shared input pipeline and objective, as one process reads them."""
-    return inputs.pipeline(config, files, shuffle=shuffle, start_batch=0,
-                           batch_size=config.train.batch_size).as_numpy_iterator()
+def reader_batches(config, inputs, split: str):
+    """Numpy batches of the neutral reader and objective (payload.data.stream), as one process
+    reads them: the training order from step 0, or the validation batches."""
+    if split == "validation":
+        return inputs.eval_batches(host=0, num_hosts=1)
+    from payload.training.inputs import with_data_order
+
+    ordered = with_data_order(config, inputs, resume=False, start=0)
+    return ordered.train_batches(0, host=0, num_hosts=1)
 
 
 def worker_env(devices: int) -> dict:

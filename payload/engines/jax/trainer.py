@@ -5,11 +5,11 @@
     loss_sum, first_bad = trainer.train_chunk(10)
 
 Every host runs this as one process of one program (payload.engines.jax.distributed.join when
-there are several). Each host reads its share of the shards through the shared tf.data pipeline
-(payload.data.pipeline: the same order, masks and exact resume as the TF engine; pipeline id =
-process index) as numpy, and its rows enter the step as part of the global batch
-(TrainProgram.global_batch). TensorFlow is only that CPU input library here (and TensorBoard's
-writer): it is kept off the accelerators. Checkpoints are Orbax step folders directly in
+there are several). Each host reads its rows of every global batch through the neutral reader
+(payload.data.stream: the same order, masks and exact resume as the TF engine; host = process
+index) as numpy, and they enter the step as part of the global batch
+(TrainProgram.global_batch). TensorFlow, where installed, writes TensorBoard's events only: it is
+kept off the accelerators. Checkpoints are Orbax step folders directly in
 output_dir/checkpoints/ (payload.engines.jax.checkpoints), written by every process.
 """
 
@@ -23,7 +23,7 @@ import numpy as np
 from payload.core import layout, storage
 from payload.core.engines import JAX, engine_spec
 from payload.core.errors import UserError
-from payload.data.pipeline import keep_tensorflow_on_the_cpu
+from payload.data.events import keep_tensorflow_on_the_cpu
 from payload.training.inputs import check_batch_size
 from payload.training.utilisation import PROBE_PRODUCTS, PROBE_ROUNDS, PROBE_SIZE, best_rate
 from payload.training.voice import log
@@ -31,7 +31,7 @@ from payload.training.voice import log
 
 class JaxTrainer:
     def __init__(self, config, inputs, plan):
-        # TensorFlow reads shards and writes TensorBoard events here; the accelerators are JAX's.
+        # TensorFlow writes TensorBoard events here; the accelerators are JAX's.
         keep_tensorflow_on_the_cpu()
         from payload.engines.jax.distributed import join
 
@@ -129,16 +129,11 @@ class JaxTrainer:
 
     # --- data --------------------------------------------------------------------------
 
-    def _host_batches(self, files, *, shuffle: bool, start_batch: int):
-        """This host's rows of each global batch, as numpy: its own input pipeline's share."""
-        return self.inputs.pipeline(
-            self.config, files, shuffle=shuffle, start_batch=start_batch,
-            batch_size=self.config.train.batch_size // self.processes,
-            pipeline_id=self.process, num_pipelines=self.processes).as_numpy_iterator()
-
     def open_train(self, start_batch: int) -> None:
-        self.iterator = self._host_batches(self.inputs.train_files, shuffle=True,
-                                           start_batch=start_batch)
+        """This host's rows of each global batch from `start_batch` on, as numpy."""
+        self.iterator = self.inputs.train_batches(start_batch, host=self.process,
+                                                  num_hosts=self.processes,
+                                                  digest=self.plan.is_chief)
 
     # --- steps -------------------------------------------------------------------------
 
@@ -175,8 +170,7 @@ class JaxTrainer:
 
     def evaluate(self, num_batches: int) -> tuple[float, float, float]:
         if self._eval_batches is None or len(self._eval_batches) < num_batches:
-            batches = self._host_batches(self.inputs.validation_files, shuffle=False,
-                                         start_batch=0)
+            batches = self.inputs.eval_batches(host=self.process, num_hosts=self.processes)
             self._eval_batches = [next(batches) for _ in range(num_batches)]
         sums = np.zeros(3, np.float64)
         for local in self._eval_batches[:num_batches]:

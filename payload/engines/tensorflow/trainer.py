@@ -68,25 +68,37 @@ class TensorFlowTrainer:
 
     # --- data --------------------------------------------------------------------------
 
-    def _dataset(self, files, *, shuffle: bool, start_batch: int):
+    def _dataset(self, host_batches):
+        """The strategy's input from the neutral reader (payload.data.stream): each input
+        pipeline is one host of the global batch (`host_batches(host, num_hosts)`: numpy), cut
+        into its replicas' rows in order, which is the order the strategy hands them out."""
         import tensorflow as tf
 
         config = self.config
 
         def make(context: tf.distribute.InputContext):
-            return self.inputs.pipeline(
-                config, files, shuffle=shuffle, start_batch=start_batch,
-                batch_size=context.get_per_replica_batch_size(config.train.batch_size),
-                pipeline_id=context.input_pipeline_id,
-                num_pipelines=context.num_input_pipelines)
+            per_replica = context.get_per_replica_batch_size(config.train.batch_size)
+            host, hosts = context.input_pipeline_id, context.num_input_pipelines
+            signature = {name: tf.TensorSpec(shape, tf.as_dtype(dtype)) for name, (shape, dtype)
+                         in self.inputs.feature_shapes(per_replica).items()}
+
+            def replicas():
+                for features in host_batches(host, hosts):
+                    rows = len(features["input_ids"])
+                    for lo in range(0, rows, per_replica):
+                        yield {k: v[lo:lo + per_replica] for k, v in features.items()}
+
+            dataset = tf.data.Dataset.from_generator(replicas, output_signature=signature)
+            return dataset.prefetch(2)
 
         return self.strategy.distribute_datasets_from_function(make)
 
     def open_train(self, start_batch: int) -> None:
         # Held by the trainer: destroying a distributed input iterator mid-stream took 20 s on
         # a worker here; a multi-worker process ends before that (distribute.exit_together).
-        self.iterator = iter(
-            self._dataset(self.inputs.train_files, shuffle=True, start_batch=start_batch))
+        chief = self.plan.is_chief
+        self.iterator = iter(self._dataset(lambda host, hosts: self.inputs.train_batches(
+            start_batch, host=host, num_hosts=hosts, digest=chief and host == 0)))
 
     def compile_step(self) -> None:
         return None  # tf.function traces and compiles in the first step
@@ -162,8 +174,8 @@ class TensorFlowTrainer:
         if self._eval_chunk is None:
             self._build_steps()
         if self._eval_dataset is None:
-            self._eval_dataset = self._dataset(self.inputs.validation_files, shuffle=False,
-                                               start_batch=0)
+            self._eval_dataset = self._dataset(
+                lambda host, hosts: self.inputs.eval_batches(host=host, num_hosts=hosts))
         xent, count, correct = (float(x) for x in self._eval_chunk(
             iter(self._eval_dataset), tf.constant(num_batches)))
         return xent, count, correct

@@ -1,4 +1,5 @@
-"""The training input pipeline: shards -> shuffled records -> batches -> parsed -> objective.
+"""tpuctl's tf.data input pipeline before the neutral reader (payload.data.stream), kept as the
+bench's baseline: shards -> shuffled records -> batches -> parsed -> objective (TensorFlow's).
 
     ds = input_pipeline(files, record_len=128, dtype="uint16", batch_size=32,
                         objective=masker, seed=0, pipeline_id=0, num_pipelines=2)
@@ -11,8 +12,6 @@ pipelines it reads all files and keeps every n-th record instead.
 """
 
 from __future__ import annotations
-
-import contextlib
 
 from payload.core import storage
 from payload.data import shards as records
@@ -91,14 +90,3 @@ def input_pipeline(
     groups = groups.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     batches = groups.flat_map(tf.data.Dataset.from_tensor_slices).skip(already)
     return batches.prefetch(tf.data.AUTOTUNE)
-
-
-def keep_tensorflow_on_the_cpu() -> None:
-    """On a host whose accelerators another framework computes on (the JAX engine), TensorFlow
-    is only the input library: it must not claim the GPUs (the TPU is kept from it by
-    TPU_LOAD_LIBRARY=0 in the plan's environment)."""
-    import tensorflow as tf
-
-    # RuntimeError: TensorFlow placed something already (it found no GPU to claim then).
-    with contextlib.suppress(RuntimeError):
-        tf.config.set_visible_devices([], "GPU")

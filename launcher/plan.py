@@ -27,6 +27,7 @@ from payload.core.errors import UserError, counted
 from payload.core.layout import worker_label
 from payload.core.stages import PREFLIGHT, Stage
 from payload.jobs.groups import FUNCTIONS, load_group
+from payload.training import wandb_sink
 from payload.training.strategy import Hardware, fleet_strategy, uses_tpu
 
 ALL_STAGES = tuple(Stage)
@@ -348,7 +349,10 @@ def build_plan(
             argv += ["--hardware", hardware.spec()]
         if share is not None:
             argv += ["--worker-index", str(share[0]), "--num-workers", str(share[1])]
-        return Command(worker=index, argv=(*argv, *flags), env=(*base_env, *extra_env))
+        # The chief's training logs to Weights & Biases (train.wandb), with the key when set.
+        wandb = name is Stage.TRAIN and index == 0 and config.train.wandb is not None
+        return Command(worker=index, argv=(*argv, *flags), env=(*base_env, *extra_env),
+                       secrets=(wandb_sink.API_KEY_ENV,) if wandb else ())
 
     steps: list[Step] = []
     wanted = set(stages)

@@ -32,6 +32,7 @@ from launcher.worker_python import plan_environment
 from payload.cloud import stand_ins
 from payload.core import folders, layout, storage
 from payload.core.errors import UserError, UserErrors, error_lines
+from payload.training import wandb_sink
 
 if TYPE_CHECKING:
     from launcher.executors import Executor
@@ -183,7 +184,8 @@ def plan_train(config_path: Path, options: TrainOptions) -> Launch:
     engine = config.train.engine
     environment = plan_environment(
         python=python, wheelhouse_digest=wheelhouse[1] if wheelhouse else None,
-        requirements=ship.worker_requirements(extras=engine_spec(engine).extras),
+        requirements=ship.worker_requirements(extras=engine_spec(engine).extras + (
+            (wandb_sink.EXTRA,) if config.train.wandb else ())),
         tpu=uses_tpu(fleet.hardware), engine=engine)
     entry = os.environ.get(STAGE_ENTRY_ENV)
     the_plan = build_plan(
@@ -296,8 +298,9 @@ def start(launch: Launch, *, on_event: Callable[[Worker, str], None] = lambda w,
         launch.provider.record_billing(the_plan.output_dir)
         pen.note("job_started", workers=len(the_plan.workers))
         pen.release()
-        job_control.submit(executor, the_plan, record,
-                           secrets=launch.hub.secrets() if launch.hub else None)
+        job_control.submit(executor, the_plan, record, secrets={
+            **(launch.hub.secrets() if launch.hub else {}),
+            **{k: os.environ[k] for k in (wandb_sink.API_KEY_ENV,) if os.environ.get(k)}})
     except BaseException:
         if locked:
             pen.note("job_ended", state="did not start")

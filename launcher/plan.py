@@ -21,11 +21,13 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 
 from launcher.worker_python import WORKER_ROOT, Environment, EnvMode
+from payload.cloud import stand_ins
 from payload.core import layout
 from payload.core.errors import UserError, counted
 from payload.core.layout import worker_label
 from payload.core.stages import PREFLIGHT, Stage
 from payload.jobs.groups import FUNCTIONS, load_group
+from payload.training import wandb_sink
 from payload.training.strategy import Hardware, fleet_strategy, uses_tpu
 
 ALL_STAGES = tuple(Stage)
@@ -38,7 +40,14 @@ STAGE_ENV = (
 )
 TPU_DEVICES = ("/dev/accel*", "/dev/vfio/*")
 HUB_TOKEN_ENV = "HF_TOKEN"  # how huggingface_hub reads a token; the publish stage's only secret
-LIBTPU_LOCKFILE = "/tmp/libtpu_lockfile"
+LIBTPU_LOCKFILE = "/tmp/libtpu_lockfile"  # where libtpu.so (its path is compiled in) locks the TPU
+# A stand-in fleet (payload.cloud.stand_ins: tests' sshd workers) has no chips, and its workers
+# share /proc with this machine, where any libtpu user (a `train --dry-run --compile`) holds
+# LIBTPU_LOCKFILE: its free-tpu step looks for holders of files of its own, which only a test
+# that means to hold them opens.
+STAND_IN_TPU = "/tmp/tpuctl-stand-in-tpu"
+STAND_IN_TPU_DEVICES = (f"{STAND_IN_TPU}/accel*",)
+STAND_IN_LIBTPU_LOCKFILE = f"{STAND_IN_TPU}/libtpu_lockfile"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -322,8 +331,9 @@ def build_plan(
     delete_when_done: NodeToDelete | None = None,
 ) -> Plan:
     """The whole job as data. `stage_entry` is how the interpreter starts a stage;
-    `forward_env` is what every stage gets from the launcher's environment, `hub_env` what the
-    publish stage gets (HF_ENDPOINT; the token goes as a secret, by name)."""
+    `forward_env` is what every stage gets from the launcher's environment (with a stand-in
+    cloud's endpoint in it the fleet has no TPU, as its stages read it: stand_ins.active),
+    `hub_env` what the publish stage gets (HF_ENDPOINT; the token goes as a secret, by name)."""
     if not workers:
         raise UserError("no workers to run on", hint="use --workers 1 or more")
     if [w.index for w in workers] != list(range(len(workers))):
@@ -341,7 +351,10 @@ def build_plan(
             argv += ["--hardware", hardware.spec()]
         if share is not None:
             argv += ["--worker-index", str(share[0]), "--num-workers", str(share[1])]
-        return Command(worker=index, argv=(*argv, *flags), env=(*base_env, *extra_env))
+        # The chief's training logs to Weights & Biases (train.wandb), with the key when set.
+        wandb = name is Stage.TRAIN and index == 0 and config.train.wandb is not None
+        return Command(worker=index, argv=(*argv, *flags), env=(*base_env, *extra_env),
+                       secrets=(wandb_sink.API_KEY_ENV,) if wandb else ())
 
     steps: list[Step] = []
     wanted = set(stages)
@@ -354,9 +367,10 @@ def build_plan(
                                          for w in workers)))
     if Stage.TRAIN in wanted:
         if uses_tpu(hardware):
+            script = (free_tpu_script(STAND_IN_TPU_DEVICES, STAND_IN_LIBTPU_LOCKFILE)
+                      if stand_ins.active(dict(forward_env)) else free_tpu_script())
             steps.append(Step(name="free-tpu", commands=tuple(
-                Command(worker=w.index, argv=("sh", "-c", free_tpu_script()))
-                for w in workers)))
+                Command(worker=w.index, argv=("sh", "-c", script)) for w in workers)))
         # The training stage's own rule decides who trains and how the trainers find each other.
         from payload.training import strategy
 

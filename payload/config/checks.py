@@ -185,9 +185,14 @@ _TRAINING_TOKENIZER_KEYS = ("kind", "vocab_size", "sample_mb", "min_frequency")
 
 def ignored_settings(config) -> list[str]:
     """One line per setting the file gives that this run will not use (the run still goes):
-    the tokenizer training keys when tokenizer.path or model.init_from brings the tokenizer.
-    Only what the file itself set counts (a config loaded from a file, not a resolved dump)."""
+    the tokenizer training keys when tokenizer.path or model.init_from brings the tokenizer,
+    model.dropout above 0 for a family without it (Llama). Only what the file itself set counts
+    (a config loaded from a file, not a resolved dump)."""
     lines = []
+    model, family = config.model, FAMILIES[config.model.family]
+    if not family.residual_dropout and "dropout" in model.model_fields_set and model.dropout:
+        lines.append(f"model.dropout is ignored: {family.title} has dropout only on the "
+                     "attention weights (model.attention_dropout); remove it from the config")
     reused = (f"model.init_from {config.model.init_from}" if config.model.init_from
               else f"tokenizer.path {config.tokenizer.path}" if config.tokenizer.path else None)
     given = [f"tokenizer.{key}" for key in _TRAINING_TOKENIZER_KEYS

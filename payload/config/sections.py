@@ -176,6 +176,26 @@ class ModelConfig(Section):
         return []
 
 
+# Weights & Biases refuses these in a project or entity name.
+WANDB_NAME = re.compile(r"^[^/\\#?%:\s]{1,128}\Z")
+
+
+class WandbConfig(Section):
+    # The Weights & Biases run the chief logs to (payload.training.wandb_sink): its project and
+    # entity (a user or team; unset: the API key's default). wandb is installed on the workers
+    # only when this is set (pyproject's `wandb` extra).
+    project: str
+    entity: str | None = None
+
+    @field_validator("project", "entity")
+    @classmethod
+    def _name(cls, value: str | None) -> str | None:
+        if value is not None and not WANDB_NAME.match(value):
+            raise ValueError(f"'{value}' is not a Weights & Biases name: at most 128 characters, "
+                             "none of / \\ # ? % : or spaces")
+        return value
+
+
 class TrainConfig(Section):
     # Which framework trains (payload.engines): the same shards, checkpoint rules and model/
     # folder either way. TPU v6e and later have JAX only.
@@ -202,6 +222,8 @@ class TrainConfig(Section):
     # exports and stops.
     max_hours: float | None = Field(None, gt=0)
     max_cost: float | None = Field(None, gt=0)  # USD, by the price table (gcp only)
+    # Also log the scalars TensorBoard gets to Weights & Biases (the chief only).
+    wandb: WandbConfig | None = None
 
     @field_validator("steps", "warmup_steps", mode="before")
     @classmethod

@@ -45,6 +45,7 @@ OWN_DIR = ".tpuctl"
 OWNER = "owner"  # OWN_DIR/owner: tpuctl made this output_dir, so it may delete in it
 RUN_LOCK = "run.lock"  # OWN_DIR/run.lock: one run at a time per output_dir
 BILLING = "billing.json"  # OWN_DIR/billing.json: what a job's TPU has cost so far
+WANDB_RUN = "wandb.json"  # OWN_DIR/wandb.json: the Weights & Biases run a resumed run logs to
 LEDGER_DIR = "ledger"  # OWN_DIR/ledger/: the run's events, appended (payload.core.ledger)
 JOBS_DIR = "jobs"  # OWN_DIR/jobs/JOB in output_dir (barriers); TPUCTL_HOME/jobs/RUN/JOB (records)
 COMPLETE = ".tpuctl-complete"  # FOLDER/.tpuctl-complete, written last: the folder is whole

@@ -32,12 +32,12 @@ import numpy as np
 from payload.config import RunConfig, dump_config
 from payload.core import ownership, storage
 from payload.core.errors import UserError
-from payload.core.families import FAMILIES
+from payload.core.families import FamilySpec
 from payload.core.layout import PARTS_DIR, config_path
 from payload.core.layout import data_dir as data_dir_of
 from payload.data import corpus
 from payload.data import shards as records
-from payload.data.tokenizer import load_tokenizer
+from payload.data.tokenizer import family_tokens, load_tokenizer, read_tokenizer_files
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +60,8 @@ class Layout:
         return self.record_len - (1 if self.row_start_id is not None else 0)
 
 
-def layout_for(config: RunConfig, tok) -> Layout:
-    family = FAMILIES[config.model.family]
+def layout_for(config: RunConfig, tok, family: FamilySpec) -> Layout:
+    """The rows' layout with `family`'s tokens as the tokenizer has them (family_tokens)."""
     vocab_size = tok.get_vocab_size(with_added_tokens=True)
 
     def token_id(token: str) -> int:
@@ -470,8 +470,9 @@ def run_prepare(config: RunConfig, *, worker_index: int = 0, num_workers: int = 
     sources = corpus.resolve_sources(config.data)
     corpus.check_apart(config.data, config.output_dir, sources)
     ownership.check_output_dir(config.output_dir)
-    tok, tokenizer_fp = load_tokenizer(config)
-    layout = layout_for(config, tok)
+    files = read_tokenizer_files(config)
+    tok, tokenizer_fp = load_tokenizer(config, files)
+    layout = layout_for(config, tok, family_tokens(config, tok, files))
     ownership.claim_output_dir(config.output_dir)
     ownership.check_writable(config.output_dir)
     ctx = _Context(

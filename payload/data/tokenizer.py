@@ -398,10 +398,18 @@ def check_replacement(config: RunConfig, *, overwrite: bool,
     return True
 
 
+def family_tokens(config: RunConfig, tok, files: dict[str, bytes]) -> FamilySpec:
+    """The run's family with the special tokens its tokenizer (`tok`, loaded from the files read
+    once) has: a reused one may name them its own way (FamilySpec.tokens_of)."""
+    declared = json.loads(files[TOKENIZER_CONFIG]) if TOKENIZER_CONFIG in files else {}
+    return FAMILIES[config.model.family].tokens_of(lambda t: tok.token_to_id(t) is not None,
+                                                   declared)
+
+
 def _check_reused(config: RunConfig, files: dict[str, bytes]) -> None:
     """A reused tokenizer must carry the special tokens the family's objective needs."""
-    family = FAMILIES[config.model.family]
     tok, _ = load_tokenizer(config, files)
+    family = family_tokens(config, tok, files)
     needed = [t for t in (family.pad, family.unk, family.mask, family.separator, family.row_start,
                           *family.extra) if t]
     missing = [t for t in needed if tok.token_to_id(t) is None]
@@ -409,7 +417,8 @@ def _check_reused(config: RunConfig, files: dict[str, bytes]) -> None:
         raise UserError(
             f"{_reused_from(config)} lacks {family.name}'s special tokens "
             f"{', '.join(missing[:5])}",
-            hint="train one with tokenizer.kind, or use a tokenizer made for this family",
+            hint=("continue from a model whose tokenizer has them" if config.model.init_from
+                  else "train one with tokenizer.kind, or use a tokenizer made for this family"),
         )
 
 

@@ -14,7 +14,8 @@ The training loop (payload.training.loop) tells the sink once and the sink fans 
 MaxText's MetricLogger does: the chief's log (payload.training.progress: the launcher's live
 view and `tpuctl status` read it back), TensorBoard's events under logs/tensorboard (written
 by the writer the engine's trainer gives, since writing them to gs:// takes TensorFlow's file
-system), and metrics.json, whose "train" and "evals" are the same records. Only the chief
+system), Weights & Biases when train.wandb asks (payload.training.wandb_sink: the same
+scalars), and metrics.json, whose "train" and "evals" are the same records. Only the chief
 writes or says anything; the other processes keep the history alike and stay silent.
 
 The chief also keeps the run's ledger (payload.core.ledger: restores, compiles, steps,
@@ -33,7 +34,7 @@ import time
 
 from payload.cloud import goodput
 from payload.core import layout, ledger, storage
-from payload.training import progress
+from payload.training import progress, wandb_sink
 
 
 class MetricsSink:
@@ -54,6 +55,7 @@ class MetricsSink:
         }
         self.history: dict = {"evals": [], "train": [], "data_digests": {}}
         self.writer = None
+        self.wandb = None  # the W&B run (train.wandb), the chief's
         self.ledger = ledger.Writer(config.output_dir if self.is_chief else None,
                                     source=ledger.CHIEF, job=os.environ.get(ledger.JOB_ENV),
                                     hold=True, background=True)
@@ -67,6 +69,7 @@ class MetricsSink:
         if self.is_chief:
             self.writer = self.trainer.summary_writer(
                 layout.join(self.config.output_dir, layout.LOGS_DIR, layout.TENSORBOARD_DIR))
+            self.wandb = wandb_sink.open_run(self.config, resume=resume, header=self.header)
             try:
                 self.earlier_events = ledger.read(self.config.output_dir)
             except Exception:  # goodput so far is worth no failed run
@@ -110,6 +113,8 @@ class MetricsSink:
     def _scalars(self, step: int, values: dict) -> None:
         if self.writer is not None:
             self.writer.scalars(step, values)
+        if self.wandb is not None:
+            self.wandb.scalars(step, values)
 
     def compiled(self, step: int, steps: int, compiled: dict) -> None:
         """The training step compiled ahead of the first one (Trainer.compile_step): its time
@@ -174,4 +179,6 @@ class MetricsSink:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.flush()
+        if self.wandb is not None:
+            self.wandb.close()
         self.ledger.close()

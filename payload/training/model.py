@@ -37,8 +37,16 @@ class TokenIds:
 
 def token_ids(tokenizer, family: str) -> TokenIds:
     """Look the family's special tokens up in a loaded `PreTrainedTokenizerFast` (trained here,
-    with them at ids 0..n-1, or reused through tokenizer.path, wherever they are)."""
-    spec = FAMILIES[family]
+    with them at ids 0..n-1, or reused through tokenizer.path or model.init_from, wherever they
+    are, and named as that tokenizer names them: FamilySpec.tokens_of)."""
+    def has(token: str) -> bool:
+        found = tokenizer.convert_tokens_to_ids(token)
+        return found is not None and (found != tokenizer.unk_token_id
+                                      or token == tokenizer.unk_token)
+
+    spec = FAMILIES[family].tokens_of(has, {
+        key: getattr(tokenizer, key)
+        for key in ("bos_token", "eos_token", "unk_token", "pad_token")})
 
     def lookup(token: str | None) -> int | None:
         if token is None:

@@ -119,3 +119,25 @@ def test_an_export_of_another_engines_checkpoints_says_the_engine_asked_for_is_n
         again = tpuctl("train", "-c", path, "--local", "--dry-run", *extra, cwd=tmp_path,
                        env={"TPUCTL_HOME": str(tmp_path / "h")})
         assert not [w for w in warnings_of(again) if "does not apply" in w], again.stderr
+
+
+def test_model_dropout_of_a_family_without_it_is_named_as_ignored(tmp_path):
+    """Llama has dropout only on the attention weights: a model.dropout the file sets above 0
+    does nothing there, and is said so; the default, 0, and other families say nothing."""
+    (tmp_path / "c.txt").write_text("some text\n")
+    path = tmp_path / "tpuctl.yaml"
+
+    def ignored(family, **model):
+        raw = {"name": "dr", "output_dir": str(tmp_path / "out"),
+               "data": {"corpus": str(tmp_path / "c.txt")},
+               "tokenizer": {"kind": "bpe", "vocab_size": 1000},
+               "model": {"family": family, "size": "tiny", **model},
+               "train": {"engine": "jax", "steps": 10, "batch_size": 8, "learning_rate": 1e-3}}
+        path.write_text(yaml.safe_dump(raw))
+        return ignored_settings(load_config(path))
+
+    assert ignored("llama", dropout=0.2) == [
+        "model.dropout is ignored: Llama has dropout only on the attention weights "
+        "(model.attention_dropout); remove it from the config"]
+    assert ignored("llama") == ignored("llama", dropout=0.0) == []
+    assert ignored("llama", attention_dropout=0.1) == ignored("gpt2", dropout=0.2) == []

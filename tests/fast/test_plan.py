@@ -107,6 +107,19 @@ def test_the_free_tpu_step_runs_for_either_engine():
         assert free.workers == (0, 1, 2, 3)
 
 
+def test_a_stand_in_fleet_frees_files_of_its_own():
+    """Tests' sshd workers share /proc with this machine, where any libtpu user holds
+    /tmp/libtpu_lockfile: with a stand-in cloud (its endpoint forwarded to the stages) the
+    free-tpu step looks for holders of the stand-in's files, never the real TPU's."""
+    from payload.cloud import stand_ins
+
+    for name in stand_ins.ENDPOINT_ENVS:
+        p = plan(4, POD, forward_env=((name, "http://127.0.0.1:1"),))
+        script = next(s for s in p.steps if s.name == "free-tpu").commands[0].argv[2]
+        assert not any(real in script for real in ("/tmp/libtpu_lockfile", "/dev/accel", "/dev/vfio"))
+        assert "/tmp/tpuctl-stand-in-tpu/libtpu_lockfile" in script
+
+
 def test_cpu_workers_skip_free_tpu():
     assert "free-tpu" not in [s.name for s in plan(2).steps]
 

@@ -13,14 +13,16 @@ from hypothesis import strategies as st
 
 from launcher import job_control
 from launcher.plan import (
+    LIBTPU_LOCKFILE,
     build_plan,
     free_tpu_script,
 )
 from launcher.worker_python import plan_environment
+from payload.cloud import stand_ins
 from payload.core.errors import UserError
 from payload.jobs.groups import record_group
-from payload.training.strategy import CPU
-from tests.support.launch_plans import config, workers
+from payload.training.strategy import CPU, Hardware
+from tests.support.launch_plans import ENV, GCP, config, workers
 from tests.support.waits import wait_for
 
 
@@ -149,6 +151,45 @@ def test_free_tpu_finds_a_jax_process_by_what_it_holds(tmp_path, held):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.kill()
         proc.wait()
+
+
+@contextlib.contextmanager
+def _holding_the_real_libtpu_lock():
+    """A process holding /tmp/libtpu_lockfile, as a `--dry-run --compile` beside the test does;
+    the file is made only when absent, and then removed after."""
+    lock = Path(LIBTPU_LOCKFILE)
+    try:
+        os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_RDONLY, 0o644))
+        made = os.stat(lock).st_ino
+    except FileExistsError:
+        made = None
+    proc = subprocess.Popen(["sh", "-c", f"exec 3<{lock}; exec sleep 60"],
+                            start_new_session=True)
+    try:
+        wait_for(lambda: _holds(proc.pid, lock))
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+        with contextlib.suppress(OSError):
+            if made is not None and os.stat(lock).st_ino == made:
+                lock.unlink()
+
+
+def test_a_stand_in_fleets_free_step_leaves_this_machines_libtpu_users_alone(tmp_path):
+    """The stand-in fleet's workers see this machine's processes (one /proc): a libtpu user
+    here, holding /tmp/libtpu_lockfile, is no holder of the fleet's TPU. The free-tpu step as a
+    stand-in fleet's plan has it passes, names nobody, signals nothing and leaves the lock."""
+    p = build_plan(config(cluster=GCP), workers(2), job_id="unit-1", payload_digest="abc",
+                   environment=ENV, hardware=Hardware.tpu("v4-16", "unit"),
+                   forward_env=((stand_ins.TPU_API_ENV, "http://127.0.0.1:1"),))
+    script = next(s for s in p.steps if s.name == "free-tpu").commands[0].argv[2]
+    with _holding_the_real_libtpu_lock() as holder:
+        out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=60,
+                             cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        assert str(holder) not in out.stdout + out.stderr
+        assert _alive(holder) and Path(LIBTPU_LOCKFILE).exists()
 
 
 def test_the_python_set_up_runs_as_planned(tmp_path):

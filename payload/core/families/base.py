@@ -10,8 +10,9 @@ functions; payload.core.families holds the registry that everything else asks.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from payload.core import flops
@@ -186,6 +187,14 @@ class FamilySpec:
     starts_decoder_with_pad: bool = False  # T5's decoder_start_token_id
     # One dropout rate for every layer (T5's dropout_rate): model.attention_dropout is refused.
     one_dropout: bool = False
+    # model.dropout applies (embeddings and the residual stream); Llama has dropout only on the
+    # attention weights, so a model.dropout the file sets is named as ignored.
+    residual_dropout: bool = True
+    # A reused tokenizer (model.init_from, tokenizer.path) may name the end, start, unknown and
+    # padding tokens its own way (SmolLM's only <|endoftext|>): a causal LM then takes the ones
+    # the tokenizer declares, padding and the document separator falling back to its end token,
+    # as transformers users pad a causal LM (`tokens_of`).
+    reuses_tokenizer_roles: bool = False
     # model.num_kv_heads (grouped-query attention) and model.tie_embeddings apply.
     grouped_attention: bool = False
     # Ids 0.. for these first, where the family has a fixed layout.
@@ -224,6 +233,36 @@ class FamilySpec:
         if target_len is None:
             raise ValueError(f"{self.name}: the span objective needs the target length")
         return target_len
+
+    def tokens_of(self, has: Callable[[str], bool],
+                  declared: Mapping[str, object]) -> FamilySpec:
+        """This family with the special tokens a reused tokenizer has: the family's own names
+        where `has` finds them, else (`reuses_tokenizer_roles`) what the tokenizer `declared`
+        (tokenizer_config.json's bos_token, eos_token, unk_token, pad_token: a string or
+        {"content": ...}), padding, the separator and any role left unfilled taking its end
+        token. A name still missing is left as it is, for the caller to refuse.
+
+            spec.tokens_of(lambda t: t in vocab, {"eos_token": "<|endoftext|>"}).pad
+        """
+        if not self.reuses_tokenizer_roles:
+            return self
+
+        def named(key: str) -> str | None:
+            token = declared.get(key)
+            token = token.get("content") if isinstance(token, dict) else token
+            return token if isinstance(token, str) and has(token) else None
+
+        def role(own: str | None, key: str, fallback: str | None = None) -> str | None:
+            if own is None or has(own):
+                return own
+            return named(key) or fallback or own
+
+        eos = role(self.eos, "eos_token")
+        end = eos if eos is not None and has(eos) else None
+        return dataclasses.replace(
+            self, eos=eos, bos=role(self.bos, "bos_token", end),
+            unk=role(self.unk, "unk_token", end), pad=role(self.pad, "pad_token", end),
+            separator=role(self.separator, "eos_token", end))
 
     @property
     def special_tokens(self) -> list[str]:

@@ -132,5 +132,6 @@ LLAMA = FamilySpec(
     # The rows GPT-2 trains on: documents joined with </s>, raw ids, no row marker.
     unk="<unk>", pad="<pad>", bos="<s>", eos="</s>", separator="</s>",
     # Rotary positions have no table to run out of: the cap is a memory guard, as T5's.
-    max_positions=4096, grouped_attention=True, timed_as="gpt2",
+    max_positions=4096, grouped_attention=True, timed_as="gpt2", residual_dropout=False,
+    reuses_tokenizer_roles=True,
 )

@@ -249,3 +249,31 @@ def test_budgets_count_every_slice_at_the_price_of_all_of_them(tmp_path):
     budget.record_deleted(out, "a", when=t0 + hour)
     fresh = budget.Budget.for_run(config(2, max_hours=10.0))
     assert fresh.hours(t0 + 1.5 * hour) == pytest.approx((1.0 + 1.5) / 2)
+
+
+def test_the_goodput_report_prices_each_slice_node_hour_at_one_slice(tmp_path):
+    """billing.json has one node per slice and the run's price is all slices': the report's
+    dollars and chip-hours are node-hours at one slice's price and chips, as budgets count."""
+    from launcher import goodput as launcher_goodput
+    from payload.cloud import budget
+    from payload.core import ledger
+
+    out = str(tmp_path / "out")
+
+    def config(slices: int):
+        return parse_config(plan_config(name="two", output_dir=out, cluster={
+            **plan_config()["cluster"], "slices": slices}, train={"engine": "jax"}))
+
+    one, two = config(1).cluster.hourly_price(), config(2).cluster.hourly_price()
+    t0, hour = 1_700_000_000.0, 3600.0
+    ledger.append(out, [{"t": t0, "event": "requested", "source": "launcher", "job": None,
+                         "host": "h"}, {"t": t0 + hour, "event": "torn_down",
+                                        "source": "launcher", "job": None, "host": "h"}])
+    for uid in ("a", "b"):  # both slices up for one hour
+        budget.record_node(out, uid=uid, zone="us-central1-a", created=t0)
+        budget.record_deleted(out, uid, when=t0 + hour)
+    report = launcher_goodput.run_report(config(2), now=t0 + 2 * hour)
+    # One hour of two slices: the two-slice price once, every chip of both for an hour.
+    assert report["billed"]["dollars"] == pytest.approx(two.usd_per_hour, rel=1e-3)
+    assert report["billed"]["dollars"] == pytest.approx(2 * one.usd_per_hour, rel=1e-3)
+    assert report["billed"]["chip_hours"] == pytest.approx(two.chips)

@@ -181,19 +181,16 @@ def test_up_dry_run_of_two_slices_needs_no_credentials(tmp_path, raw, price):
     assert not (tmp_path / "home").exists()
 
 
-def test_gce_up_does_not_yet_make_several_slices(tmp_path):
-    """gcp makes several slices (tests/e2e/test_multislice_gcp.py); gce's `up` still refuses."""
-    raw = gce_raw("two", machine_type="ct6e-standard-4t", topology="4x4", zone="us-east5-a",
-                  slices=2, ssh_source_ranges=["203.0.113.7/32"], train={"batch_size": 32})
-    path = tmp_path / "tpuctl.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    result = tpuctl("up", "-c", path, env={
-        "TPUCTL_HOME": str(tmp_path / "home"), "HOME": str(tmp_path),
-        "GOOGLE_APPLICATION_CREDENTIALS": str(tmp_path / "none.json")})
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1].startswith(
-        "error: cluster.slices: 2: gce's `tpuctl up` does not handle several slices yet")
-    assert not (tmp_path / "home").exists()
+def test_gce_train_down_refuses_several_slices_before_anything(tmp_path):
+    """gce brings several slices up (tests/e2e/test_multislice_gce.py); `train --down`, where
+    worker 0 deletes the run's MIG, still refuses them in one line, before any call."""
+    from launcher.providers.gce import GceProvider
+
+    config = parse_config(gce_raw("two", machine_type="ct6e-standard-4t", topology="4x4",
+                                  zone="us-east5-a", slices=2, train={"batch_size": 32}))
+    with pytest.raises(UserError, match=r"cluster.slices: 2: `train --down` does not handle "
+                                        "several slices yet"):
+        GceProvider.from_config(config, num_workers=None).node_to_delete(print)
 
 
 def test_a_multislice_queued_request_asks_for_n_nodes_named_name_0_to_n_minus_1():

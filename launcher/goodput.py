@@ -61,8 +61,12 @@ def run_report(config, *, now: float | None = None) -> dict:
     nodes = budget.read_nodes(out)
     price = config.cluster.hourly_price()
     usd = price.usd_per_hour if price is not None else None
-    report = goodput.account(events, nodes=nodes, usd_per_hour=usd,
-                             chips=price.chips if price is not None else None,
+    # billing.json lists one node per slice, and the price is all slices': each node-hour is
+    # one slice's (as payload.cloud.budget.billed_hours counts it).
+    slices = config.cluster.slices
+    report = goodput.account(events, nodes=nodes,
+                             usd_per_hour=None if usd is None else usd / slices,
+                             chips=price.chips // slices if price is not None else None,
                              now=time.time() if now is None else now)
     report = {"run": config.name, "output_dir": out, **report}
     report["price"] = None if price is None else {

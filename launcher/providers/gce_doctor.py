@@ -94,16 +94,26 @@ def _bring_up(provider: CheckedProvider) -> str:
     """The run's slice as libtpu on its VMs will be told it is (the launcher sets it: the
     fleet's slice_env, payload.cloud.accelerators.slice_env): as many RUNNING VMs as the
     topology has hosts, each with its own internal address, and on a multi-host slice the
-    workload policy's topology applied to the MIG and ACTIVE."""
+    workload policy's topology applied to the MIG and ACTIVE; with several slices, each."""
+    said = []
+    for name in provider.names.groups:  # every slice, each its own ICI domain
+        group = provider.api.group(name)
+        if group is None or not provider.owned.is_ours("groups", name, group.uid):
+            return ("no slice yet; checked after `tpuctl up`" if not said else
+                    f"slice {name} is missing; `tpuctl down` then `tpuctl up` makes every slice")
+        said.append(_one_slice_forms(provider, group))
+    several = len(said) > 1
+    return "; ".join(f"{name}: {words}" if several else words
+                     for name, words in zip(provider.names.groups, said, strict=True))
+
+
+def _one_slice_forms(provider: CheckedProvider, group) -> str:
     from payload.cloud import accelerators
 
     config = provider._config()
     cluster = config.cluster
     acc = cluster.slice
-    name = provider.names.group
-    group = provider.api.group(name)
-    if group is None or not provider.owned.is_ours("groups", name, group.uid):
-        return "no slice yet; checked after `tpuctl up`"
+    name = group.name
     vms = provider.api.managed_instances(name)
     running = [vm for vm in vms if vm.status == "RUNNING"]
     if len(running) != acc.hosts:
@@ -131,9 +141,10 @@ def _bring_up(provider: CheckedProvider) -> str:
 
 
 def _reach(provider: CheckedProvider) -> str:
-    name = provider.names.group
-    group = provider.api.group(name)
-    if group is None or not provider.owned.is_ours("groups", name, group.uid):
-        return "no slice yet; checked after `tpuctl up`"
-    vms = [vm for vm in provider.api.managed_instances(name) if vm.status == "RUNNING"]
+    vms = []
+    for name in provider.names.groups:
+        group = provider.api.group(name)
+        if group is None or not provider.owned.is_ours("groups", name, group.uid):
+            return "no slice yet; checked after `tpuctl up`"
+        vms += [vm for vm in provider.api.managed_instances(name) if vm.status == "RUNNING"]
     return gcp_doctor.port_22_answers([(f"VM {vm.name}", vm.ssh_address) for vm in vms], "VM")

@@ -3,8 +3,12 @@ shows it coming up, and a check through the API that nothing of the run is left 
 
     print("\\n".join(up_plan(config, site)))   # what `up --dry-run` shows: no credentials
     up(config, site, tf, on_event=print)        # made, all VMs RUNNING, host keys written
-    down(config, site, tf, on_event=print)      # MIG, template, policy, rules gone, checked
-    recreate(config, site, tf, on_event=print)  # after the run's MIG was deleted (--auto-resume)
+    down(config, site, tf, on_event=print)      # MIGs, template, policies, rules gone, checked
+    recreate(config, site, tf, on_event=print)  # after the run's MIGs were deleted (--auto-resume)
+
+With cluster.slices: N the run's slices are N MIGs in the one Terraform state (gce_slice
+says why): `up` waits for every one and a bring-up that fails part way destroys them all
+through the saved-plan path; nothing of a partial bring-up is left billing.
 
 `tf` is the run's Terraform folder on infra/modules/tpu_slice (launcher.providers.gce makes it);
 its variables are launcher.providers.gce_slice's. What of Compute Engine is the run's own, and so
@@ -37,7 +41,8 @@ def compute_api(config: RunConfig, site: Site) -> gce_api.ComputeApi:
 
 def ownership(config: RunConfig, site: Site) -> gce_owned.Ownership:
     return gce_owned.Ownership(site.run_name, compute_api(config, site),
-                               policy=config.cluster.slice.is_multi_host)
+                               policy=config.cluster.slice.is_multi_host,
+                               slices=config.cluster.slices)
 
 
 # -- without credentials -----------------------------------------------------------------------
@@ -62,13 +67,17 @@ def up_plan(config: RunConfig, site: Site) -> list[str]:
         f"firewall rules {names.ssh_rule}: tcp/22 from "
         f"{', '.join(cluster.ssh_source_ranges or ['(not set)'])}; {names.internal_rule}: "
         f"the slice's VMs to each other (network tag {names.tag})",
-        f"slice {names.group}: {acc.name} = {cluster.topology} on {acc.hosts} x "
-        f"{cluster.machine_type} ({acc.in_words()}; {acc.chips_per_host} chips per VM)",
+        f"{_slices_word(names)}: {acc.name} = {cluster.topology} on {acc.hosts} x "
+        f"{cluster.machine_type} ({acc.in_words()}; {acc.chips_per_host} chips per VM)"
+        + (", each a managed instance group of its own" if len(names.groups) > 1 else ""),
         *multislice.slices_lines(cluster.tpu_topology),
     ]
-    if requests.policy is not None:
-        lines.append(f"workload policy {names.policy}: HIGH_THROUGHPUT, accelerator "
-                     f"topology {cluster.topology} (AUTO_CONNECT), named by the MIG")
+    if requests.policies:
+        several = len(requests.policies) > 1
+        lines.append(f"workload polic{'ies' if several else 'y'} "
+                     f"{multislice.names_words(names.policies)}: HIGH_THROUGHPUT, accelerator "
+                     f"topology {cluster.topology} (AUTO_CONNECT), named by "
+                     + ("each slice's MIG (one policy per MIG)" if several else "the MIG"))
     lines += [
         f"instance template {names.template_prefix}<unique id>: {cluster.machine_type}, "
         f"{sched['provisioningModel']}"
@@ -77,8 +86,11 @@ def up_plan(config: RunConfig, site: Site) -> list[str]:
         f"image {disk['sourceImage']}"
         + ("" if cluster.image_note else f" (Google's TPU image for TPU {acc.generation})")
         + f"; boot disk {disk['diskSizeGb']} GB {disk['diskType']}",
-        f"managed instance group {names.group} in {requests.region}: {acc.hosts} VM"
-        f"{'s' if acc.hosts > 1 else ''} in one zone, a failed VM kept for inspection",
+        f"managed instance group{'s' if len(names.groups) > 1 else ''} "
+        f"{multislice.names_words(names.groups)} in {requests.region}: {acc.hosts} VM"
+        f"{'s' if acc.hosts > 1 else ''} "
+        + ("each, all " if len(names.groups) > 1 else "")
+        + "in one zone, a failed VM kept for inspection",
         chosen.describe(acc.hosts),
         (f"slice bring-up: libtpu on each VM is told the slice ({facts}), its worker id "
          f"(TPU_WORKER_ID 0..{acc.hosts - 1}, the VMs by name) and every VM's internal address "
@@ -142,7 +154,8 @@ def up(config: RunConfig, site: Site, tf: terraform.Terraform,
         applied = True
         apply(tf, owned, on_event)
         vms = wait_ready(config, api, on_event)
-        write_known_hosts(site, api, vms, on_event)
+        write_known_hosts(site, api, [vm for slice_vms in vms.values() for vm in slice_vms],
+                          on_event)
     except BaseException as exc:
         end = "nothing of the slice is left billing"
         if applied:
@@ -164,13 +177,22 @@ def up(config: RunConfig, site: Site, tf: terraform.Terraform,
             raise UserError(f"{exc.message}; {end}",
                             hint=exc.hint or "fix it, then `tpuctl up` again") from None
         raise
-    acc = config.cluster.slice
-    mismatch = accelerators.host_mismatch(acc, len(vms))
-    if mismatch:
-        on_event(mismatch)
-    on_event(f"slice {requests.names.group} is RUNNING in {config.cluster.zone}: "
-             f"{len(vms)} VM(s); {config.cluster.hourly_price().describe()}. When done: "
-             "`tpuctl down`")
+    acc, names = config.cluster.slice, requests.names
+    for group in names.groups:
+        mismatch = accelerators.host_mismatch(acc, len(vms[group]))
+        if mismatch:
+            on_event(mismatch)
+    several = len(names.groups) > 1
+    on_event(f"{_slices_word(names)} {'are' if several else 'is'} RUNNING in "
+             f"{config.cluster.zone}: {sum(len(v) for v in vms.values())} VM(s)"
+             + (f", {acc.hosts} per slice" if several else "")
+             + f"; {config.cluster.hourly_price().describe()}. When done: `tpuctl down`")
+
+
+def _slices_word(names: gce_slice.SliceNames) -> str:
+    """"slice trillium", "slices trillium-0 and trillium-1"."""
+    several = len(names.groups) > 1
+    return f"slice{'s' if several else ''} {multislice.names_words(names.groups)}"
 
 
 def apply(tf: terraform.Terraform, owned: gce_owned.Ownership,
@@ -192,8 +214,9 @@ def apply(tf: terraform.Terraform, owned: gce_owned.Ownership,
 
 def recreate(config: RunConfig, site: Site, tf: terraform.Terraform,
              on_event: Callable[[str], None]) -> None:
-    """After the run's MIG was deleted (its VMs taken back): gone from Compute Engine, so gone
-    from the state, and `up` again makes a new one from the same template and policy."""
+    """After the run's MIGs were deleted (VMs taken back): gone from Compute Engine, so gone
+    from the state, and `up` again makes every slice's anew from the same template and
+    policies."""
     tf.forget([a for a in tf.addresses()
                if "google_compute_region_instance_group_manager" in a])
     up(config, site, tf, on_event)
@@ -214,53 +237,71 @@ def destroy(tf: terraform.Terraform, owned: gce_owned.Ownership,
 
 
 def wait_ready(config: RunConfig, api: gce_api.ComputeApi,
-               on_event: Callable[[str], None]) -> list[gce_api.Vm]:
-    """Poll the MIG until every VM is RUNNING and, on a multi-host slice, its applied
-    accelerator topology is ACTIVE; say each change of state once, with what Compute Engine
-    says it waits for (quota, capacity). A FAILED topology ends the wait at once; otherwise it
-    lasts as long as the provisioning allows (cluster.queue_hours, or its model's default)."""
+               on_event: Callable[[str], None]) -> dict[str, list[gce_api.Vm]]:
+    """Poll every slice's MIG until every VM is RUNNING and, on multi-host slices, each applied
+    accelerator topology is ACTIVE; say each change of a slice's state once, with what Compute
+    Engine says it waits for (quota, capacity). A FAILED topology or a lost VM of any slice ends
+    the wait at once (the caller removes every slice); otherwise it lasts as long as the
+    provisioning allows (cluster.queue_hours, or its model's default). The RUNNING VMs of each
+    slice, by MIG name, slice by slice."""
     cluster = config.cluster
-    name = gce_slice.SliceNames.of(config.name).group
+    names = gce_slice.SliceNames.of(config.name, cluster.slices).groups
     chosen = gce_slice.provisioning(cluster)
-    topology = cluster.slice.is_multi_host
     deadline = time.monotonic() + chosen.wait_s
-    last = ""
+    last = dict.fromkeys(names, "")
     while True:
-        group = api.group(name)
-        if group is None:
-            raise UserError(f"instance group {name} disappeared while waiting",
-                            hint="`tpuctl up` again")
-        vms, waiting = api.managed(name) if not group.bulk_in_progress else ([], None)
-        running = [vm for vm in vms if vm.status == "RUNNING"]
-        ready = vms and len(running) == group.target_size
-        if ready and (not topology or group.topology_state == "ACTIVE"):
-            return running
-        state = group_state(group, vms, waiting)
-        if state != last:
-            on_event(f"slice {name}: {state}")
-            if _is_quota(group.last_error or waiting) and not _is_quota(last):
-                on_event(f"slice {name}: Compute Engine keeps the request until the quota "
-                         "allows it: ask for more TPU quota in the region (IAM & Admin > "
-                         "Quotas), or Ctrl-C to cancel it"
-                         + (" (the VMs made meanwhile bill)" if chosen.partial_bills else
-                            " (nothing bills meanwhile)"))
-            last = state
-        if topology and group.topology_state == "FAILED":
-            raise UserError(f"the accelerator topology {cluster.topology} of slice {name} "
-                            f"FAILED" + (f" ({group.topology_error})" if group.topology_error
-                                         else ""),
-                            hint="`tpuctl up` again makes a new slice; if it fails again, see "
-                                 "`gcloud compute instance-groups managed describe "
-                                 f"{name} --region {api.region}`")
-        dead = [vm for vm in vms if vm.status in ("TERMINATED", "STOPPED", "SUSPENDED")]
-        if dead:
-            raise UserError(f"VM {dead[0].name} of slice {name} is {dead[0].status} "
-                            "instead of RUNNING", hint="`tpuctl down` removes the slice")
-        if time.monotonic() > deadline:
-            raise UserError(f"slice {name} was not ready after {_hours(chosen.wait_s)} "
-                            f"({state})", hint="set cluster.queue_hours to wait longer; "
-                            "`tpuctl status` shows the slice, `tpuctl down` removes it")
+        ready = {}
+        for name in names:
+            running = _look_at(config, api, name, last, chosen, deadline, on_event)
+            if running is not None:
+                ready[name] = running
+        if len(ready) == len(names):
+            return ready
         pause()
+
+
+def _look_at(config: RunConfig, api: gce_api.ComputeApi, name: str, last: dict[str, str],
+             chosen: gce_slice.Provisioning, deadline: float,
+             on_event: Callable[[str], None]) -> list[gce_api.Vm] | None:
+    """One look at one slice's MIG: its RUNNING VMs once it is ready, None while it is not
+    (its state said once per change, in `last`), a UserError once it cannot be."""
+    cluster = config.cluster
+    topology = cluster.slice.is_multi_host
+    group = api.group(name)
+    if group is None:
+        raise UserError(f"instance group {name} disappeared while waiting",
+                        hint="`tpuctl up` again")
+    vms, waiting = api.managed(name) if not group.bulk_in_progress else ([], None)
+    running = [vm for vm in vms if vm.status == "RUNNING"]
+    ready = vms and len(running) == group.target_size
+    if ready and (not topology or group.topology_state == "ACTIVE"):
+        return running
+    state = group_state(group, vms, waiting)
+    if state != last[name]:
+        on_event(f"slice {name}: {state}")
+        if _is_quota(group.last_error or waiting) and not _is_quota(last[name]):
+            on_event(f"slice {name}: Compute Engine keeps the request until the quota "
+                     "allows it: ask for more TPU quota in the region (IAM & Admin > "
+                     "Quotas), or Ctrl-C to cancel it"
+                     + (" (the VMs made meanwhile bill)" if chosen.partial_bills else
+                        " (nothing bills meanwhile)"))
+        last[name] = state
+    if topology and group.topology_state == "FAILED":
+        raise UserError(f"the accelerator topology {cluster.topology} of slice {name} "
+                        f"FAILED" + (f" ({group.topology_error})" if group.topology_error
+                                     else ""),
+                        hint="`tpuctl up` again makes a new slice; if it fails again, see "
+                             "`gcloud compute instance-groups managed describe "
+                             f"{name} --region {api.region}`")
+    dead = [vm for vm in vms if vm.status in ("TERMINATED", "STOPPED", "SUSPENDED")]
+    if dead:
+        raise UserError(f"VM {dead[0].name} of slice {name} is {dead[0].status} "
+                        "instead of RUNNING", hint="`tpuctl down` removes the slice")
+    if time.monotonic() > deadline:
+        raise UserError(f"slice {name} was not ready after {_hours(chosen.wait_s)} "
+                        f"({state})", hint="set cluster.queue_hours to wait longer; "
+                        "`tpuctl status` shows the slice, `tpuctl down` removes it")
+    return None
 
 
 def pause() -> None:
@@ -385,11 +426,11 @@ def time_left(vms: list[gce_api.Vm]) -> float | None:
     return max(0.0, min(ends) - time.time()) if ends else None
 
 
-def running_cost(config: RunConfig, vms: list[gce_api.Vm]) -> str:
-    """Price per hour, time up so far (from the first VM's creation) and what that has cost."""
+def running_cost(price, vms: list[gce_api.Vm]) -> str:
+    """A slice's price per hour (a payload.cloud.prices.Price), time up so far (from its
+    first VM's creation) and what that has cost."""
     from payload.cloud import prices
 
-    price = config.cluster.hourly_price()
     created = min((vm.created for vm in vms if vm.created), default=None)
     per_hour = f"${price.usd_per_hour:,.2f}/h" if price.known else price.describe()
     if created is None:

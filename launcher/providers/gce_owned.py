@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Callable
 
 from launcher import terraform
@@ -64,10 +65,12 @@ class Ownership:
     """The run's record of the gce resources it made (kind -> name -> unique ids), and the rule
     that reads it."""
 
-    def __init__(self, run_name: str, api: gce_api.ComputeApi, *, policy: bool = True):
+    def __init__(self, run_name: str, api: gce_api.ComputeApi, *, policy: bool = True,
+                 slices: int = 1):
         self.run_name, self.api = run_name, api
-        self.names = gce_slice.SliceNames.of(run_name)
-        # (kind, name) of what the run's `up` makes: a one-VM slice has no workload policy.
+        self.names = gce_slice.SliceNames.of(run_name, slices)
+        # (kind, name) of what the run's `up` makes, every slice's: a one-VM slice has no
+        # workload policy.
         self.made = self.names.owned(policy=policy)
         self.path = str(gcp_site.run_state(run_name) / layout.OWNED)
 
@@ -120,20 +123,25 @@ class Ownership:
         twin's terraform_data stand-ins, whose addresses carry the same type names), or of a
         planned change to one (its attributes are the state's), or None.
         The name is the one the google provider recorded, where it did (a template's, which the
-        provider derives from its name_prefix, is known only there); else the run's."""
+        provider derives from its name_prefix, is known only there); else the run's: a slice's
+        policy and MIG by their index in the address (`...main[1]`: slice 1)."""
         address = entry.address
-        kind = next((k for t, k in STATE_TYPES.items() if t in address), None)
-        if kind is None:
+        found = next(((t, k) for t, k in STATE_TYPES.items() if t in address), None)
+        if found is None:
             return None
+        type_name, kind = found
         recorded = terraform.recorded(entry.attributes, "name")
         if recorded:
             return kind, recorded
         if kind == "templates":  # not made yet: no name to go by
             return None
-        if kind == "firewalls":  # two rules: the rest of the address names which
-            which = address.rsplit("google_compute_firewall", 1)[1]
+        which = address.rsplit(type_name, 1)[1]  # the rest of the address
+        if kind == "firewalls":  # two rules: the rest names which
             return kind, (self.names.ssh_rule if "ssh" in which else self.names.internal_rule)
-        return kind, dict(self.names.owned())[kind]
+        index = re.search(r"\[(\d+)\]", which)
+        names = self.names.policies if kind == "policies" else self.names.groups
+        slice_index = int(index.group(1)) if index else 0
+        return (kind, names[slice_index]) if slice_index < len(names) else None
 
     def in_state(self, tf: terraform.Terraform, kind: str) -> list[str]:
         """The names of the resources of that kind Terraform's state holds for the run (a

@@ -4,9 +4,9 @@
     variables = terraform_variables(config, user="me", public_key="ssh-ed25519 AAAA...")
     requests = slice_requests(config, user="me", public_key="ssh-ed25519 AAAA... tpuctl")
     requests.firewalls     # firewalls.insert bodies: tcp/22 from ssh_source_ranges; internal
-    requests.policy        # resourcePolicies.insert body: HIGH_THROUGHPUT, acceleratorTopology
+    requests.policies      # resourcePolicies.insert bodies, one per slice: HIGH_THROUGHPUT
     requests.template      # regionInstanceTemplates.insert body: machine type, boot disk, ...
-    requests.group         # regionInstanceGroupManagers.insert body: target size, mode, zone
+    requests.groups        # regionInstanceGroupManagers.insert bodies, one per slice
 
 `terraform_variables` is what infra/modules/tpu_slice (which `up` applies) is given;
 `slice_requests` is what Compute Engine then holds, as its REST bodies: what `up --dry-run`
@@ -22,6 +22,12 @@ are those of google-cloud-compute 1.57 (compute_v1 ResourcePolicy, InstanceTempl
 InstanceGroupManager, Scheduling; the REST discovery document's camelCase). Neither a resource
 policy nor a MIG carries labels: tpuctl knows its own by the ids it recorded when it made them
 (launcher.providers.gce_owned); the VMs carry the run's label.
+
+Several slices (cluster.slices: N) are N MIGs, RUN-0 .. RUN-(N-1) as on gcp, each with its own
+workload policy (GROUP-topology): Compute Engine documents no field that joins MIGs into one
+multislice, so each MIG is one slice's ICI domain and the slices meet over the data-center
+network. They share the firewall rules (one network tag: every VM of every slice reaches every
+other) and the template (the same machine type, image and scheduling).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from launcher.providers import multislice
 from payload.cloud import accelerators
 
 if TYPE_CHECKING:
@@ -104,28 +111,33 @@ def provisioning(cluster: GceCluster) -> Provisioning:
 class SliceNames:
     """The names of what `up` makes for a run (all in the cluster's region)."""
 
-    group: str  # the MIG; its VMs are named GROUP-xxxx by Compute Engine
+    # One MIG per slice: the run's name for one, RUN-0 .. RUN-(N-1) for several (as gcp names
+    # its nodes); its VMs are named GROUP-xxxx by Compute Engine.
+    groups: tuple[str, ...]
+    policies: tuple[str, ...]  # each MIG's own workload policy, GROUP-topology
     template_prefix: str  # the template's name is this and a suffix Terraform's provider makes
-    policy: str
     ssh_rule: str  # firewall: tcp/22 from cluster.ssh_source_ranges to the VMs
     internal_rule: str  # firewall: the slice's VMs reach each other (JAX's coordinator)
     tag: str  # the network tag both rules target
 
     @classmethod
-    def of(cls, run_name: str) -> SliceNames:
+    def of(cls, run_name: str, slices: int = 1) -> SliceNames:
         # Compute Engine names: a letter first, 63 characters at most. The run's name is used
         # whole (cut, it could end in a dash, or name two runs alike): the config keeps it
-        # within payload.config.GCE_MAX_NAME, which leaves room for the longest suffix.
-        return cls(group=run_name, template_prefix=f"{run_name}-",
-                   policy=f"{run_name}-topology", ssh_rule=f"{run_name}-ssh",
+        # within payload.config.gce_name_problems, which leaves room for the longest suffix.
+        groups = multislice.slice_names(run_name, slices)
+        return cls(groups=groups, policies=tuple(f"{group}-topology" for group in groups),
+                   template_prefix=f"{run_name}-", ssh_rule=f"{run_name}-ssh",
                    internal_rule=f"{run_name}-internal", tag=f"tpuctl-{run_name}")
 
     def owned(self, *, policy: bool = True) -> list[tuple[str, str]]:
         """(kind, name) of everything `up` makes under a name known before it does, in the
-        order it makes them; `policy`: whether the slice has a workload policy (a one-VM slice
-        has none). The template's name is only known once made (`is_template`)."""
+        order it makes them (the rules, every slice's policy, every slice's MIG); `policy`:
+        whether a slice has a workload policy (a one-VM slice has none). The template's name is
+        only known once made (`is_template`)."""
         return [("firewalls", self.ssh_rule), ("firewalls", self.internal_rule),
-                *([("policies", self.policy)] if policy else []), ("groups", self.group)]
+                *([("policies", p) for p in self.policies] if policy else []),
+                *[("groups", g) for g in self.groups]]
 
     def is_template(self, name: str) -> bool:
         """Whether `name` is one the google provider makes from the run's `name_prefix`: the
@@ -142,16 +154,15 @@ class SliceRequests:
     region: str
     provisioning: Provisioning
     firewalls: tuple[dict, ...]
-    policy: dict | None  # None for a one-VM slice: a single VM needs no placement
+    policies: tuple[dict, ...]  # one per slice; none for one-VM slices: no placement needed
     template: dict  # no name: Terraform's provider gives it one from names.template_prefix
-    group: dict  # its instanceTemplate is the template Terraform made
+    groups: tuple[dict, ...]  # one per slice; their instanceTemplate is the one Terraform made
 
     def in_order(self) -> list[tuple[str, dict]]:
-        """(kind, body) of what `up` inserts, in order (firewalls, policy, template, MIG)."""
-        found = [("firewalls", rule) for rule in self.firewalls]
-        if self.policy is not None:
-            found.append(("policies", self.policy))
-        return [*found, ("templates", self.template), ("groups", self.group)]
+        """(kind, body) of what `up` inserts, in order (firewalls, policies, template, MIGs)."""
+        return [*(("firewalls", rule) for rule in self.firewalls),
+                *(("policies", policy) for policy in self.policies),
+                ("templates", self.template), *(("groups", group) for group in self.groups)]
 
 
 def region_of(config: RunConfig) -> str:
@@ -203,20 +214,19 @@ def firewall_rules(config: RunConfig, names: SliceNames, network: str) -> tuple[
 
 def slice_requests(config: RunConfig, *, user: str, public_key: str,
                    service_account: str | None = None) -> SliceRequests:
-    """The insert bodies for the config's slice (no call is made)."""
+    """The insert bodies for the config's slices (no call is made)."""
     cluster = config.cluster
     acc = cluster.slice
-    names = SliceNames.of(config.name)
+    names = SliceNames.of(config.name, cluster.slices)
     region = region_of(config)
     project = cluster.project
     chosen = provisioning(cluster)
-    policy = None
-    if acc.is_multi_host:
-        policy = {"name": names.policy, "region": region,
-                  "description": f"tpuctl run {config.name}: the slice's ICI topology",
-                  "workloadPolicy": {"type": "HIGH_THROUGHPUT",
-                                     "acceleratorTopology": cluster.topology,
-                                     "acceleratorTopologyMode": "AUTO_CONNECT"}}
+    policies = tuple({"name": name, "region": region,
+                      "description": f"tpuctl run {config.name}: the slice's ICI topology",
+                      "workloadPolicy": {"type": "HIGH_THROUGHPUT",
+                                         "acceleratorTopology": cluster.topology,
+                                         "acceleratorTopologyMode": "AUTO_CONNECT"}}
+                     for name in names.policies) if acc.is_multi_host else ()
     network_path = (cluster.network if cluster.network.startswith("projects/")
                     else f"projects/{project}/global/networks/{cluster.network}")
     network = {"network": network_path,
@@ -250,37 +260,48 @@ def slice_requests(config: RunConfig, *, user: str, public_key: str,
     # policy cannot make a MIG with a workload policy).
     template = {"region": region, "description": f"tpuctl run {config.name}",
                 "properties": properties}
+    groups = tuple(_group(config, name, mode=chosen.mode, region=region,
+                          policy=names.policies[i] if policies else None)
+                   for i, name in enumerate(names.groups))
+    return SliceRequests(names=names, region=region, provisioning=chosen,
+                         firewalls=firewall_rules(config, names, network_path), policies=policies,
+                         template=template, groups=groups)
+
+
+def _group(config: RunConfig, name: str, *, policy: str | None, mode: str, region: str) -> dict:
+    """One slice's MIG: its VMs in one zone, placed by its own workload policy (multi-host)."""
+    cluster = config.cluster
     group = {
-        "name": names.group, "region": region, "baseInstanceName": names.group,
+        "name": name, "region": region, "baseInstanceName": name,
         "description": f"tpuctl run {config.name}",
-        "targetSize": acc.hosts,
-        "targetSizePolicy": {"mode": chosen.mode},
+        "targetSize": cluster.slice.hosts,
+        "targetSizePolicy": {"mode": mode},
         "distributionPolicy": {"targetShape": "ANY_SINGLE_ZONE",
                                "zones": [{"zone": f"zones/{cluster.zone}"}]},
         "instanceLifecyclePolicy": {"defaultActionOnFailure": "DO_NOTHING"},
         "updatePolicy": {"type": "OPPORTUNISTIC", "instanceRedistributionType": "NONE"},
     }
     if policy is not None:
-        group["resourcePolicies"] = {"workloadPolicy": f"projects/{project}/regions/{region}/"
-                                                       f"resourcePolicies/{names.policy}"}
-    return SliceRequests(names=names, region=region, provisioning=chosen,
-                         firewalls=firewall_rules(config, names, network_path), policy=policy,
-                         template=template, group=group)
+        group["resourcePolicies"] = {"workloadPolicy": f"projects/{cluster.project}/regions/"
+                                                       f"{region}/resourcePolicies/{policy}"}
+    return group
 
 
 def terraform_variables(config: RunConfig, *, user: str, public_key: str,
                         service_account: str | None = None) -> dict:
-    """infra/modules/tpu_slice's variables for the config's slice: the one place that maps the
-    run config to them (the module's variables.tf has exactly these)."""
+    """infra/modules/tpu_slice's variables for the config's slices: the one place that maps the
+    run config to them (the module's variables.tf has exactly these). Every slice is in the
+    one module's state: a MIG and a workload policy per name in names.groups and
+    names.policies (count), one template and the rules for all of them."""
     cluster = config.cluster
-    names = SliceNames.of(config.name)
+    names = SliceNames.of(config.name, cluster.slices)
     chosen = provisioning(cluster)
     disk = boot_disk(cluster)["initializeParams"]
     return {
         "project": cluster.project, "region": region_of(config), "zone": cluster.zone,
         "run_name": config.name,
-        "names": {"group": names.group, "template_prefix": names.template_prefix,
-                  "policy": names.policy, "ssh_rule": names.ssh_rule,
+        "names": {"groups": list(names.groups), "template_prefix": names.template_prefix,
+                  "policies": list(names.policies), "ssh_rule": names.ssh_rule,
                   "internal_rule": names.internal_rule, "tag": names.tag},
         "machine_type": cluster.machine_type, "topology": cluster.topology,
         "hosts": cluster.slice.hosts, "image": disk["sourceImage"],

@@ -34,7 +34,8 @@ def _tpu_name(config) -> list[str]:
 
 
 def _gce_names(config) -> list[str]:
-    return gce_name_problems(config.name) if isinstance(config.cluster, GceCluster) else []
+    return (gce_name_problems(config.name, config.cluster.slices)
+            if isinstance(config.cluster, GceCluster) else [])
 
 
 def _gce_engine(config) -> list[str]:

@@ -394,9 +394,10 @@ _IMAGE = re.compile(rf"(projects/([a-z][-a-z0-9.]*[a-z0-9]:)?[a-z][-a-z0-9]{{4,2
 GCE_MAX_NAME = 54 - len("-")
 
 
-def gce_name_problems(name: str) -> list[str]:
+def gce_name_problems(name: str, slices: int = 1) -> list[str]:
     """What is wrong with a run's name as the names of a gce slice (it is checked as a run
-    name on its own elsewhere)."""
+    name on its own elsewhere). Several slices are NAME-i, each with a workload policy
+    NAME-i-topology: Compute Engine's 63 characters leave the name that much less."""
     if not TPU_NAME.match(name):
         return [f"name: '{name}' also names the run's VMs and instance group, and Compute "
                 "Engine names start with a letter; rename the run"]
@@ -405,6 +406,11 @@ def gce_name_problems(name: str) -> list[str]:
                 f"run's instance template (name prefix {name}-, at most 54 characters for "
                 "Terraform's google provider) and the rest of its slice: use at most "
                 f"{GCE_MAX_NAME}"]
+    longest = 63 - len(f"-{slices - 1}-topology") if slices > 1 else GCE_MAX_NAME
+    if len(name) > longest:
+        return [f"name: '{name}' is {len(name)} characters; on provider gce with "
+                f"{slices} slices it also names each slice's workload policy "
+                f"({name}-{slices - 1}-topology, at most 63 characters): use at most {longest}"]
     return []
 
 

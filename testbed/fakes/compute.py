@@ -240,6 +240,7 @@ class FakeCompute(FakeServer):
         self._capacity: dict[str | None, int | None] = {None: 0}  # zone -> polls to wait
         self._partial: dict[str | None, int] = {None: 0}  # zone -> VMs made while others wait
         self._quota: ComputeError | None = None  # set_quota: every MIG waits on it
+        self._topology_failures: dict[str, ComputeError] = {}  # MIG name -> once it is made
         self._boot_polls = 2  # observations from PROVISIONING to RUNNING
         self._op_polls = 2  # reads of an operation from PENDING to DONE
         self._topology_polls = 1  # observations of a full slice from ACTIVATING to ACTIVE
@@ -273,10 +274,15 @@ class FakeCompute(FakeServer):
             self._quota = exceeded
 
     def fail_topology(self, group: str, error: ComputeError) -> None:
-        """The MIG's applied accelerator topology turns FAILED, with this error."""
+        """The MIG's applied accelerator topology turns FAILED, with this error; a MIG not made
+        yet (one slice of several) fails so once it is made."""
         with self._lock:
-            found = next(g for p, g in self._groups.items() if p.rsplit("/", 1)[1] == group)
-            found.topology_error = error
+            found = next((g for p, g in self._groups.items() if p.rsplit("/", 1)[1] == group),
+                         None)
+            if found is None:
+                self._topology_failures[group] = error
+            else:
+                found.topology_error = error
 
     def set_machine_types(self, types: list[str], zone: str | None = None) -> None:
         """The machine types a zone offers (None: every zone without a list of its own)."""
@@ -502,6 +508,7 @@ class FakeCompute(FakeServer):
         group = self._groups[path] = _Group(self._resource(path, "compute#instanceGroupManager", {
             **body, "region": self._url(f"projects/{a['p']}/regions/{a['r']}"),
             "fingerprint": secrets.token_urlsafe(8)}))
+        group.topology_error = self._topology_failures.pop(body.get("name", ""), None)
         self._name_instances(group)
         return self._operation(a, "insert", path, target_id=group.body["id"])
 

@@ -167,7 +167,7 @@ def test_what_up_asks_for_a_multi_host_slice():
     sent = gce_slice.slice_requests(config, user="me", public_key="ssh-ed25519 AAAA tpuctl\n",
                                     service_account="sa@my-project.iam.gserviceaccount.com")
     assert sent.region == "us-east5"
-    assert sent.policy["workloadPolicy"] == {"type": "HIGH_THROUGHPUT",
+    assert sent.policies[0]["workloadPolicy"] == {"type": "HIGH_THROUGHPUT",
                                              "acceleratorTopology": "4x4",
                                              "acceleratorTopologyMode": "AUTO_CONNECT"}
     props = sent.template["properties"]
@@ -193,7 +193,7 @@ def test_what_up_asks_for_a_multi_host_slice():
     assert "sourceRanges" not in internal
     assert [kind for kind, _ in sent.in_order()] == [
         "firewalls", "firewalls", "policies", "templates", "groups"]
-    group = sent.group
+    [group] = sent.groups
     assert group["targetSize"] == 4
     assert group["targetSizePolicy"] == {"mode": "INDIVIDUAL"}  # on-demand: no bulk mode
     assert group["distributionPolicy"] == {"targetShape": "ANY_SINGLE_ZONE",
@@ -222,7 +222,7 @@ def test_provisioning_becomes_the_templates_scheduling(cluster, scheduling, affi
         assert got[key] == value, key
     assert sent.template["properties"]["reservationAffinity"]["consumeReservationType"] == (
         affinity)
-    assert sent.policy is None  # 2x2x1 on a 4-chip VM is one host
+    assert sent.policies == ()  # 2x2x1 on a 4-chip VM is one host
 
 
 @pytest.mark.parametrize("variable", ["TPUCTL_TPU_API_ENDPOINT", "TPUCTL_COMPUTE_API_ENDPOINT"])

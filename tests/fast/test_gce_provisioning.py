@@ -62,7 +62,7 @@ def test_bulk_mode_only_where_compute_engine_takes_it(cluster, model, mode, term
     chosen = gce_slice.provisioning(config.cluster)
     assert (chosen.model, chosen.mode, chosen.termination) == (model, mode, termination)
     sent = gce_slice.slice_requests(config, user="me", public_key="ssh-ed25519 AAAA")
-    assert sent.group["targetSizePolicy"] == {"mode": mode}
+    assert sent.groups[0]["targetSizePolicy"] == {"mode": mode}
     scheduling = sent.template["properties"]["scheduling"]
     assert scheduling["provisioningModel"] == model
     assert scheduling.get("instanceTerminationAction") == termination

@@ -99,3 +99,29 @@ def test_a_name_the_provider_derived_is_read_from_the_state(fake, tmp_path):
     assert owned.ids("templates") == {name: [str(made.id)]}
     assert (("templates", name) in owned.run_names()) and owned.left() == (
         [f"instance template {name}"], [])
+
+
+def test_each_slice_is_recorded_under_its_own_names_by_its_index_in_the_state(fake, tmp_path):
+    """Several slices: main[i] in the state is slice i's MIG and policy (RUN-i,
+    RUN-i-topology), whether or not the entry recorded its name."""
+    groups = [fake.add_group(PROJECT, REGION, f"two-{i}") for i in (0, 1)]
+    policies = [fake.add_policy(PROJECT, REGION, f"two-{i}-topology") for i in (0, 1)]
+    tf = Terraform(tmp_path / "tf", module=REPO / "tests" / "terraform_twin_slice")
+    owned = gce_owned.Ownership("two", gce_api.ComputeApi(project=PROJECT, region=REGION),
+                                slices=2)
+    _state(tf, [])
+    owned.before_apply(tf)
+    tf.state_file.write_text(json.dumps({"version": 4, "resources": [
+        {"mode": "managed", "type": "google_compute_region_instance_group_manager",
+         "name": "main", "instances": [
+             {"index_key": i, "attributes": {"instance_group_manager_id": int(g["id"])}}
+             for i, g in enumerate(groups)]},
+        {"mode": "managed", "type": "google_compute_resource_policy", "name": "main",
+         "instances": [{"index_key": i, "attributes": {
+             "creation_timestamp": p["creationTimestamp"]}} for i, p in enumerate(policies)]},
+    ]}))
+    owned.after_apply(tf)
+    assert owned.ids("groups") == {f"two-{i}": [groups[i]["id"]] for i in (0, 1)}
+    assert owned.ids("policies") == {f"two-{i}-topology": [policies[i]["id"]] for i in (0, 1)}
+    assert [name for kind, name in owned.made] == [
+        "two-ssh", "two-internal", "two-0-topology", "two-1-topology", "two-0", "two-1"]

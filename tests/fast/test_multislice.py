@@ -181,19 +181,16 @@ def test_up_dry_run_of_two_slices_needs_no_credentials(tmp_path, raw, price):
     assert not (tmp_path / "home").exists()
 
 
-def test_gce_up_does_not_yet_make_several_slices(tmp_path):
-    """gcp makes several slices (tests/e2e/test_multislice_gcp.py); gce's `up` still refuses."""
-    raw = gce_raw("two", machine_type="ct6e-standard-4t", topology="4x4", zone="us-east5-a",
-                  slices=2, ssh_source_ranges=["203.0.113.7/32"], train={"batch_size": 32})
-    path = tmp_path / "tpuctl.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    result = tpuctl("up", "-c", path, env={
-        "TPUCTL_HOME": str(tmp_path / "home"), "HOME": str(tmp_path),
-        "GOOGLE_APPLICATION_CREDENTIALS": str(tmp_path / "none.json")})
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1].startswith(
-        "error: cluster.slices: 2: gce's `tpuctl up` does not handle several slices yet")
-    assert not (tmp_path / "home").exists()
+def test_gce_train_down_refuses_several_slices_before_anything(tmp_path):
+    """gce brings several slices up (tests/e2e/test_multislice_gce.py); `train --down`, where
+    worker 0 deletes the run's MIG, still refuses them in one line, before any call."""
+    from launcher.providers.gce import GceProvider
+
+    config = parse_config(gce_raw("two", machine_type="ct6e-standard-4t", topology="4x4",
+                                  zone="us-east5-a", slices=2, train={"batch_size": 32}))
+    with pytest.raises(UserError, match=r"cluster.slices: 2: `train --down` does not handle "
+                                        "several slices yet"):
+        GceProvider.from_config(config, num_workers=None).node_to_delete(print)
 
 
 def test_a_multislice_queued_request_asks_for_n_nodes_named_name_0_to_n_minus_1():
@@ -249,3 +246,31 @@ def test_budgets_count_every_slice_at_the_price_of_all_of_them(tmp_path):
     budget.record_deleted(out, "a", when=t0 + hour)
     fresh = budget.Budget.for_run(config(2, max_hours=10.0))
     assert fresh.hours(t0 + 1.5 * hour) == pytest.approx((1.0 + 1.5) / 2)
+
+
+def test_the_goodput_report_prices_each_slice_node_hour_at_one_slice(tmp_path):
+    """billing.json has one node per slice and the run's price is all slices': the report's
+    dollars and chip-hours are node-hours at one slice's price and chips, as budgets count."""
+    from launcher import goodput as launcher_goodput
+    from payload.cloud import budget
+    from payload.core import ledger
+
+    out = str(tmp_path / "out")
+
+    def config(slices: int):
+        return parse_config(plan_config(name="two", output_dir=out, cluster={
+            **plan_config()["cluster"], "slices": slices}, train={"engine": "jax"}))
+
+    one, two = config(1).cluster.hourly_price(), config(2).cluster.hourly_price()
+    t0, hour = 1_700_000_000.0, 3600.0
+    ledger.append(out, [{"t": t0, "event": "requested", "source": "launcher", "job": None,
+                         "host": "h"}, {"t": t0 + hour, "event": "torn_down",
+                                        "source": "launcher", "job": None, "host": "h"}])
+    for uid in ("a", "b"):  # both slices up for one hour
+        budget.record_node(out, uid=uid, zone="us-central1-a", created=t0)
+        budget.record_deleted(out, uid, when=t0 + hour)
+    report = launcher_goodput.run_report(config(2), now=t0 + 2 * hour)
+    # One hour of two slices: the two-slice price once, every chip of both for an hour.
+    assert report["billed"]["dollars"] == pytest.approx(two.usd_per_hour, rel=1e-3)
+    assert report["billed"]["dollars"] == pytest.approx(2 * one.usd_per_hour, rel=1e-3)
+    assert report["billed"]["chip_hours"] == pytest.approx(two.chips)

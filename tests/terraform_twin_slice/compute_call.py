@@ -68,11 +68,16 @@ def update(endpoint, url, spec):
     if kind == "groups" and "versions" in changed:
         # The template the MIG used until now was replaced create_before_destroy: Terraform
         # deletes it now that the MIG, which depends on it, has taken the new one.
+        # With several slices, the last MIG to take the new one is where that happens.
         old = (found.get("versions") or [{}])[0].get("instanceTemplate", "")
         name = old.rsplit("/", 1)[-1]
-        if name.startswith(spec["template_prefix"]):
-            old_url = url.split("/instanceGroupManagers/")[0] + f"/instanceTemplates/{name}"
-            follow(endpoint, call("DELETE", old_url), "Deleting", "templates")
+        region = url.split("/instanceGroupManagers/")[0]
+        users = [g for g in call("GET", f"{region}/instanceGroupManagers").get("items", [])
+                 if (g.get("versions") or [{}])[0].get("instanceTemplate", "").endswith(
+                     f"/{name}")]
+        if name.startswith(spec["template_prefix"]) and not users:
+            follow(endpoint, call("DELETE", f"{region}/instanceTemplates/{name}"), "Deleting",
+                   "templates")
 
 
 def main():

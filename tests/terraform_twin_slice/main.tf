@@ -27,6 +27,11 @@
 # - MIG: name, region, description, base_instance_name, the zones and target_size_policy.mode
 #   force a new one; its template (versions), workload policy, lifecycle and update policies are
 #   patched, its target size resized.
+# Several slices are several MIGs and workload policies (count over var.names.groups and
+# var.names.policies), as in the module; the old template's delete is sent by the last MIG to
+# take the new one. The MIGs' stand-ins run after every other resource but alongside each other:
+# a snapshot written when one finishes may hold another whose insert is not done (the tests that
+# kill `up` at a MIG's insert use one slice).
 
 locals {
   multi_host  = var.hosts > 1
@@ -74,23 +79,22 @@ locals {
   }
   # name_prefix: the provider adds 26 characters of unique id, 9 after a prefix over 37.
   template_name = "${var.names.template_prefix}${substr(sha256(jsonencode(local.template_body)), 0, length(var.names.template_prefix) > 37 ? 9 : 26)}"
-  policy_path   = "${local.region_path}/resourcePolicies/${var.names.policy}"
-  # What forces a new MIG; the rest of its body is updated in place.
-  group_identity = {
-    name        = var.names.group, region = var.region, baseInstanceName = var.names.group
+  # Per slice: what forces a new MIG; the rest of its body is updated in place.
+  group_identity = [for g in var.names.groups : {
+    name        = g, region = var.region, baseInstanceName = g
     description = "tpuctl run ${var.run_name}", zones = [var.zone], mode = var.size_mode
-  }
-  group_settings = merge({
+  }]
+  group_settings = [for i, g in var.names.groups : merge({
     versions                = [{ instanceTemplate = "${local.region_path}/instanceTemplates/${local.template_name}" }]
     targetSize              = var.hosts
     instanceLifecyclePolicy = { defaultActionOnFailure = "DO_NOTHING" }
     updatePolicy            = { type = "OPPORTUNISTIC", instanceRedistributionType = "NONE" }
-  }, { for k, v in { resourcePolicies = { workloadPolicy = local.policy_path } } : k => v if local.multi_host })
-  group = merge({
-    name               = var.names.group, baseInstanceName = var.names.group, description = "tpuctl run ${var.run_name}"
+  }, { for k, v in { resourcePolicies = { workloadPolicy = "${local.region_path}/resourcePolicies/${var.names.policies[i]}" } } : k => v if local.multi_host })]
+  groups = [for i, g in var.names.groups : merge({
+    name               = g, baseInstanceName = g, description = "tpuctl run ${var.run_name}"
     targetSizePolicy   = { mode = var.size_mode }
     distributionPolicy = { targetShape = "ANY_SINGLE_ZONE", zones = [{ zone = "zones/${var.zone}" }] }
-  }, local.group_settings)
+  }, local.group_settings[i])]
   call = "${path.module}/compute_call.py"
 }
 
@@ -122,12 +126,12 @@ resource "terraform_data" "firewall_update" {
 }
 
 resource "terraform_data" "google_compute_resource_policy" {
-  count      = local.multi_host ? 1 : 0
+  count      = local.multi_host ? length(var.names.groups) : 0
   depends_on = [terraform_data.firewall_update]
 
-  triggers_replace = { name = var.names.policy, region = var.region, topology = var.topology, mode = "AUTO_CONNECT", type = "HIGH_THROUGHPUT" }
-  input = { kind = "policies", project = var.project, region = var.region, name = var.names.policy, script = local.call, body = {
-    name           = var.names.policy, description = "tpuctl run ${var.run_name}: the slice's ICI topology"
+  triggers_replace = { name = var.names.policies[count.index], region = var.region, topology = var.topology, mode = "AUTO_CONNECT", type = "HIGH_THROUGHPUT" }
+  input = { kind = "policies", project = var.project, region = var.region, name = var.names.policies[count.index], script = local.call, body = {
+    name           = var.names.policies[count.index], description = "tpuctl run ${var.run_name}: the slice's ICI topology"
     workloadPolicy = { type = "HIGH_THROUGHPUT", acceleratorTopology = var.topology, acceleratorTopologyMode = "AUTO_CONNECT" }
   } }
 
@@ -160,8 +164,10 @@ resource "terraform_data" "google_compute_region_instance_template" {
 }
 
 resource "terraform_data" "google_compute_region_instance_group_manager" {
-  triggers_replace = local.group_identity
-  input            = { kind = "groups", project = var.project, region = var.region, name = var.names.group, body = local.group, script = local.call, template_prefix = var.names.template_prefix }
+  count = length(var.names.groups)
+
+  triggers_replace = local.group_identity[count.index]
+  input            = { kind = "groups", project = var.project, region = var.region, name = var.names.groups[count.index], body = local.groups[count.index], script = local.call, template_prefix = var.names.template_prefix }
 
   provisioner "local-exec" {
     command = "python3 ${self.input.script} create '${replace(jsonencode(self.input), "'", "'\\''")}'"
@@ -176,8 +182,10 @@ resource "terraform_data" "google_compute_region_instance_group_manager" {
 }
 
 resource "terraform_data" "group_update" {
-  triggers_replace = local.group_settings
-  input            = terraform_data.google_compute_region_instance_group_manager.input
+  count = length(var.names.groups)
+
+  triggers_replace = local.group_settings[count.index]
+  input            = terraform_data.google_compute_region_instance_group_manager[count.index].input
 
   provisioner "local-exec" {
     command = "python3 ${self.input.script} update '${replace(jsonencode(self.input), "'", "'\\''")}'"

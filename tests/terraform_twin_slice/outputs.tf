@@ -1,8 +1,8 @@
 # The same names as infra/modules/tpu_slice/outputs.tf.
 
-output "group" {
-  description = "Name of the slice's managed instance group (its VMs are GROUP-xxxx)."
-  value       = terraform_data.google_compute_region_instance_group_manager.output.body.name
+output "groups" {
+  description = "Names of the slices' managed instance groups, slice by slice (their VMs are GROUP-xxxx)."
+  value       = terraform_data.google_compute_region_instance_group_manager[*].output.body.name
 }
 
 output "template" {
@@ -10,7 +10,7 @@ output "template" {
   value       = terraform_data.google_compute_region_instance_template.output.body.name
 }
 
-output "policy" {
-  description = "Name of the workload policy, or null for a one-VM slice."
-  value       = local.multi_host ? terraform_data.google_compute_resource_policy[0].output.body.name : null
+output "policies" {
+  description = "Names of the slices' workload policies, slice by slice (none for one-VM slices)."
+  value       = terraform_data.google_compute_resource_policy[*].output.body.name
 }

@@ -1,9 +1,16 @@
-# A TPU slice on Compute Engine: its firewall rules, a workload policy that places the VMs in
-# the slice's ICI topology (multi-host only), a regional instance template and a regional MIG in
-# one zone, in the mode its provisioning model takes (bulk: every VM at once or none, for
-# flex-start and reservation-bound; individual for on-demand and spot). The launcher decides the
-# model, mode and termination action (launcher/providers/gce_slice.py, provisioning); this
-# module writes them down.
+# TPU slices on Compute Engine: the firewall rules, and per slice a workload policy that places
+# its VMs in the slice's ICI topology (multi-host only) and a regional MIG in one zone, in the
+# mode its provisioning model takes (bulk: every VM at once or none, for flex-start and
+# reservation-bound; individual for on-demand and spot), all made from one regional instance
+# template. The launcher decides the model, mode and termination action
+# (launcher/providers/gce_slice.py, provisioning) and the names; this module writes them down.
+#
+# Several slices (multislice over the data-center network) are several MIGs in this one state,
+# one per name in var.names.groups (count), each with its own workload policy: Compute Engine
+# documents no field that joins MIGs into one multislice. One state makes one plan to vet and one
+# destroy for all of them (all slices or none), and the rules and template serve every slice:
+# every VM carries the one network tag, so the internal rule lets every slice reach every other.
+# A one-slice run's MIG is main[0] (Terraform moves an earlier state's `main` there itself).
 #
 # A second apply with the same inputs changes nothing: every field the API reads back with a
 # default is written (accelerator_topology_mode AUTO_CONNECT, the MIG's target_size_policy). A
@@ -13,6 +20,7 @@
 
 locals {
   multi_host = var.hosts > 1
+  slices     = length(var.names.groups)
   network    = startswith(var.network, "projects/") ? var.network : "projects/${var.project}/global/networks/${var.network}"
   subnetwork = var.subnetwork == null ? null : (startswith(var.subnetwork, "projects/") ? var.subnetwork : "projects/${var.project}/regions/${var.region}/subnetworks/${var.subnetwork}")
 }
@@ -56,11 +64,11 @@ resource "google_compute_firewall" "internal" {
 
 resource "google_compute_resource_policy" "main" {
   provider = google-beta
-  count    = local.multi_host ? 1 : 0
+  count    = local.multi_host ? local.slices : 0
 
   project     = var.project
   region      = var.region
-  name        = var.names.policy
+  name        = var.names.policies[count.index]
   description = "tpuctl run ${var.run_name}: the slice's ICI topology"
 
   workload_policy {
@@ -151,11 +159,12 @@ resource "google_compute_region_instance_template" "main" {
 
 resource "google_compute_region_instance_group_manager" "main" {
   provider = google-beta
+  count    = local.slices
 
   project            = var.project
   region             = var.region
-  name               = var.names.group
-  base_instance_name = var.names.group
+  name               = var.names.groups[count.index]
+  base_instance_name = var.names.groups[count.index]
   description        = "tpuctl run ${var.run_name}"
   target_size        = var.hosts
   # The launcher waits itself, with visible progress (bulk operation, VMs, applied topology).
@@ -179,7 +188,7 @@ resource "google_compute_region_instance_group_manager" "main" {
   }
 
   dynamic "resource_policies" {
-    for_each = local.multi_host ? [google_compute_resource_policy.main[0].self_link] : []
+    for_each = local.multi_host ? [google_compute_resource_policy.main[count.index].self_link] : []
     content {
       workload_policy = resource_policies.value
     }

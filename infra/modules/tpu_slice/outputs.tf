@@ -1,6 +1,6 @@
-output "group" {
-  description = "Name of the slice's managed instance group (its VMs are GROUP-xxxx)."
-  value       = google_compute_region_instance_group_manager.main.name
+output "groups" {
+  description = "Names of the slices' managed instance groups, slice by slice (their VMs are GROUP-xxxx)."
+  value       = google_compute_region_instance_group_manager.main[*].name
 }
 
 output "template" {
@@ -8,7 +8,7 @@ output "template" {
   value       = google_compute_region_instance_template.main.name
 }
 
-output "policy" {
-  description = "Name of the workload policy, or null for a one-VM slice."
-  value       = local.multi_host ? google_compute_resource_policy.main[0].name : null
+output "policies" {
+  description = "Names of the slices' workload policies, slice by slice (none for one-VM slices)."
+  value       = google_compute_resource_policy.main[*].name
 }

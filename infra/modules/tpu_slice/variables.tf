@@ -44,18 +44,23 @@ variable "run_name" {
 
 variable "names" {
   type = object({
-    group           = string
+    groups          = list(string)
     template_prefix = string
-    policy          = string
+    policies        = list(string)
     ssh_rule        = string
     internal_rule   = string
     tag             = string
   })
-  description = "Names of the MIG (also its VMs' base name), workload policy, the two firewall rules and the network tag they target, and the template's name_prefix (the google provider adds a unique suffix)."
+  description = "Names of the slices' MIGs (one per slice, each also its VMs' base name) and of their workload policies (one per MIG, in the same order), the two firewall rules and the network tag they target, and the template's name_prefix (the google provider adds a unique suffix)."
 
   validation {
-    condition     = alltrue([for k, n in var.names : k == "template_prefix" || can(regex("^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$", n))])
+    condition     = alltrue([for n in flatten([var.names.groups, var.names.policies, var.names.ssh_rule, var.names.internal_rule, var.names.tag]) : can(regex("^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$", n))])
     error_message = "every name must be 1 to 63 lowercase letters, digits or dashes, starting with a letter."
+  }
+
+  validation {
+    condition     = length(var.names.groups) >= 1 && length(var.names.policies) == length(var.names.groups) && length(distinct(concat(var.names.groups, var.names.policies))) == 2 * length(var.names.groups)
+    error_message = "names.groups must name at least one slice, names.policies one policy per slice, all distinct."
   }
 
   validation {

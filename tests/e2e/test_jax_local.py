@@ -21,7 +21,12 @@ from typer.testing import CliRunner
 
 from launcher.cli import app
 from tests.support.configs import tiny_config
-from tests.support.jax import JAX_REFERENCE, checkpoint_variables, worker_env
+from tests.support.jax import (
+    JAX_REFERENCE,
+    assert_export_gives_the_checkpoints_logits_in_pytorch,
+    checkpoint_variables,
+    worker_env,
+)
 from tests.support.paths import SCRIPTS, TORCH_PYTHON, TORCH_READY
 
 STEPS = 20
@@ -85,49 +90,8 @@ def test_two_local_jax_workers_compute_what_one_process_over_two_devices_compute
         np.testing.assert_allclose(got[name], value, rtol=0, atol=1e-5, err_msg=name)
 
 
-    assert_export_gives_the_checkpoints_logits_in_pytorch(config, out, tmp_path / "torch")
-
-
-def assert_export_gives_the_checkpoints_logits_in_pytorch(config: Path, out: Path,
-                                                          work: Path) -> None:
-    """model/ loaded by PyTorch transformers 5.x, and the JAX model restored from the newest
-    checkpoint by the engine's own program: the same logits (<= 1e-4) for padded rows."""
-    from flax import nnx
-
-    from payload.config import load_config
-    from payload.engines.jax import export as jax_export
-    from payload.engines.jax import step as jax_step
-    from payload.stages.export import trained_weights
-    from tests.support.jax import model_inputs
-
-    note = json.loads((out / "model" / "tpuctl_export.json").read_text())
-    assert note["checkpoint"] == f"checkpoints/{STEPS}"  # relative: model/ is published
-    if not TORCH_READY.exists():
-        pytest.skip("no transformers 5.x environment (.venv-torch; `make setup-torch`)")
-    run = load_config(config)
-    hf_config = trained_weights(run).hf_config  # the one export wrote config.json from
-    program = jax_step.TrainProgram(hf_config.to_dict(), family=run.model.family,
-                                    train_cfg=run.train, mesh=jax_export.one_cpu_mesh())
-    params = jax_export._restore_params(str(out / note["checkpoint"]), program)
-    model = nnx.merge(program.graphdef, params)
-    raw = json.loads((out / "model" / "config.json").read_text())
-    inputs = model_inputs({**raw, "pad_token_id": raw.get("pad_token_id") or 0},
-                          np.random.default_rng(0))
-    ours = np.asarray(model(**inputs))
-    work.mkdir()
-    np.savez(work / "inputs.npz", **inputs)
-    jobs = [{"folder": str(out / "model"), "family": "gpt2", "inputs": str(work / "inputs.npz"),
-             "output": str(work / "torch.npy")}]
-    (work / "jobs.json").write_text(json.dumps(jobs))
-    torch = subprocess.run([str(TORCH_PYTHON), str(SCRIPTS / "torch_forward.py"),
-                            str(work / "jobs.json")], capture_output=True, text=True,
-                           timeout=300, check=False)
-    assert torch.returncode == 0, torch.stdout + torch.stderr[-3000:]
-    assert json.loads(torch.stdout.strip().splitlines()[-1])["transformers"].startswith("5.")
-    difference = float(np.abs(ours - np.load(work / "torch.npy")).max())
-    print(f"exported model/ in PyTorch vs the JAX checkpoint: max |logit difference| "
-          f"{difference:.2e}")
-    assert difference <= 1e-4
+    assert_export_gives_the_checkpoints_logits_in_pytorch(config, out, tmp_path / "torch",
+                                                          steps=STEPS)
 
 
 LLAMA_STEPS = 30

@@ -2,7 +2,7 @@
 runs the JAX engine as two "slices" of two worker processes each (the mesh's data axis split
 over the slices outermost, gloo between every process, the MEGASCALE variables on every
 worker), and its loss curve is the one slice's: one process over four CPU devices, fed the
-same global batches (tests/support/scripts/jax_reference.py)."""
+same global batches (tests/support/scripts/jax_reference.py); its export loads in PyTorch."""
 
 import json
 import shutil
@@ -20,7 +20,11 @@ from typer.testing import CliRunner
 
 from launcher.cli import app
 from tests.support.configs import tiny_config
-from tests.support.jax import JAX_REFERENCE, worker_env
+from tests.support.jax import (
+    JAX_REFERENCE,
+    assert_export_gives_the_checkpoints_logits_in_pytorch,
+    worker_env,
+)
 
 STEPS = 6
 WORKERS = 4
@@ -55,8 +59,8 @@ def test_four_local_workers_as_two_slices_train_the_one_slice_loss_curve(tmp_pat
     shutil.copytree(out, ref, ignore=shutil.ignore_patterns("checkpoints", "metrics.json",
                                                             "logs", "model"))
     ref_config = config(tmp_path / "ref-run", ref, workers=1, slices=1)
-    single = subprocess.run([sys.executable, str(JAX_REFERENCE), "--config", str(ref_config),
-                             "--pipelines", str(WORKERS)], env=worker_env(WORKERS),
+    single = subprocess.run([sys.executable, str(JAX_REFERENCE), "--config", str(ref_config)],
+                            env=worker_env(WORKERS),
                             capture_output=True, text=True, timeout=300)
     assert single.returncode == 0, single.stdout[-2000:] + single.stderr[-3000:]
     one = json.loads((ref / "metrics.json").read_text())
@@ -65,3 +69,9 @@ def test_four_local_workers_as_two_slices_train_the_one_slice_loss_curve(tmp_pat
         np.testing.assert_allclose([r["loss"] for r in multi[key]],
                                    [r["loss"] for r in one[key]], rtol=0.01)
     assert multi["evals"][-1]["loss"] < multi["evals"][0]["loss"]  # it trained
+    # What the slices trained exports as the one model PyTorch loads.
+    exported = CliRunner().invoke(app, ["train", "-c", str(run), "--local", "--stages",
+                                        "export"])
+    assert exported.exit_code == 0, exported.output
+    assert_export_gives_the_checkpoints_logits_in_pytorch(run, out, tmp_path / "torch",
+                                                          steps=STEPS)

@@ -8,6 +8,8 @@ run as processes, reading Orbax steps back, the TF engine's batches as numpy.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from tests.support.paths import SCRIPTS
@@ -145,3 +147,49 @@ def startup_program(tmp_path, family="gpt2"):
     plan = plan_sharding(1, num_devices=len(jax.devices()), hbm_bytes_per_chip=1 << 30)
     return raw, jax_step.TrainProgram(raw, family=family, train_cfg=train_cfg,
                                       mesh=jax_step.make_mesh(plan))
+
+
+def assert_export_gives_the_checkpoints_logits_in_pytorch(config: Path, out: Path, work: Path,
+                                                          *, steps: int) -> None:
+    """model/ loaded by PyTorch transformers 5.x, and the JAX model restored from the newest
+    checkpoint by the engine's own program: the same logits (<= 1e-4) for padded rows."""
+    import json
+    import subprocess
+
+    import pytest
+    from flax import nnx
+
+    from payload.config import load_config
+    from payload.engines.jax import export as jax_export
+    from payload.engines.jax import step as jax_step
+    from payload.stages.export import trained_weights
+    from tests.support.paths import TORCH_PYTHON, TORCH_READY
+
+    note = json.loads((out / "model" / "tpuctl_export.json").read_text())
+    assert note["checkpoint"] == f"checkpoints/{steps}"  # relative: model/ is published
+    if not TORCH_READY.exists():
+        pytest.skip("no transformers 5.x environment (.venv-torch; `make setup-torch`)")
+    run = load_config(config)
+    hf_config = trained_weights(run).hf_config  # the one export wrote config.json from
+    program = jax_step.TrainProgram(hf_config.to_dict(), family=run.model.family,
+                                    train_cfg=run.train, mesh=jax_export.one_cpu_mesh())
+    params = jax_export._restore_params(str(out / note["checkpoint"]), program)
+    model = nnx.merge(program.graphdef, params)
+    raw = json.loads((out / "model" / "config.json").read_text())
+    inputs = model_inputs({**raw, "pad_token_id": raw.get("pad_token_id") or 0},
+                          np.random.default_rng(0))
+    ours = np.asarray(model(**inputs))
+    work.mkdir()
+    np.savez(work / "inputs.npz", **inputs)
+    jobs = [{"folder": str(out / "model"), "family": run.model.family, "inputs": str(work / "inputs.npz"),
+             "output": str(work / "torch.npy")}]
+    (work / "jobs.json").write_text(json.dumps(jobs))
+    torch = subprocess.run([str(TORCH_PYTHON), str(SCRIPTS / "torch_forward.py"),
+                            str(work / "jobs.json")], capture_output=True, text=True,
+                           timeout=300, check=False)
+    assert torch.returncode == 0, torch.stdout + torch.stderr[-3000:]
+    assert json.loads(torch.stdout.strip().splitlines()[-1])["transformers"].startswith("5.")
+    difference = float(np.abs(ours - np.load(work / "torch.npy")).max())
+    print(f"exported model/ in PyTorch vs the JAX checkpoint: max |logit difference| "
+          f"{difference:.2e}")
+    assert difference <= 1e-4

@@ -159,5 +159,5 @@ def test_a_corpus_other_than_the_prepared_one_is_refused_before_training(tmp_pat
     raw = base_config(tmp_path / "run", [tmp_path / "a.txt"])
     raw["data"]["corpus"] = [str(tmp_path / "a.txt"), {"path": str(tmp_path / "b.txt"),
                                                        "weight": 0.5}]
-    with pytest.raises(UserError, match="does not keep apart.*b.txt"):
+    with pytest.raises(UserError, match=r"does not keep apart.*b\.txt"):
         data_weights(parse_config(raw), pooled)

@@ -306,7 +306,7 @@ def corpus_megabytes(config: RunConfig, *, read_remote: bool) -> float | None:
     some of it is not a local file (a dry run asks no cloud; a Hugging Face dataset)."""
     from payload.core import storage
 
-    entries = config.data.corpus
+    entries = config.data.paths
     if any(e.startswith("hf:") or (storage.is_gcs(e) and not read_remote) for e in entries):
         return None
     from payload.data.corpus import resolve_sources

@@ -97,6 +97,14 @@ def staged_config(config: RunConfig, *,
                   on_event: Callable[[str], None] = lambda m: None) -> RunConfig:
     """The run config with its corpus staged (stage_corpus into cluster.bucket_name); the same
     config when no entry is a local file. gs:// and hf: entries are left as they are."""
+    weighted = [e.path for e in config.data.corpus if not isinstance(e, str) and is_local(e.path)]
+    if weighted:
+        # Staging turns an entry into its files, one entry each: a weighted entry would then be
+        # as many sources, under other names.
+        raise UserError(f"data.corpus: the weighted entry {weighted[0]} is on this machine; "
+                        "weighted entries are not staged to the bucket",
+                        hint=f"copy its files to gs://{config.cluster.bucket_name}/FOLDER/ and "
+                             "name that folder as the entry's path")
     corpus = stage_corpus(config.data.corpus, bucket=config.cluster.bucket_name,
                           run=config.name, on_event=on_event)
     if corpus == list(config.data.corpus):

@@ -67,7 +67,7 @@ def bucket_access(config: RunConfig) -> tuple[str, tuple[str, ...], tuple[str, .
     run_prefix = (out_prefix.strip("/") if config.output_dir.startswith("gs://")
                   and out_bucket == bucket else config.name)
     read, others = [staging.PREFIX], set()
-    for entry in config.data.corpus:
+    for entry in config.data.paths:
         if not entry.startswith("gs://"):
             continue
         entry_bucket, _, path = entry[len("gs://"):].partition("/")

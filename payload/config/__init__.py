@@ -35,6 +35,7 @@ from payload.config.loading import (
 from payload.config.run import RunConfig, check_output_dir_path
 from payload.config.sections import (
     HUB_REPO,
+    CorpusEntry,
     DataConfig,
     HubConfig,
     ModelConfig,
@@ -44,7 +45,8 @@ from payload.config.sections import (
 )
 
 __all__ = [
-    "CLUSTERS", "GCE_MAX_NAME", "HUB_REPO", "MAX_LOCAL_WORKERS", "TPU_NAME", "DataConfig",
+    "CLUSTERS", "GCE_MAX_NAME", "HUB_REPO", "MAX_LOCAL_WORKERS", "TPU_NAME", "CorpusEntry",
+    "DataConfig",
     "EngineName", "GceCluster", "GcpCluster", "HubConfig", "LocalCluster", "ModelConfig",
     "RunConfig", "SshCluster", "TokenizerConfig", "TrainConfig", "check_model_config_file",
     "check_output_dir_path", "check_stages", "default_bucket", "dump_config", "ignored_settings",

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 from payload.config.base import UNPARSED, EngineName, Problems, Section, partial
 from payload.config.clusters import CLUSTERS
 from payload.config.run import RunConfig
-from payload.config.sections import HubConfig
+from payload.config.sections import CORPUS_TAGS, HubConfig
 from payload.core import reading
 from payload.core.errors import UserError, UserErrors
 
@@ -72,7 +72,8 @@ def _located(loc: tuple, line: str) -> dict:
 
 def _field_name(loc: tuple) -> str:
     # Drop pydantic's union tags (e.g. "local", "function-after[...]") from the location.
-    parts = [str(p) for p in loc if not (isinstance(p, str) and ("[" in p or p in CLUSTERS))]
+    parts = [str(p) for p in loc if not (isinstance(p, str) and (
+        "[" in p or p in CLUSTERS or p in CORPUS_TAGS))]
     return ".".join(parts)
 
 
@@ -161,6 +162,9 @@ def _section_for(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
         if isinstance(part, str) and part in CLUSTERS:
             current = CLUSTERS[part]
             continue
+        if part in CORPUS_TAGS:
+            current = CORPUS_TAGS[part]
+            continue
         fields = getattr(current, "model_fields", {})
         if part not in fields:
             return current if isinstance(current, type) else None
@@ -198,14 +202,21 @@ def _resolve_paths(raw: dict, base: Path) -> dict:
     if isinstance(data, dict) and "corpus" in data:
         corpus = data["corpus"]
         data = dict(data)
-        data["corpus"] = ([resolve(c) for c in corpus] if isinstance(corpus, list)
-                          else resolve(corpus))
+        data["corpus"] = ([_resolve_entry(c, resolve) for c in corpus]
+                          if isinstance(corpus, list) else _resolve_entry(corpus, resolve))
         out["data"] = data
     for section, key in _LOCAL_PATH_KEYS:
         block = out.get(section)
         if isinstance(block, dict) and isinstance(block.get(key), str):
             out[section] = {**block, key: resolve(block[key])}
     return out
+
+
+def _resolve_entry(entry: Any, resolve) -> Any:
+    """A corpus entry with its path resolved: a plain one, or a weighted one's `path`."""
+    if isinstance(entry, dict) and "path" in entry:
+        return {**entry, "path": resolve(entry["path"])}
+    return resolve(entry)
 
 
 def _context(raw: dict) -> dict:

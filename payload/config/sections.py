@@ -9,9 +9,10 @@ from __future__ import annotations
 import itertools
 import os
 import re
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
 from payload.config.base import (
     MAX_LEARNING_RATE,
@@ -34,8 +35,35 @@ from payload.core.storage import has_magic
 SHAPE_KEYS = (*SHAPE_DEFAULTS, "num_kv_heads")
 
 
+class CorpusEntry(Section):
+    """A weighted data.corpus entry: its files are one source, drawn by `weight` against the
+    other sources (weights are relative; 0 leaves a source out, e.g. from a resume on)."""
+
+    path: PathText
+    weight: float = Field(ge=0, strict=True)
+
+
+# The union tags of a data.corpus entry, and what each is (dropped from error locations).
+CORPUS_TAGS = {"plain": str, "weighted": CorpusEntry}
+# A plain entry (a path, glob, folder or hf:NAME) or a weighted one ({path, weight}); a mapping
+# is read as a weighted entry only, so a mistake in one is reported once, not once per kind.
+CorpusItem = Annotated[
+    Annotated[PathText, Tag("plain")] | Annotated[CorpusEntry, Tag("weighted")],
+    Discriminator(lambda v: "weighted" if isinstance(v, dict | CorpusEntry) else "plain")]
+
+
+@dataclass(frozen=True)
+class CorpusSource:
+    """One source of the training mixture: its name (a weighted entry's path; "" for the pool
+    of plain entries), the entries it reads and its weight."""
+
+    name: str
+    paths: tuple[str, ...]
+    weight: float
+
+
 class DataConfig(Section):
-    corpus: list[PathText] = Field(min_length=1)
+    corpus: list[CorpusItem] = Field(min_length=1)
     text_column: str = "text"
     # How plain-text files hold documents: one per line, or separated by blank lines.
     document_split: Literal["line", "blank_line"] = "line"
@@ -53,17 +81,51 @@ class DataConfig(Section):
     @field_validator("corpus", mode="before")
     @classmethod
     def _listify(cls, value: Any) -> Any:
-        return [value] if isinstance(value, str) else value
+        return [value] if isinstance(value, str | dict) else value
 
     @field_validator("corpus")
     @classmethod
-    def _schemes(cls, value: list[str]) -> list[str]:
-        for entry in value:
+    def _schemes(cls, value: list[str | CorpusEntry]) -> list[str | CorpusEntry]:
+        paths = [entry_path(e) for e in value]
+        for entry in paths:
             check_scheme(entry, "read")
             if _walks_the_root(entry):
                 raise ValueError(f"'{entry}' would walk the whole filesystem; name the folder "
                                  "that holds the corpus (such as /data/corpus/**/*.txt)")
+        twice = sorted({p for p in paths if paths.count(p) > 1})
+        if twice:
+            raise ValueError(f"'{twice[0]}' is named twice; name each input once")
+        if all(isinstance(e, CorpusEntry) and e.weight == 0 for e in value):
+            raise ValueError("every weight is 0, so there is nothing to train on; give at "
+                             "least one entry a weight above 0")
         return value
+
+    @property
+    def paths(self) -> list[str]:
+        """Every entry's path, in corpus order."""
+        return [entry_path(e) for e in self.corpus]
+
+    @property
+    def sources(self) -> list[CorpusSource]:
+        """The training mixture: the plain entries pooled into one source of weight 1 (named
+        "", at the first plain entry's place), each weighted entry a source of its own."""
+        plain = tuple(e for e in self.corpus if isinstance(e, str))
+        out = []
+        for e in self.corpus:
+            if isinstance(e, CorpusEntry):
+                out.append(CorpusSource(name=e.path, paths=(e.path,), weight=e.weight))
+            elif e == plain[0]:
+                out.append(CorpusSource(name="", paths=plain, weight=1.0))
+        return out
+
+    @property
+    def weighted(self) -> bool:
+        """Whether some entry has a weight (the sources are then kept apart)."""
+        return any(isinstance(e, CorpusEntry) for e in self.corpus)
+
+
+def entry_path(entry: str | CorpusEntry) -> str:
+    return entry.path if isinstance(entry, CorpusEntry) else entry
 
 
 def _walks_the_root(entry: str) -> bool:

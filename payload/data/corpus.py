@@ -111,15 +111,51 @@ def _kind(path: str) -> tuple[str, bool]:
 
 def resolve_sources(data: DataConfig) -> list[Source]:
     """Expand globs and folders; check every file exists and is not binary."""
+    return [s for _, group in resolve_groups(data) for s in group]
+
+
+def resolve_groups(data: DataConfig) -> list[tuple[str, list[Source]]]:
+    """The files of each source of the mixture (DataConfig.sources: the pool of plain entries
+    named "", each weighted entry by its path), in corpus order; a file reached by two sources
+    is refused, since its records would be drawn under two weights."""
+    groups: list[tuple[str, list[Source]]] = []
+    owner: dict[str, str] = {}
+    for mix in data.sources:
+        sources: list[Source] = []
+        for path in _group_paths(mix.paths):
+            if path in owner and owner[path] != mix.name:
+                first, second = sorted([owner[path] or "the plain entries", mix.name or
+                                        "the plain entries"])
+                raise UserError(f"data.corpus: {path} is reached by both {first} and {second}",
+                                hint="name each file in one entry only")
+            owner[path] = mix.name
+            if path.startswith(HF_PREFIX):
+                sources.append(Source(path=path, kind="hf", compressed=False, size=0))
+                continue
+            kind, compressed = _kind(path)
+            source = Source(path=path, kind=kind, compressed=compressed,
+                            size=storage.size(path))
+            _check_not_binary(source)
+            sources.append(source)
+        groups.append((mix.name, sources))
+    every = [s for _, group in groups for s in group]
+    if not any(s.kind == "hf" for s in every) and all(s.size == 0 for s in every):
+        raise UserError("the corpus is empty (every input file has 0 bytes)",
+                        hint="check data.corpus")
+    return groups
+
+
+def _group_paths(entries: Iterable[str]) -> list[str]:
+    """The hf: datasets entries name, then the files they reach, each once, in order."""
+    datasets: list[str] = []
     paths: list[str] = []
-    sources: list[Source] = []
-    for entry in data.corpus:
+    for entry in entries:
         if entry.startswith(HF_PREFIX):
             name = entry[len(HF_PREFIX):].strip()
             if not name:
                 raise UserError(f"data.corpus: '{entry}' names no dataset",
                                 hint="write hf:OWNER/NAME")
-            sources.append(Source(path=entry, kind="hf", compressed=False, size=0))
+            datasets.append(entry)
             continue
         if storage.has_magic(entry):
             try:
@@ -145,19 +181,7 @@ def resolve_sources(data: DataConfig) -> list[Source]:
             hint = ("for a Hugging Face dataset write hf:NAME" if looks_like_dataset
                     else "check the path (relative paths are relative to the config file)")
             raise UserError(f"data.corpus: no such file '{entry}'", hint=hint)
-    seen: set[str] = set()
-    for path in paths:
-        if path in seen:
-            continue
-        seen.add(path)
-        kind, compressed = _kind(path)
-        source = Source(path=path, kind=kind, compressed=compressed, size=storage.size(path))
-        _check_not_binary(source)
-        sources.append(source)
-    if not any(s.kind == "hf" for s in sources) and all(s.size == 0 for s in sources):
-        raise UserError("the corpus is empty (every input file has 0 bytes)",
-                        hint="check data.corpus")
-    return sources
+    return datasets + list(dict.fromkeys(paths))
 
 
 def _too_many(entry: str) -> UserError:
@@ -194,7 +218,7 @@ def check_apart(data: DataConfig, output_dir: str, sources: list[Source] | None 
     and must never read its own output back as text (nor the corpus be deleted with it)."""
     out = _parts(output_dir)
     hint = "keep output_dir and the corpus apart (neither inside the other)"
-    for entry in data.corpus:
+    for entry in data.paths:
         if entry.startswith(HF_PREFIX) or storage.is_gcs(entry) != storage.is_gcs(output_dir):
             continue
         where = _parts(entry)

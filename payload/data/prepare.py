@@ -81,9 +81,12 @@ def layout_for(config: RunConfig, tok, family: FamilySpec) -> Layout:
 
 def data_fingerprint(config: RunConfig, sources: list[corpus.Source], layout: Layout,
                      tokenizer_fp: str, num_workers: int) -> str:
-    """Everything that decides the shards' content: a rerun with another value starts over."""
+    """Everything that decides the shards' content: a rerun with another value starts over.
+    The weights do not (they decide only how training draws, and may change on resume); which
+    entries are weighted does (each weighted entry is written apart)."""
     d = config.data
-    facts = {
+    groups = {} if not d.weighted else {"groups": [[m.name, list(m.paths)] for m in d.sources]}
+    facts = {**groups,
         "sources": [(s.path, s.size) for s in sources], "layout": asdict(layout),
         "tokenizer": tokenizer_fp, "num_workers": num_workers,
         "data": [d.text_column, d.document_split, d.validation_fraction, d.records_per_shard,
@@ -123,6 +126,16 @@ def _encode_ahead(tok, batches, separator_id: int):
             yield pending[0], pending[1].result()
 
 
+@dataclass(frozen=True)
+class _Group:
+    """One source of the mixture as prepare writes it: a token stream of its own, in shards
+    of its own (a weighted entry, or the pool of plain entries, named "")."""
+
+    name: str
+    sources: list[corpus.Source]
+    pieces: list[corpus.Piece]  # this worker's share of them
+
+
 @dataclass
 class _Context:
     config: RunConfig
@@ -131,7 +144,7 @@ class _Context:
     layout: Layout
     data_fp: str
     sources: list[corpus.Source]
-    pieces: list[corpus.Piece]
+    groups: list[_Group]
     worker_index: int
     num_workers: int
 
@@ -151,9 +164,11 @@ class _Context:
 class _SplitWriter:
     """Cuts one split's token stream into rows and rows into shards, with receipts."""
 
-    def __init__(self, ctx: _Context, split: str):
+    def __init__(self, ctx: _Context, split: str, source: str = "", first_index: int = 0):
         self.ctx = ctx
         self.split = split
+        self.source = source
+        self.first_index = first_index  # shards of the sources before this one come first
         self.rows_per_shard = ctx.config.data.records_per_shard
         self.shards: list[records.ShardEntry] = []
         self._file = None
@@ -161,9 +176,13 @@ class _SplitWriter:
         self._writer: records.ShardWriter | None = None
         self._rows_in_shard = 0
 
+    @property
+    def next_index(self) -> int:
+        return self.first_index + len(self.shards)
+
     def _open(self) -> None:
         name = records.shard_name(self.split, self.ctx.worker_index, self.ctx.num_workers,
-                                  len(self.shards))
+                                  self.next_index)
         self._file, self._tmp = storage.staging_file(self.ctx.path(name))
         self._writer = records.ShardWriter(self._file, dtype=self.ctx.layout.dtype)
         self._rows_in_shard = 0
@@ -193,7 +212,7 @@ class _SplitWriter:
 
     def close_shard(self, resume: dict, *, final: bool) -> None:
         assert self._writer is not None and self._file is not None
-        index = len(self.shards)
+        index = self.next_index
         name = records.shard_name(self.split, self.ctx.worker_index, self.ctx.num_workers, index)
         try:
             stats = self._writer.finish()
@@ -204,7 +223,7 @@ class _SplitWriter:
             storage.raise_disk_error(exc, self.ctx.path(name))
         storage.publish_file(self._tmp, self.ctx.path(name))
         entry = records.ShardEntry(name=name, records=stats.records, tokens=stats.tokens,
-                                   bytes=stats.bytes, sha256=stats.sha256)
+                                   bytes=stats.bytes, sha256=stats.sha256, source=self.source)
         receipt = {**self.ctx.stamp(), "entry": asdict(entry), "resume": resume, "final": final}
         storage.write_text(self.ctx.path(records.shard_receipt_name(
             self.split, self.ctx.worker_index, self.ctx.num_workers, index)),
@@ -255,12 +274,27 @@ def _read_receipts(ctx: _Context, split: str) -> list[dict]:
 
 
 def _prepare_split(ctx: _Context, split: str) -> tuple[list[records.ShardEntry], tuple[int, int]]:
-    """Write one split's shards (resuming after finished ones); returns them and read stats."""
+    """Write one split's shards, source after source (resuming after finished ones); returns
+    them and read stats."""
+    done = _read_receipts(ctx, split)
+    shards: list[records.ShardEntry] = []
+    documents = invalid = 0
+    for group in ctx.groups:
+        mine = [r for r in done if r["entry"].get("source", "") == group.name]
+        made, (docs, bad) = _prepare_source(ctx, split, group, mine, first_index=len(shards))
+        shards += made
+        documents, invalid = documents + docs, invalid + bad
+    return shards, (documents, invalid)
+
+
+def _prepare_source(ctx: _Context, split: str, group: _Group, done: list[dict], *,
+                    first_index: int) -> tuple[list[records.ShardEntry], tuple[int, int]]:
+    """Write one source's shards of a split (resuming after `done`, its finished ones)."""
     fraction = ctx.config.data.validation_fraction
     want_validation = split == "validation"
-    done = _read_receipts(ctx, split)
-    writer = _SplitWriter(ctx, split)
+    writer = _SplitWriter(ctx, split, group.name, first_index)
     writer.shards = [records.ShardEntry(**r["entry"]) for r in done]
+    label = f"{split} ({group.name})" if group.name else split
     if done and done[-1]["final"]:
         totals = done[-1]["resume"]["stats"]
         return writer.shards, (totals[0], totals[1])
@@ -270,7 +304,7 @@ def _prepare_split(ctx: _Context, split: str) -> tuple[list[records.ShardEntry],
         start_cursor = corpus.Cursor.from_json(resume["cursor"]) if resume["cursor"] else None
         next_token = resume["next_token"]
         stats_before = tuple(resume["batch_stats"])
-        log.info("%s: resuming after %d finished shards", split, len(done))
+        log.info("%s: resuming after %d finished shards", label, len(done))
     # `buffer` holds stream tokens [buffer_start, buffer_start + len) not yet in a row.
     buffer = np.zeros(0, dtype=np.int32)
     buffer_start = done[-1]["resume"]["batch_offset"] if done else 0
@@ -287,7 +321,7 @@ def _prepare_split(ctx: _Context, split: str) -> tuple[list[records.ShardEntry],
                 "batch_stats": list(before)}
 
     batches = corpus.iter_batches(
-        ctx.sources, ctx.pieces, ctx.config.data, stats=stats, start=start_cursor,
+        group.sources, group.pieces, ctx.config.data, stats=stats, start=start_cursor,
         keep=lambda text: in_validation(text, fraction) == want_validation,
     )
     for batch, ids in _encode_ahead(ctx.tok, batches, ctx.layout.separator_id):
@@ -309,7 +343,7 @@ def _prepare_split(ctx: _Context, split: str) -> tuple[list[records.ShardEntry],
                 recent = [r for r in recent if r[1] >= point["batch_offset"]]
         if time.monotonic() - last_report > 30:
             last_report = time.monotonic()
-            log.info("%s: %d documents read, %.0f tokens/s", split, stats.documents,
+            log.info("%s: %d documents read, %.0f tokens/s", label, stats.documents,
                      tokens_seen / (last_report - started))
     totals = (stats.documents, stats.invalid_utf8_lines)
     if writer.has_rows:
@@ -318,12 +352,12 @@ def _prepare_split(ctx: _Context, split: str) -> tuple[list[records.ShardEntry],
     elif writer.shards:
         # The stream ended exactly on a shard boundary: mark the last receipt final.
         last = records.shard_receipt_name(split, ctx.worker_index, ctx.num_workers,
-                                          len(writer.shards) - 1)
+                                          writer.next_index - 1)
         receipt = json.loads(storage.read_text(ctx.path(last)))
         receipt["final"] = True
         receipt["resume"]["stats"] = list(totals)
         storage.write_text(ctx.path(last), json.dumps(receipt))
-    log.info("%s: %d shards, %d documents read, %d tokens dropped at the tail", split,
+    log.info("%s: %d shards, %d documents read, %d tokens dropped at the tail", label,
              len(writer.shards), stats.documents, len(buffer))
     return writer.shards, totals
 
@@ -452,6 +486,12 @@ def finalize_manifest(ctx: _Context) -> records.Manifest | None:
         num_workers=ctx.num_workers, documents=sum(p["documents"] for p in parts),
         invalid_utf8_lines=sum(p["invalid_utf8_lines"] for p in parts), splits=splits,
     )
+    given = {e.source for e in splits["train"].shards if e.records}
+    empty = [m.name for m in ctx.config.data.sources if m.name and m.name not in given]
+    if empty:
+        raise UserError(
+            f"data.corpus: {empty[0]} gave no full training row of {layout.record_len} tokens",
+            hint="add text to it, lower data.seq_len, or leave the entry out")
     if manifest.splits["train"].records == 0:
         raise UserError(
             f"the corpus gave no full training row of {layout.record_len} tokens "
@@ -467,7 +507,8 @@ def finalize_manifest(ctx: _Context) -> records.Manifest | None:
 
 def run_prepare(config: RunConfig, *, worker_index: int = 0, num_workers: int = 1,
                 overwrite: bool = False) -> None:
-    sources = corpus.resolve_sources(config.data)
+    resolved = corpus.resolve_groups(config.data)
+    sources = [s for _, group in resolved for s in group]
     corpus.check_apart(config.data, config.output_dir, sources)
     ownership.check_output_dir(config.output_dir)
     files = read_tokenizer_files(config)
@@ -478,8 +519,10 @@ def run_prepare(config: RunConfig, *, worker_index: int = 0, num_workers: int = 
     ctx = _Context(
         config=config, tok=tok, tokenizer_fp=tokenizer_fp, layout=layout,
         data_fp=data_fingerprint(config, sources, layout, tokenizer_fp, num_workers),
-        sources=sources, pieces=corpus.share(sources, worker_index=worker_index,
-                                             num_workers=num_workers),
+        sources=sources,
+        groups=[_Group(name, group, corpus.share(group, worker_index=worker_index,
+                                                 num_workers=num_workers))
+                for name, group in resolved],
         worker_index=worker_index, num_workers=num_workers,
     )
     made_by = None if overwrite else _prepared_with_another_count(ctx)

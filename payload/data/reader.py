@@ -112,13 +112,18 @@ def mix_counts(examples: int, weights: list[float]) -> list[int]:
 
     >>> mix_counts(10, [0.8, 0.2]), mix_counts(11, [0.8, 0.2]), mix_counts(7, [1.0])
     ([8, 2], [8, 3], [7])
+    >>> mix_counts(10, [0.8, 0.2, 0.0])
+    [8, 2, 0]
     """
-    left, rest, counts = examples, sum(weights), []
-    for w in weights[:-1]:
-        take = int(left * w / rest) if rest > 0 else 0
-        counts.append(take)
-        left, rest = left - take, rest - w
-    return [*counts, left]
+    live = [j for j, w in enumerate(weights) if w > 0]  # a source of weight 0 gives nothing
+    counts = [0] * len(weights)
+    left, rest = examples, sum(weights[j] for j in live)
+    for j in live[:-1]:
+        counts[j] = int(left * weights[j] / rest)
+        left, rest = left - counts[j], rest - weights[j]
+    if live:
+        counts[live[-1]] = left
+    return counts
 
 
 def batch_digest(ids: np.ndarray) -> str:

@@ -100,7 +100,8 @@ def resume_segments(saved: list[Segment] | None, want: Segment, *, start: int,
         notes.append(f"train.batch_size {last.batch_size} -> {want.batch_size}: continuing from "
                      f"example {sum(consumed.values())}, where step {start} left off")
     if last.weights != want.weights:
-        weights = ", ".join(f"{n} {w:g}" for n, w in want.weights.items())
+        weights = ", ".join(f"{n or 'the plain entries'} {w:g}"
+                            for n, w in want.weights.items())
         notes.append(f"data.corpus weights changed: from step {start} batches draw {weights}")
     if changed:
         notes.append(f"{' and '.join(changed)} changed ({NEW_ORDER_FLAG}): a new order from "

@@ -171,8 +171,9 @@ def public_config(config) -> dict:
     for section, keys in _PATH_KEYS.items():
         for key in keys:
             value = shown[section].get(key)
-            if isinstance(value, list):
-                shown[section][key] = [data_name(v) for v in value]
+            if isinstance(value, list):  # data.corpus: plain entries, or {path, weight}
+                shown[section][key] = [{**v, "path": data_name(v["path"])} if isinstance(v, dict)
+                                       else data_name(v) for v in value]
             elif isinstance(value, str):
                 shown[section][key] = data_name(value)
     return shown
@@ -209,7 +210,7 @@ def model_card(config, metrics: dict, manifest: dict) -> str:
         + ("PyTorch and TensorFlow" if TENSORFLOW in FAMILIES[family].engines else
            f"PyTorch (transformers has no TensorFlow {FAMILIES[family].title})"),
         "", "## Data", "",
-        "- corpus: " + ", ".join(_code(data_name(c)) for c in config.data.corpus),
+        "- corpus: " + ", ".join(_code(data_name(c)) for c in config.data.paths),
     ]
     if manifest:
         lines += [

@@ -124,7 +124,10 @@ class MetricsSink:
 
     def report(self, record: dict, *, kept: bool) -> None:
         """A training progress record; `kept`: a report, which also goes to TensorBoard and to
-        metrics.json's "train" (between reports the chief only says where training is)."""
+        metrics.json's "train" (between reports the chief only says where training is); a
+        mixture's records also say the examples drawn from each source so far."""
+        if self.stream is not None and len(self.stream.segments[0].weights) > 1:
+            record = {**record, "examples_per_source": self.examples_per_source(record["step"])}
         self.say("train", record)
         if not kept:
             return
@@ -151,11 +154,7 @@ class MetricsSink:
         self._take_data_digests(step)
         payload = {**dict((family, engine)), "step": step, **dict(rest), **self.history}
         if self.stream is not None:
-            from payload.training.inputs import source_label
-
-            payload["examples_per_source"] = {
-                source_label(self.config, name): count
-                for name, count in self.stream.consumed(step).items()}
+            payload["examples_per_source"] = self.examples_per_source(step)
         if final is not None:
             payload["final"] = final
         payload["goodput"] = self.goodput()
@@ -166,6 +165,14 @@ class MetricsSink:
         storage.write_text(self.path, json.dumps(payload, indent=1) + "\n")
         if final is not None:
             self.say("final", {"family": self.config.model.family, **final})
+
+    def examples_per_source(self, step: int) -> dict[str, int]:
+        """The training examples each data.corpus source gave before `step`, by its name in
+        the config (metrics.json's `examples_per_source`)."""
+        from payload.training.inputs import source_label
+
+        return {source_label(self.config, name): count
+                for name, count in self.stream.consumed(step).items()}
 
     def _take_data_digests(self, step: int) -> None:
         """The reader's digests of the batches trained up to `step` (batch b trains step b + 1):

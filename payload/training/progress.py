@@ -17,6 +17,8 @@ object whose `kind` says what it is:
   process began training), `eta_s` (null until known); the first also has `first_step_s`
   (and `compile_s` when the step was compiled ahead, which first_step_s then leaves out);
   with a rate, payload.training.utilisation's `tokens_per_s_per_device`, `model_flops_per_s`, `mfu`;
+  a weighted mixture's also `examples_per_source` (each data.corpus source as the config names
+  it -> the training examples drawn from it so far);
 - eval: `step`, `loss`, `accuracy`, and `perplexity` for the causal and span objectives;
 - final: metrics.json's `final` (`step`, `eval`, `stopped`, ...) and the model `family`.
 Fields are added by name; readers take what they know and ignore the rest.
@@ -109,4 +111,15 @@ def describe(record: dict) -> str:
     mfu = record.get("mfu")
     if isinstance(mfu, int | float):  # tiny models: a fraction of a percent
         text += f"  MFU {mfu:.1%}" if mfu >= 0.01 else f"  MFU {mfu * 100:.2g}%"
-    return f"{text}  ETA {duration(record.get('eta_s'))}"
+    return f"{text}  ETA {duration(record.get('eta_s'))}{_sources(record)}"
+
+
+def _sources(record: dict) -> str:
+    """`  examples web.txt 820 / code 205`: a mixture's examples per source, each by the last
+    name of its path (the whole path is in metrics.json)."""
+    drawn = record.get("examples_per_source")
+    if not isinstance(drawn, dict) or not drawn:
+        return ""
+    return "  examples " + " / ".join(
+        f"{' + '.join(p.rstrip('/').rsplit('/', 1)[-1] for p in str(name).split(' + '))} {n:,}"
+        for name, n in drawn.items())

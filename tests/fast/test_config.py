@@ -271,3 +271,52 @@ def test_the_table_of_numeric_keys_is_whole():
     keys = {(section, key) for _, section, key in _numeric_keys()}
     assert {("cluster", "port"), ("cluster", "workers"), ("train", "batch_size"),
             ("cluster", "max_run_hours"), ("data", "seq_len"), ("train", "seed")} <= keys
+
+
+def _corpus(*entries):
+    return lambda r: r["data"].update(corpus=list(entries))
+
+
+@pytest.mark.parametrize(
+    ("mutate", "needles"),
+    [
+        (_corpus("a.txt", {"path": "b.txt", "weight": -0.5}), ["data.corpus.1.weight", "at least 0"]),
+        (_corpus({"path": "b.txt", "weight": 0}), ["data.corpus", "every weight is 0"]),
+        (_corpus({"path": "a.txt", "weight": 0}, {"path": "b.txt", "weight": 0.0}),
+         ["every weight is 0"]),
+        (_corpus({"path": "b.txt", "weight": "0.5"}), ["data.corpus.0.weight", "number"]),
+        (_corpus({"path": "b.txt", "weight": "much"}), ["data.corpus.0.weight", "number"]),
+        (_corpus({"path": "b.txt", "weight": True}), ["data.corpus.0.weight", "number"]),
+        (_corpus({"path": "b.txt", "weight": float("nan")}), ["data.corpus.0.weight", "finite"]),
+        (_corpus({"path": "b.txt", "weight": float("inf")}), ["data.corpus.0.weight", "finite"]),
+        (_corpus({"path": "b.txt", "weight": 1, "wieght": 2}),
+         ["unknown key 'data.corpus.0.wieght'", "path, weight"]),
+        (_corpus({"weight": 1}), ["missing required key 'data.corpus.0.path'"]),
+        (_corpus({"path": "b.txt"}), ["missing required key 'data.corpus.0.weight'"]),
+        (_corpus("a.txt", {"path": "a.txt", "weight": 2}), ["'a.txt' is named twice"]),
+        (_corpus({"path": "gs://b/x/*.txt", "weight": 1}, {"path": "gs://b/x/*.txt", "weight": 1}),
+         ["named twice"]),
+    ],
+)
+def test_a_bad_weighted_corpus_entry_is_one_line(mutate, needles):
+    message = error_for(mutate)
+    for needle in needles:
+        assert needle in message, message
+    assert "plain" not in message and "weighted" not in message  # pydantic's union tags
+
+
+def test_plain_entries_pool_into_one_source_beside_weighted_ones(tmp_path):
+    raw = base_config("out", ["web/*.txt", "books.txt"])
+    raw["data"]["corpus"].insert(1, {"path": "code.txt", "weight": 0.25})
+    raw["data"]["corpus"].append({"path": "hf:someone/math", "weight": 0})
+    config = load_config(write_config(tmp_path / "run.yaml", raw))
+    assert [(s.name, s.paths, s.weight) for s in config.data.sources] == [
+        ("", (str(tmp_path / "web/*.txt"), str(tmp_path / "books.txt")), 1.0),
+        (str(tmp_path / "code.txt"), (str(tmp_path / "code.txt"),), 0.25),
+        ("hf:someone/math", ("hf:someone/math",), 0.0)]
+    assert config.data.paths == [str(tmp_path / "web/*.txt"), str(tmp_path / "code.txt"),
+                                 str(tmp_path / "books.txt"), "hf:someone/math"]
+    assert parse_config(yaml.safe_load(dump_config(config))) == config
+    single = load_config(write_config(tmp_path / "one.yaml", {
+        **raw, "data": {**raw["data"], "corpus": {"path": "code.txt", "weight": 3}}}))
+    assert [s.name for s in single.data.sources] == [str(tmp_path / "code.txt")]

@@ -238,3 +238,15 @@ def test_a_corpus_that_would_walk_the_whole_filesystem_is_refused_at_load(entry)
 @pytest.mark.parametrize("entry", ["/*.txt", "/tmp/**", "gs://bucket/**", "hf:owner/name"])
 def test_a_corpus_rooted_below_the_root_or_not_recursive_loads(entry):
     assert DataConfig(corpus=[entry]).corpus == [entry]
+
+
+def test_a_file_reached_by_two_sources_of_a_mixture_is_refused(tmp_path):
+    for name in ("a.txt", "b.txt"):
+        (tmp_path / name).write_text(f"text of {name}\n")
+    pattern, a = str(tmp_path / "*.txt"), str(tmp_path / "a.txt")
+    mixed = DataConfig(corpus=[pattern, {"path": a, "weight": 0.5}])
+    with pytest.raises(UserError, match=f"{a} is reached by both {a} and the plain entries"):
+        corpus.resolve_groups(mixed)
+    apart = DataConfig(corpus=[str(tmp_path / "b.txt"), {"path": a, "weight": 0.5}])
+    assert [(n, [s.path for s in g]) for n, g in corpus.resolve_groups(apart)] == [
+        ("", [str(tmp_path / "b.txt")]), (a, [a])]

@@ -87,3 +87,77 @@ def test_unwritable_output_dir(tmp_path, marked_corpus):
         assert_user_error(proc, str(blocker))
 
 
+
+
+def test_a_weighted_corpus_is_prepared_source_by_source_and_drawn_by_weight(
+        tmp_path, marked_corpus, tokenizer_dir):
+    # Two corpora weighted 0.8/0.2 (issue 34's acceptance): prepare keeps each apart, in both
+    # splits, on every worker; training draws each global batch from them by weight, and
+    # metrics.json names each by its data.corpus entry.
+    import re
+
+    import numpy as np
+    from tokenizers import Tokenizer
+
+    from payload.data.objectives import CausalLM
+    from payload.data.reader import Reader
+    from payload.data.stream import Segment, TrainStream
+    from payload.training.inputs import data_weights, source_label
+
+    lines = marked_corpus.read_text().splitlines(keepends=True)
+    web, code = tmp_path / "web.txt", tmp_path / "code.txt"
+    web.write_text("".join(lines[:500]))
+    code.write_text("".join(lines[500:]))
+    corpus = [{"path": str(web), "weight": 0.8}, {"path": str(code), "weight": 0.2}]
+    config = base_config(tmp_path / "run", [], tokenizer={"path": str(tokenizer_dir)})
+    config["data"]["corpus"] = corpus
+    path = write_config(tmp_path / "run.yaml", config)
+    payload_main("tokenizer", "--config", path, check=True)
+    for worker in ("0", "1"):
+        payload_main("prepare", "--config", path, "--worker-index", worker, "--num-workers", "2",
+                     check=True)
+    run, manifest = tmp_path / "run", manifest_of(tmp_path / "run")
+    tok = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
+    for split in ("train", "validation"):
+        reader = Reader.of(manifest, str(run / "data"), split)
+        assert list(reader.sources) == [str(web), str(code)], split
+        for name, lo, hi in ((str(web), 0, 500), (str(code), 500, 700)):
+            ids = reader.rows(name, np.arange(reader.sources[name].records))
+            marks = {int(m) for row in ids
+                     for m in re.findall(r"zq(\d{4})x", tok.decode(row.tolist()).replace(" ", ""))}
+            assert marks and all(lo <= m < hi for m in marks), (split, name)
+    # Each shard's rows are the writer's; the workers' shards of both sources are all there.
+    assert {e.name.split("-")[1] for e in manifest.splits["train"].shards} == {
+        "w00000of00002", "w00001of00002"}
+
+    config = load_config(path)
+    weights = data_weights(config, manifest)
+    assert weights == {str(web): 0.8, str(code): 0.2}
+    reader, steps, batch = Reader.of(manifest, str(run / "data"), "train"), 60, 8
+    stream = TrainStream(reader, [Segment(step=0, consumed=dict.fromkeys(weights, 0),
+                                          batch_size=batch, weights=weights, seed=0, data="d")],
+                         CausalLM(pad_id=0), 0)
+    drawn = {source_label(config, n): c for n, c in stream.consumed(steps).items()}
+    assert drawn.keys() == {str(web), str(code)}
+    for name, weight in ((str(web), 0.8), (str(code), 0.2)):
+        assert abs(drawn[name] / (steps * batch) - weight) <= 0.02, drawn
+
+
+def test_a_corpus_other_than_the_prepared_one_is_refused_before_training(tmp_path):
+    from payload.config import parse_config
+    from payload.core.errors import UserError
+    from payload.data import shards
+    from payload.training.inputs import data_weights
+
+    (tmp_path / "a.txt").write_text("a\n")
+    (tmp_path / "b.txt").write_text("b\n")
+    pooled = shards.Manifest(
+        format=shards.FORMAT, seq_len=8, record_len=8, dtype="uint16", family="gpt2",
+        vocab_size=9, tokenizer_fingerprint="", data_fingerprint="", num_workers=1, documents=1,
+        invalid_utf8_lines=0, splits={"train": shards.SplitSummary(shards=[
+            shards.ShardEntry("x", 1, 8, 9, "", "")])})
+    raw = base_config(tmp_path / "run", [tmp_path / "a.txt"])
+    raw["data"]["corpus"] = [str(tmp_path / "a.txt"), {"path": str(tmp_path / "b.txt"),
+                                                       "weight": 0.5}]
+    with pytest.raises(UserError, match=r"does not keep apart.*b\.txt"):
+        data_weights(parse_config(raw), pooled)

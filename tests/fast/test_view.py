@@ -163,6 +163,16 @@ def test_progress_records_round_trip_and_read_as_one_line():
         progress.line("nonsense", {})
 
 
+def test_a_mixtures_progress_line_says_the_examples_of_each_source():
+    fields = {"step": 50, "steps": 200, "loss": 7.6451, "learning_rate": 8.39e-4,
+              "tokens_per_s": None, "eta_s": None, "examples_per_source": {
+                  "/data/web/*.txt + /data/books.txt": 3200, "gs://b/code/": 800}}
+    assert progress.describe({"kind": "train", **fields}) == (
+        "step 50/200  loss 7.6451  lr 0.000839  ETA ?  examples *.txt + books.txt 3,200 / "
+        "code 800")
+    assert view.live_text({"kind": "train", **fields}).endswith("code 800")
+
+
 def test_live_view_shows_evaluations_and_keeps_progress_for_the_line():
     live = View(live=True)
     assert live.feed(0, _record("start", step=0, steps=100)) == []

@@ -308,3 +308,35 @@ def test_shards_are_hashed_once_then_checked_by_size(tmp_path, roberta_dir):
     (out / "data" / "verified.json").unlink()
     with pytest.raises(UserError, match="does not match"):
         check_shards(str(out), manifest)
+
+
+def test_a_weighted_mixture_reports_examples_per_source_and_takes_new_weights_on_resume(
+        tmp_path, caplog, documents):
+    # Issue 34's acceptance: two corpora weighted 0.8/0.2 -> metrics.json's examples_per_source
+    # within 2% of the weights (the draw itself over many steps: tests/fast/test_prepare.py).
+    from payload.data.prepare import run_prepare
+
+    tokenizer = prepared_run(tmp_path, "gpt2") / "tokenizer"
+    web, code = tmp_path / "web.txt", tmp_path / "code.txt"
+    web.write_text("\n\n".join(documents[: len(documents) * 3 // 4]))
+    code.write_text("\n\n".join(documents[len(documents) * 3 // 4:]))
+    raw = training_config(tmp_path / "mix", "gpt2", steps=5, eval_every=5, checkpoint_every=5,
+                          batch_size=16)
+    raw["tokenizer"] = {"path": str(tokenizer)}
+    raw["data"]["corpus"] = [{"path": str(web), "weight": 0.8}, {"path": str(code), "weight": 0.2}]
+    run_prepare(parse_config(raw))
+    run_train(parse_config(raw))
+    drawn = json.loads((tmp_path / "mix" / "metrics.json").read_text())["examples_per_source"]
+    assert drawn == {str(web): 64, str(code): 16}
+    caplog.clear()
+
+    raw["train"]["steps"] = 10
+    raw["data"]["corpus"][1]["weight"] = 0.8  # now even: the first 5 steps stay as they were
+    with caplog.at_level("INFO"):
+        run_train(parse_config(raw), resume=True)
+    said = [r.getMessage() for r in caplog.records if "weights changed" in r.getMessage()]
+    assert len(said) == 1 and "from step 5" in said[0], said
+    metrics = json.loads((tmp_path / "mix" / "metrics.json").read_text())
+    assert metrics["examples_per_source"] == {str(web): 64 + 40, str(code): 16 + 40}
+    live = [r for r in metrics["train"] if "examples_per_source" in r]
+    assert live and live[-1]["examples_per_source"] == metrics["examples_per_source"]

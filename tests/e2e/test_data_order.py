@@ -1,9 +1,10 @@
 """Issue 34's acceptance through the launcher, shortened: the global batch of a step is the same
 whatever the worker count and however the run was resumed. metrics.json's `data_digests` agree
-between an uninterrupted 2-worker JAX run, a 2-worker run of half the steps resumed on 1 worker
+between an uninterrupted 2-worker run, a 2-worker run of half the steps resumed on 1 worker
 (prepare, run again on 1 worker, serves the data the 2 workers made), and a 3-worker run. (The
 issue's 60 steps resumed at 30 passed the same way; 8 and 4 prove it for a fraction of the time.)
-The TensorFlow engine: tests/integration/test_train.py."""
+Each engine (the TensorFlow engine's digests of one worker against the reader's:
+tests/integration/test_train.py)."""
 
 import json
 import shutil
@@ -55,10 +56,11 @@ def prepared_copy(source: Path, out: Path) -> Path:
     return out
 
 
-@pytest.mark.slow  # three short JAX runs over 1-3 worker processes and a resume: ~3 min here
-def test_every_layout_and_resume_trains_the_same_global_batches(tmp_path, tpuctl_home):
+@pytest.mark.slow  # three short runs over 1-3 worker processes and a resume: ~3-5 min here
+@pytest.mark.parametrize("engine", ["jax", "tensorflow"])
+def test_every_layout_and_resume_trains_the_same_global_batches(tmp_path, tpuctl_home, engine):
     whole = tmp_path / "whole"
-    train(config(tmp_path / "a", whole, workers=2, steps=STEPS), 2,
+    train(config(tmp_path / "a", whole, workers=2, steps=STEPS, engine=engine), 2,
           "--stages", "tokenizer,prepare,train")
     reference = digests(whole)
     assert sorted(map(int, reference)) == list(range(1, STEPS + 1))
@@ -67,12 +69,14 @@ def test_every_layout_and_resume_trains_the_same_global_batches(tmp_path, tpuctl
     assert list(examples.values()) == [STEPS * BATCH]
 
     resumed = prepared_copy(whole, tmp_path / "resumed")
-    train(config(tmp_path / "b", resumed, workers=2, steps=HALF), 2, "--stages", "train")
-    result = train(config(tmp_path / "b", resumed, workers=1, steps=STEPS), 1,
+    train(config(tmp_path / "b", resumed, workers=2, steps=HALF, engine=engine), 2,
+          "--stages", "train")
+    result = train(config(tmp_path / "b", resumed, workers=1, steps=STEPS, engine=engine), 1,
                    "--stages", "prepare,train", "--resume")
     assert "serves any worker count" in result.stdout + result.stderr
     assert digests(resumed) == reference
 
     three = prepared_copy(whole, tmp_path / "three")
-    train(config(tmp_path / "c", three, workers=3, steps=STEPS), 3, "--stages", "train")
+    train(config(tmp_path / "c", three, workers=3, steps=STEPS, engine=engine), 3,
+          "--stages", "train")
     assert digests(three) == reference

@@ -61,7 +61,7 @@ def test_four_local_workers_as_two_slices_train_the_one_slice_loss_curve(tmp_pat
     ref_config = config(tmp_path / "ref-run", ref, workers=1, slices=1)
     single = subprocess.run([sys.executable, str(JAX_REFERENCE), "--config", str(ref_config)],
                             env=worker_env(WORKERS),
-                            capture_output=True, text=True, timeout=300)
+                            capture_output=True, text=True, timeout=900)
     assert single.returncode == 0, single.stdout[-2000:] + single.stderr[-3000:]
     one = json.loads((ref / "metrics.json").read_text())
     for key in ("train", "evals"):

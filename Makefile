@@ -18,9 +18,25 @@ LIBTPU := .venv-libtpu/libtpu/libtpu.so
 # The terraform that setup-terraform installs where none is; one already on PATH comes first.
 export PATH := $(PATH):$(CURDIR)/.venv-terraform/bin
 
-.PHONY: setup setup-torch setup-checkov setup-terraform setup-libtpu demo test test-fast test-slow test-all lint bench up train down clean
+.PHONY: setup setup-jax setup-torch setup-checkov setup-terraform setup-libtpu demo test test-fast test-slow test-all lint bench up train down clean
 
 setup: $(STAMP)
+
+# The JAX route without TensorFlow: .venv-jax holds the stages, the JAX engine and the CLI
+# (pyproject's worker, jax and launcher sets), no TensorFlow or tf-keras. Its tpuctl runs a whole
+# local JAX run (`.venv-jax/bin/tpuctl train --local -c run.yaml --engine jax`): local workers
+# run the Python that runs tpuctl. Not part of `make test` (it downloads several hundred MB).
+JAX_STAMP := .venv-jax/.installed
+
+setup-jax: $(JAX_STAMP)
+
+$(JAX_STAMP): pyproject.toml
+	@test -x .venv-jax/bin/python || $(PYTHON) -m venv .venv-jax
+	.venv-jax/bin/python -m pip install --quiet --upgrade pip setuptools wheel
+	.venv-jax/bin/python -m pip install --quiet -e '.[worker,jax,launcher]'
+	@if .venv-jax/bin/python -c "import tensorflow" 2>/dev/null; then \
+		echo "setup-jax: TensorFlow found in .venv-jax; it should hold none" >&2; exit 1; fi
+	@touch $(JAX_STAMP)
 
 # PyTorch + transformers 5.x, apart from the TensorFlow environment: the tests load exported
 # models and tokenizers there, as users will.

@@ -131,7 +131,8 @@ def wheelhouse_digest(folder: str) -> str:
     wheels = sorted(path.glob("*.whl")) + sorted(path.glob("*.tar.gz"))
     if not path.is_dir() or not wheels:
         raise UserError(f"cluster.wheelhouse: no wheels in {folder}",
-                        hint="fill it with `pip download -d FOLDER 'tpuctl[worker]'`")
+                        hint="fill it with `pip download -d FOLDER 'tpuctl[worker,tensorflow]'` "
+                             "('tpuctl[worker,jax]' for train.engine jax)")
     listing = "\n".join(f"{w.name} {w.stat().st_size}" for w in wheels)
     return hashlib.sha256(listing.encode()).hexdigest()[:16]
 
@@ -189,8 +190,9 @@ def _env_error(worker: Worker, environment: Environment, output: str, rc: int) -
     detail = why[-1] if why else f"exit {rc}"
     if environment.mode is EnvMode.EXISTING:
         return UserError(f"{worker.label}: {environment.python} cannot run the payload: {detail}",
-                         hint="install the pinned worker dependencies there "
-                         "(pip install 'tpuctl[worker]'), or drop cluster.python")
+                         hint="install the pinned worker dependencies there (pip install "
+                         "'tpuctl[worker,tensorflow]', or 'tpuctl[worker,jax]' for train.engine "
+                         "jax), or drop cluster.python")
     return UserError(f"{worker.label}: environment set-up failed: {detail}",
                      hint="for workers without a package index set cluster.wheelhouse")
 

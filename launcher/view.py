@@ -18,10 +18,12 @@ the live line, or, when the output is not a terminal, plain lines at a steady pa
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
 from payload.core import layout
+from payload.core.pytorch_weights import TF_WEIGHTS
 from payload.training import progress
 
 # Without a terminal, a progress line at most this often (by training time, so a replayed log
@@ -222,17 +224,22 @@ def live_text(record: dict) -> str:
 AUTO_MODEL = {"mlm": "MaskedLM", "clm": "CausalLM", "span": "Seq2SeqLM"}
 
 
-def load_lines(family: str, model_dir: str) -> list[str]:
-    """Two lines of Python that load an exported model: PyTorch, then TensorFlow (which needs
-    use_safetensors=False: docs/pipeline.md, "Export")."""
+def load_lines(family: str, model_dir: str, *, tf_weights: bool | None) -> list[str]:
+    """The lines of Python that load an exported model: PyTorch, then TensorFlow (which needs
+    use_safetensors=False: docs/pipeline.md, "Export") where model/ holds tf_model.h5
+    (`tf_weights`; None: not known here, a folder on gs://). An export made without TensorFlow,
+    or of a family transformers has no TF class for, holds model.safetensors alone."""
     from payload.core.families import FAMILIES
 
     auto = AUTO_MODEL[FAMILIES[family].objective]
-    return [f'PyTorch:    from transformers import AutoModelFor{auto}; '
-            f'model = AutoModelFor{auto}.from_pretrained("{model_dir}")',
-            f'TensorFlow: from transformers import TFAutoModelFor{auto}; '
-            f'model = TFAutoModelFor{auto}.from_pretrained("{model_dir}", '
-            'use_safetensors=False)']
+    lines = [f'PyTorch:    from transformers import AutoModelFor{auto}; '
+             f'model = AutoModelFor{auto}.from_pretrained("{model_dir}")']
+    if tf_weights is not False:
+        where = "" if tf_weights else f" (where it holds {TF_WEIGHTS})"
+        lines.append(f'TensorFlow{where}: from transformers import TFAutoModelFor{auto}; '
+                     f'model = TFAutoModelFor{auto}.from_pretrained("{model_dir}", '
+                     'use_safetensors=False)')
+    return lines
 
 
 def summary(*, final: dict | None, family: str | None, output_dir: str,
@@ -254,9 +261,11 @@ def summary(*, final: dict | None, family: str | None, output_dir: str,
         model = layout.model_dir(output_dir)
         lines.append(f"model: {model}")
         if family in FAMILIES:
-            local = model
+            local, tf_weights = model, None
             if storage.is_gcs(model):
                 lines.append(f"  copy it here first: gcloud storage cp -r {model} .")
                 local = layout.MODEL_DIR
-            lines += [f"  {text}" for text in load_lines(family, local)]
+            else:
+                tf_weights = os.path.isfile(os.path.join(model, TF_WEIGHTS))
+            lines += [f"  {text}" for text in load_lines(family, local, tf_weights=tf_weights)]
     return lines

@@ -16,8 +16,7 @@ with tensorflow-tpu and the libtpu it was built with. JAX 0.10.2 needs Python 3.
 (jax, jaxlib, libtpu 0.0.42, orbax-checkpoint and tensorstore all say so in Requires-Python),
 which the Ubuntu 22.04 TPU images do not have: its set-up first brings a pinned CPython with uv
 (`uv python install`, a python-build-standalone build whose sha256 the pinned uv release
-carries), then installs jax[tpu], its libtpu, and TensorFlow as tensorflow-cpu, only an input
-library there.
+carries), then installs jax[tpu] and its libtpu, and no TensorFlow (the stages need none).
 """
 
 from __future__ import annotations
@@ -57,7 +56,7 @@ class Environment:
 
 
 # Runs on a worker with the existing Python: are the pinned packages there, at those versions?
-# TensorFlow counts under any of its builds (the TPU one, or the CPU one beside jax[tpu]).
+# TensorFlow counts under any of its builds (the TPU one, or the CPU one).
 VERSION_CHECK = """\
 import re, sys
 from importlib import metadata
@@ -136,8 +135,8 @@ def _name(req: str) -> str:
 
 def tpu_requirements(requirements: tuple[str, ...], engine: str = DEFAULT,
                      ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(normal, no-deps) requirements for a TPU VM on `engine`'s route: TensorFlow as the
-    route's build (tensorflow-tpu, or tensorflow-cpu beside jax[tpu]), and tf-keras without
+    """(normal, no-deps) requirements for a TPU VM on `engine`'s route: the packages
+    the route renames (tensorflow-tpu for TensorFlow, jax[tpu] for jax), and tf-keras without
     its dependencies (they would pull the plain TensorFlow back in)."""
     renames = dict(engine_spec(engine).tpu_route.renames)
     normal, nodeps = [], []

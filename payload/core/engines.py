@@ -3,7 +3,7 @@
     spec = engine_spec("jax")                 # engine_spec(None): the default, tensorflow
     spec.newest_step(output_dir)              # the newest complete checkpoint's step, no JAX
     spec.checkpoint_label(30)                 # "step 30": how a message names that checkpoint
-    [engine_spec(name).extras for name in ENGINE_NAMES]   # what workers install: [('worker',), ...]
+    [engine_spec(name).extras for name in ENGINE_NAMES]   # what workers install: [('worker', 'tensorflow'), ...]
 
 An engine's code is a folder, payload.engines.NAME, behind one interface (payload.engines), and
 imports its framework. What the rest of tpuctl asks about an engine before or without that
@@ -143,7 +143,7 @@ class TensorFlowSpec(EngineSpec):
     name = TENSORFLOW
     implementation = "payload.engines.tensorflow.engine"
     framework = ("tensorflow", "tf_keras")
-    extra = "worker"  # the stages' own set holds TensorFlow (the input library of either)
+    extra = "tensorflow"
     # transformers' own TF loader reads tf_model.h5; model.safetensors goes through the
     # PyTorch-name rule.
     init_from_files = (WEIGHTS, TF_WEIGHTS)
@@ -243,11 +243,9 @@ class JaxSpec(EngineSpec):
     # PyTorch names only: see payload/engines/jax/pretrained.py for why not tf_model.h5.
     init_from_files = (WEIGHTS,)
     one_program = True
-    # tensorflow-cpu has no TPU support at all: the input pipeline cannot take the chips that
-    # JAX's libtpu holds (tensorflow_env_on_tpu: the variables that would make it load libtpu
-    # anyway are emptied).
+    # No TensorFlow: the stages' set needs none, so nothing but JAX's libtpu can open the chips.
     tpu_route = TpuRoute(lock="JAX_TPU_LOCK", python=JAX_TPU_PYTHON,
-                         renames=(("tensorflow", "tensorflow-cpu"), ("jax", "jax[tpu]")))
+                         renames=(("jax", "jax[tpu]"),))
     # Its compute_dtype: float32 on CPU, where bfloat16 products are only slower.
     bf16_on_cpu = ("train.bf16 is ignored on CPU: the JAX engine computes in float32 there "
                    "(bfloat16 products are only slower on CPU); it applies on a TPU")
@@ -299,12 +297,11 @@ class JaxSpec(EngineSpec):
         return f"checkpoint of step {step}"
 
     def tensorflow_env_on_tpu(self, libtpu: str | None) -> dict[str, str]:
-        # TensorFlow is only the input library here and must never open the chips JAX's libtpu
-        # holds (with /tmp/libtpu_lockfile): the route installs tensorflow-cpu, which has no TPU
-        # support of its own, and both variables are set empty, so that one left in the
-        # environment cannot make TensorFlow load the jax[tpu] environment's libtpu.so as a
-        # device plug-in. (TPU_LOAD_LIBRARY is read only by tensorflow-tpu's own loader, which
-        # this route does not install.)
+        # The route's lock holds no TensorFlow and nothing on it imports TensorFlow; where a
+        # Python of the user's own (cluster.python) holds it all the same, something that
+        # imports it must never open the chips JAX's libtpu holds (with /tmp/libtpu_lockfile):
+        # both variables are set empty, so that one left in the environment cannot make
+        # TensorFlow load libtpu.so as a device plug-in.
         del libtpu
         return dict.fromkeys(TF_PLUGGABLE_DEVICE_ENV, "")
 

@@ -101,7 +101,8 @@ def written_for(name: str, num_workers: int) -> bool:
 # --- the record layout -------------------------------------------------------------------
 
 
-def _varint(n: int) -> bytes:
+def varint(n: int) -> bytes:
+    """n as a protocol buffer varint."""
     out = bytearray()
     while True:
         byte = n & 0x7F
@@ -116,16 +117,16 @@ def _varint(n: int) -> bytes:
 def example_prefix(payload_len: int) -> bytes:
     """Serialized `Example{features{feature{key:"ids" value{bytes_list{value: <payload>}}}}}`
     up to the payload; every row of a shard has the same length, so this is computed once."""
-    bytes_list = b"\x0a" + _varint(payload_len)  # BytesList.value
+    bytes_list = b"\x0a" + varint(payload_len)  # BytesList.value
     feature_len = len(bytes_list) + payload_len
-    feature = b"\x0a" + _varint(feature_len)  # Feature.bytes_list
-    key = b"\x0a" + _varint(len(FEATURE)) + FEATURE.encode()
-    entry_len = len(key) + 1 + len(_varint(len(feature) + feature_len)) + len(feature) + feature_len
-    entry = key + b"\x12" + _varint(len(feature) + feature_len)  # map entry: key, value
-    features_len = 1 + len(_varint(entry_len)) + entry_len
+    feature = b"\x0a" + varint(feature_len)  # Feature.bytes_list
+    key = b"\x0a" + varint(len(FEATURE)) + FEATURE.encode()
+    entry_len = len(key) + 1 + len(varint(len(feature) + feature_len)) + len(feature) + feature_len
+    entry = key + b"\x12" + varint(len(feature) + feature_len)  # map entry: key, value
+    features_len = 1 + len(varint(entry_len)) + entry_len
     return (
-        b"\x0a" + _varint(features_len)  # Example.features
-        + b"\x0a" + _varint(entry_len)  # Features.feature (map entry)
+        b"\x0a" + varint(features_len)  # Example.features
+        + b"\x0a" + varint(entry_len)  # Features.feature (map entry)
         + entry + feature + bytes_list
     )
 
@@ -133,6 +134,14 @@ def example_prefix(payload_len: int) -> bytes:
 def _masked_crc(data: bytes) -> int:
     crc = google_crc32c.value(data)
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def framed(record: bytes) -> bytes:
+    """One TFRecord: its length, the length's masked CRC, the record, the record's masked CRC
+    (TensorBoard's event files are TFRecords too: payload.data.events frames them here)."""
+    header = struct.pack("<Q", len(record))
+    return header + struct.pack("<I", _masked_crc(header)) + record + struct.pack(
+        "<I", _masked_crc(record))
 
 
 @dataclass

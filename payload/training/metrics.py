@@ -12,10 +12,10 @@
 
 The training loop (payload.training.loop) tells the sink once and the sink fans it out, as
 MaxText's MetricLogger does: the chief's log (payload.training.progress: the launcher's live
-view and `tpuctl status` read it back), TensorBoard's events under logs/tensorboard (written
-by the writer the engine's trainer gives, since writing them to gs:// takes TensorFlow's file
-system), Weights & Biases when train.wandb asks (payload.training.wandb_sink: the same
-scalars), and metrics.json, whose "train" and "evals" are the same records. Only the chief
+view and `tpuctl status` read it back), TensorBoard's events under logs/tensorboard
+(payload.data.events, which needs no framework), Weights & Biases when train.wandb asks
+(payload.training.wandb_sink: the same scalars), and metrics.json, whose "train" and "evals"
+are the same records. Only the chief
 writes or says anything; the other processes keep the history alike and stay silent.
 
 The chief also keeps the run's ledger (payload.core.ledger: restores, compiles, steps,
@@ -34,6 +34,7 @@ import time
 
 from payload.cloud import goodput
 from payload.core import layout, ledger, storage
+from payload.data.events import EventWriter
 from payload.training import progress, wandb_sink
 
 
@@ -67,7 +68,7 @@ class MetricsSink:
         if resume:
             self.history = self._history_until(start)
         if self.is_chief:
-            self.writer = self.trainer.summary_writer(
+            self.writer = EventWriter(
                 layout.join(self.config.output_dir, layout.LOGS_DIR, layout.TENSORBOARD_DIR))
             self.wandb = wandb_sink.open_run(self.config, resume=resume, header=self.header)
             try:

@@ -230,8 +230,8 @@ def _one_program_plan(facts: ClusterFacts, kind: StrategyKind) -> StrategyPlan:
     on_tpu = kind in (StrategyKind.TPU_HOST, StrategyKind.TPU_POD)
     env = {}
     if on_tpu:
-        # TensorFlow is only JAX's input library here: it must not load libtpu and hold the
-        # chips JAX computes on.
+        # The route installs no TensorFlow; where the worker's Python holds it anyway, it must
+        # not load libtpu and hold the chips JAX computes on.
         env["TPU_LOAD_LIBRARY"] = "0"
         env.update(engine_spec(facts.engine).tensorflow_env_on_tpu(facts.libtpu))
         if facts.stand_in and not facts.tpu_present:

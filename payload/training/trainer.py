@@ -89,10 +89,6 @@ class Trainer(Protocol):
         """FLOP/s of float32 matrix products on this process's CPU, in the engine's framework
         (payload.training.utilisation: the meter's peak when the engine drives no TPU)."""
 
-    def summary_writer(self, folder: str):
-        """A writer of TensorBoard scalars into `folder` (payload.data.events.EventWriter):
-        writing events to gs:// takes TensorFlow's file system, which the core never imports."""
-
     def close(self) -> None:
         """Release the checkpoint writer and scratch files."""
 

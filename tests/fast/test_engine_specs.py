@@ -46,8 +46,35 @@ def test_each_engine_names_its_checkpoints_as_its_files_do(tmp_path):
 
 
 def test_a_worker_installs_the_stages_set_and_its_engines():
-    assert engine_spec("tensorflow").extras == ("worker",)
+    assert engine_spec("tensorflow").extras == ("worker", "tensorflow")
     assert engine_spec("jax").extras == ("worker", "jax")
+
+
+# What only TensorFlow brings: itself in any build, tf-keras, Keras 3 and TensorBoard (with its
+# server and web stack), and the packages nothing else in the worker set asks for.
+TENSORFLOW_ONLY = {"tensorflow", "tensorflow-cpu", "tensorflow-tpu", "tf-keras", "keras",
+                   "tensorboard", "tensorboard-data-server", "tensorflow-io-gcs-filesystem",
+                   "h5py", "libclang", "gast", "astunparse", "google-pasta", "flatbuffers",
+                   "termcolor", "wrapt", "namex", "werkzeug", "markdown"}
+
+
+def test_the_jax_route_installs_no_tensorflow():
+    """The JAX engine's sets (pyproject's extras its spec names) ask for no TensorFlow, and its
+    TPU lock holds none of it, nor anything only TensorFlow needs; the TensorFlow route's lock
+    still holds TensorFlow (tensorflow-tpu) and tf-keras."""
+    from packaging.requirements import Requirement
+
+    from launcher import ship
+    from launcher.worker_python import tpu_lock
+
+    def names(requirements):
+        return {Requirement(r).name.lower() for r in requirements}
+
+    assert not names(ship.worker_requirements(extras=engine_spec("jax").extras)) & TENSORFLOW_ONLY
+    assert not names(tpu_lock("jax")) & TENSORFLOW_ONLY
+    assert {"tensorflow", "tf-keras"} <= names(
+        ship.worker_requirements(extras=engine_spec("tensorflow").extras))
+    assert {"tensorflow-tpu", "tf-keras", "tensorboard"} <= names(tpu_lock("tensorflow"))
 
 
 def test_the_names_are_spelled_in_the_specs_alone():

@@ -27,7 +27,6 @@ MAY_IMPORT = {
     "engines/tensorflow/": {"tensorflow", "tf_keras"},
     "engines/jax/": {"jax", "jaxlib", "flax", "optax", "orbax", "tensorstore"},
     "data/shards.py": {"tensorflow"},
-    "data/events.py": {"tensorflow"},
 }
 # The rooms, bottom first: a module may import its own room and the rooms below it.
 ROOMS = ("core", "cloud", "config", "data", "training", "engines", "stages", "jobs", "__main__")

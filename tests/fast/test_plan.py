@@ -228,7 +228,7 @@ def test_the_tpu_environment_pins_everything_it_installs_for_every_accelerator(t
     else:  # the release jax 0.10.2's tpu extra names (0.0.42.*), as pip resolved it
         assert _libtpu_jax_asks_for().specifier.contains(libtpu)
         assert str(lock["jax"].specifier) == f"=={metadata.version('jax')}"
-        assert "tensorflow-cpu" in lock and "tensorflow-tpu" not in lock
+        assert not {"tensorflow", "tensorflow-cpu", "tensorflow-tpu", "tf-keras"} & set(lock)
     # The lock holds what pyproject asks for the engine (TensorFlow as the route's build).
     normal, nodeps = tpu_requirements(ship.worker_requirements(extras=engine_spec(engine).extras),
                                       engine)

@@ -213,17 +213,31 @@ def test_status_reads_the_newest_progress_record_and_the_last_line_shown():
 
 @pytest.mark.parametrize(("family", "auto"), [
     ("bert", "MaskedLM"), ("roberta", "MaskedLM"), ("gpt2", "CausalLM"), ("t5", "Seq2SeqLM")])
-def test_the_summary_says_how_it_went_and_how_to_load_the_model(family, auto):
+def test_the_summary_says_how_it_went_and_how_to_load_the_model(family, auto, tmp_path):
     final = {"kind": "final", "family": family, "step": 200, "stopped": None,
              "eval": {"step": 200, "loss": 2.0, "perplexity": 7.389, "accuracy": 0.5}}
-    lines = summary(final=final, family=family, output_dir="runs/x", exported=True)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "tf_model.h5").write_bytes(b"")
+    lines = summary(final=final, family=family, output_dir=str(tmp_path), exported=True)
+    model = f"{tmp_path}/model"
     assert lines[0] == "final evaluation at step 200: loss 2.0000  perplexity 7.3890  accuracy 0.5000"
-    assert lines[1] == "model: runs/x/model"
+    assert lines[1] == f"model: {model}"
     assert lines[2] == (f"  PyTorch:    from transformers import AutoModelFor{auto}; "
-                        f'model = AutoModelFor{auto}.from_pretrained("runs/x/model")')
+                        f'model = AutoModelFor{auto}.from_pretrained("{model}")')
     assert lines[3] == (f"  TensorFlow: from transformers import TFAutoModelFor{auto}; "
-                        f'model = TFAutoModelFor{auto}.from_pretrained("runs/x/model", '
+                        f'model = TFAutoModelFor{auto}.from_pretrained("{model}", '
                         "use_safetensors=False)")
+
+
+def test_the_summary_offers_tensorflow_only_where_the_export_wrote_its_weights(tmp_path):
+    """An export made without TensorFlow (the JAX route in .venv-jax) or of a family with no TF
+    class holds model.safetensors alone: no TensorFlow line. On gs:// the line says when."""
+    final = {"kind": "final", "family": "gpt2", "step": 2, "stopped": None, "eval": None}
+    (tmp_path / "model").mkdir()
+    lines = summary(final=final, family="gpt2", output_dir=str(tmp_path), exported=True)
+    assert len(lines) == 2 and "PyTorch" in lines[1]
+    remote = summary(final=final, family="gpt2", output_dir="gs://b/run", exported=True)
+    assert remote[-1].startswith("  TensorFlow (where it holds tf_model.h5): ")
 
 
 def test_the_summary_says_when_training_stopped_at_a_limit():

@@ -12,6 +12,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 BUNDLED = REPO / "payload" / "data" / "corpus.txt.gz"
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
+# A folder whose sitecustomize hides TensorFlow and tf-keras from any Python started with it
+# first on PYTHONPATH (the JAX route without TensorFlow).
+NO_TENSORFLOW = Path(__file__).resolve().parent / "no_tensorflow"
 TORCH_PYTHON = REPO / ".venv-torch" / "bin" / "python"
 TORCH_READY = REPO / ".venv-torch" / ".installed"
 LIBTPU = REPO / ".venv-libtpu" / "libtpu" / "libtpu.so"

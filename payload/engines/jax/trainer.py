@@ -23,7 +23,6 @@ import numpy as np
 from payload.core import layout, storage
 from payload.core.engines import JAX, engine_spec
 from payload.core.errors import UserError
-from payload.data.events import keep_tensorflow_on_the_cpu
 from payload.training.inputs import check_batch_size
 from payload.training.utilisation import PROBE_PRODUCTS, PROBE_ROUNDS, PROBE_SIZE, best_rate
 from payload.training.voice import log
@@ -31,8 +30,6 @@ from payload.training.voice import log
 
 class JaxTrainer:
     def __init__(self, config, inputs, plan):
-        # TensorFlow writes TensorBoard events here; the accelerators are JAX's.
-        keep_tensorflow_on_the_cpu()
         from payload.engines.jax.distributed import join
 
         join(coordinator=plan.coordinator, num_processes=plan.num_processes,
@@ -209,11 +206,6 @@ class JaxTrainer:
 
     def cpu_peak_flops(self) -> float:
         return cpu_peak_flops()
-
-    def summary_writer(self, folder: str):
-        from payload.data.events import EventWriter
-
-        return EventWriter(folder)
 
     def close(self) -> None:
         if self.ckpts:

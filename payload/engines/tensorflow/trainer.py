@@ -203,11 +203,6 @@ class TensorFlowTrainer:
     def cpu_peak_flops(self) -> float:
         return cpu_peak_flops()
 
-    def summary_writer(self, folder: str):
-        from payload.data.events import EventWriter
-
-        return EventWriter(folder)
-
     def close(self) -> None:
         if self.ckpts:
             self.ckpts.close()

@@ -170,6 +170,16 @@ REPORT = {
 }
 
 
+def test_a_policy_the_compiler_chose_over_the_estimate_is_said_with_its_setting():
+    said = launcher_compile.render(REPORT | {"chosen_by": "compiler",
+                                             "estimate_choice": {"remat": "full", "fsdp": 1}})
+    assert said[2] == ("the compiler's choice: train.remat none (the plan's estimate chose "
+                       "full); to train with it, set train.remat: none")
+    agreed = launcher_compile.render(REPORT | {"chosen_by": "estimate",
+                                               "estimate_choice": {"remat": "none", "fsdp": 1}})
+    assert not any("choice" in line for line in agreed)
+
+
 def test_a_compile_report_is_a_few_lines_that_say_compiled():
     lines = launcher_compile.render(REPORT)
     assert lines[0] == ("compile: v5litepod-4 = 4 TPU v5 lite devices (v5e:2x2), mesh data 4 x "

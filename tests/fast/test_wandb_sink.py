@@ -28,7 +28,7 @@ class Recorded:
         self.logged: list[tuple[int, dict]] = []
         self.finished = False
 
-    def scalars(self, step, values):  # the engine's TensorBoard writer
+    def scalars(self, step, values):  # payload.data.events.EventWriter
         self.logged.append((step, dict(values)))
 
     def log(self, values, step):  # wandb.Run.log
@@ -61,9 +61,20 @@ def config(tmp_path, wandb={"project": "pretrain", "entity": "lab"}):  # noqa: B
                          "train": {**RAW["train"], "wandb": wandb}})
 
 
+BOARDS: list[Recorded] = []
+
+
+@pytest.fixture(autouse=True)
+def tensorboard(monkeypatch):
+    """The sink's TensorBoard writer (payload.data.events) recorded, as W&B's run is."""
+    BOARDS.clear()
+    monkeypatch.setattr("payload.training.metrics.EventWriter", lambda folder: BOARDS[-1])
+
+
 def sink(cfg, *, chief=True):
     board = Recorded()
-    trainer = SimpleNamespace(replicas=1, summary_writer=lambda path: board)
+    BOARDS.append(board)
+    trainer = SimpleNamespace(replicas=1)
     strategy = SimpleNamespace(is_chief=chief, kind=SimpleNamespace(value="cpu"))
     return MetricsSink(cfg, trainer, strategy), board
 

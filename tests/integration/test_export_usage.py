@@ -30,9 +30,9 @@ MASK_PROMPTS = ["The interpreter reads the {mask} and runs it.", "Return a list 
 def train_and_export(tmp_path_factory, family: str, size: str | None = None) -> Path:
     out = prepared_run(tmp_path_factory.mktemp("usage"), family)
     if family in PROMPTS:
-        # Enough to generate more than one token over and over (~20 s on this machine).
-        raw = training_config(out, family, steps=300, batch_size=32, checkpoint_every=300,
-                          eval_every=300)
+        # Enough to generate more than one token over and over (~40 s on this machine).
+        raw = training_config(out, family, steps=600, batch_size=32, checkpoint_every=600,
+                              eval_every=600)
         raw["model"].update(hidden_size=64, intermediate_size=256)
         if size:  # a published size instead (T5's: gated GELU, the untied head)
             raw["model"] = {"family": family, "size": size, "dropout": 0.0}

@@ -3,7 +3,7 @@ the config, the run plan, the fit check, the export and the model card need to k
 
     spec = FAMILIES["roberta"]; spec.separator  # "</s>", appended after every document
     spec.objective, spec.architecture           # "mlm", "RobertaForMaskedLM"
-    family_of({"model_type": "llama", ...}).count(architecture).total
+    family_of(architecture).count(architecture).total        # by its model_type ("llama")
     spec.flops(architecture, 128, spec.predicted_len(128))   # the run plan's FLOPs of a row
 
 The registry below is what everything else asks (payload.core.sizes, payload.core.fit, the

@@ -1,6 +1,6 @@
 """What every family module gives (FamilySpec) and the shapes and counts they share.
 
-    spec = FamilySpec(name="gpt2", objective="clm", ...)     # one per family module
+    spec = FAMILIES["gpt2"]                                   # a FamilySpec, one per module
     spec.transformers_config(model_cfg, vocab_size=8000, seq_len=128)   # the config it writes
     spec.count(architecture).total, spec.dims(architecture).width
 

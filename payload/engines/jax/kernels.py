@@ -164,8 +164,12 @@ def _splash_kernel(q_len: int, kv_len: int, heads: int, causal: bool, blocks: Sp
     sizes = splash.BlockSizes(block_q=q, block_kv=kv, block_kv_compute=kv, block_q_dkv=q,
                               block_kv_dkv=kv, block_kv_dkv_compute=kv, block_q_dq=q,
                               block_kv_dq=kv)
-    return splash.make_splash_mha(masks.MultiHeadMask([head] * heads), block_sizes=sizes,
-                                  head_shards=1, q_seq_shards=1, interpret=interpret)
+    # Made once per shape and kept (lru_cache) while a step is being traced: its mask arrays
+    # must be values, not the trace's, or the next step traced with the same shape (the eval
+    # step after the train step, another model) would find the first trace's tracers in it.
+    with jax.ensure_compile_time_eval():
+        return splash.make_splash_mha(masks.MultiHeadMask([head] * heads), block_sizes=sizes,
+                                      head_shards=1, q_seq_shards=1, interpret=interpret)
 
 
 def splash_attention(q, k, v, mask: Mask, *, scale: float, blocks: SplashBlocks,

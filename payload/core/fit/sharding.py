@@ -130,13 +130,13 @@ def plan_sharding(num_params: int, *, num_devices: int, hbm_bytes_per_chip: int,
     `num_slices` > 1 the `num_devices` are that many equal slices: each slice is planned as
     above for its share of the batch, and the slices are data-parallel replicas of it."""
     if num_slices > 1:
-        return _over_slices(num_params, num_devices=num_devices, num_slices=num_slices,
-                            hbm_bytes_per_chip=hbm_bytes_per_chip, optimizer=optimizer,
-                            where=where, workload=workload, larger=larger)
-    state = state_bytes(num_params, optimizer, workload)
-    budget = int(hbm_bytes_per_chip * STATE_SHARE_OF_HBM)
-    groups = [d for d in range(1, num_devices + 1)
-              if num_devices % d == 0 and math.ceil(state / d) <= budget]
+        return _over_slices(plan_sharding, num_params, num_devices=num_devices,
+                            num_slices=num_slices, hbm_bytes_per_chip=hbm_bytes_per_chip,
+                            optimizer=optimizer,
+                            where=f"one slice of {where}" if where else "one slice",
+                            workload=workload, larger=larger)
+    state, groups = _state_groups(num_params, optimizer, workload, num_devices=num_devices,
+                                  hbm_bytes_per_chip=hbm_bytes_per_chip)
     if not groups:
         raise _no_room_for_state(num_params, state, num_devices=num_devices,
                                  hbm_bytes_per_chip=hbm_bytes_per_chip, optimizer=optimizer,
@@ -164,17 +164,11 @@ def arrangement(num_params: int, *, num_devices: int, hbm_bytes_per_chip: int, w
     estimate's, the TPU compiler's, to judge; a state no group holds is refused as
     plan_sharding refuses it. Several slices: one slice's arrangement on each."""
     if num_slices > 1:
-        from dataclasses import replace
-
-        one = arrangement(num_params, num_devices=num_devices // num_slices,
-                          hbm_bytes_per_chip=hbm_bytes_per_chip, optimizer=optimizer,
-                          workload=replace(workload, batch_size=max(
-                              1, workload.batch_size // num_slices)))
-        return replace(one, data=one.data * num_slices, slices=num_slices)
-    state = state_bytes(num_params, optimizer, workload)
-    budget = int(hbm_bytes_per_chip * STATE_SHARE_OF_HBM)
-    groups = [d for d in range(1, num_devices + 1)
-              if num_devices % d == 0 and math.ceil(state / d) <= budget]
+        return _over_slices(arrangement, num_params, num_devices=num_devices,
+                            num_slices=num_slices, hbm_bytes_per_chip=hbm_bytes_per_chip,
+                            optimizer=optimizer, workload=workload)
+    state, groups = _state_groups(num_params, optimizer, workload, num_devices=num_devices,
+                                  hbm_bytes_per_chip=hbm_bytes_per_chip)
     if not groups:
         return plan_sharding(num_params, num_devices=num_devices,
                              hbm_bytes_per_chip=hbm_bytes_per_chip, optimizer=optimizer,
@@ -217,18 +211,28 @@ def usable_share(named_policy: bool) -> float:
     return NAMED_POLICY_SHARE_OF_HBM if named_policy else USABLE_SHARE_OF_HBM
 
 
-def _over_slices(num_params: int, *, num_devices: int, num_slices: int, where: str,
-                 workload, **rest) -> ShardingPlan:
-    """One slice's plan (state sharded over its devices only), repeated on every slice."""
+def _over_slices(plan, num_params: int, *, num_devices: int, num_slices: int, workload,
+                 **rest) -> ShardingPlan:
+    """One slice's `plan` (plan_sharding or arrangement: the state sharded over that slice's
+    devices only, for its share of the batch), repeated on every slice."""
     from dataclasses import replace
 
     if num_devices % num_slices:
         raise ValueError(f"{num_devices} devices do not make {num_slices} equal slices")
     if workload is not None:
         workload = replace(workload, batch_size=max(1, workload.batch_size // num_slices))
-    one = plan_sharding(num_params, num_devices=num_devices // num_slices, workload=workload,
-                        where=f"one slice of {where}" if where else "one slice", **rest)
+    one = plan(num_params, num_devices=num_devices // num_slices, workload=workload, **rest)
     return replace(one, data=one.data * num_slices, slices=num_slices)
+
+
+def _state_groups(num_params: int, optimizer: str, workload, *, num_devices: int,
+                  hbm_bytes_per_chip: int) -> tuple[int, list[int]]:
+    """The whole training state, and the FSDP groups (divisors of the device count, smallest
+    first) whose share of it fits a device's share for the state."""
+    state = state_bytes(num_params, optimizer, workload)
+    budget = int(hbm_bytes_per_chip * STATE_SHARE_OF_HBM)
+    return state, [d for d in range(1, num_devices + 1)
+                   if num_devices % d == 0 and math.ceil(state / d) <= budget]
 
 
 def _policies(workload) -> tuple[str, ...]:

@@ -28,7 +28,6 @@ import jax.numpy as jnp
 from payload.cloud.accelerators import Accelerator, CompileTopology, larger_slices
 from payload.core.errors import UserError
 from payload.core.families import FAMILIES
-from payload.core.fit.memory import REMAT_ORDER
 from payload.core.fit.sharding import GIB, ShardingPlan, arrangement, compiler_trials, plan_sharding
 from payload.core.fit.workload import Workload
 from payload.core.sizes import count_parameters
@@ -84,8 +83,9 @@ def compile_for_tpu(config, acc: Accelerator, target: CompileTopology) -> dict:
         if found is not None:
             train, chosen = found, found["plan"]
     if not train["fits"]:
-        later = [] if workload.remat == "auto" else [
-            laid_out(remat) for remat in REMAT_ORDER[REMAT_ORDER.index(estimated.remat) + 1:]]
+        # A named policy that does not fit: the heavier ones the compiler fits, to name one.
+        later = [] if workload.remat == "auto" else compiler_trials(estimated, laid_out,
+                                                                    estimated_fits=False)
         raise _does_not_fit(estimated, train, _first_that_fits(compiled, later), acc=acc,
                             workload=workload, devices=len(devices))
     train.pop("plan")

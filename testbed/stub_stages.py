@@ -10,7 +10,9 @@ the train stage print that many steps, 0.1 s apart, and worker 0 a progress reco
 (payload.training.progress) for each; {"checkpoint_every": 10} makes worker 0 write
 checkpoints/checkpoint (TensorFlow's index) every 10 steps, and `--resume` start from it.
 {"report_env": ["NAME"]} makes every stage print its value of $NAME; {"ignore_term": ["train"]}
-makes that stage ignore SIGTERM (only SIGKILL ends it).
+makes that stage ignore SIGTERM and start a child that ignores it too (the agent kills the stage
+it started after its own wait; the child, a stage's helper process, lives on until the stop
+command's SIGKILL to the job's group).
 """
 
 import argparse
@@ -73,6 +75,9 @@ def main() -> int:
         print(line, flush=True)
     if args.stage in behaviour.get("ignore_term", []):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        import subprocess  # an ignored signal stays ignored across exec
+
+        subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL)
     for name in behaviour.get("report_env", []):
         print(f"{args.stage} sees {name}={os.environ.get(name, '(unset)')}", flush=True)
     if behaviour.get("hang", {}).get(args.stage) == me:

@@ -68,8 +68,11 @@ def _record_staged(target, run: str, names: list[str]) -> None:
         blob.upload_from_string(json.dumps({"run": run, "objects": merged}, indent=1).encode())
 
 
-def is_local(entry: str) -> bool:
-    return not entry.startswith(("gs://", "hf:"))
+def is_local(entry) -> bool:
+    """Whether a corpus entry (a path, or a weighted entry) names files on this machine."""
+    from payload.config.sections import entry_path
+
+    return not entry_path(entry).startswith(("gs://", "hf:"))
 
 
 def local_files(entries: list[str]) -> list[str]:
@@ -109,7 +112,12 @@ def staged_config(config: RunConfig, *,
                           run=config.name, on_event=on_event)
     if corpus == list(config.data.corpus):
         return config
-    data = config.data.model_copy(update={"corpus": corpus})
+    # A staged copy is named as the entry it came from was (DataConfig.corpus_names).
+    names, staged = dict(config.data.corpus_names), iter(corpus)
+    for entry in config.data.corpus:
+        copies = [next(staged) for _ in (local_files([entry]) if is_local(entry) else [entry])]
+        names.update({copy: names.get(entry, entry) for copy in copies if copy != entry})
+    data = config.data.model_copy(update={"corpus": corpus, "corpus_names": names})
     return config.model_copy(update={"data": data})
 
 

@@ -202,8 +202,14 @@ def _resolve_paths(raw: dict, base: Path) -> dict:
     if isinstance(data, dict) and "corpus" in data:
         corpus = data["corpus"]
         data = dict(data)
+        entries = corpus if isinstance(corpus, list) else [corpus]
         data["corpus"] = ([_resolve_entry(c, resolve) for c in corpus]
                           if isinstance(corpus, list) else _resolve_entry(corpus, resolve))
+        written = [e.get("path") if isinstance(e, dict) else e for e in entries]
+        names = {resolve(w): w for w in written if isinstance(w, str) and resolve(w) != w}
+        if names:  # a config read again (the workers' copy) keeps the names it carries
+            given = data.get("corpus_names")
+            data["corpus_names"] = {**names, **given} if isinstance(given, dict) else names
         out["data"] = data
     for section, key in _LOCAL_PATH_KEYS:
         block = out.get(section)

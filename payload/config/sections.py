@@ -77,6 +77,10 @@ class DataConfig(Section):
     # For `hf:NAME` corpora.
     hf_config: str | None = None
     hf_split: str = "train"
+    # Each corpus entry's path -> the text the user's config wrote for it (a relative path, a
+    # local file's staged gs:// copy -> the entry it came from): what the run's reports name a
+    # source by. Filled when a config file is read; paths not in it are named as they are.
+    corpus_names: dict[str, str] = {}
 
     @field_validator("corpus", mode="before")
     @classmethod
@@ -117,6 +121,21 @@ class DataConfig(Section):
             elif e == plain[0]:
                 out.append(CorpusSource(name="", paths=plain, weight=1.0))
         return out
+
+    def source_name(self, source: str) -> str:
+        """A training source (DataConfig.sources) as the config names it: a weighted entry's
+        path as written, or for the pool of plain entries ("") those entries as written, joined.
+
+        >>> data = DataConfig(corpus=["/r/a.txt", {"path": "/r/b.txt", "weight": 1}],
+        ...                   corpus_names={"/r/a.txt": "a.txt", "/r/b.txt": "b.txt"})
+        >>> data.source_name("/r/b.txt"), data.source_name("")
+        ('b.txt', 'a.txt')
+        """
+        named = self.corpus_names.get
+        if source:
+            return named(source, source)
+        pool = next((m.paths for m in self.sources if not m.name), tuple(self.paths))
+        return " + ".join(dict.fromkeys(named(path, path) for path in pool))
 
     @property
     def weighted(self) -> bool:

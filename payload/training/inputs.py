@@ -133,13 +133,6 @@ def check_inputs(config) -> RunInputs:
     )
 
 
-def source_label(config, source: str) -> str:
-    """A source as the config names it: a weighted data.corpus entry's path, or (the pool of
-    plain entries, "") those entries, joined."""
-    pool = next((m for m in config.data.sources if not m.name), None)
-    return source or " + ".join(pool.paths if pool else config.data.paths)
-
-
 def data_weights(config, manifest: records.Manifest) -> dict[str, float]:
     """The weight of each of the manifest's training sources by this config, in the manifest's
     order; refused when the config's sources are not the ones the data was prepared with."""
@@ -147,7 +140,7 @@ def data_weights(config, manifest: records.Manifest) -> dict[str, float]:
     held = list(records.split_sources(manifest, "train"))
     if set(held) != set(named):
         def words(names) -> str:
-            return ", ".join(sorted(source_label(config, n) for n in names)) or "none"
+            return ", ".join(sorted(config.data.source_name(n) for n in names)) or "none"
         raise UserError(
             f"data.corpus names sources the prepared data does not keep apart (data: "
             f"{words(held)}; data.corpus: {words(named)})",

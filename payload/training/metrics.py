@@ -170,9 +170,7 @@ class MetricsSink:
     def examples_per_source(self, step: int) -> dict[str, int]:
         """The training examples each data.corpus source gave before `step`, by its name in
         the config (metrics.json's `examples_per_source`)."""
-        from payload.training.inputs import source_label
-
-        return {source_label(self.config, name): count
+        return {self.config.data.source_name(name): count
                 for name, count in self.stream.consumed(step).items()}
 
     def _take_data_digests(self, step: int) -> None:

@@ -320,3 +320,18 @@ def test_plain_entries_pool_into_one_source_beside_weighted_ones(tmp_path):
     single = load_config(write_config(tmp_path / "one.yaml", {
         **raw, "data": {**raw["data"], "corpus": {"path": "code.txt", "weight": 3}}}))
     assert [s.name for s in single.data.sources] == [str(tmp_path / "code.txt")]
+
+
+def test_the_reports_name_corpus_entries_as_the_config_wrote_them(tmp_path):
+    """metrics.json's examples_per_source keys (DataConfig.source_name): relative paths as
+    written, also in the copy of the config the workers read (dump_config, loaded again)."""
+    raw = base_config("out", ["texts/a.txt", "~/b.txt"])
+    raw["data"]["corpus"].append({"path": "texts/code/*.py", "weight": 0.5})
+    config = load_config(write_config(tmp_path / "run.yaml", raw))
+    assert config.data.paths[0] == str(tmp_path / "texts" / "a.txt")
+    assert config.data.source_name("") == "texts/a.txt + ~/b.txt"
+    assert config.data.source_name(str(tmp_path / "texts/code/*.py")) == "texts/code/*.py"
+    shipped = load_config(write_config(tmp_path / "job" / "config.yaml",
+                                       yaml.safe_load(dump_config(config))))
+    assert shipped.data.corpus_names == config.data.corpus_names
+    assert shipped.data.source_name("") == "texts/a.txt + ~/b.txt"

@@ -102,7 +102,7 @@ def test_a_weighted_corpus_is_prepared_source_by_source_and_drawn_by_weight(
     from payload.data.objectives import CausalLM
     from payload.data.reader import Reader
     from payload.data.stream import Segment, TrainStream
-    from payload.training.inputs import data_weights, source_label
+    from payload.training.inputs import data_weights
 
     lines = marked_corpus.read_text().splitlines(keepends=True)
     web, code = tmp_path / "web.txt", tmp_path / "code.txt"
@@ -137,7 +137,7 @@ def test_a_weighted_corpus_is_prepared_source_by_source_and_drawn_by_weight(
     stream = TrainStream(reader, [Segment(step=0, consumed=dict.fromkeys(weights, 0),
                                           batch_size=batch, weights=weights, seed=0, data="d")],
                          CausalLM(pad_id=0), 0)
-    drawn = {source_label(config, n): c for n, c in stream.consumed(steps).items()}
+    drawn = {config.data.source_name(n): c for n, c in stream.consumed(steps).items()}
     assert drawn.keys() == {str(web), str(code)}
     for name, weight in ((str(web), 0.8), (str(code), 0.2)):
         assert abs(drawn[name] / (steps * batch) - weight) <= 0.02, drawn

@@ -78,3 +78,25 @@ def test_an_interrupted_staging_finishes_on_the_next_run(tmp_path, bucket, monke
     assert "3 files, 1 uploaded, 2 already there" in events[-1]  # the one that failed
     assert all(storage.exists(p) for p in staged)
     assert os.path.basename(staged[1]) == "part-1.txt"
+
+
+def test_a_staged_config_names_each_copy_as_its_entry_was_written(tmp_path, bucket):
+    """metrics.json's examples_per_source names the pool of plain entries by what the config
+    wrote, not by the staged gs:// copies; a weighted gs:// entry beside them is kept."""
+    from payload.config import load_config
+
+    corpus(tmp_path)
+    (tmp_path / "run.yaml").write_text(
+        "name: r\noutput_dir: gs://stage-test/run\n"
+        "cluster: {provider: gcp, project: my-project, zone: us-central2-b,\n"
+        "          accelerator_type: v4-8, bucket: stage-test}\n"
+        "data:\n  corpus:\n    - texts/part-*.txt\n    - texts/notes.jsonl\n"
+        "    - {path: gs://other/code/*.txt, weight: 0.25}\n"
+        "model: {family: gpt2, size: tiny}\ntrain: {steps: 4, batch_size: 8, learning_rate: 0.001}\n")
+    config = load_config(tmp_path / "run.yaml")
+    assert config.data.source_name("") == "texts/part-*.txt + texts/notes.jsonl"
+    staged = staging.staged_config(config)
+    assert len(staged.data.corpus) == 5 and staged.data.corpus[-1] == config.data.corpus[-1]
+    assert all(p.startswith("gs://stage-test/corpus/") for p in staged.data.paths[:4])
+    assert staged.data.source_name("") == "texts/part-*.txt + texts/notes.jsonl"
+    assert staged.data.source_name("gs://other/code/*.txt") == "gs://other/code/*.txt"

@@ -76,3 +76,14 @@ def test_fsdp_across_two_processes_computes_what_data_parallel_computes(tmp_path
         (fsdp, start_workers(fsdp, num_processes=2, devices_each=1, extra=("--fsdp", "2"))))
     assert int(sharded["sharded"]) > 0  # the weights really were split between the processes
     assert_same_run(sharded, replicated)
+
+
+@pytest.mark.slow  # waits out gloo's 30 s
+def test_a_process_that_reaches_the_first_step_late_is_waited_for(tmp_path):
+    """On CPU the first collective sets up gloo's context, which gives up after 30 s without
+    the other process (a slower compile on a busy machine): the processes meet first
+    (payload.engines.jax.distributed.meet)."""
+    late = tmp_path / "late"
+    (result,) = results((late, start_workers(late, num_processes=2, devices_each=1,
+                                             extra=("--late", "40"))))
+    assert int(result["step"]) == STEPS and result["losses"][-1] < result["losses"][0]

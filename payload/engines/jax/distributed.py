@@ -1,6 +1,7 @@
 """Joining the processes of a multi-host JAX run: every host runs the same program.
 
     join(coordinator="10.0.0.2:8476", num_processes=4, process_id=I)   # before any jax work
+    meet("tpuctl-step-compiled")          # every process here before the first collective
 
 On a TPU slice each host is one process over its own chips; in the local CPU mode each worker
 process is one host over its CPU, and the processes reduce over gloo (JAX's CPU collectives),
@@ -48,6 +49,23 @@ def join(*, coordinator: str, num_processes: int, process_id: int,
         log.info("the JAX coordinator listens on every interface (%s: %s)", BIND_KEY, bind)
     jax.distributed.initialize(coordinator, num_processes=num_processes, process_id=process_id,
                                coordinator_bind_address=listen)
+
+
+# How long a process waits for the others at a meeting point: a compile of a large model on a
+# busy CPU takes minutes; a peer that died ends the job through the agents, not this timeout.
+MEET_TIMEOUT_S = 30 * 60
+
+
+def meet(name: str, *, timeout_s: float = MEET_TIMEOUT_S) -> None:
+    """Wait until every process reached `name` (each calls it in the same order), through the
+    coordination service, not a device collective: on CPU the first collective sets up gloo's
+    context, which gives up when one process arrives 30 s before another (measured: two
+    processes of one run, one compiling slower on a busy machine). Nothing to wait for alone."""
+    if jax.process_count() <= 1:
+        return
+    from orbax.checkpoint import multihost
+
+    multihost.get_barrier_sync_fn()(key=name, timeout_ms=int(timeout_s * 1000))
 
 
 def bind_address(coordinator: str, *, peers: tuple[str, ...] = (), bind: str | None = None

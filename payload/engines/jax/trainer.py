@@ -142,6 +142,8 @@ class JaxTrainer:
         self._first_batch = self.program.global_batch(next(self.iterator))
         self._step, report = compile_ahead(self.program.train_step, self.state,
                                            self._first_batch)
+        # The first step's collectives start together, however long each process compiled.
+        self._barrier("tpuctl-step-compiled")
         return report
 
     def _next_batch(self):
@@ -212,10 +214,9 @@ class JaxTrainer:
             self.ckpts.close()
 
     def _barrier(self, name: str) -> None:
-        if self.processes > 1:
-            from jax.experimental import multihost_utils
+        from payload.engines.jax.distributed import meet
 
-            multihost_utils.sync_global_devices(name)
+        meet(name)
 
     def leave_barrier(self):
         """The processes of one program meet through JAX's coordination service."""

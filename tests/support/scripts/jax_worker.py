@@ -11,6 +11,7 @@ DIR/result.npz: the losses of the steps it ran, the step reached and every weigh
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -71,9 +72,11 @@ def main() -> None:
     parser.add_argument("--stop-after", type=int, default=0, help="leave after this many steps")
     parser.add_argument("--hang-in-save", type=int, default=0,
                         help="at this step's save, stop just before its commit (to be killed)")
+    parser.add_argument("--late", type=float, default=0,
+                        help="process 1 reaches the first step this many seconds late")
     args = parser.parse_args()
 
-    from payload.engines.jax.distributed import join
+    from payload.engines.jax.distributed import join, meet
 
     join(coordinator=f"127.0.0.1:{args.port}", num_processes=args.num_processes,
          process_id=args.process_id)
@@ -98,6 +101,7 @@ def main() -> None:
     sharded = sum(s.spec != jax_step.P() for s in jax.tree.leaves(program.param_sharding))
     state = program.init_state(seed=cfg.seed)
     manager = None
+    meet("start")  # before a restore's first collective
     if args.checkpoints:
         from payload.engines.jax.checkpoints import Checkpoints
 
@@ -106,9 +110,16 @@ def main() -> None:
             state = manager.restore_latest(program.abstract_state())
     losses = []
     start = int(state.step)
+    # Compiled ahead, then met: the processes' first collective starts together however long
+    # each compiled (payload.engines.jax.distributed.meet).
+    first = program.global_batch(local_batch(start, args.process_id, args.num_processes))
+    train_step = program.train_step.lower(state, first).compile()
+    if args.process_id == 1:
+        time.sleep(args.late)
+    meet("first-step")
     for step in range(start, args.steps):
         batch = program.global_batch(local_batch(step, args.process_id, args.num_processes))
-        state, metrics = program.train_step(state, batch)
+        state, metrics = train_step(state, batch)
         losses.append(float(metrics["loss"]))
         done = step + 1
         if manager and args.save_every and done % args.save_every == 0:

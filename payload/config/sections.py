@@ -80,7 +80,7 @@ class DataConfig(Section):
     # Each corpus entry's path -> the text the user's config wrote for it (a relative path, a
     # local file's staged gs:// copy -> the entry it came from): what the run's reports name a
     # source by. Filled when a config file is read; paths not in it are named as they are.
-    corpus_names: dict[str, str] = {}
+    corpus_names: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("corpus", mode="before")
     @classmethod

@@ -16,6 +16,7 @@ TORCH_READY = REPO / ".venv-torch" / ".installed"
 
 
 @pytest.mark.torch
+@pytest.mark.slow  # the bench's own smoke run (both sides, two families): `make bench` territory
 def test_the_tiny_accelerator_bench_runs_both_sides_and_prints_its_table(tmp_path):
     if not TORCH_READY.exists():
         pytest.skip("no transformers 5.x environment (.venv-torch; `make setup-torch`)")

@@ -88,6 +88,7 @@ def test_tensorflow_and_pytorch_models_of_one_config_have_the_same_count(tensorf
 
 
 @pytest.mark.torch
+@pytest.mark.slow  # the default suite's export of a T5 v1.1: tests/integration/test_export.py
 def test_t5_v1_1_trains_exports_and_gives_the_same_logits_in_pytorch(tmp_path):
     pytest.importorskip("tensorflow")
     from safetensors.numpy import load_file

@@ -29,7 +29,8 @@ GIB = 1 << 30
 # (family, size, seq_len, global batch, where): each family at its base and largest size on v5e
 # and v6e, a row each on v4, v5p and TPU7x; every row with train.remat none and full.
 SHAPES = {"bert": ("base", "large", 512, 64), "roberta": ("base", "large", 512, 64),
-          "gpt2": ("small", "xl", 1024, 32), "t5": ("base", "large", 512, 64)}
+          "gpt2": ("small", "xl", 1024, 32), "t5": ("base", "large", 512, 64),
+          "llama": ("135m", "1.1b", 2048, 32)}
 V5E, V6E = ("--accelerator", "v5litepod-8"), ("--accelerator", "v6e-8")
 OTHERS = {"v4": ("--accelerator", "v4-16"), "v5p": ("--accelerator", "v5p-16"),
           "tpu7x": ("--machine-type", "tpu7x-standard-4t", "--topology", "2x2x1")}

@@ -20,6 +20,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -195,8 +196,26 @@ def compile_steps(the_launch, target: CompileTarget, *, on_note=lambda line: Non
         sys.stderr.write(result.stderr)
     last = next((line for line in reversed(result.stderr.splitlines())
                  if line.strip() and not line.startswith((" ", "\t"))), "no output")
-    raise UserError(f"the TPU compile ended with status {result.rc}: {last[:300]}",
+    raise UserError(f"the TPU compile {how_it_ended(result.rc)}: {last[:300]}",
                     hint="TPUCTL_DEBUG=1 shows all it printed")
+
+
+def how_it_ended(rc: int) -> str:
+    """The compile process's end in words: a signal by its name (libtpu's compiler has crashed
+    here on a T5 with train.remat full: SIGSEGV), else its status.
+
+    >>> how_it_ended(-11), how_it_ended(-9), how_it_ended(1)
+    ('crashed (SIGSEGV)', 'was killed (SIGKILL; out of memory on this machine?)', 'ended with status 1')
+    """
+    if rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = f"signal {-rc}"
+        if name == "SIGKILL":
+            return "was killed (SIGKILL; out of memory on this machine?)"
+        return f"crashed ({name})"
+    return f"ended with status {rc}"
 
 
 # --- what it said ----------------------------------------------------------------------------

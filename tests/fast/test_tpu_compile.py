@@ -229,3 +229,21 @@ def test_the_compile_is_for_the_configs_own_slice(tmp_path, monkeypatch, raw, ta
     (argv, env), = calls
     assert argv[1:4] == ["-m", "payload.stages.tpu_compile", "--config"]
     assert argv[5:-2] == target and env == {"TPU_LIBRARY_PATH": str(library)}
+
+
+def test_a_compiler_that_crashes_is_one_line_naming_the_signal(tmp_path, monkeypatch):
+    # libtpu's compiler has ended in SIGSEGV here (T5 base, train.remat full, v5litepod-8).
+    library = tmp_path / "libtpu.so"
+    library.write_bytes(b"")
+    monkeypatch.setattr(executors, "run_here", lambda argv, **kwargs: Result(
+        -11, "", "E1128 03:03:54 process_state.cc:708] RAW: Raising signal 11 with default "
+                 "behavior\n"))
+    path = tmp_path / "tpuctl.yaml"
+    path.write_text(yaml.safe_dump({**gce_raw(), "cluster": {**V6E}}))
+    result = tpuctl("train", "-c", path, "--dry-run", "--compile", env={
+        "TPUCTL_HOME": str(tmp_path / "home"), "HOME": str(tmp_path),
+        "TPU_LIBRARY_PATH": str(library),
+        "GOOGLE_APPLICATION_CREDENTIALS": str(tmp_path / "none.json")})
+    assert result.returncode == 2, result.stdout + result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "the TPU compile crashed (SIGSEGV)" in errors[0], errors

@@ -530,9 +530,10 @@ def test_the_time_limit_ends_a_job_hung_before_training(local_run, long_jobs):
         pytest.fail("the job ran on past train.max_hours (prepare hung)")
     assert result.returncode == 1, result.stderr
     # Every agent holds the job to the limit: whichever reaches it first (the hung worker 0, or
-    # worker 1 waiting for it after its own prepare) ends the job and is named.
+    # worker 1 waiting for it after its own prepare) ends the job and is named; on a busy
+    # machine the second may pass before the tokenizer stage has ended.
     assert re.search(r"worker-[01]: the run's limit \(train\.max_hours / max_cost\) ended the "
-                     r"job during prepare", result.stderr), result.stderr
+                     r"job during (tokenizer|prepare)", result.stderr), result.stderr
     assert "stopping, train.max_hours 0.0003 reached" in result.stderr
     assert _live(config) == {0: 0, 1: 0}
 

@@ -108,7 +108,7 @@ def test_sentencepiece_conversion_matches_the_sentencepiece_model(small_corpus, 
 
 def test_a_rerun_keeps_the_trained_tokenizer(tmp_path, small_corpus):
     config = base_config(tmp_path / "run", small_corpus,
-                         tokenizer={"kind": "unigram", "vocab_size": 700})
+                         tokenizer={"kind": "wordpiece", "vocab_size": 700})
     path = write_config(tmp_path / "run.yaml", config)
     payload_main("tokenizer", "--config", path, check=True)
     first = (tmp_path / "run" / "tokenizer" / "tokenizer.json").read_bytes()

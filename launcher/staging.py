@@ -108,15 +108,14 @@ def staged_config(config: RunConfig, *,
                         "weighted entries are not staged to the bucket",
                         hint=f"copy its files to gs://{config.cluster.bucket_name}/FOLDER/ and "
                              "name that folder as the entry's path")
-    corpus = stage_corpus(config.data.corpus, bucket=config.cluster.bucket_name,
-                          run=config.name, on_event=on_event)
+    pairs = _stage(config.data.corpus, bucket=config.cluster.bucket_name, run=config.name,
+                   on_event=on_event)
+    corpus = [copy for copy, _ in pairs]
     if corpus == list(config.data.corpus):
         return config
     # A staged copy is named as the entry it came from was (DataConfig.corpus_names).
-    names, staged = dict(config.data.corpus_names), iter(corpus)
-    for entry in config.data.corpus:
-        copies = [next(staged) for _ in (local_files([entry]) if is_local(entry) else [entry])]
-        names.update({copy: names.get(entry, entry) for copy in copies if copy != entry})
+    names = dict(config.data.corpus_names)
+    names.update({copy: names.get(entry, entry) for copy, entry in pairs if copy != entry})
     data = config.data.model_copy(update={"corpus": corpus, "corpus_names": names})
     return config.model_copy(update={"data": data})
 
@@ -125,9 +124,17 @@ def stage_corpus(entries: list[str], *, bucket: str, run: str | None = None,
                  on_event: Callable[[str], None] = lambda m: None) -> list[str]:
     """The corpus with every local file replaced by its staged gs:// copy (uploaded if needed);
     `run`'s staging record lists them (what `down --delete-bucket` may delete)."""
-    paths = local_files(entries)
+    return [copy for copy, _ in _stage(entries, bucket=bucket, run=run, on_event=on_event)]
+
+
+def _stage(entries: list, *, bucket: str, run: str | None,
+           on_event: Callable[[str], None]) -> list[tuple[str, str]]:
+    """stage_corpus's entries, each with the corpus entry it came from (each local entry's
+    files expanded once, in corpus order)."""
+    files_of = [local_files([entry]) if is_local(entry) else [] for entry in entries]
+    paths = list(dict.fromkeys(path for files in files_of for path in files))
     if not paths:
-        return list(entries)
+        return [(entry, entry) for entry in entries]
     client = storage.client()
     target = client.bucket(bucket)
     files = [fingerprint(p) for p in paths]
@@ -163,12 +170,7 @@ def stage_corpus(entries: list[str], *, bucket: str, run: str | None = None,
                         hint="rerun: files already uploaded are kept") from None
     on_event(f"corpus staged in gs://{bucket}/{PREFIX}/: {len(files)} files, "
              f"{done['uploaded']} uploaded, {len(files) - done['uploaded']} already there")
-    staged = iter(f"gs://{bucket}/{f.object_name()}" for f in files)
-    by_path = {p: next(staged) for p in paths}
-    out: list[str] = []
-    for entry in entries:
-        if is_local(entry):
-            out.extend(by_path[p] for p in local_files([entry]))
-        else:
-            out.append(entry)
-    return out
+    by_path = {f.path: f"gs://{bucket}/{f.object_name()}" for f in files}
+    return [pair for entry, local in zip(entries, files_of, strict=True)
+            for pair in ([(by_path[path], entry) for path in local] if is_local(entry)
+                         else [(entry, entry)])]

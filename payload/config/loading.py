@@ -203,10 +203,11 @@ def _resolve_paths(raw: dict, base: Path) -> dict:
         corpus = data["corpus"]
         data = dict(data)
         entries = corpus if isinstance(corpus, list) else [corpus]
-        data["corpus"] = ([_resolve_entry(c, resolve) for c in corpus]
-                          if isinstance(corpus, list) else _resolve_entry(corpus, resolve))
-        written = [e.get("path") if isinstance(e, dict) else e for e in entries]
-        names = {resolve(w): w for w in written if isinstance(w, str) and resolve(w) != w}
+        resolved = [_resolve_entry(c, resolve) for c in entries]
+        data["corpus"] = resolved if isinstance(corpus, list) else resolved[0]
+        names = {after: before for before, after in zip(map(_entry_text, entries),
+                                                         map(_entry_text, resolved), strict=True)
+                 if isinstance(before, str) and after != before}
         if names:  # a config read again (the workers' copy) keeps the names it carries
             given = data.get("corpus_names")
             data["corpus_names"] = {**names, **given} if isinstance(given, dict) else names
@@ -216,6 +217,11 @@ def _resolve_paths(raw: dict, base: Path) -> dict:
         if isinstance(block, dict) and isinstance(block.get(key), str):
             out[section] = {**block, key: resolve(block[key])}
     return out
+
+
+def _entry_text(entry: Any) -> Any:
+    """A raw corpus entry's path text: a plain one itself, a weighted one's `path`."""
+    return entry.get("path") if isinstance(entry, dict) else entry
 
 
 def _resolve_entry(entry: Any, resolve) -> Any:

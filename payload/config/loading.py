@@ -208,9 +208,9 @@ def _resolve_paths(raw: dict, base: Path) -> dict:
         names = {after: before for before, after in zip(map(_entry_text, entries),
                                                          map(_entry_text, resolved), strict=True)
                  if isinstance(before, str) and after != before}
-        if names:  # a config read again (the workers' copy) keeps the names it carries
-            given = data.get("corpus_names")
-            data["corpus_names"] = {**names, **given} if isinstance(given, dict) else names
+        given = data.get("corpus_names", {})
+        if names and isinstance(given, dict):  # what a config gives (the workers' copy) stays;
+            data["corpus_names"] = {**names, **given}  # anything else is left to validation
         out["data"] = data
     for section, key in _LOCAL_PATH_KEYS:
         block = out.get(section)

@@ -336,5 +336,5 @@ def test_the_reports_name_corpus_entries_as_the_config_wrote_them(tmp_path):
     assert shipped.data.corpus_names == config.data.corpus_names
     assert shipped.data.source_name("") == "texts/a.txt + ~/b.txt"
     raw["data"]["corpus_names"] = "texts"  # not a mapping: refused, not replaced
-    with pytest.raises(UserError, match="data.corpus_names must be a mapping"):
+    with pytest.raises(UserError, match=r"data\.corpus_names must be a mapping"):
         load_config(write_config(tmp_path / "bad.yaml", raw))

@@ -64,4 +64,4 @@ def run_train(
     log(f"model FLOPs per step {meter.flops_per_step:.3g}; peak: {meter.peak_source}")
     loop.train(config, inputs, trainer, plan, meter=meter, resume=resume)
     # With the trainer (and its input iterator) still alive.
-    leave_together(trainer.leave_barrier(), is_chief=plan.is_chief)
+    leave_together(trainer.coordination(), is_chief=plan.is_chief)

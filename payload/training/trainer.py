@@ -14,11 +14,12 @@ numpy arrays: the common currency of both engines.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+
+from payload.training.leaving import Coordination
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,6 @@ class Trainer(Protocol):
     def close(self) -> None:
         """Release the checkpoint writer and scratch files."""
 
-    def leave_barrier(self) -> Callable[[], None] | None:
-        """The barrier every training process meets before they leave together
+    def coordination(self) -> Coordination | None:
+        """The coordination service the training processes leave through together
         (payload.training.leaving); None when this process trains alone."""

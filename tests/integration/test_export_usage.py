@@ -51,7 +51,9 @@ def generator(request, tmp_path_factory):
     return family, train_and_export(tmp_path_factory, family, size or None)
 
 
-@pytest.fixture(scope="module", params=["bert", "roberta"])
+# BERT's fill-mask in the slow tier: one masked-LM family proves the pipeline's point (both
+# families' folders are checked against PyTorch's logits in test_export.py).
+@pytest.fixture(scope="module", params=[pytest.param("bert", marks=pytest.mark.slow), "roberta"])
 def filler(request, tmp_path_factory):
     return request.param, train_and_export(tmp_path_factory, request.param)
 

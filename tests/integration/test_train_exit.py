@@ -79,11 +79,11 @@ def _check_ended_together(seen: list[dict], steps: int) -> None:
 
 def test_every_worker_ends_within_seconds_of_the_last_step(tmp_path):
     out = prepared_run(tmp_path, "roberta")
-    config = write_training_config(out, "roberta", steps=60, checkpoint_every=30, eval_every=30)
-    _check_ended_together(_train_two_workers(config), 60)  # the same weights on both, too
+    config = write_training_config(out, "roberta", steps=20, checkpoint_every=10, eval_every=10)
+    _check_ended_together(_train_two_workers(config), 20)  # the same weights on both, too
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["replicas"] == 2 and metrics["strategy"] == "cpu-multi-worker"
-    assert (out / "checkpoints" / "ckpt-60.index").exists()
+    assert (out / "checkpoints" / "ckpt-20.index").exists()
     # A resumed run (it left worker 0 waiting a minute) and a longer schedule.
-    longer = write_training_config(out, "roberta", steps=120, checkpoint_every=30, eval_every=30)
-    _check_ended_together(_train_two_workers(longer, "--resume"), 120)
+    longer = write_training_config(out, "roberta", steps=40, checkpoint_every=10, eval_every=10)
+    _check_ended_together(_train_two_workers(longer, "--resume"), 40)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from dataclasses import dataclass
 
 import jax
 
@@ -66,6 +67,33 @@ def meet(name: str, *, timeout_s: float = MEET_TIMEOUT_S) -> None:
     from orbax.checkpoint import multihost
 
     multihost.get_barrier_sync_fn()(key=name, timeout_ms=int(timeout_s * 1000))
+
+
+@dataclass(frozen=True)
+class ProcessCoordination:
+    """The coordination service of one program's processes, hosted by process 0
+    (payload.training.leaving.Coordination)."""
+
+    index: int
+    count: int
+
+    def meet(self, name: str) -> None:
+        meet(name)
+
+    def post(self, key: str) -> None:
+        from orbax.checkpoint import multihost
+
+        multihost.get_jax_distributed_client().key_value_set(key, "1")
+
+    def wait_for(self, key: str, timeout_s: float) -> bool:
+        from orbax.checkpoint import multihost
+
+        try:
+            multihost.get_jax_distributed_client().blocking_key_value_get(
+                key, max(1, int(timeout_s * 1000)))
+        except jax.errors.JaxRuntimeError:  # its time passed, or the service lost that process
+            return False
+        return True
 
 
 def bind_address(coordinator: str, *, peers: tuple[str, ...] = (), bind: str | None = None

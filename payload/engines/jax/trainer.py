@@ -218,11 +218,13 @@ class JaxTrainer:
 
         meet(name)
 
-    def leave_barrier(self):
-        """The processes of one program meet through JAX's coordination service."""
+    def coordination(self):
+        """JAX's coordination service, hosted by process 0."""
         if self.processes == 1:
             return None
-        return lambda: self._barrier("tpuctl-train-end")
+        from payload.engines.jax.distributed import ProcessCoordination
+
+        return ProcessCoordination(index=self.process, count=self.processes)
 
 
 def _memory_per_device() -> int:

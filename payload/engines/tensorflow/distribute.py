@@ -9,6 +9,7 @@ framework; this module is where TensorFlow makes it real.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from payload.core.errors import UserError
 from payload.training.strategy import StrategyKind, StrategyPlan, tpu_devices_present
@@ -73,5 +74,34 @@ def build_strategy(plan: StrategyPlan):
 
 
 # How long a worker done with training waits for the others to be done too
-# (payload.training.leaving, at TensorFlowTrainer.leave_barrier).
+# (payload.training.leaving, through WorkerCoordination).
 END_BARRIER_S = 300.0
+
+
+@dataclass(frozen=True)
+class WorkerCoordination:
+    """The coordination service of MultiWorkerMirroredStrategy's workers, hosted by the chief
+    (payload.training.leaving.Coordination)."""
+
+    index: int
+    count: int
+
+    def meet(self, name: str) -> None:
+        from tensorflow.python.eager import context
+
+        context.context().wait_at_barrier(name, int(END_BARRIER_S * 1000))
+
+    def post(self, key: str) -> None:
+        from tensorflow.python.eager import context
+
+        context.context().set_config_key_value(key, "1")
+
+    def wait_for(self, key: str, timeout_s: float) -> bool:
+        import tensorflow as tf
+        from tensorflow.python.eager import context
+
+        try:
+            context.context().get_config_key_value(key, max(1, int(timeout_s * 1000)))
+        except tf.errors.OpError:  # its time passed, or the service lost that worker
+            return False
+        return True

@@ -13,7 +13,7 @@ The shared loop (payload.training.loop) says when.
 from __future__ import annotations
 
 from payload.engines.tensorflow import checkpoints
-from payload.engines.tensorflow.distribute import END_BARRIER_S, build_strategy
+from payload.engines.tensorflow.distribute import WorkerCoordination, build_strategy
 from payload.training.inputs import check_batch_size
 from payload.training.strategy import StrategyKind
 from payload.training.utilisation import PROBE_PRODUCTS, PROBE_ROUNDS, PROBE_SIZE, best_rate
@@ -207,18 +207,14 @@ class TensorFlowTrainer:
         if self.ckpts:
             self.ckpts.close()
 
-    def leave_barrier(self):
-        """Through the chief's coordination service, for a multi-worker CPU run (a TPU run is
-        one process driving every replica)."""
+    def coordination(self):
+        """The chief's coordination service, for a multi-worker CPU run (a TPU run is one
+        process driving every replica)."""
         if self.plan.kind is not StrategyKind.CPU_MULTI_WORKER:
             return None
-
-        def barrier() -> None:
-            from tensorflow.python.eager import context
-
-            context.context().wait_at_barrier("tpuctl-train-end", int(END_BARRIER_S * 1000))
-
-        return barrier
+        resolver = self.strategy.cluster_resolver
+        return WorkerCoordination(index=resolver.task_id,
+                                  count=resolver.cluster_spec().num_tasks("worker"))
 
 
 def cpu_peak_flops(size: int = PROBE_SIZE, rounds: int = PROBE_ROUNDS,

@@ -20,7 +20,7 @@ from payload.stages.train import run_train
 from payload.training.checkpoints import removal_summary
 from tests.support.configs import training_run_config, write_training_config
 from tests.support.runners import assert_user_error, payload_env
-from tests.support.runs import prepared_run, run_stage, stage_command
+from tests.support.runs import prepared_run, stage_command
 
 
 def test_export_refuses_a_tokenizer_other_than_the_checkpoints(tmp_path):
@@ -50,9 +50,13 @@ def _export(config, *, umask=0o022, file_limit=None):
 
 
 def test_export_swaps_model_whole_and_a_full_disk_keeps_the_old_one(tmp_path):
+    # Training in this process (the stage's own process is not the point here); the exports as
+    # processes of their own, under a umask and a file-size limit.
     out = prepared_run(tmp_path, "gpt2")
-    config = write_training_config(out, "gpt2", steps=2, warmup_steps=0, checkpoint_every=2, eval_every=2)
-    assert run_stage("train", config).returncode == 0
+    run_train(training_run_config(out, "gpt2", steps=2, warmup_steps=0, checkpoint_every=2,
+                                  eval_every=2))
+    config = write_training_config(out, "gpt2", steps=2, warmup_steps=0, checkpoint_every=2,
+                                   eval_every=2)
     proc = _export(config)
     assert proc.returncode == 0, proc.stderr[-2000:]
     model = out / "model"
@@ -62,17 +66,16 @@ def test_export_swaps_model_whole_and_a_full_disk_keeps_the_old_one(tmp_path):
     assert {stat.S_IMODE(p.stat().st_mode) for p in model.iterdir()} == {0o644}
     first = (model / "model.safetensors").read_bytes()
     (model / "README.md").write_text("my model card\n")
-    config = write_training_config(out, "gpt2", steps=4, warmup_steps=0, checkpoint_every=2,
-                          eval_every=2)
-    assert run_stage("train", config, "--resume").returncode == 0
+    run_train(training_run_config(out, "gpt2", steps=4, warmup_steps=0, checkpoint_every=2,
+                                  eval_every=2), resume=True)
     # A disk that fills while the new model is written (a file-size limit gives the same EFBIG).
     proc = _export(config, file_limit=(model / "tf_model.h5").stat().st_size // 2)
     assert_user_error(proc, "no space left", str(model))
     assert (model / "model.safetensors").read_bytes() == first, "the old model is gone"
     assert folders.is_complete(str(model))
     assert sorted(p.name for p in out.iterdir() if "model" in p.name) == ["model"]
-    proc = _export(config)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    run_export(training_run_config(out, "gpt2", steps=4, warmup_steps=0, checkpoint_every=2,
+                                   eval_every=2))
     assert (model / "model.safetensors").read_bytes() != first
     assert (model / "README.md").read_text() == "my model card\n"  # not tpuctl's: kept
     assert "README.md" not in folders.read_complete(str(model))["files"]

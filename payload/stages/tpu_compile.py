@@ -24,9 +24,14 @@ from payload.core.errors import UserError, error_lines
 
 def compile_environment(accelerator_type: str) -> dict[str, str]:
     """What libtpu is told before JAX starts: no TPU here (no metadata server to ask, one host
-    named localhost) and which slice it compiles for; JAX runs its own work on the CPU."""
+    named localhost) and which slice it compiles for; JAX runs its own work on the CPU. And no
+    chips to guard: without ALLOW_MULTIPLE_LIBTPU_LOAD a second compile while one runs (two
+    dry runs, a bench beside one) stopped at libtpu's lockfile, /tmp/libtpu_lockfile
+    ("Internal error when accessing libtpu multi-process lockfile"), and a compile on a TPU VM
+    would hold the lock its training needs."""
     return {"TPU_SKIP_MDS_QUERY": "1", "TPU_WORKER_HOSTNAMES": "localhost",
-            "TPU_ACCELERATOR_TYPE": accelerator_type, "JAX_PLATFORMS": "cpu"}
+            "TPU_ACCELERATOR_TYPE": accelerator_type, "JAX_PLATFORMS": "cpu",
+            "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
 
 
 def _parser() -> argparse.ArgumentParser:

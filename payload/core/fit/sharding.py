@@ -32,6 +32,13 @@ from payload.core.errors import UserError
 # otherwise.
 WEIGHTS_AND_MOMENTS = {"adamw": 12, "adafactor": 4}
 STATE_BYTES_PER_PARAM = {name: held + 4 for name, held in WEIGHTS_AND_MOMENTS.items()}
+# Gradients' worth of buffers the TPU compiler holds per chip beyond the gradient itself, by
+# generation: TPU7x's compiled steps overlap the gradients' all-reduce with the backward pass
+# (its all-reduces are asynchronous, v5e's and v6e's in these steps are not) and held about
+# 1.5 bfloat16 gradients more than v6e's at the same shapes (GPT-2 small at 256 x 8: 0.30 GiB
+# more temporaries, the same all-reduce volume; GPT-2 small at 1024 x 32 and medium at 256 x 8:
+# docs/jax-speed.md, "The estimate against the compiler"). Split over an FSDP group.
+IN_FLIGHT_GRADIENTS = {"tpu7x": 1.5}
 # The share of a chip's memory the weights, gradients and optimizer state may use; the rest is
 # for activations, the bfloat16 copies and XLA's buffers.
 STATE_SHARE_OF_HBM = 0.6
@@ -242,18 +249,22 @@ def _policies(workload) -> tuple[str, ...]:
 
 
 def _working_bytes(num_params: int, fsdp: int, workload) -> int:
-    """What the weights take beyond the state while a step runs: nothing replicated (the cast
-    of a weight to bfloat16 fuses into the product that reads it); split over an FSDP group,
-    each layer's weights gathered whole in the compute dtype, about two layers at a time (the
-    one computing and the next one's gather)."""
+    """What the weights and gradients take beyond the state while a step runs: nothing
+    replicated (the cast of a weight to bfloat16 fuses into the product that reads it); split
+    over an FSDP group, each layer's weights gathered whole in the compute dtype, about two
+    layers at a time (the one computing and the next one's gather); where the compiler
+    overlaps the gradients' exchange with the backward pass (IN_FLIGHT_GRADIENTS), the buffers
+    of that exchange."""
+    width = 2 if _bf16_products(workload) else 4
+    in_flight = int(IN_FLIGHT_GRADIENTS.get(workload.generation or "", 0) * num_params * width
+                    / fsdp)
     if fsdp == 1:
-        return 0
+        return in_flight
     from payload.core.families import family_of
 
     architecture = workload.architecture
     layers = max(1, family_of(architecture).dims(architecture).all_layers)
-    width = 2 if _bf16_products(workload) else 4
-    return 2 * num_params * width // layers
+    return 2 * num_params * width // layers + in_flight
 
 
 def _fitting(num_params, state, groups, *, num_devices, hbm_bytes_per_chip, workload,

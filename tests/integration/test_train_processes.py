@@ -25,8 +25,8 @@ def weights_digest(log: str) -> str:
 
 def test_a_killed_run_resumes_and_ends_at_exactly_train_steps(tmp_path):
     out = prepared_run(tmp_path, "gpt2")
-    steps, every = 125, 25
-    config = write_training_config(out, "gpt2", steps=steps, checkpoint_every=every, eval_every=50)
+    steps, every = 60, 15
+    config = write_training_config(out, "gpt2", steps=steps, checkpoint_every=every, eval_every=30)
     proc = subprocess.Popen(
         stage_command("train", config),
         env=payload_env(),

@@ -37,7 +37,7 @@ def test_the_estimate_of_keeping_everything_is_of_xlas_own_scale(family, tmp_pat
     xla = compiled.memory_analysis().temp_size_in_bytes
     work = Workload(architecture=raw, batch_size=ROWS, seq_len=LENGTH, target_len=target,
                     predicted_len=predicted, bf16=False, remat="none", platform="cpu")
-    assert 0.5 * xla <= activation_bytes(work, "none", rows=ROWS) <= 1.5 * xla
+    assert 0.7 * xla <= activation_bytes(work, "none", rows=ROWS) <= 1.4 * xla
 
 
 # --- remat in the step ---------------------------------------------------------------------------

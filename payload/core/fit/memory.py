@@ -33,6 +33,9 @@ F32 = 4
 # Float32 logits of one chunk of the loss (payload.engines.jax.loss), over the whole global
 # batch (each device holds its share).
 LOGITS_CHUNK_BYTES = 256 << 20
+# Copies of the reference attention's weights a CPU step keeps (the weights, the scores and the
+# exponentials); a TPU's program keeps one.
+CPU_ATTENTION_COPIES = 3
 
 
 def chunk_length(batch: int, length: int, vocab: int,
@@ -54,6 +57,12 @@ def _attention_bytes(site, *, platform, generation, dtype: str, size: int) -> fl
     # compiler's T5 base on v5e at 512 x 64 and 1024 x 32 held about 3 bytes a weight with
     # dropout, not the 7 of float32 weights beside their cast), and the dropout mask.
     keep = size * heads * site.kv_len
+    if platform == "cpu":
+        # XLA:CPU fuses less: it keeps the float32 scores and the softmax's exponentials beside
+        # the weights (the compiled tiny GPT-2, BERT and T5 steps held about twice this
+        # estimate's activations with one copy counted, 0.91-1.14 of them with three, with and
+        # without attention dropout).
+        keep *= CPU_ATTENTION_COPIES
     if site.dropout > 0:
         keep += heads * site.kv_len  # the dropout mask, a byte each
     return keep

@@ -317,9 +317,16 @@ def _ledger(launch: Launch, job: str | None, *, hold: bool = False):
     from launcher import goodput
 
     out = launch.config.output_dir
-    sees = goodput.sees_output_dir(out, shares_machine=launch.fleet.shares_launcher_machine,
+    return goodput.launcher_ledger(out if _sees_output_dir(launch) else None, job=job,
+                                   hold=hold)
+
+
+def _sees_output_dir(launch: Launch) -> bool:
+    from launcher import goodput
+
+    return goodput.sees_output_dir(launch.config.output_dir,
+                                   shares_machine=launch.fleet.shares_launcher_machine,
                                    bills=launch.config.cluster.hourly_price() is not None)
-    return goodput.launcher_ledger(out if sees else None, job=job, hold=hold)
 
 
 def open_job(config_path: Path, job_id: str | None) -> Job:
@@ -441,17 +448,29 @@ def tpu_left_up(job: Job, rows: list[dict]) -> str | None:
             "until then; worker 0's log says why)")
 
 
-def _steps_reached(job: Job) -> int | None:
-    """The newest training step of the chief's progress records (in the launcher's copy of
-    its log)."""
+def _steps_reached(job: Job, launch: Launch) -> int | None:
+    """The newest training step a lost job is known to have reached: its chief's progress
+    records in the launcher's copy of its log, and its step events in the run's ledger (where
+    the launcher sees output_dir). Either may trail the other (the log's copy by a record when
+    the machines go, the ledger by its batching): the newest of both, the one figure the
+    recovery record and the goodput report give."""
+    from payload.core import ledger
     from payload.training import progress
 
+    found = []
     path = job.record.log_file(0)
-    if not path.is_file():
-        return None
-    found = [r for r in map(progress.parse, path.read_text(errors="replace").splitlines())
-             if r is not None and r["kind"] == "train"]
-    return found[-1]["step"] if found else None
+    if path.is_file():
+        found += [r["step"] for r in map(progress.parse,
+                                         path.read_text(errors="replace").splitlines())
+                  if r is not None and r["kind"] == "train"]
+    if _sees_output_dir(launch):
+        try:
+            events = ledger.read(launch.config.output_dir)
+        except Exception:  # a ledger it cannot read now (storage, credentials): the log's
+            events = []     # figure alone; the recovery does not wait on a figure
+        found += [e["step"] for e in events if e.get("event") == "step"
+                  and e.get("job") == job.plan.job_id and e.get("step") is not None]
+    return max(found, default=None)
 
 
 def _keep_lock_beating(output_dir: str, job_id: str, stop_event) -> None:
@@ -486,7 +505,7 @@ def follow_to_end(launch: Launch, job: Job, *, sink: Callable[[int, str], None],
     while True:
         outcome = follow(job, sink)
         pen = _ledger(launch, job.plan.job_id)
-        lost_at = _steps_reached(job) if outcome.lost_fleet else None
+        lost_at = _steps_reached(job, launch) if outcome.lost_fleet else None
         if outcome.lost_fleet:
             pen.note("preempted", reason=outcome.reason, lost_at_step=lost_at)
         if not outcome.lost_fleet or done >= launch.options.auto_resume:

@@ -195,7 +195,9 @@ def _disruptions(events: list[dict], segments: list[list]) -> tuple[list[list], 
         recreated = next((e for e in later if e["event"] == "recreated"), None)
         resumed = (recreated or {}).get("resumed_from_step", hit.get("resumed_from_step"))
         resumed = saved if resumed is None else resumed
-        lost = hit.get("lost_at_step")
+        # The recovery record's figure where there is one (it also counts the checkpoint the
+        # run resumed from), else the launcher's at the loss; never below a step seen here.
+        lost = (recreated or {}).get("lost_at_step", hit.get("lost_at_step"))
         lost = max([s for s in (lost, *steps) if s is not None], default=None)
         redone = max(0, lost - (resumed or 0)) if lost is not None else None
         again = next((e for e in later if e["event"] == "step"

@@ -17,7 +17,8 @@ An estimate of what XLA allocates, per token of each layer, in the model's compu
 - full keeps each layer's input alone and recomputes the whole layer: about a third more
   compute (one more forward pass).
 Whatever the policy, one layer's worth of full activations is live while its backward runs,
-and the loss holds one chunk of float32 logits, their gradient in their place (payload.engines.jax.loss).
+and the loss holds one chunk of float32 logits, their gradient in their place
+(payload.engines.jax.loss).
 The tests hold the order of the policies and the size of the estimate against XLA's own
 memory analysis of a compiled step on CPU.
 """
